@@ -1,0 +1,597 @@
+#!/usr/bin/env bash
+# bench/static.sh — static-file throughput, p99 latency and server CPU per request:
+# modus (--model pool) against nginx, measured in the same run, interleaved.
+#
+# Usage:
+#   bench/static.sh                              # full run: 10 s per measurement, 3 rounds
+#   DURATION=2s ROUNDS=1 bench/static.sh         # smoke run
+#   SERVERS=nginx DURATION=2s ROUNDS=1 bench/static.sh
+#   MODUS_ARGS='--threads 64' bench/static.sh
+#
+# Environment knobs (defaults in brackets):
+#   DURATION    wrk duration per measured run            [10s]
+#   WARMUP      wrk warm-up before every measured run    [1s]   (0 disables)
+#   ROUNDS      interleaved rounds; medians are reported [3]
+#   CONNS       wrk connections                          [50]
+#   SIZES       file sizes, B or KB (1 KB = 1024 B)      ["500B 50KB 115KB"]
+#   MODES       keepalive and/or close                   ["keepalive close"]
+#   SERVERS     modus and/or nginx                       ["modus nginx"]
+#   MODUS_BIN   modus binary; unset = cargo build --release -p modus
+#   MODUS_ARGS  extra arguments for `modus serve`        [""]
+#   NGINX_BIN   nginx binary                             [nginx]
+#   SERVER_CPU  CPU the servers are pinned to            [0]
+#   LOAD_CPU    CPU wrk is pinned to                     [1]
+#   NOISE_PCT   warn when other jobs use >= this % of a core during a run [5]
+#   BENCH_MD    markdown file to update, "off" to skip   [<repo>/BENCHMARKS.md]
+#   RESULTS_DIR raw output directory                     [<repo>/bench/results/<timestamp>]
+#
+# Server CPU µs/request = (utime+stime of the server's process tree, /proc/PID/stat fields 14-17,
+# after − before) ÷ requests wrk completed.  For nginx that is master + worker.
+# Exit status: 0 on success, 1 if any run saw socket errors or non-2xx/3xx answers (rows marked),
+# 2 on a setup failure.
+
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$SCRIPT_DIR/.." && pwd)
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-1s}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-50}
+SIZES=${SIZES:-500B 50KB 115KB}
+MODES=${MODES:-keepalive close}
+SERVERS=${SERVERS:-modus nginx}
+MODUS_ARGS=${MODUS_ARGS:-}
+NGINX_BIN=${NGINX_BIN:-nginx}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/$STAMP}
+
+CLK_TCK=$(getconf CLK_TCK)
+
+log() { printf '[static.sh] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 2; }
+
+# ---------------------------------------------------------------- helpers
+
+# "10s" / "2m" / "1h" / "5" -> seconds (integer)
+to_seconds() {
+    local v=$1
+    case $v in
+        *ms) echo 1 ;;
+        *s) echo "${v%s}" ;;
+        *m) echo $(( ${v%m} * 60 )) ;;
+        *h) echo $(( ${v%h} * 3600 )) ;;
+        *) echo "$v" ;;
+    esac
+}
+
+# "500B" / "50KB" / "115K" / "2048" -> bytes
+to_bytes() {
+    local v=$1
+    case $v in
+        *KB|*kB|*K|*k) v=${v%B}; echo $(( ${v%[Kk]} * 1024 )) ;;
+        *MB|*M) v=${v%B}; echo $(( ${v%M} * 1024 * 1024 )) ;;
+        *B) echo "${v%B}" ;;
+        *) echo "$v" ;;
+    esac
+}
+
+# "500B" -> "500 B", "50KB" -> "50 KB"
+size_label() {
+    local v=$1
+    case $v in
+        *KB) echo "${v%KB} KB" ;;
+        *B) echo "${v%B} B" ;;
+        *) echo "$v" ;;
+    esac
+}
+
+# wrk latency ("812.00us", "1.23ms", "2.00s", "1.00m") -> milliseconds
+latency_ms() {
+    awk -v v="$1" 'BEGIN {
+        n = v + 0
+        if (v ~ /us$/) n = n / 1000
+        else if (v ~ /ms$/) n = n
+        else if (v ~ /m$/) n = n * 60000
+        else if (v ~ /h$/) n = n * 3600000
+        else if (v ~ /s$/) n = n * 1000
+        printf "%.3f", n
+    }'
+}
+
+# median of the arguments (numeric); "nan" if none
+median() {
+    if [ "$#" -eq 0 ]; then echo nan; return; fi
+    printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 }
+        END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# first free TCP port on 127.0.0.1 at or above $1
+free_port() {
+    local p=$1
+    while [ "$p" -lt 65000 ]; do
+        if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then echo "$p"; return; fi
+        p=$((p + 1))
+    done
+    die "no free port"
+}
+
+# PIDs of a process and all its descendants
+pid_tree() {
+    local pid=$1 child
+    echo "$pid"
+    for child in $(ps -o pid= --ppid "$pid" 2>/dev/null || true); do
+        pid_tree "$child"
+    done
+}
+
+# clock ticks used by a process tree: utime+stime+cutime+cstime (fields 14-17) of every member.
+# Covers all threads (live and exited) of each process and children reaped by a member.
+tree_ticks() {
+    local total=0 pid stat rest
+    local -a f
+    for pid in $(pid_tree "$1"); do
+        stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+        rest=${stat##*) }
+        read -r -a f <<<"$rest"
+        # f[0] is field 3 (state), so field 14 is f[11]
+        total=$((total + f[11] + f[12] + f[13] + f[14]))
+    done
+    echo "$total"
+}
+
+# clock ticks used by all user-space processes on the machine (kernel threads excluded).
+# Minus this script's own tree (servers, wrk, helpers) it measures other jobs competing for the CPUs.
+all_user_ticks() {
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '
+        { pid = $1; sub(/^.*\) /, "")
+          # now $1 = field 3 (state), $2 = field 4 (ppid), $12..$15 = fields 14..17
+          if (pid != 2 && $2 != 2) t += $12 + $13 + $14 + $15 }
+        END { print t + 0 }'
+}
+
+# "busy total" jiffies of one CPU from /proc/stat
+cpu_jiffies() {
+    awk -v c="cpu$1" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
+}
+
+# wait until PID exits (up to $2 seconds); returns 1 on timeout
+wait_exit() {
+    local pid=$1 limit=$2 i=0
+    while kill -0 "$pid" 2>/dev/null; do
+        # reap if it is our child
+        if [ "$i" -ge $((limit * 10)) ]; then return 1; fi
+        sleep 0.1
+        i=$((i + 1))
+    done
+    wait "$pid" 2>/dev/null || true
+}
+
+stop_pid() {
+    local pid=$1 name=$2
+    [ -n "$pid" ] || return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    if ! wait_exit "$pid" 10; then
+        log "$name (pid $pid) did not stop within 10 s of SIGTERM; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        wait_exit "$pid" 5 || true
+    fi
+}
+
+# ---------------------------------------------------------------- checks
+
+command -v wrk >/dev/null || die "wrk not found (apt-get install -y wrk)"
+command -v taskset >/dev/null || die "taskset not found"
+command -v curl >/dev/null || die "curl not found"
+[ "$(nproc)" -gt "$LOAD_CPU" ] || log "warning: CPU $LOAD_CPU does not exist here; pinning will fail"
+case " $SERVERS " in *" nginx "*) command -v "$NGINX_BIN" >/dev/null || die "nginx not found (apt-get install -y nginx)";; esac
+for m in $MODES; do
+    case $m in keepalive|close) ;; *) die "MODES: unknown mode '$m' (keepalive, close)";; esac
+done
+for s in $SERVERS; do
+    case $s in modus|nginx) ;; *) die "SERVERS: unknown server '$s' (modus, nginx)";; esac
+done
+[ "$ROUNDS" -ge 1 ] || die "ROUNDS must be >= 1"
+
+DUR_S=$(to_seconds "$DURATION")
+WARM_S=$(to_seconds "$WARMUP")
+
+mkdir -p "$RESULTS_DIR"
+WORK=$(mktemp -d /tmp/modus-static.XXXXXX)
+DOCROOT=$WORK/www
+mkdir -p "$DOCROOT"
+
+MODUS_PID=
+NGINX_PID=
+cleanup() {
+    stop_pid "$MODUS_PID" modus
+    stop_pid "$NGINX_PID" nginx
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- docroot
+
+# Deterministic ASCII content; the same files are served by both servers.
+declare -A FILE_OF=()
+for sz in $SIZES; do
+    bytes=$(to_bytes "$sz")
+    name="$sz.txt"
+    awk -v n="$bytes" 'BEGIN {
+        line = "modus static benchmark: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        s = line "\n"
+        while (length(s) < n) s = s s
+        printf "%s", substr(s, 1, n)
+    }' >"$DOCROOT/$name"
+    [ "$(stat -c %s "$DOCROOT/$name")" -eq "$bytes" ] || die "could not create $name"
+    FILE_OF[$sz]=$name
+done
+
+# ---------------------------------------------------------------- servers
+
+declare -A PORT_OF=() PID_OF=() LOG_OF=()
+ALL_ARGS_MODUS=""
+NGINX_CMD=""
+
+start_modus() {
+    if [ -z "${MODUS_BIN:-}" ]; then
+        log "building modus (cargo build --release -p modus)"
+        (cd "$REPO" && cargo build --release -p modus) >"$RESULTS_DIR/cargo-build.log" 2>&1 \
+            || { tail -n 30 "$RESULTS_DIR/cargo-build.log" >&2; die "cargo build failed"; }
+        MODUS_BIN=$REPO/target/release/modus
+    fi
+    [ -x "$MODUS_BIN" ] || die "MODUS_BIN=$MODUS_BIN is not executable"
+    local port extra
+    local -a extra_args=()
+    port=$(free_port 18080)
+    read -r -a extra_args <<<"$MODUS_ARGS"
+    # Lift the keep-alive request cap, as for nginx (keepalive_requests), unless MODUS_ARGS sets it.
+    case " $MODUS_ARGS " in
+        *" --max-keepalive-requests"*) ;;
+        *) extra_args=(--max-keepalive-requests 100000000 "${extra_args[@]}") ;;
+    esac
+    LOG_OF[modus]=$WORK/modus-access.log
+    extra=${extra_args[*]:-}
+    ALL_ARGS_MODUS="serve DOCROOT --listen 127.0.0.1:$port --model pool --access-log ACCESS_LOG${extra:+ $extra}"
+    taskset -c "$SERVER_CPU" "$MODUS_BIN" serve "$DOCROOT" --listen "127.0.0.1:$port" --model pool \
+        --access-log "${LOG_OF[modus]}" "${extra_args[@]}" \
+        >"$RESULTS_DIR/modus.stdout" 2>"$RESULTS_DIR/modus.stderr" &
+    MODUS_PID=$!
+    local i line=""
+    for i in $(seq 1 100); do
+        line=$(head -n 1 "$RESULTS_DIR/modus.stdout" 2>/dev/null || true)
+        case $line in listening\ on*) break ;; esac
+        kill -0 "$MODUS_PID" 2>/dev/null || { cat "$RESULTS_DIR/modus.stderr" >&2; die "modus exited at startup"; }
+        sleep 0.1
+    done
+    case $line in listening\ on*) ;; *) die "modus printed no 'listening on' line within 10 s" ;; esac
+    local addr
+    addr=$(awk '{ print $3 }' <<<"$line")
+    PORT_OF[modus]=${addr##*:}
+    for i in $(seq 1 50); do
+        [ -n "$(ss -Htln "sport = :${PORT_OF[modus]}" 2>/dev/null)" ] && break
+        sleep 0.1
+    done
+    PID_OF[modus]=$MODUS_PID
+    log "modus: $line"
+}
+
+start_nginx() {
+    local port user_line="" conf=$WORK/nginx.conf
+    port=$(free_port 18180)
+    LOG_OF[nginx]=$WORK/nginx-access.log
+    mkdir -p "$WORK/nginx-tmp"
+    if [ "$(id -u)" -eq 0 ]; then user_line="user root;"; fi
+    local mime=/etc/nginx/mime.types
+    local mime_line="include $mime;"
+    [ -r "$mime" ] || mime_line="types { text/plain txt; }"
+    cat >"$conf" <<EOF
+# generated by bench/static.sh
+$user_line
+worker_processes 1;
+daemon off;
+master_process on;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+worker_rlimit_nofile 16384;
+
+events {
+    worker_connections 8192;
+}
+
+http {
+    $mime_line
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000000;
+    keepalive_timeout 75s;
+    access_log ${LOG_OF[nginx]};
+    client_body_temp_path $WORK/nginx-tmp/body;
+    proxy_temp_path $WORK/nginx-tmp/proxy;
+    fastcgi_temp_path $WORK/nginx-tmp/fastcgi;
+    uwsgi_temp_path $WORK/nginx-tmp/uwsgi;
+    scgi_temp_path $WORK/nginx-tmp/scgi;
+
+    server {
+        listen 127.0.0.1:$port;
+        root $DOCROOT;
+        location / { }
+    }
+}
+EOF
+    cp "$conf" "$RESULTS_DIR/nginx.conf"
+    "$NGINX_BIN" -t -q -p "$WORK" -e "$WORK/nginx-error.log" -c "$conf" \
+        || { cat "$WORK/nginx-error.log" >&2 2>/dev/null || true; die "nginx -t failed"; }
+    NGINX_CMD="taskset -c $SERVER_CPU nginx -p WORK -e WORK/nginx-error.log -c WORK/nginx.conf"
+    taskset -c "$SERVER_CPU" "$NGINX_BIN" -p "$WORK" -e "$WORK/nginx-error.log" -c "$conf" \
+        >"$RESULTS_DIR/nginx.stdout" 2>"$RESULTS_DIR/nginx.stderr" &
+    NGINX_PID=$!
+    local i
+    for i in $(seq 1 100); do
+        if [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && [ -n "$(ps -o pid= --ppid "$NGINX_PID" 2>/dev/null)" ]; then
+            break
+        fi
+        kill -0 "$NGINX_PID" 2>/dev/null || { cat "$WORK/nginx-error.log" >&2 2>/dev/null || true; die "nginx exited at startup"; }
+        sleep 0.1
+    done
+    [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] || die "nginx is not listening on $port"
+    PORT_OF[nginx]=$port
+    PID_OF[nginx]=$NGINX_PID
+    log "nginx: listening on 127.0.0.1:$port pid=$NGINX_PID (master) + worker $(ps -o pid= --ppid "$NGINX_PID" | tr -d ' ')"
+}
+
+for s in $SERVERS; do "start_$s"; done
+
+# ---------------------------------------------------------------- pre-flight
+
+# Every server must answer 200 with the exact bytes, with and without keep-alive.
+for s in $SERVERS; do
+    for sz in $SIZES; do
+        url="http://127.0.0.1:${PORT_OF[$s]}/${FILE_OF[$sz]}"
+        code=$(curl -sS --max-time 5 -o "$WORK/check" -w '%{http_code}' "$url") || die "$s: GET $url failed"
+        [ "$code" = 200 ] || die "$s: GET $url answered $code"
+        cmp -s "$WORK/check" "$DOCROOT/${FILE_OF[$sz]}" || die "$s: GET $url returned different bytes"
+        code=$(curl -sS --max-time 5 -H 'Connection: close' -o "$WORK/check" -w '%{http_code}' "$url") \
+            || die "$s: GET $url (Connection: close) failed"
+        [ "$code" = 200 ] || die "$s: GET $url (Connection: close) answered $code"
+    done
+done
+log "pre-flight ok: every server serves every file byte-exactly"
+
+# ---------------------------------------------------------------- measurement
+
+CSV=$RESULTS_DIR/runs.csv
+echo "round,case,server,req_per_s,p99_ms,requests,socket_errors,non_2xx_3xx,server_ticks,server_us_per_req,cpu${SERVER_CPU}_busy_pct,cpu${LOAD_CPU}_busy_pct,other_jobs_pct,log_lines" >"$CSV"
+
+declare -A RPS=() P99=() USR=() BUSY_S=() BUSY_L=() ERRS=()
+CASES=()
+for sz in $SIZES; do for m in $MODES; do CASES+=("$sz/$m"); done; done
+
+run_wrk() { # run_wrk DURATION URL MODE OUTFILE
+    local dur=$1 url=$2 mode=$3 out=$4 limit
+    local -a hdr=()
+    [ "$mode" = close ] && hdr=(-H 'Connection: close')
+    limit=$(( $(to_seconds "$dur") + 30 ))
+    timeout "$limit" taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$dur" --latency "${hdr[@]}" "$url" >"$out" 2>&1
+}
+
+read -r -a SERVER_LIST <<<"$SERVERS"
+total_runs=$(( ROUNDS * ${#CASES[@]} * ${#SERVER_LIST[@]} ))
+run_no=0
+NOISY=0
+NOISE_PCT=${NOISE_PCT:-5}
+T0=$(date +%s)
+log "measuring: $total_runs runs of $DURATION (+$WARMUP warm-up) — about $(( total_runs * (DUR_S + WARM_S + 1) / 60 + 1 )) min"
+
+for round in $(seq 1 "$ROUNDS"); do
+    # alternate the server order every round so neither always goes first
+    order=("${SERVER_LIST[@]}")
+    if [ $((round % 2)) -eq 0 ] && [ "${#SERVER_LIST[@]}" -eq 2 ]; then
+        order=("${SERVER_LIST[1]}" "${SERVER_LIST[0]}")
+    fi
+    for c in "${CASES[@]}"; do
+        sz=${c%/*}; mode=${c#*/}
+        for s in "${order[@]}"; do
+            run_no=$((run_no + 1))
+            url="http://127.0.0.1:${PORT_OF[$s]}/${FILE_OF[$sz]}"
+            raw="$RESULTS_DIR/r$round-$sz-$mode-$s.txt"
+            if [ "$WARM_S" -gt 0 ]; then
+                run_wrk "$WARMUP" "$url" "$mode" "$raw.warmup" || log "warm-up of $s $c exited non-zero"
+            fi
+            all_before=$(all_user_ticks); ours_before=$(tree_ticks $$)
+            t_before=$(tree_ticks "${PID_OF[$s]}")
+            read -r bs0 ts0 < <(cpu_jiffies "$SERVER_CPU")
+            read -r bl0 tl0 < <(cpu_jiffies "$LOAD_CPU")
+            wrk_rc=0
+            run_wrk "$DURATION" "$url" "$mode" "$raw" || wrk_rc=$?
+            t_after=$(tree_ticks "${PID_OF[$s]}")
+            all_after=$(all_user_ticks); ours_after=$(tree_ticks $$)
+            read -r bs1 ts1 < <(cpu_jiffies "$SERVER_CPU")
+            read -r bl1 tl1 < <(cpu_jiffies "$LOAD_CPU")
+            kill -0 "${PID_OF[$s]}" 2>/dev/null || die "$s died during $c (round $round)"
+
+            rps=$(awk '/^Requests\/sec:/ { print $2 }' "$raw")
+            p99raw=$(awk '$1 == "99%" { print $2 }' "$raw")
+            reqs=$(awk '/ requests in / { print $1 }' "$raw")
+            sockerr=$(awk '/Socket errors:/ { gsub(/,/, ""); print $4 + $6 + $8 + $10 }' "$raw")
+            non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "$raw")
+            sockerr=${sockerr:-0}; non2xx=${non2xx:-0}
+            if [ -z "$rps" ] || [ -z "$reqs" ] || [ -z "$p99raw" ] || [ "$wrk_rc" -ne 0 ]; then
+                log "wrk failed for $s $c (round $round, rc=$wrk_rc); see $raw"
+                rps=${rps:-0}; reqs=${reqs:-0}; p99raw=${p99raw:-0us}
+                sockerr=$((sockerr + 1))
+            fi
+            p99=$(latency_ms "$p99raw")
+            dticks=$((t_after - t_before))
+            us_req=$(awk -v t="$dticks" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "nan" }')
+            busy_s=$(awk -v b="$((bs1 - bs0))" -v t="$((ts1 - ts0))" 'BEGIN { if (t > 0) printf "%.0f", 100 * b / t; else print "nan" }')
+            # CPU used by other jobs during the run, in % of one core
+            other=$(awk -v t="$(( (all_after - all_before) - (ours_after - ours_before) ))" -v hz="$CLK_TCK" -v d="$DUR_S" \
+                'BEGIN { v = 100 * t / hz / d; if (v < 0) v = 0; printf "%.0f", v }')
+            if [ "$other" -ge "$NOISE_PCT" ]; then
+                NOISY=$((NOISY + 1))
+                log "warning: other jobs used ${other}% of a core during this run (noise)"
+            fi
+            busy_l=$(awk -v b="$((bl1 - bl0))" -v t="$((tl1 - tl0))" 'BEGIN { if (t > 0) printf "%.0f", 100 * b / t; else print "nan" }')
+            lines=$(wc -l <"${LOG_OF[$s]}" 2>/dev/null || echo 0)
+            : >"${LOG_OF[$s]}" 2>/dev/null || true   # keep the temp dir small; both logs opened for append
+
+            key="$s|$c"
+            RPS[$key]="${RPS[$key]:-} $rps"
+            P99[$key]="${P99[$key]:-} $p99"
+            USR[$key]="${USR[$key]:-} $us_req"
+            BUSY_S[$key]="${BUSY_S[$key]:-} $busy_s"
+            BUSY_L[$key]="${BUSY_L[$key]:-} $busy_l"
+            ERRS[$key]=$(( ${ERRS[$key]:-0} + sockerr + non2xx ))
+            echo "$round,$c,$s,$rps,$p99,$reqs,$sockerr,$non2xx,$dticks,$us_req,$busy_s,$busy_l,$other,$lines" >>"$CSV"
+            log "[$run_no/$total_runs] round $round $c $s: $rps req/s, p99 $p99 ms, $us_req µs/req CPU," \
+                "cpu$SERVER_CPU $busy_s%, cpu$LOAD_CPU $busy_l%, others $other%, errors $sockerr, non-2xx/3xx $non2xx"
+        done
+    done
+done
+ELAPSED=$(( $(date +%s) - T0 ))
+
+# ---------------------------------------------------------------- report
+
+fmt_int() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else printf "%.0f", v }'; }
+fmt_2() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else printf "%.2f", v }'; }
+fmt_1() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else printf "%.1f", v }'; }
+med_of() { # med_of ARRAYNAME KEY
+    local -n arr=$1
+    local vals=${arr[$2]:-}
+    # shellcheck disable=SC2086  # word splitting intended: space-separated list
+    if [ -z "$vals" ]; then echo nan; else median $vals; fi
+}
+
+has() { case " $SERVERS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+any_err=0
+TABLE=$WORK/table.md
+{
+    echo "| case | modus req/s | nginx req/s | ratio | modus p99 ms | nginx p99 ms | modus µs/req CPU | nginx µs/req CPU |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for c in "${CASES[@]}"; do
+        sz=${c%/*}; mode=${c#*/}
+        if [ "$mode" = close ]; then label="$(size_label "$sz") \`Connection: close\`"; else label="$(size_label "$sz") keep-alive"; fi
+        mark=""
+        for s in modus nginx; do
+            if has "$s" && [ "${ERRS[$s|$c]:-0}" -gt 0 ]; then
+                mark="$mark **ERRORS: $s ${ERRS[$s|$c]}**"; any_err=1
+            fi
+        done
+        m_rps=nan; n_rps=nan; m_p99=nan; n_p99=nan; m_us=nan; n_us=nan
+        if has modus; then m_rps=$(med_of RPS "modus|$c"); m_p99=$(med_of P99 "modus|$c"); m_us=$(med_of USR "modus|$c"); fi
+        if has nginx; then n_rps=$(med_of RPS "nginx|$c"); n_p99=$(med_of P99 "nginx|$c"); n_us=$(med_of USR "nginx|$c"); fi
+        ratio=$(awk -v a="$m_rps" -v b="$n_rps" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "—"; else printf "%.2f", a / b }')
+        echo "| $label$mark | $(fmt_int "$m_rps") | $(fmt_int "$n_rps") | $ratio | $(fmt_2 "$m_p99") | $(fmt_2 "$n_p99") | $(fmt_1 "$m_us") | $(fmt_1 "$n_us") |"
+    done
+} >"$TABLE"
+
+UTIL=$WORK/util.md
+{
+    echo "| case | modus: server core / load core busy % | nginx: server core / load core busy % |"
+    echo "|---|---:|---:|"
+    for c in "${CASES[@]}"; do
+        sz=${c%/*}; mode=${c#*/}
+        if [ "$mode" = close ]; then label="$(size_label "$sz") close"; else label="$(size_label "$sz") keep-alive"; fi
+        cells=""
+        for s in modus nginx; do
+            if has "$s"; then
+                cells="$cells | $(fmt_int "$(med_of BUSY_S "$s|$c")") / $(fmt_int "$(med_of BUSY_L "$s|$c")")"
+            else
+                cells="$cells | —"
+            fi
+        done
+        echo "| $label$cells |"
+    done
+} >"$UTIL"
+
+NGINX_VER=$({ "$NGINX_BIN" -v 2>&1 || true; } | sed -n '1s/^nginx version: //p')
+WRK_VER=$({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')   # wrk -v exits 1
+MODUS_VER=unknown
+if has modus; then
+    MODUS_VER=$("$MODUS_BIN" --version 2>/dev/null | head -n 1 || true)
+    MODUS_VER=${MODUS_VER:-unknown}
+fi
+GIT_REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo "no commit")
+GIT_DIRTY=""
+if [ -n "$(git -C "$REPO" status --porcelain 2>/dev/null | head -n 1)" ]; then GIT_DIRTY=" (dirty tree)"; fi
+CMDLINE="DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS CONNS=$CONNS SIZES='$SIZES' MODES='$MODES' SERVERS='$SERVERS'"
+[ -n "$MODUS_ARGS" ] && CMDLINE="$CMDLINE MODUS_ARGS='$MODUS_ARGS'"
+CMDLINE="$CMDLINE bench/static.sh"
+wrk_cmd="taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d$DURATION --latency [-H 'Connection: close'] URL"
+
+BLOCK=$WORK/block.md
+{
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') — \`nproc\` $(nproc), kernel $(uname -r), $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+    echo
+    echo "- $NGINX_VER; wrk $WRK_VER; modus: $MODUS_VER, git $GIT_REV$GIT_DIRTY"
+    echo "- command: \`$CMDLINE\` ($ELAPSED s)"
+    if has modus; then echo "- modus: \`taskset -c $SERVER_CPU modus $ALL_ARGS_MODUS\`"; fi
+    if has nginx; then echo "- nginx: \`$NGINX_CMD\` — 1 worker (+ master), \`sendfile on; tcp_nopush on; keepalive_requests 100000000;\`, access log on (combined format, unbuffered)"; fi
+    if [ "$WARM_S" -gt 0 ]; then warm_txt="$WARMUP warm-up before every run"; else warm_txt="no warm-up"; fi
+    echo "- load: \`$wrk_cmd\`, $warm_txt; $ROUNDS interleaved round(s), server order alternating; medians of the rounds"
+    echo "- files: $(for sz in $SIZES; do printf '%s (%s bytes) ' "$(size_label "$sz")" "$(to_bytes "$sz")"; done)— 1 KB = 1024 B, same docroot for both servers"
+    echo "- raw wrk output: \`bench/results/$(basename "$RESULTS_DIR")/\` (git-ignored)"
+    echo
+    cat "$TABLE"
+    echo
+    echo "ratio = modus req/s ÷ nginx req/s. µs/req CPU = busy time of the server's processes (all threads; nginx master + worker) ÷ requests completed."
+    echo
+    echo "Core utilisation during the measured runs (median; server core = CPU $SERVER_CPU, load core = CPU $LOAD_CPU). A load core near 100 % with a server core below it means the generator, not the server, set the req/s."
+    echo
+    cat "$UTIL"
+    if [ "$NOISY" -gt 0 ]; then
+        echo
+        echo "**$NOISY of $total_runs runs had other jobs using ≥ $NOISE_PCT % of a core (column \`other_jobs_pct\` in \`runs.csv\`): treat those figures with care.**"
+    fi
+    if [ "$any_err" -ne 0 ]; then
+        echo
+        echo "**Some runs reported socket errors or non-2xx/3xx answers — see \`runs.csv\` in the raw output.**"
+    fi
+} >"$BLOCK"
+
+cp "$BLOCK" "$RESULTS_DIR/summary.md"
+
+if [ "$BENCH_MD" != off ]; then
+    if [ ! -f "$BENCH_MD" ]; then
+        cat >"$BENCH_MD" <<'EOF'
+# Benchmarks
+
+## Static files: modus vs nginx
+
+`bench/static.sh` serves the same three files (500 B, 50 KB, 115 KB — the sizes used in the papers modus
+re-examines) from modus (`--model pool`) and from nginx, with keep-alive and with `Connection: close`, in the
+same run, and reports requests/s, p99 latency and server CPU time per request.
+
+<!-- static:begin -->
+<!-- static:end -->
+EOF
+    fi
+    if ! grep -q '<!-- static:begin -->' "$BENCH_MD"; then
+        printf '\n<!-- static:begin -->\n<!-- static:end -->\n' >>"$BENCH_MD"
+    fi
+    awk -v f="$BLOCK" '
+        /<!-- static:begin -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
+        /<!-- static:end -->/ { skip = 0 }
+        !skip { print }
+    ' "$BENCH_MD" >"$WORK/bench.md"
+    cat "$WORK/bench.md" >"$BENCH_MD"
+    log "updated $BENCH_MD"
+fi
+
+echo
+cat "$BLOCK"
+log "raw results in $RESULTS_DIR"
+
+if [ "$any_err" -ne 0 ]; then
+    log "FAILED: some runs reported socket errors or non-2xx/3xx answers (rows marked)"
+    exit 1
+fi

@@ -1,0 +1,489 @@
+//! Parsing of a request head: request line and field section (RFC 9112
+//! §2–§5, §6 for framing).
+
+use crate::error::INVALID_LINE_ENDING;
+use crate::framing::{BodyFraming, FramingFields};
+use crate::syntax::{has_token, is_tchar};
+use crate::target::{self, is_target_char, is_valid_authority, PortRule};
+use crate::ParseError;
+
+/// Limits on the size of a request head.
+///
+/// The defaults follow nginx (8 KiB request line, 4×8 KiB of fields) and
+/// Apache (100 fields, 8 KiB per field).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest request line, without its CRLF; longer is
+    /// [`ParseError::UriTooLong`] (414, RFC 9112 §3). Default 8192, above the
+    /// 8000 octets RFC 9112 §3 recommends supporting.
+    pub max_request_line: usize,
+    /// Largest head in bytes: leading empty lines, request line and field
+    /// section including the final empty line; larger is
+    /// [`ParseError::HeadersTooLarge`] (431). Default 32768.
+    pub max_header_bytes: usize,
+    /// Most field lines; more is [`ParseError::HeadersTooLarge`] (431).
+    /// Default 100.
+    pub max_headers: usize,
+    /// Longest field line, without its CRLF; longer is
+    /// [`ParseError::HeadersTooLarge`] (431). Default 8192.
+    pub max_field_size: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_request_line: 8192, max_header_bytes: 32768, max_headers: 100, max_field_size: 8192 }
+    }
+}
+
+/// The HTTP version of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// HTTP/1.0.
+    Http10,
+    /// HTTP/1.1, and any later HTTP/1.x, which RFC 9110 §2.5 says to process
+    /// as the highest minor version implemented.
+    Http11,
+}
+
+impl Version {
+    /// The protocol as written in a start line, e.g. `"HTTP/1.1"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Http10 => "HTTP/1.0",
+            Self::Http11 => "HTTP/1.1",
+        }
+    }
+}
+
+/// A request method.
+///
+/// The named variants are the methods of RFC 9110 §9 plus PATCH (RFC 5789).
+/// Method names are case-sensitive (RFC 9110 §9.1), so `get` is
+/// `Other("get")`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// GET (RFC 9110 §9.3.1).
+    Get,
+    /// HEAD (RFC 9110 §9.3.2).
+    Head,
+    /// POST (RFC 9110 §9.3.3).
+    Post,
+    /// PUT (RFC 9110 §9.3.4).
+    Put,
+    /// DELETE (RFC 9110 §9.3.5).
+    Delete,
+    /// CONNECT (RFC 9110 §9.3.6).
+    Connect,
+    /// OPTIONS (RFC 9110 §9.3.7).
+    Options,
+    /// TRACE (RFC 9110 §9.3.8).
+    Trace,
+    /// PATCH (RFC 5789).
+    Patch,
+    /// Any other syntactically valid method (a `token`). The parser accepts
+    /// it so that the server can answer 501 (RFC 9110 §9.1) or 405 itself.
+    Other(String),
+}
+
+impl Method {
+    fn from_token(token: &str) -> Self {
+        match token {
+            "GET" => Self::Get,
+            "HEAD" => Self::Head,
+            "POST" => Self::Post,
+            "PUT" => Self::Put,
+            "DELETE" => Self::Delete,
+            "CONNECT" => Self::Connect,
+            "OPTIONS" => Self::Options,
+            "TRACE" => Self::Trace,
+            "PATCH" => Self::Patch,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// The method name as sent.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
+            Self::Options => "OPTIONS",
+            Self::Trace => "TRACE",
+            Self::Patch => "PATCH",
+            Self::Other(name) => name,
+        }
+    }
+
+    /// Whether this is one of the named methods rather than [`Method::Other`].
+    pub fn is_known(&self) -> bool {
+        !matches!(self, Self::Other(_))
+    }
+}
+
+/// One field line of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The field name as received (a `token`; compare it case-insensitively).
+    pub name: String,
+    /// The field value without leading and trailing whitespace. Guaranteed
+    /// free of CR, LF, NUL and other controls except HTAB; may contain
+    /// obs-text bytes (≥ 0x80), so it is not necessarily UTF-8.
+    pub value: Vec<u8>,
+}
+
+/// A parsed and validated request head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestHead {
+    /// The request method.
+    pub method: Method,
+    /// The raw request-target as received.
+    pub target: String,
+    /// The raw, still percent-encoded path: the path of an origin-form target
+    /// or of an absolute-form target (`"/"` if empty), `"*"` for asterisk-form
+    /// and for an absolute-form OPTIONS with empty path and no query (RFC 9112
+    /// §3.2.4), and `""` for the authority-form of CONNECT, which has no path.
+    pub path: String,
+    /// The raw query after the first `?`, without the `?`.
+    pub query: Option<String>,
+    /// The HTTP version.
+    pub version: Version,
+    /// All field lines in the order received.
+    pub headers: Vec<Header>,
+    /// The authority of an absolute-form or authority-form target if there is
+    /// one (then the Host field is ignored, RFC 9112 §3.2.2), else the `Host`
+    /// value; `None` only for an HTTP/1.0 request without Host. Validated as
+    /// `uri-host [ ":" port ]` but not normalised: compare it
+    /// case-insensitively.
+    pub host: Option<String>,
+    /// How the body is delimited.
+    pub framing: BodyFraming,
+    /// Whether the connection may be reused after this request: for 1.1
+    /// unless `Connection: close`, for 1.0 only with `Connection: keep-alive`
+    /// (RFC 9112 §9.3).
+    pub keep_alive: bool,
+    /// Whether the request carries `Expect: 100-continue` (RFC 9110 §10.1.1;
+    /// always false for HTTP/1.0, where the expectation MUST be ignored).
+    pub expect_continue: bool,
+}
+
+impl RequestHead {
+    /// The value of the first field named `name` (ASCII case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|header| header.name.eq_ignore_ascii_case(name))
+            .map(|header| header.value.as_slice())
+    }
+
+    /// Like [`header`](Self::header), if the value is valid UTF-8.
+    pub fn header_str(&self, name: &str) -> Option<&str> {
+        self.header(name).and_then(|value| std::str::from_utf8(value).ok())
+    }
+
+    /// The values of all fields named `name` (ASCII case-insensitive), in
+    /// order received.
+    pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers
+            .iter()
+            .filter(move |header| header.name.eq_ignore_ascii_case(name))
+            .map(|header| header.value.as_slice())
+    }
+}
+
+/// The outcome of [`parse_request`] on bytes that are not (yet) an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A complete head.
+    Complete {
+        /// The head.
+        head: RequestHead,
+        /// Bytes of the buffer taken by the head, including ignored leading
+        /// empty lines; the body or next request starts here.
+        len: usize,
+    },
+    /// The head is not complete yet: call again with more bytes.
+    Partial,
+}
+
+/// Field slots kept on the stack; httparse needs them before it starts.
+/// Heads with a larger [`Limits::max_headers`] use the heap.
+const STACK_FIELD_SLOTS: usize = 100;
+
+/// Parses one request head from the start of `buf`.
+///
+/// Returns [`Parsed::Partial`] if `buf` holds a valid but incomplete head. The
+/// limits are enforced on incomplete heads too, so a client that never ends
+/// its head is refused once it has sent more than allowed. Only the first
+/// [`Limits::max_header_bytes`] of `buf` are ever looked at, so each call
+/// costs at most that much, however much the caller has buffered.
+///
+/// Every error means: answer [`ParseError::status`] and close the connection.
+pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> {
+    let buf_window = &buf[..buf.len().min(limits.max_header_bytes)];
+    // Whether the head cannot fit, given that it has not ended in `buf_window`.
+    let over_limit = buf.len() >= limits.max_header_bytes;
+    let incomplete = || {
+        if over_limit {
+            Err(ParseError::HeadersTooLarge)
+        } else {
+            Ok(Parsed::Partial)
+        }
+    };
+
+    let Some(line_start) = skip_empty_lines(buf_window)? else {
+        return incomplete();
+    };
+    // A request line that has not ended within its limit plus CRLF is too
+    // long; looking further would only waste time.
+    let line_limit = limits.max_request_line.saturating_add(2);
+    let rest = &buf[line_start..];
+    let Some(line) = parse_request_line(&rest[..rest.len().min(line_limit)])? else {
+        return if rest.len() >= line_limit { Err(ParseError::UriTooLong) } else { incomplete() };
+    };
+    let method = Method::from_token(line.method);
+    let target = target::parse(&method, line.target)?;
+
+    let fields_start = line_start + line.len;
+    // Empty if the request line alone exceeds `max_header_bytes`, which makes
+    // the head incomplete and over the limit below.
+    let block = buf_window.get(fields_start..).unwrap_or_default();
+    let mut stack_slots = [httparse::EMPTY_HEADER; STACK_FIELD_SLOTS];
+    let mut heap_slots;
+    let slots = if limits.max_headers <= STACK_FIELD_SLOTS {
+        &mut stack_slots[..limits.max_headers]
+    } else {
+        heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
+        &mut heap_slots[..]
+    };
+    // httparse::parse_headers with its default configuration is strict: no
+    // whitespace before the colon, no obs-fold, no invalid fields skipped.
+    let (fields_len, fields) = match httparse::parse_headers(block, slots) {
+        Ok(httparse::Status::Complete(done)) => done,
+        Ok(httparse::Status::Partial) => {
+            // The line still being received must not exceed its limit either.
+            let tail_start = block.iter().rposition(|&b| b == b'\n').map_or(0, |lf| lf + 1);
+            let tail = &block[tail_start..];
+            let tail = tail.strip_suffix(b"\r").unwrap_or(tail);
+            if tail.len() > limits.max_field_size {
+                return Err(ParseError::HeadersTooLarge);
+            }
+            return incomplete();
+        }
+        Err(error) => return Err(field_section_error(error)),
+    };
+    check_field_lines(&block[..fields_len], limits.max_field_size)?;
+    let head = validate(method, line, target, fields)?;
+    Ok(Parsed::Complete { head, len: fields_start + fields_len })
+}
+
+/// Skips the empty lines a request may be preceded by (RFC 9112 §2.2: a
+/// server SHOULD ignore at least one; some clients send a CRLF after a POST
+/// body). Their number is bounded only by [`Limits::max_header_bytes`].
+/// Returns where the request line starts, or `None` if `buf` ends first.
+fn skip_empty_lines(buf: &[u8]) -> Result<Option<usize>, ParseError> {
+    let mut start = 0;
+    loop {
+        match &buf[start..] {
+            [b'\r', b'\n', ..] => start += 2,
+            [] | [b'\r'] => return Ok(None),
+            [b'\r' | b'\n', ..] => return Err(INVALID_LINE_ENDING),
+            _ => return Ok(Some(start)),
+        }
+    }
+}
+
+/// A syntactically valid request line.
+#[derive(Debug)]
+struct RequestLine<'a> {
+    method: &'a str,
+    target: &'a str,
+    version: Version,
+    /// Length including the CRLF.
+    len: usize,
+}
+
+/// Parses `method SP request-target SP HTTP-version CRLF` (RFC 9112 §3)
+/// exactly: one SP each, no other whitespace, no HTTP/0.9 line without
+/// version (RFC 9112 §3 lets servers be this strict, and lenient splitting is
+/// a classic source of disagreement between parsers).
+///
+/// Errors are reported at the first offending byte, so garbage is refused
+/// without waiting for the end of the line. `None` means more bytes are
+/// needed.
+///
+/// httparse has a request-line parser, but it cannot tell 400 from 505 or
+/// 414, and admits `#` and non-ASCII in the target, so every one of its
+/// answers would need a second look at the bytes. Doing it here is one pass.
+fn parse_request_line(line: &[u8]) -> Result<Option<RequestLine<'_>>, ParseError> {
+    let method_len = line.iter().position(|&b| !is_tchar(b)).unwrap_or(line.len());
+    match line.get(method_len) {
+        None => return Ok(None),
+        Some(b' ') if method_len > 0 => {}
+        Some(_) => return Err(ParseError::BadRequest("invalid method")),
+    }
+
+    let target_start = method_len + 1;
+    let target_len =
+        line[target_start..].iter().position(|&b| !is_target_char(b)).unwrap_or(line.len() - target_start);
+    let target_end = target_start + target_len;
+    match line.get(target_end) {
+        None => return Ok(None),
+        Some(b' ') if target_len > 0 => {}
+        Some(b'\r' | b'\n') => return Err(ParseError::BadRequest("missing HTTP version")),
+        Some(_) => return Err(ParseError::BadRequest("invalid request-target")),
+    }
+
+    // HTTP-version = "HTTP" "/" DIGIT "." DIGIT, case-sensitive (RFC 9112 §2.3).
+    let version_start = target_end + 1;
+    let (version, after) = line[version_start..].split_at((line.len() - version_start).min(8));
+    let version_ok =
+        version.iter().zip(b"HTTP/#.#").all(
+            |(&b, &pattern)| {
+                if pattern == b'#' {
+                    b.is_ascii_digit()
+                } else {
+                    b == pattern
+                }
+            },
+        );
+    if !version_ok {
+        return Err(INVALID_VERSION);
+    }
+    match after {
+        [] | [b'\r'] => return Ok(None),
+        [b'\r', b'\n', ..] => {}
+        [b'\r' | b'\n', ..] => return Err(INVALID_LINE_ENDING),
+        // `HTTP/1.10`, `HTTP/1.1x`, trailing whitespace, ...
+        _ => return Err(INVALID_VERSION),
+    }
+    let version = match (version[5], version[7]) {
+        (b'1', b'0') => Version::Http10,
+        // RFC 9110 §2.5: a higher minor version SHOULD be processed as the
+        // highest one implemented.
+        (b'1', _) => Version::Http11,
+        // RFC 9110 §15.6.6: 505 is about the major version.
+        _ => return Err(ParseError::VersionNotSupported),
+    };
+    Ok(Some(RequestLine {
+        method: ascii(&line[..method_len]),
+        target: ascii(&line[target_start..target_end]),
+        version,
+        len: version_start + 8 + 2,
+    }))
+}
+
+const INVALID_VERSION: ParseError = ParseError::BadRequest("invalid HTTP version");
+
+/// `bytes` has been checked to be ASCII, which is always UTF-8.
+fn ascii(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).expect("checked to be ASCII")
+}
+
+fn field_section_error(error: httparse::Error) -> ParseError {
+    match error {
+        httparse::Error::TooManyHeaders => ParseError::HeadersTooLarge,
+        // Also whitespace before the colon (RFC 9112 §5.1: MUST 400), a line
+        // without colon, and obs-fold (RFC 9112 §5.2), all of which stop the
+        // field name at a non-tchar.
+        httparse::Error::HeaderName => ParseError::BadRequest("invalid header field name"),
+        // CR, LF, NUL (RFC 9110 §5.5: reject or replace) and other controls
+        // except HTAB, which a field value has no use for.
+        httparse::Error::HeaderValue => ParseError::BadRequest("invalid header field value"),
+        httparse::Error::NewLine => INVALID_LINE_ENDING,
+        // Errors of the start line, which parse_headers does not parse.
+        httparse::Error::Status | httparse::Error::Token | httparse::Error::Version => {
+            ParseError::BadRequest("malformed header section")
+        }
+    }
+}
+
+/// Checks the line ends and lengths of a complete field section, given
+/// including its final empty line.
+///
+/// httparse accepts a bare LF as line end, which we do not (see
+/// [`INVALID_LINE_ENDING`]); a lone CR it already rejects.
+fn check_field_lines(section: &[u8], max_field_size: usize) -> Result<(), ParseError> {
+    for line in section.split_inclusive(|&b| b == b'\n') {
+        let Some(content) = line.strip_suffix(b"\r\n") else {
+            return Err(INVALID_LINE_ENDING);
+        };
+        if content.len() > max_field_size {
+            return Err(ParseError::HeadersTooLarge);
+        }
+    }
+    Ok(())
+}
+
+/// The checks and interpretation that need the whole head.
+fn validate(
+    method: Method,
+    line: RequestLine<'_>,
+    target: target::Target<'_>,
+    fields: &[httparse::Header<'_>],
+) -> Result<RequestHead, ParseError> {
+    let mut headers = Vec::with_capacity(fields.len());
+    let mut framing = FramingFields::default();
+    let mut host_field = None;
+    let mut close = false;
+    let mut keep_alive = false;
+    let mut expect_continue = false;
+    for field in fields {
+        let (name, value) = (field.name, field.value);
+        // Field names are case-insensitive (RFC 9110 §5.1). Note that
+        // `Content_Length` is a different field and frames nothing.
+        if name.eq_ignore_ascii_case("host") {
+            // RFC 9112 §3.2: MUST 400 on more than one Host line, even if
+            // identical.
+            if host_field.replace(value).is_some() {
+                return Err(ParseError::BadRequest("duplicate Host header"));
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            framing.content_length(value)?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            framing.transfer_encoding(value)?;
+        } else if name.eq_ignore_ascii_case("connection") {
+            close |= has_token(value, "close");
+            keep_alive |= has_token(value, "keep-alive");
+        } else if name.eq_ignore_ascii_case("expect") {
+            expect_continue |= has_token(value, "100-continue");
+        }
+        headers.push(Header { name: name.to_owned(), value: value.to_vec() });
+    }
+
+    // RFC 9112 §3.2: MUST 400 on an HTTP/1.1 request without Host and on a
+    // Host with an invalid value, whatever the form of the target.
+    let host_field = match host_field {
+        None if line.version == Version::Http11 => {
+            return Err(ParseError::BadRequest("missing Host header"));
+        }
+        Some(value) if !is_valid_authority(value, PortRule::Optional) => {
+            return Err(ParseError::BadRequest("invalid Host header"));
+        }
+        // A valid authority is ASCII.
+        host_field => host_field.map(|value| ascii(value)),
+    };
+    let framing = framing.finish(line.version)?;
+    let (keep_alive, expect_continue) = match line.version {
+        Version::Http11 => (!close, expect_continue),
+        Version::Http10 => (keep_alive && !close, false),
+    };
+    Ok(RequestHead {
+        method,
+        target: line.target.to_owned(),
+        path: target.path.to_owned(),
+        query: target.query.map(str::to_owned),
+        version: line.version,
+        headers,
+        // RFC 9112 §3.2.2: the authority of the target wins over Host.
+        host: target.authority.or(host_field).map(str::to_owned),
+        framing,
+        keep_alive,
+        expect_continue,
+    })
+}
+
+#[cfg(test)]
+mod tests;

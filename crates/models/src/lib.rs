@@ -1,0 +1,88 @@
+//! Concurrency models: who accepts connections, who runs the request
+//! pipeline, where work waits. Each model is one file that only schedules;
+//! the protocol lives in `pipeline::Connection` and is the same for all.
+//!
+//! Adding a model = one file + one line in [`MODELS`].
+#![warn(missing_docs)]
+
+mod accept;
+mod pool;
+
+use std::io;
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use pipeline::Pipeline;
+use transport::Shutdown;
+
+/// What a model is, for tests, the lab and the CLI — which ask for a
+/// capability, never for a name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// Runs connections in child processes (tests start it as a binary).
+    pub forks: bool,
+    /// Non-blocking sockets driven by readiness events.
+    pub event_driven: bool,
+    /// Splits the pipeline into stages with queues between them.
+    pub staged: bool,
+}
+
+/// Tuning knobs; each model reads the ones that apply to it.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// Worker threads (per process, where there are processes).
+    pub threads: usize,
+    /// Connections that may wait between accept and a worker.
+    pub queue: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        // Blocking models hold a thread per open connection, keep-alive
+        // included, so the pool must exceed the clients a benchmark opens
+        // (wrk's 50 by default; Apache worker runs 25 per child × 16).
+        Tuning { threads: 128, queue: 1024 }
+    }
+}
+
+/// Everything a model gets; nothing else is global.
+#[derive(Debug)]
+pub struct ModelEnv {
+    /// Bound and listening.
+    pub listener: TcpListener,
+    /// The shared request core.
+    pub pipeline: Arc<Pipeline>,
+    /// Fires on SIGTERM/SIGINT; the model stops accepting, lets in-flight
+    /// requests finish and returns.
+    pub shutdown: Shutdown,
+    /// Knobs.
+    pub tuning: Tuning,
+}
+
+/// A registered model.
+#[derive(Debug)]
+pub struct ModelInfo {
+    /// The `--model` value.
+    pub name: &'static str,
+    /// The papers' name for it.
+    pub paper_name: &'static str,
+    /// One line for `--help` and the docs.
+    pub summary: &'static str,
+    /// What it does, for tests and the lab.
+    pub caps: Caps,
+    /// Serves until `env.shutdown` fires.
+    pub run: fn(ModelEnv) -> io::Result<()>,
+}
+
+/// The one list of models.
+pub const MODELS: &[ModelInfo] = &[pool::MODEL];
+
+/// Looks a model up by its `--model` name.
+pub fn find(name: &str) -> Option<&'static ModelInfo> {
+    MODELS.iter().find(|m| m.name == name)
+}
+
+/// The model names, for messages.
+pub fn names() -> Vec<&'static str> {
+    MODELS.iter().map(|m| m.name).collect()
+}

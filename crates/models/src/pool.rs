@@ -1,0 +1,51 @@
+//! `pool` — the papers' TPW (thread pool worker): a fixed set of threads
+//! fed by one accept queue. The acceptor never blocks on a slow client; a
+//! connection waits in the queue until a thread is free and then owns that
+//! thread until it closes (keep-alive included), as in Apache's worker MPM
+//! without its event add-on.
+
+use std::io;
+use std::thread;
+
+use crossbeam_channel::bounded;
+use pipeline::serve_blocking;
+
+use crate::{accept, Caps, ModelEnv, ModelInfo};
+
+pub(crate) const MODEL: ModelInfo = ModelInfo {
+    name: "pool",
+    paper_name: "TPW",
+    summary: "fixed thread pool fed by one accept queue (--threads, --queue)",
+    caps: Caps { forks: false, event_driven: false, staged: false },
+    run,
+};
+
+/// Stack per worker: the request path is shallow, and hundreds of threads
+/// with the 8 MiB default would reserve gigabytes of address space.
+const STACK_SIZE: usize = 256 << 10;
+
+fn run(env: ModelEnv) -> io::Result<()> {
+    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+    // Bounded: when every thread is busy and the queue is full, the
+    // acceptor blocks and further clients wait in the kernel's backlog.
+    let (queue, jobs) = bounded(tuning.queue.max(1));
+    let mut workers = Vec::with_capacity(tuning.threads);
+    for i in 0..tuning.threads.max(1) {
+        let (jobs, pipeline, shutdown) = (jobs.clone(), pipeline.clone(), shutdown.clone());
+        let worker =
+            thread::Builder::new().name(format!("pool-{i}")).stack_size(STACK_SIZE).spawn(move || {
+                for stream in jobs.iter() {
+                    serve_blocking(stream, &pipeline, &shutdown);
+                }
+            })?;
+        workers.push(worker);
+    }
+    let result = accept::run(&listener, &shutdown, &pipeline, |stream| queue.send(stream).is_ok());
+    // Refuse new connections at once; queued ones are still served.
+    drop(listener);
+    drop(queue);
+    for worker in workers {
+        let _ = worker.join();
+    }
+    result
+}

@@ -1,0 +1,251 @@
+//! The access log: Combined Log Format, buffered, safe against log injection.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// One finished request, as the log needs it.
+#[derive(Debug, Clone)]
+pub struct LogRecord {
+    /// Client address.
+    pub peer: IpAddr,
+    /// The request line as received (escaped when written), or `None` if
+    /// not even that could be parsed (logged as `-`).
+    pub request_line: Option<String>,
+    /// Status sent.
+    pub status: u16,
+    /// Body bytes actually sent (not the head; nginx's `$body_bytes_sent`).
+    pub body_bytes: u64,
+    /// `Referer` request header.
+    pub referer: Option<String>,
+    /// `User-Agent` request header.
+    pub user_agent: Option<String>,
+}
+
+/// Where log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Nowhere.
+    Off,
+    /// Standard output.
+    Stdout,
+    /// A file, opened for appending.
+    File(PathBuf),
+}
+
+impl LogTarget {
+    /// Parses `off`, `-` or a path.
+    pub fn parse(spec: &str) -> LogTarget {
+        match spec {
+            "off" => LogTarget::Off,
+            "-" => LogTarget::Stdout,
+            path => LogTarget::File(PathBuf::from(path)),
+        }
+    }
+}
+
+/// Flush once this much is buffered, even before the periodic flush.
+const FLUSH_AT: usize = 32 << 10;
+
+/// A buffered access log shared by all threads of a process.
+///
+/// Lines are appended to a memory buffer under a mutex and written with one
+/// `write` of whole lines to an `O_APPEND` descriptor, so lines from several
+/// processes sharing the file never interleave. The server calls
+/// [`AccessLog::flush`] at least once a second and at shutdown.
+#[derive(Debug)]
+pub struct AccessLog {
+    target: LogTarget,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    file: Option<File>,
+    buf: Vec<u8>,
+    lost_lines: u64,
+}
+
+impl AccessLog {
+    /// Opens the log (creating the file if needed).
+    pub fn open(target: LogTarget) -> io::Result<AccessLog> {
+        let file = match &target {
+            LogTarget::File(path) => Some(open_append(path)?),
+            _ => None,
+        };
+        Ok(AccessLog {
+            target,
+            inner: Mutex::new(Inner { file, buf: Vec::with_capacity(FLUSH_AT * 2), lost_lines: 0 }),
+        })
+    }
+
+    /// A log that writes nothing.
+    pub fn off() -> AccessLog {
+        AccessLog {
+            target: LogTarget::Off,
+            inner: Mutex::new(Inner { file: None, buf: Vec::new(), lost_lines: 0 }),
+        }
+    }
+
+    /// False when logging is off, so callers can skip building records.
+    pub fn is_enabled(&self) -> bool {
+        self.target != LogTarget::Off
+    }
+
+    /// Appends one line.
+    pub fn record(&self, rec: &LogRecord) {
+        if !self.is_enabled() {
+            return;
+        }
+        let now = h1::http_date_now();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = &mut inner.buf;
+        let _ = write!(buf, "{} - - [", rec.peer);
+        clf_time(buf, &now);
+        buf.extend_from_slice(b"] \"");
+        escape_into(buf, rec.request_line.as_deref());
+        let _ = write!(buf, "\" {} {} \"", rec.status, rec.body_bytes);
+        escape_into(buf, rec.referer.as_deref());
+        buf.extend_from_slice(b"\" \"");
+        escape_into(buf, rec.user_agent.as_deref());
+        buf.extend_from_slice(b"\"\n");
+        if inner.buf.len() >= FLUSH_AT {
+            inner.flush(&self.target);
+        }
+    }
+
+    /// Writes buffered lines out.
+    pub fn flush(&self) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).flush(&self.target);
+    }
+
+    /// Flushes, then reopens the file at its path (after log rotation moved it).
+    pub fn reopen(&self) -> io::Result<()> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.flush(&self.target);
+        if let LogTarget::File(path) = &self.target {
+            inner.file = Some(open_append(path)?);
+        }
+        Ok(())
+    }
+
+    /// Lines that could not be written (disk full, closed stdout...).
+    pub fn lost_lines(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).lost_lines
+    }
+}
+
+impl Inner {
+    fn flush(&mut self, target: &LogTarget) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let result = match (target, &mut self.file) {
+            (LogTarget::File(_), Some(file)) => file.write_all(&self.buf),
+            (LogTarget::Stdout, _) => {
+                let mut out = io::stdout().lock();
+                out.write_all(&self.buf).and_then(|_| out.flush())
+            }
+            _ => Ok(()),
+        };
+        if result.is_err() {
+            // Serving goes on when the log cannot be written; the count tells.
+            self.lost_lines += self.buf.iter().filter(|&&b| b == b'\n').count() as u64;
+        }
+        self.buf.clear();
+    }
+}
+
+pub(crate) fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// `22/Nov/2026:10:00:00 +0000` from the cached IMF-fixdate
+/// `Sun, 22 Nov 2026 10:00:00 GMT`: rearranging is cheaper than formatting.
+pub(crate) fn clf_time(buf: &mut Vec<u8>, imf: &[u8; 29]) {
+    buf.extend_from_slice(&imf[5..7]);
+    buf.push(b'/');
+    buf.extend_from_slice(&imf[8..11]);
+    buf.push(b'/');
+    buf.extend_from_slice(&imf[12..16]);
+    buf.push(b':');
+    buf.extend_from_slice(&imf[17..25]);
+    buf.extend_from_slice(b" +0000");
+}
+
+/// Escapes like nginx: `"` and `\` get a backslash, bytes outside printable
+/// ASCII become `\xHH`, so no request can forge a line or send terminal
+/// escapes to whoever reads the log (nginx CVE-2009-4487).
+fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
+    let Some(value) = value else {
+        buf.push(b'-');
+        return;
+    };
+    for &b in value.as_bytes() {
+        match b {
+            b'"' | b'\\' => buf.extend_from_slice(&[b'\\', b]),
+            0x20..=0x7e => buf.push(b),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789ABCDEF";
+                buf.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_combined_log_format_with_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let log = AccessLog::open(LogTarget::File(path.clone())).unwrap();
+        log.record(&LogRecord {
+            peer: "127.0.0.1".parse().unwrap(),
+            request_line: Some("GET /a\"b\u{1b}[31m HTTP/1.1".into()),
+            status: 200,
+            body_bytes: 42,
+            referer: None,
+            user_agent: Some("curl\\8".into()),
+        });
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "", "buffered until flushed");
+        log.flush();
+        let line = std::fs::read_to_string(&path).unwrap();
+        let (prefix, rest) = line.split_once(" [").unwrap();
+        assert_eq!(prefix, "127.0.0.1 - -");
+        let (time, rest) = rest.split_once("] ").unwrap();
+        assert_eq!(time.len(), "22/Nov/2026:10:00:00 +0000".len());
+        assert!(time.ends_with(" +0000"));
+        assert_eq!(rest, "\"GET /a\\\"b\\x1B[31m HTTP/1.1\" 200 42 \"-\" \"curl\\\\8\"\n");
+    }
+
+    #[test]
+    fn reopen_follows_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let log = AccessLog::open(LogTarget::File(path.clone())).unwrap();
+        let rec = LogRecord {
+            peer: "::1".parse().unwrap(),
+            request_line: None,
+            status: 400,
+            body_bytes: 0,
+            referer: None,
+            user_agent: None,
+        };
+        log.record(&rec);
+        std::fs::rename(&path, dir.path().join("access.log.1")).unwrap();
+        log.reopen().unwrap();
+        log.record(&rec);
+        log.flush();
+        let old = std::fs::read_to_string(dir.path().join("access.log.1")).unwrap();
+        let new = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(old.lines().count(), 1);
+        assert_eq!(new.lines().count(), 1);
+        assert!(new.starts_with("::1 - - ["));
+        assert!(new.contains("\"-\" 400 0 \"-\" \"-\""));
+    }
+}

@@ -1,0 +1,193 @@
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+/// What identifies one version of a file on disk. A change to any field —
+/// a rewrite, a `touch`, a rename over it — makes the cached copy stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+    pub modified: SystemTime,
+}
+
+impl Identity {
+    pub fn of(meta: &std::fs::Metadata) -> Identity {
+        use std::os::unix::fs::MetadataExt;
+        Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        }
+    }
+}
+
+/// A cached file: its bytes and everything the response head needs, so a
+/// hit costs one `stat` and one `writev`.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub identity: Identity,
+    pub bytes: Arc<[u8]>,
+    pub etag: String,
+    pub last_modified: String,
+    pub content_type: String,
+    last_used: AtomicU64,
+}
+
+impl Entry {
+    pub fn new(identity: Identity, bytes: Arc<[u8]>, etag: String, content_type: String) -> Entry {
+        Entry {
+            last_modified: h1::format_http_date(identity.modified),
+            identity,
+            bytes,
+            etag,
+            content_type,
+            last_used: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The in-memory file cache (Apache 2.0's mod_file_cache idea from paper 003).
+///
+/// Hits take only a read lock and stamp the entry with a logical clock, so
+/// threads do not serialise on the hot path. When an insert pushes the
+/// total over the byte budget, the least recently used entries are evicted
+/// down to 90% of it, which amortises the sort over many inserts.
+#[derive(Debug)]
+pub struct Cache {
+    entries: RwLock<HashMap<String, Arc<Entry>>>,
+    clock: AtomicU64,
+    budget: u64,
+    max_file: u64,
+    bytes: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl Cache {
+    /// A cache holding at most `budget` bytes, none of its files larger than `max_file`.
+    pub fn new(budget: u64, max_file: u64) -> Cache {
+        Cache {
+            entries: RwLock::new(HashMap::new()),
+            clock: AtomicU64::new(0),
+            budget,
+            max_file: max_file.min(budget),
+            bytes: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a file of `len` bytes may be cached.
+    pub fn admits(&self, len: u64) -> bool {
+        len <= self.max_file
+    }
+
+    /// The entry for `key` if it still matches the file's `identity`.
+    pub(crate) fn get(&self, key: &str, identity: &Identity) -> Option<Arc<Entry>> {
+        let found = {
+            let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+            entries.get(key).filter(|e| e.identity == *identity).cloned()
+        };
+        match &found {
+            Some(entry) => {
+                entry.last_used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        found
+    }
+
+    /// Stores (or replaces) the entry for `key`.
+    pub(crate) fn insert(&self, key: &str, entry: Arc<Entry>) {
+        let len = entry.bytes.len() as u64;
+        if !self.admits(len) {
+            return;
+        }
+        entry.last_used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = entries.insert(key.to_owned(), entry) {
+            self.bytes.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+        }
+        let total = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
+        if total > self.budget {
+            self.evict(&mut entries, self.budget / 10 * 9);
+        }
+    }
+
+    fn evict(&self, entries: &mut HashMap<String, Arc<Entry>>, target: u64) {
+        let mut by_age: Vec<(u64, String, u64)> = entries
+            .iter()
+            .map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone(), e.bytes.len() as u64))
+            .collect();
+        by_age.sort_unstable();
+        let mut total = self.bytes.load(Ordering::Relaxed);
+        for (_, key, len) in by_age {
+            if total <= target {
+                break;
+            }
+            entries.remove(&key);
+            total -= len;
+        }
+        self.bytes.store(total, Ordering::Relaxed);
+    }
+
+    /// (hits, misses, bytes held) since start.
+    pub fn stats(&self) -> (u64, u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ino: u64, len: usize) -> Arc<Entry> {
+        let id = Identity { dev: 1, ino, len: len as u64, modified: SystemTime::UNIX_EPOCH };
+        Arc::new(Entry::new(id, vec![0u8; len].into(), String::new(), String::new()))
+    }
+
+    #[test]
+    fn a_changed_identity_misses() {
+        let cache = Cache::new(1000, 100);
+        let e = entry(1, 10);
+        let id = e.identity;
+        cache.insert("/a", e);
+        assert!(cache.get("/a", &id).is_some());
+        let changed = Identity { len: 11, ..id };
+        assert!(cache.get("/a", &changed).is_none());
+        assert_eq!(cache.stats().0, 1);
+        assert_eq!(cache.stats().1, 1);
+    }
+
+    #[test]
+    fn stays_within_budget_and_evicts_least_recently_used() {
+        let cache = Cache::new(100, 40);
+        let a = entry(1, 40);
+        let ida = a.identity;
+        cache.insert("/a", a);
+        cache.insert("/b", entry(2, 40));
+        assert!(cache.get("/a", &ida).is_some()); // /b is now the oldest
+        cache.insert("/c", entry(3, 40));
+        assert!(cache.stats().2 <= 100);
+        let entries = cache.entries.read().unwrap();
+        assert!(entries.contains_key("/a") && entries.contains_key("/c") && !entries.contains_key("/b"));
+    }
+
+    #[test]
+    fn refuses_files_over_the_limit() {
+        let cache = Cache::new(1000, 10);
+        cache.insert("/big", entry(1, 11));
+        assert_eq!(cache.stats().2, 0);
+    }
+}

@@ -1,0 +1,382 @@
+//! The per-connection HTTP/1.1 state machine, shared by every model.
+
+use std::io::{self, Read};
+use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use h1::{BodyFraming, Parsed, RequestHead};
+use transport::{Progress, Shutdown};
+
+use crate::reply::{self, Reply};
+use crate::{LogRecord, Pipeline};
+
+/// Who is on the other end.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub peer: SocketAddr,
+}
+
+/// What a connection waits for after [`Connection::drive`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Want {
+    /// Call `drive` again when the socket is readable, or `timed_out` at the deadline.
+    Read(Instant),
+    /// Call `drive` again when the socket is writable, or `timed_out` at the deadline.
+    Write(Instant),
+    /// Drop the socket.
+    Close,
+}
+
+/// First read size; the buffer doubles up to what a maximal head needs.
+const READ_SIZE: usize = 4096;
+
+/// One client connection: bytes in, requests handled in order, bytes out.
+///
+/// It never blocks by itself and never sleeps: [`drive`](Connection::drive)
+/// goes as far as the socket allows and says what it waits for, so a
+/// thread with a blocking socket and an epoll loop with a non-blocking one
+/// run exactly the same protocol code.
+#[derive(Debug)]
+pub struct Connection {
+    info: ConnInfo,
+    buf: Box<[u8]>,
+    /// Unparsed input is `buf[start..end]`.
+    start: usize,
+    end: usize,
+    phase: Phase,
+    served: u32,
+    /// When the head being received must be complete: a total deadline,
+    /// not an idle timer, so dribbling one byte at a time does not help.
+    head_deadline: Instant,
+    /// When an idle keep-alive connection is given up.
+    idle_deadline: Instant,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Waiting for (the rest of) a request head.
+    Head,
+    /// Sending a response.
+    Write(Box<Pending>),
+    /// Reading and dropping a request body nobody needs, to find the next request.
+    Discard { remaining: u64, deadline: Instant },
+    /// Closing after an error: our side is shut, input is drained for a
+    /// while so the client reads the response instead of a reset (RFC 9112 §9.6).
+    Linger { deadline: Instant },
+}
+
+#[derive(Debug)]
+struct Pending {
+    reply: Reply,
+    log: Option<LogRecord>,
+    /// Body bytes to drop after the response before the next head.
+    discard: u64,
+    /// Input may still be arriving that we will not read: linger on close.
+    linger: bool,
+    /// Bytes sent when the deadline was last moved; progress moves it.
+    sent_mark: u64,
+    deadline: Instant,
+}
+
+impl Connection {
+    /// A connection accepted at `now`.
+    pub fn new(info: ConnInfo, now: Instant, pipeline: &Pipeline) -> Connection {
+        Connection {
+            info,
+            buf: vec![0; READ_SIZE].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            phase: Phase::Head,
+            served: 0,
+            head_deadline: now + pipeline.settings.header_timeout,
+            idle_deadline: now + pipeline.settings.header_timeout,
+        }
+    }
+
+    /// Requests answered so far.
+    pub fn served(&self) -> u32 {
+        self.served
+    }
+
+    /// Makes as much progress as `sock` allows. `stopping` asks to close at
+    /// the next request boundary (graceful shutdown).
+    pub fn drive(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
+        loop {
+            match &mut self.phase {
+                Phase::Head => {
+                    if self.start < self.end {
+                        match h1::parse_request(&self.buf[self.start..self.end], &p.settings.limits) {
+                            Ok(Parsed::Complete { head, len }) => {
+                                self.start += len;
+                                self.begin(head, p, stopping);
+                                continue;
+                            }
+                            Ok(Parsed::Partial) => {}
+                            Err(e) => {
+                                self.refuse(e.status(), p);
+                                continue;
+                            }
+                        }
+                    } else if stopping && self.served > 0 {
+                        // Idle between requests: the graceful stop ends it here.
+                        return Want::Close;
+                    }
+                    let was_empty = self.start == self.end;
+                    match self.fill(sock) {
+                        Ok(0) => return Want::Close,
+                        Ok(_) if was_empty && self.served > 0 => {
+                            self.head_deadline = Instant::now() + p.settings.header_timeout;
+                        }
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => {
+                            if stopping && self.start == self.end {
+                                // Accepted before the stop but silent since.
+                                return Want::Close;
+                            }
+                            let pending = self.start < self.end || self.served == 0;
+                            return Want::Read(if pending { self.head_deadline } else { self.idle_deadline });
+                        }
+                        Err(_) => return Want::Close,
+                    }
+                }
+                Phase::Write(pending) => match pending.reply.out.write_to(sock) {
+                    Ok(Progress::Done) => {
+                        if let Some(want) = self.finish_response(sock, p) {
+                            return want;
+                        }
+                    }
+                    Ok(Progress::Blocked) => {
+                        let sent = pending.reply.out.bytes_sent();
+                        if sent != pending.sent_mark {
+                            pending.sent_mark = sent;
+                            pending.deadline = Instant::now() + p.settings.send_timeout;
+                        }
+                        return Want::Write(pending.deadline);
+                    }
+                    Err(_) => {
+                        self.abort(p);
+                        return Want::Close;
+                    }
+                },
+                Phase::Discard { remaining, deadline } => {
+                    let buffered = (self.end - self.start) as u64;
+                    let take = buffered.min(*remaining);
+                    self.start += take as usize;
+                    *remaining -= take;
+                    if *remaining == 0 {
+                        self.await_next_head(p);
+                        continue;
+                    }
+                    let deadline = *deadline;
+                    match self.fill(sock) {
+                        Ok(0) => return Want::Close,
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => return Want::Read(deadline),
+                        Err(_) => return Want::Close,
+                    }
+                }
+                Phase::Linger { deadline } => {
+                    let deadline = *deadline;
+                    self.start = 0;
+                    self.end = 0;
+                    match self.fill(sock) {
+                        Ok(0) => return Want::Close,
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => return Want::Read(deadline),
+                        Err(_) => return Want::Close,
+                    }
+                }
+            }
+        }
+    }
+
+    /// The deadline last returned by `drive` has passed. Returns `true` if
+    /// there is something to send (a 408), so `drive` should be called
+    /// again; `false` if the socket should just be closed.
+    pub fn timed_out(&mut self, p: &Pipeline) -> bool {
+        match self.phase {
+            // A request had begun: say why it is refused (RFC 9110 §15.5.9).
+            // An idle connection is closed silently, as nginx does, so
+            // browsers' speculative connections do not log errors.
+            Phase::Head if self.start < self.end => {
+                self.refuse(408, p);
+                true
+            }
+            _ => {
+                self.abort(p);
+                false
+            }
+        }
+    }
+
+    /// Reads into the free tail of the buffer; grows it only while a head
+    /// is incomplete (parsing bounds that by `max_header_bytes`).
+    fn fill(&mut self, mut sock: &TcpStream) -> io::Result<usize> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else {
+                let mut bigger = vec![0; self.buf.len() * 2].into_boxed_slice();
+                bigger[..self.end].copy_from_slice(&self.buf[..self.end]);
+                self.buf = bigger;
+            }
+        }
+        loop {
+            match sock.read(&mut self.buf[self.end..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn begin(&mut self, head: RequestHead, p: &Pipeline, stopping: bool) {
+        let settings = &p.settings;
+        // A body no handler wants is read and dropped to find the next
+        // request (RFC 9112 §6.3). One too large, chunked, or whose sender
+        // waits for 100-continue is not worth it: answer and close instead
+        // (RFC 9110 §10.1.1 allows either).
+        let discard = match head.framing {
+            BodyFraming::None => Some(0),
+            BodyFraming::Length(0) => Some(0),
+            BodyFraming::Length(n) if n <= settings.max_body && !head.expect_continue => Some(n),
+            _ => None,
+        };
+        let keep_alive = head.keep_alive
+            && discard.is_some()
+            && !stopping
+            && self.served + 1 < settings.max_keepalive_requests;
+        let reply = p.handle(&head, keep_alive);
+        let close = reply.close || !keep_alive;
+        let log = p.access_log.is_enabled().then(|| LogRecord {
+            peer: self.info.peer.ip(),
+            request_line: Some(format!(
+                "{} {} {}",
+                head.method.as_str(),
+                head.target,
+                version_str(head.version)
+            )),
+            status: reply.status,
+            body_bytes: 0,
+            referer: head.header_str("Referer").map(str::to_owned),
+            user_agent: head.header_str("User-Agent").map(str::to_owned),
+        });
+        let unread = self.start < self.end || head.framing != BodyFraming::None;
+        self.respond(reply, log, if close { 0 } else { discard.unwrap_or(0) }, close && unread, p);
+    }
+
+    /// Answers input that is not a request: parse errors and timeouts.
+    fn refuse(&mut self, status: u16, p: &Pipeline) {
+        let log = p.access_log.is_enabled().then(|| LogRecord {
+            peer: self.info.peer.ip(),
+            request_line: first_line(&self.buf[self.start..self.end]),
+            status,
+            body_bytes: 0,
+            referer: None,
+            user_agent: None,
+        });
+        self.respond(reply::refuse(&p.settings, status), log, 0, true, p);
+    }
+
+    fn respond(&mut self, reply: Reply, log: Option<LogRecord>, discard: u64, linger: bool, p: &Pipeline) {
+        let deadline = Instant::now() + p.settings.send_timeout;
+        self.phase = Phase::Write(Box::new(Pending { reply, log, discard, linger, sent_mark: 0, deadline }));
+    }
+
+    /// The response is out: log it and move on. `Some` ends `drive`.
+    fn finish_response(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
+        let Phase::Write(pending) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            unreachable!("called in the write phase");
+        };
+        self.served += 1;
+        log(p, &pending);
+        if pending.reply.close {
+            if !pending.linger {
+                return Some(Want::Close);
+            }
+            let _ = sock.shutdown(Direction::Write);
+            self.phase = Phase::Linger { deadline: Instant::now() + p.settings.linger_timeout };
+        } else if pending.discard > 0 {
+            let deadline = Instant::now() + p.settings.header_timeout;
+            self.phase = Phase::Discard { remaining: pending.discard, deadline };
+        } else {
+            self.await_next_head(p);
+        }
+        None
+    }
+
+    fn await_next_head(&mut self, p: &Pipeline) {
+        let now = Instant::now();
+        self.phase = Phase::Head;
+        self.head_deadline = now + p.settings.header_timeout;
+        self.idle_deadline = now + p.settings.keepalive_timeout;
+    }
+
+    /// The connection dies mid-response: log what was sent (a 200 that was
+    /// cut short still shows its real byte count).
+    fn abort(&mut self, p: &Pipeline) {
+        if let Phase::Write(pending) = std::mem::replace(&mut self.phase, Phase::Head) {
+            log(p, &pending);
+        }
+    }
+}
+
+fn log(p: &Pipeline, pending: &Pending) {
+    if let Some(mut record) = pending.log.clone() {
+        record.body_bytes = pending.reply.out.bytes_sent().saturating_sub(pending.reply.head_len);
+        p.access_log.record(&record);
+    }
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+fn version_str(v: h1::Version) -> &'static str {
+    match v {
+        h1::Version::Http10 => "HTTP/1.0",
+        h1::Version::Http11 => "HTTP/1.1",
+    }
+}
+
+/// The request line of unparseable input, for the log (bounded, lossy).
+fn first_line(input: &[u8]) -> Option<String> {
+    let input = &input[..input.len().min(1024)];
+    let line = input.split(|&b| b == b'\r' || b == b'\n').find(|l| !l.is_empty())?;
+    Some(String::from_utf8_lossy(line).into_owned())
+}
+
+/// How often a blocking thread wakes to check its deadlines and the stop
+/// flag: the read and write timeout [`serve_blocking`] expects its sockets to
+/// have (set once on the listener with
+/// `transport::listener::set_accepted_defaults`, inherited by every accepted socket).
+pub const BLOCKING_TICK: Duration = Duration::from_millis(250);
+
+/// Serves one connection on the calling thread with blocking I/O — the
+/// loop every thread- and process-based model runs.
+///
+/// The socket's [`BLOCKING_TICK`] timeouts turn blocking reads and writes
+/// into periodic checks of the connection's deadlines and of `stop`, at no
+/// cost while data flows.
+pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
+    let Ok(peer) = stream.peer_addr() else { return };
+    let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p);
+    loop {
+        let deadline = match conn.drive(&stream, p, stop.is_triggered()) {
+            Want::Close => return,
+            Want::Read(deadline) | Want::Write(deadline) => deadline,
+        };
+        if Instant::now() >= deadline && !conn.timed_out(p) {
+            return;
+        }
+    }
+}

@@ -1,0 +1,244 @@
+use h1::{Method, RequestHead, ResponseHead, Version};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use transport::{Chunk, Data, Outbound};
+
+use crate::conditional::{self, Precondition};
+use crate::listing::html_escape;
+use crate::range::{self, RangeOutcome};
+use crate::resolve::{self, PathError};
+use crate::site::{fnv1a, Found, Resource};
+use crate::{multipart, Pipeline, Settings};
+
+/// What the pipeline decided to send for one request.
+#[derive(Debug)]
+pub struct Reply {
+    /// Status code (for the log and the metrics).
+    pub status: u16,
+    /// Head and body, ready to write.
+    pub out: Outbound,
+    /// Bytes of `out` that are the head (the access log counts body bytes).
+    pub head_len: u64,
+    /// The connection must close after this response.
+    pub close: bool,
+}
+
+/// What a static resource allows; sent with 405 and OPTIONS (RFC 9110 §10.2.1).
+const ALLOW: &str = "GET, HEAD, OPTIONS";
+
+/// Characters escaped when a decoded path goes back into a `Location`
+/// header: everything that is not a valid path character, so no CR/LF or
+/// quote can reach the header (response splitting).
+const PATH_ESCAPES: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// Starts a response head with the headers every response carries.
+fn start(settings: &Settings, status: u16, version: Version, keep_alive: bool) -> ResponseHead {
+    let mut head = ResponseHead::with_capacity(status, 256);
+    head.date().header("Server", &settings.server_name);
+    if !keep_alive {
+        head.header("Connection", "close");
+    } else if version == Version::Http10 {
+        // A 1.0 client keeps the connection only if told so (RFC 9112 §9.3).
+        head.header("Connection", "keep-alive");
+    }
+    head
+}
+
+fn finish(status: u16, head: ResponseHead, body: Vec<Chunk>, keep_alive: bool) -> Reply {
+    let head = head.finish();
+    let head_len = head.len() as u64;
+    let mut out = Outbound::new();
+    out.push(Chunk::Bytes(Data::Owned(head)));
+    for chunk in body {
+        out.push(chunk);
+    }
+    Reply { status, out, head_len, close: !keep_alive }
+}
+
+/// A small HTML error page with exact framing. `extra` headers precede the body headers.
+pub(crate) fn error_page(
+    settings: &Settings,
+    status: u16,
+    version: Version,
+    keep_alive: bool,
+    is_head: bool,
+    extra: &[(&str, &str)],
+) -> Reply {
+    let reason = h1::reason_phrase(status);
+    let body = format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{status} {reason}</title></head>\n\
+         <body><h1>{status} {reason}</h1><hr><p>{}</p></body></html>\n",
+        html_escape(&settings.server_name)
+    );
+    let mut head = start(settings, status, version, keep_alive);
+    for (name, value) in extra {
+        head.header(name, value);
+    }
+    head.header("Content-Type", "text/html; charset=utf-8").header_u64("Content-Length", body.len() as u64);
+    let chunks = if is_head { vec![] } else { vec![Chunk::Bytes(Data::Owned(body.into_bytes()))] };
+    finish(status, head, chunks, keep_alive)
+}
+
+/// The answer to a request that could not be parsed: always closes, since
+/// the position of the next request in the stream is unknown (RFC 9112 §9.3).
+pub(crate) fn refuse(settings: &Settings, status: u16) -> Reply {
+    error_page(settings, status, Version::Http11, false, false, &[])
+}
+
+pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool) -> Reply {
+    let settings = &p.settings;
+    let is_head = req.method == Method::Head;
+    let page = |status, extra: &[(&str, &str)]| {
+        error_page(settings, status, req.version, keep_alive, is_head, extra)
+    };
+    if !req.method.is_known() {
+        return page(501, &[]);
+    }
+    if req.path == "*" {
+        // The parser admits `*` only with OPTIONS: the server-wide question.
+        return no_content_allow(settings, req, keep_alive);
+    }
+    let path = match resolve::normalize(&req.path) {
+        Ok(path) => path,
+        Err(PathError::BadRequest) => return page(400, &[]),
+        Err(PathError::NotFound) => return page(404, &[]),
+    };
+    let found = p.site.lookup(&path, &p.cache, settings);
+    if !matches!(found, Found::Resource(_) | Found::Listing(_)) {
+        return match found {
+            Found::AddSlash => {
+                let mut location = utf8_percent_encode(&path, PATH_ESCAPES).to_string();
+                location.push('/');
+                if let Some(query) = &req.query {
+                    location.push('?');
+                    location.push_str(query);
+                }
+                page(301, &[("Location", &location)])
+            }
+            Found::Forbidden => page(403, &[]),
+            Found::Failed(e) => {
+                p.error_log.error(format_args!("{path}: {e}"));
+                page(500, &[])
+            }
+            _ => page(404, &[]),
+        };
+    }
+    match req.method {
+        Method::Get | Method::Head => {}
+        Method::Options => return no_content_allow(settings, req, keep_alive),
+        _ => return page(405, &[("Allow", ALLOW)]),
+    }
+    match found {
+        Found::Resource(resource) => respond(settings, req, &resource, keep_alive),
+        Found::Listing(html) => {
+            let mut head = start(settings, 200, req.version, keep_alive);
+            head.header("Content-Type", "text/html; charset=utf-8")
+                .header_u64("Content-Length", html.len() as u64)
+                .header("Cache-Control", "no-cache");
+            let body = if is_head { vec![] } else { vec![Chunk::Bytes(Data::Owned(html.into_bytes()))] };
+            finish(200, head, body, keep_alive)
+        }
+        _ => unreachable!("only resources and listings get here"),
+    }
+}
+
+fn no_content_allow(settings: &Settings, req: &RequestHead, keep_alive: bool) -> Reply {
+    let mut head = start(settings, 204, req.version, keep_alive);
+    head.header("Allow", ALLOW);
+    finish(204, head, vec![], keep_alive)
+}
+
+/// GET or HEAD of a file: conditionals (RFC 9110 §13.2.2), then ranges (§14).
+fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: bool) -> Reply {
+    let is_head = req.method == Method::Head;
+    let len = res.len();
+    let precondition = conditional::evaluate(
+        true,
+        req.header_str("If-Match"),
+        req.header_str("If-Unmodified-Since"),
+        req.header_str("If-None-Match"),
+        req.header_str("If-Modified-Since"),
+        res.etag(),
+        res.modified(),
+    );
+    match precondition {
+        Precondition::Proceed => {}
+        Precondition::Failed => return error_page(settings, 412, req.version, keep_alive, is_head, &[]),
+        Precondition::NotModified => {
+            // 304 carries the validators a 200 would have, and no body (RFC 9110 §15.4.5).
+            let mut head = start(settings, 304, req.version, keep_alive);
+            head.header("ETag", res.etag()).header("Last-Modified", res.last_modified().as_ref());
+            return finish(304, head, vec![], keep_alive);
+        }
+    }
+    // Range handling is defined for GET only (RFC 9110 §14.2).
+    let ranges = match req.header_str("Range") {
+        Some(value) if req.method == Method::Get => {
+            let honoured = req
+                .header_str("If-Range")
+                .is_none_or(|v| conditional::if_range_allows(v, res.etag(), res.modified()));
+            if honoured {
+                range::evaluate(value, len, settings.max_ranges)
+            } else {
+                RangeOutcome::Full
+            }
+        }
+        _ => RangeOutcome::Full,
+    };
+    let content_type = res.content_type();
+    let (status, mut head, body) = match ranges {
+        RangeOutcome::Full => {
+            let mut head = start(settings, 200, req.version, keep_alive);
+            head.header("Content-Type", content_type).header_u64("Content-Length", len);
+            (200, head, vec![res.chunk(0..len)])
+        }
+        RangeOutcome::Unsatisfiable => {
+            let content_range = format!("bytes */{len}");
+            return error_page(
+                settings,
+                416,
+                req.version,
+                keep_alive,
+                is_head,
+                &[("Content-Range", &content_range)],
+            );
+        }
+        RangeOutcome::Partial(ranges) if ranges.len() == 1 => {
+            let r = ranges[0].clone();
+            let mut head = start(settings, 206, req.version, keep_alive);
+            head.header("Content-Type", content_type)
+                .header("Content-Range", format!("bytes {}-{}/{len}", r.start, r.end - 1))
+                .header_u64("Content-Length", r.end - r.start);
+            (206, head, vec![res.chunk(r)])
+        }
+        RangeOutcome::Partial(ranges) => {
+            let boundary = format!("{:016x}", fnv1a(res.etag().as_bytes()));
+            let layout = multipart::layout(&ranges, len, content_type, &boundary);
+            let mut head = start(settings, 206, req.version, keep_alive);
+            head.header("Content-Type", &layout.content_type)
+                .header_u64("Content-Length", layout.content_length);
+            let body = layout
+                .parts
+                .into_iter()
+                .map(|part| match part {
+                    multipart::Part::Bytes(b) => Chunk::Bytes(Data::Owned(b)),
+                    multipart::Part::File { offset, len } => res.chunk(offset..offset + len),
+                })
+                .collect();
+            (206, head, body)
+        }
+    };
+    head.header("Last-Modified", res.last_modified().as_ref())
+        .header("ETag", res.etag())
+        .header("Accept-Ranges", "bytes");
+    finish(status, head, if is_head { vec![] } else { body }, keep_alive)
+}

@@ -1,0 +1,54 @@
+use std::time::Duration;
+
+/// Everything the request core can be told; the server fills it from flags
+/// and the config file. Defaults follow nginx/Apache (see the notes in each field).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Request-head limits (414/431).
+    pub limits: h1::Limits,
+    /// Largest request body accepted (413 beyond); nginx's `client_max_body_size 1m`.
+    pub max_body: u64,
+    /// How long an idle keep-alive connection is kept (Apache's `KeepAliveTimeout 5`).
+    pub keepalive_timeout: Duration,
+    /// Total time allowed for a request head once it started (slowloris
+    /// defence: a deadline, not an idle timer — mod_reqtimeout's lesson).
+    pub header_timeout: Duration,
+    /// A write that makes no progress for this long ends the connection (nginx `send_timeout 60s`).
+    pub send_timeout: Duration,
+    /// How long to drain input after an error before closing (lingering close, RFC 9112 §9.6).
+    pub linger_timeout: Duration,
+    /// Requests served on one connection before it is closed (nginx `keepalive_requests 1000`).
+    pub max_keepalive_requests: u32,
+    /// Byte budget of the in-memory file cache.
+    pub cache_size: u64,
+    /// Files larger than this are never cached and go out with `sendfile`.
+    pub max_cached_file: u64,
+    /// More ranges than this in one request are answered with the whole file (Apache `MaxRanges 200`).
+    pub max_ranges: usize,
+    /// HTML listings for directories without `index.html`.
+    pub browse: bool,
+    /// Follow symlinks that leave the document root.
+    pub follow_symlinks: bool,
+    /// The `Server` header value.
+    pub server_name: String,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            limits: h1::Limits::default(),
+            max_body: 1 << 20,
+            keepalive_timeout: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(60),
+            linger_timeout: Duration::from_secs(2),
+            max_keepalive_requests: 1000,
+            cache_size: 64 << 20,
+            max_cached_file: 1 << 20,
+            max_ranges: 200,
+            browse: false,
+            follow_symlinks: false,
+            server_name: concat!("modus/", env!("CARGO_PKG_VERSION")).to_string(),
+        }
+    }
+}

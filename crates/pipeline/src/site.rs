@@ -1,0 +1,246 @@
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use transport::{Chunk, Data};
+
+use crate::cache::{Cache, Entry, Identity};
+use crate::resolve::{DocRoot, SymlinkPolicy};
+use crate::{conditional, listing, Settings};
+
+/// A file compiled into the binary.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbeddedFile {
+    /// URL path, starting with '/'.
+    pub path: &'static str,
+    /// Its content.
+    pub bytes: &'static [u8],
+}
+
+/// What is served: a directory on disk, or files compiled into the binary.
+#[derive(Debug)]
+pub enum Site {
+    /// A document root directory.
+    Dir(DocRoot),
+    /// The embedded demo site.
+    Embedded(Embedded),
+}
+
+/// Embedded files, ready to serve (validators computed once at start).
+#[derive(Debug)]
+pub struct Embedded {
+    files: HashMap<&'static str, Arc<Entry>>,
+    dirs: HashSet<String>,
+}
+
+/// A representation ready to be sent.
+pub(crate) enum Resource {
+    /// In memory: a cache entry or an embedded file.
+    Memory(Arc<Entry>),
+    /// On disk, too big for the cache: sent with `sendfile`.
+    File { file: Arc<File>, identity: Identity, etag: String, content_type: String },
+}
+
+impl Resource {
+    pub fn len(&self) -> u64 {
+        match self {
+            Resource::Memory(e) => e.bytes.len() as u64,
+            Resource::File { identity, .. } => identity.len,
+        }
+    }
+
+    pub fn modified(&self) -> SystemTime {
+        match self {
+            Resource::Memory(e) => e.identity.modified,
+            Resource::File { identity, .. } => identity.modified,
+        }
+    }
+
+    pub fn etag(&self) -> &str {
+        match self {
+            Resource::Memory(e) => &e.etag,
+            Resource::File { etag, .. } => etag,
+        }
+    }
+
+    pub fn content_type(&self) -> &str {
+        match self {
+            Resource::Memory(e) => &e.content_type,
+            Resource::File { content_type, .. } => content_type,
+        }
+    }
+
+    /// `Last-Modified` value; formatted once per cache entry.
+    pub fn last_modified(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Resource::Memory(e) => e.last_modified.as_str().into(),
+            Resource::File { identity, .. } => h1::format_http_date(identity.modified).into(),
+        }
+    }
+
+    /// The bytes `range` of the representation as a body chunk.
+    pub fn chunk(&self, range: std::ops::Range<u64>) -> Chunk {
+        match self {
+            Resource::Memory(e) => {
+                Chunk::Bytes(Data::Shared(e.bytes.clone(), range.start as usize..range.end as usize))
+            }
+            Resource::File { file, .. } => {
+                Chunk::File { file: file.clone(), offset: range.start, len: range.end - range.start }
+            }
+        }
+    }
+}
+
+/// The outcome of looking a normalised path up.
+pub(crate) enum Found {
+    Resource(Resource),
+    /// A directory named without its trailing slash (RFC 9110 has no rule;
+    /// every server redirects so relative links inside resolve).
+    AddSlash,
+    Listing(String),
+    Forbidden,
+    NotFound,
+    Failed(io::Error),
+}
+
+impl Site {
+    /// Serves the directory `root`.
+    pub fn dir(root: &Path, follow_symlinks: bool) -> io::Result<Site> {
+        let policy = if follow_symlinks { SymlinkPolicy::Follow } else { SymlinkPolicy::Beneath };
+        Ok(Site::Dir(DocRoot::open(root, policy)?))
+    }
+
+    /// Serves `files`; `/x/` serves `/x/index.html`.
+    pub fn embedded(files: &[EmbeddedFile]) -> Site {
+        let started = SystemTime::now();
+        let mut map = HashMap::new();
+        let mut dirs = HashSet::new();
+        for f in files {
+            // Embedded files have no inode: a content hash stands in, so the
+            // ETag changes exactly when a new binary ships new bytes.
+            let hash = fnv1a(f.bytes);
+            let identity = Identity { dev: 0, ino: hash, len: f.bytes.len() as u64, modified: started };
+            let etag = conditional::etag(hash, identity.len, SystemTime::UNIX_EPOCH);
+            let entry = Entry::new(identity, Arc::from(f.bytes), etag, content_type(f.path));
+            map.insert(f.path, Arc::new(entry));
+            let mut dir = f.path;
+            while let Some(i) = dir.rfind('/') {
+                dir = &dir[..i];
+                if !dir.is_empty() {
+                    dirs.insert(dir.to_string());
+                }
+            }
+        }
+        Site::Embedded(Embedded { files: map, dirs })
+    }
+
+    pub(crate) fn lookup(&self, path: &str, cache: &Cache, settings: &Settings) -> Found {
+        match self {
+            Site::Embedded(site) => {
+                let key = if path.ends_with('/') { format!("{path}index.html") } else { path.to_string() };
+                match site.files.get(key.as_str()) {
+                    Some(entry) => Found::Resource(Resource::Memory(entry.clone())),
+                    None if site.dirs.contains(path) => Found::AddSlash,
+                    None => Found::NotFound,
+                }
+            }
+            Site::Dir(root) => lookup_dir(root, path, cache, settings),
+        }
+    }
+}
+
+fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) -> Found {
+    let meta = match root.stat(path) {
+        Ok(meta) => meta,
+        Err(e) => return from_io(e),
+    };
+    if meta.is_dir() {
+        if !path.ends_with('/') {
+            return Found::AddSlash;
+        }
+        let index = format!("{path}index.html");
+        match root.stat(&index) {
+            Ok(m) if m.is_file() => return load_file(root, &index, &m, cache),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return from_io(e),
+        }
+        if !settings.browse {
+            return Found::Forbidden;
+        }
+        return match root.read_dir(path) {
+            Ok(mut entries) => Found::Listing(listing::render(path, &mut entries)),
+            Err(e) => from_io(e),
+        };
+    }
+    if !meta.is_file() {
+        return Found::Forbidden;
+    }
+    load_file(root, path, &meta, cache)
+}
+
+/// A cache hit costs the `stat` already done; a miss opens the file, and
+/// reads it into the cache if it is small enough.
+fn load_file(root: &DocRoot, path: &str, meta: &std::fs::Metadata, cache: &Cache) -> Found {
+    let identity = Identity::of(meta);
+    if cache.admits(identity.len) {
+        if let Some(entry) = cache.get(path, &identity) {
+            return Found::Resource(Resource::Memory(entry));
+        }
+    }
+    let (mut file, meta) = match root.open_file(path) {
+        Ok(opened) => opened,
+        Err(e) => return from_io(e),
+    };
+    if !meta.is_file() {
+        return Found::Forbidden;
+    }
+    // Validators come from the descriptor actually served, not the earlier stat.
+    let identity = Identity::of(&meta);
+    let etag = conditional::etag(identity.ino, identity.len, identity.modified);
+    let content_type = content_type(path);
+    if cache.admits(identity.len) {
+        let mut bytes = Vec::with_capacity(identity.len as usize);
+        if let Err(e) = (&mut file).take(identity.len).read_to_end(&mut bytes) {
+            return Found::Failed(e);
+        }
+        if bytes.len() as u64 == identity.len {
+            let entry = Arc::new(Entry::new(identity, bytes.into(), etag, content_type));
+            cache.insert(path, entry.clone());
+            return Found::Resource(Resource::Memory(entry));
+        }
+        // The file shrank while we read it: serve it from disk this once
+        // rather than cache a copy that matches no version of it.
+    }
+    Found::Resource(Resource::File { file: Arc::new(file), identity, etag, content_type })
+}
+
+fn from_io(e: io::Error) -> Found {
+    match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory | io::ErrorKind::InvalidFilename => {
+            Found::NotFound
+        }
+        io::ErrorKind::PermissionDenied => Found::Forbidden,
+        _ => Found::Failed(e),
+    }
+}
+
+/// The media type for a path; text gets `charset=utf-8` because browsers
+/// otherwise guess (RFC 9110 §8.3.1 leaves the default to the media type).
+pub(crate) fn content_type(path: &str) -> String {
+    let mime = mime_guess::from_path(path).first_or_octet_stream();
+    let essence = mime.essence_str();
+    if mime.type_() == mime_guess::mime::TEXT || essence == "application/javascript" {
+        format!("{essence}; charset=utf-8")
+    } else {
+        essence.to_string()
+    }
+}
+
+/// FNV-1a: a fast, stable hash for validators and multipart boundaries (not for security).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}

@@ -1,0 +1,315 @@
+//! `modus serve` options: one struct read from flags, environment and a
+//! TOML file. Precedence: flag > environment > file > built-in default;
+//! `--print-config` shows the result.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+/// Every `serve` setting. Each is optional so the layers can be merged;
+/// [`ServeOptions::resolve`] applies the defaults.
+#[derive(Args, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServeOptions {
+    /// Directory to serve [default: the embedded demo site]
+    #[arg(value_name = "ROOT")]
+    pub root: Option<PathBuf>,
+
+    /// Address to listen on; port 0 picks a free one (printed on start)
+    #[arg(short, long, env = "MODUS_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Concurrency model (see `modus models`)
+    #[arg(short, long, env = "MODUS_MODEL", value_name = "NAME")]
+    pub model: Option<String>,
+
+    /// Worker threads [default: 128]
+    #[arg(short, long, env = "MODUS_THREADS", value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Accepted connections that may wait for a worker [default: 1024]
+    #[arg(long, value_name = "N")]
+    pub queue: Option<usize>,
+
+    /// TOML file with any of these options (keys are the long flag names)
+    #[arg(short, long, env = "MODUS_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Access log: a file, `-` for stdout, or `off` [default: -]
+    #[arg(long, env = "MODUS_ACCESS_LOG", value_name = "PATH|-|off")]
+    pub access_log: Option<String>,
+
+    /// Error log: a file, or `-` for stderr [default: -]
+    #[arg(long, value_name = "PATH|-")]
+    pub error_log: Option<String>,
+
+    /// Idle time before a keep-alive connection is closed [default: 5s]
+    #[arg(long, value_name = "DURATION")]
+    pub keepalive_timeout: Option<Dur>,
+
+    /// Time allowed to receive a whole request head; 408 after [default: 10s]
+    #[arg(long, value_name = "DURATION")]
+    pub header_timeout: Option<Dur>,
+
+    /// A response write making no progress this long ends the connection [default: 60s]
+    #[arg(long, value_name = "DURATION")]
+    pub send_timeout: Option<Dur>,
+
+    /// On SIGTERM/SIGINT, time given to in-flight requests [default: 10s]
+    #[arg(long, value_name = "DURATION")]
+    pub shutdown_timeout: Option<Dur>,
+
+    /// Requests per keep-alive connection [default: 1000]
+    #[arg(long, value_name = "N")]
+    pub max_keepalive_requests: Option<u32>,
+
+    /// Longest request line; 414 beyond [default: 8192]
+    #[arg(long, value_name = "BYTES")]
+    pub max_request_line: Option<usize>,
+
+    /// Largest request head; 431 beyond [default: 32768]
+    #[arg(long, value_name = "BYTES")]
+    pub max_header_bytes: Option<usize>,
+
+    /// Most header fields in a request; 431 beyond [default: 100]
+    #[arg(long, value_name = "N")]
+    pub max_headers: Option<usize>,
+
+    /// Largest request body; 413 beyond [default: 1MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub max_body: Option<Size>,
+
+    /// Memory for cached files [default: 64MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub cache_size: Option<Size>,
+
+    /// Larger files are not cached but sent with sendfile [default: 1MiB]
+    #[arg(long, value_name = "SIZE")]
+    pub max_cached_file: Option<Size>,
+
+    /// More ranges than this are answered with the whole file [default: 200]
+    #[arg(long, value_name = "N")]
+    pub max_ranges: Option<usize>,
+
+    /// List directories that have no index.html
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub browse: Option<bool>,
+
+    /// Follow symlinks that lead out of ROOT
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub follow_symlinks: Option<bool>,
+
+    /// Check the configuration and exit (0 if valid, 2 if not)
+    #[arg(long)]
+    #[serde(skip)]
+    pub check: bool,
+
+    /// Print the effective configuration as TOML and exit
+    #[arg(long)]
+    #[serde(skip)]
+    pub print_config: bool,
+}
+
+macro_rules! layer {
+    ($top:expr, $bottom:expr, $($field:ident),* $(,)?) => {
+        $( if $top.$field.is_none() { $top.$field = $bottom.$field.take(); } )*
+    };
+}
+
+impl ServeOptions {
+    /// Fills options not given on the command line from `file`.
+    pub fn layer_over(&mut self, mut file: ServeOptions) {
+        layer!(
+            self,
+            file,
+            root,
+            listen,
+            model,
+            threads,
+            queue,
+            access_log,
+            error_log,
+            keepalive_timeout,
+            header_timeout,
+            send_timeout,
+            shutdown_timeout,
+            max_keepalive_requests,
+            max_request_line,
+            max_header_bytes,
+            max_headers,
+            max_body,
+            cache_size,
+            max_cached_file,
+            max_ranges,
+            browse,
+            follow_symlinks,
+        );
+    }
+
+    /// Applies the defaults.
+    pub fn resolve(mut self) -> ServeOptions {
+        let d = pipeline::Settings::default();
+        let t = models::Tuning::default();
+        let defaults = ServeOptions {
+            listen: Some("127.0.0.1:8080".into()),
+            model: Some("pool".into()),
+            threads: Some(t.threads),
+            queue: Some(t.queue),
+            access_log: Some("-".into()),
+            error_log: Some("-".into()),
+            keepalive_timeout: Some(Dur(d.keepalive_timeout)),
+            header_timeout: Some(Dur(d.header_timeout)),
+            send_timeout: Some(Dur(d.send_timeout)),
+            shutdown_timeout: Some(Dur(Duration::from_secs(10))),
+            max_keepalive_requests: Some(d.max_keepalive_requests),
+            max_request_line: Some(d.limits.max_request_line),
+            max_header_bytes: Some(d.limits.max_header_bytes),
+            max_headers: Some(d.limits.max_headers),
+            max_body: Some(Size(d.max_body)),
+            cache_size: Some(Size(d.cache_size)),
+            max_cached_file: Some(Size(d.max_cached_file)),
+            max_ranges: Some(d.max_ranges),
+            browse: Some(d.browse),
+            follow_symlinks: Some(d.follow_symlinks),
+            ..ServeOptions::default()
+        };
+        self.layer_over(defaults);
+        self
+    }
+
+    /// The request core's settings (call after [`resolve`](Self::resolve)).
+    pub fn settings(&self) -> pipeline::Settings {
+        let d = pipeline::Settings::default();
+        pipeline::Settings {
+            limits: h1::Limits {
+                max_request_line: self.max_request_line.unwrap_or(d.limits.max_request_line),
+                max_header_bytes: self.max_header_bytes.unwrap_or(d.limits.max_header_bytes),
+                max_headers: self.max_headers.unwrap_or(d.limits.max_headers),
+                ..d.limits.clone()
+            },
+            max_body: self.max_body.map_or(d.max_body, |s| s.0),
+            keepalive_timeout: self.keepalive_timeout.map_or(d.keepalive_timeout, |t| t.0),
+            header_timeout: self.header_timeout.map_or(d.header_timeout, |t| t.0),
+            send_timeout: self.send_timeout.map_or(d.send_timeout, |t| t.0),
+            max_keepalive_requests: self.max_keepalive_requests.unwrap_or(d.max_keepalive_requests),
+            cache_size: self.cache_size.map_or(d.cache_size, |s| s.0),
+            max_cached_file: self.max_cached_file.map_or(d.max_cached_file, |s| s.0),
+            max_ranges: self.max_ranges.unwrap_or(d.max_ranges),
+            browse: self.browse.unwrap_or(d.browse),
+            follow_symlinks: self.follow_symlinks.unwrap_or(d.follow_symlinks),
+            ..d
+        }
+    }
+}
+
+/// A duration written the human way: `500ms`, `5s`, `1m 30s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl FromStr for Dur {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Dur, String> {
+        humantime::parse_duration(s)
+            .map(Dur)
+            .map_err(|e| format!("invalid duration {s:?}: {e} (try 500ms, 5s, 2m)"))
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+/// A byte count: `1048576`, `512k`, `64MiB`, `1G` (binary multiples).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Size, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (digits, unit) = t.split_at(split);
+        let shift = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            _ => return Err(format!("invalid size {s:?} (try 4096, 512k, 64MiB, 1G)")),
+        };
+        let n: u64 = digits.parse().map_err(|_| format!("invalid size {s:?} (try 4096, 512k, 64MiB, 1G)"))?;
+        n.checked_mul(1 << shift).map(Size).ok_or_else(|| format!("size {s:?} is too large"))
+    }
+}
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            n if n >= 1 << 30 && n % (1 << 30) == 0 => write!(f, "{}GiB", n >> 30),
+            n if n >= 1 << 20 && n % (1 << 20) == 0 => write!(f, "{}MiB", n >> 20),
+            n if n >= 1 << 10 && n % (1 << 10) == 0 => write!(f, "{}KiB", n >> 10),
+            n => write!(f, "{n}"),
+        }
+    }
+}
+
+macro_rules! string_serde {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
+                #[derive(Deserialize)]
+                #[serde(untagged)]
+                enum Raw {
+                    Text(String),
+                    Number(u64),
+                }
+                match Raw::deserialize(d)? {
+                    Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+                    Raw::Number(n) => n.to_string().parse().map_err(serde::de::Error::custom),
+                }
+            }
+        }
+    };
+}
+string_serde!(Dur);
+string_serde!(Size);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!("64MiB".parse::<Size>().unwrap(), Size(64 << 20));
+        assert_eq!("512k".parse::<Size>().unwrap(), Size(512 << 10));
+        assert_eq!("4096".parse::<Size>().unwrap(), Size(4096));
+        assert!("12q".parse::<Size>().is_err());
+        assert!("99999999999G".parse::<Size>().is_err());
+        assert_eq!("1500ms".parse::<Dur>().unwrap(), Dur(Duration::from_millis(1500)));
+        assert_eq!(Size(64 << 20).to_string(), "64MiB");
+    }
+
+    #[test]
+    fn file_layers_under_flags_and_rejects_unknown_keys() {
+        let file: ServeOptions =
+            toml::from_str("listen = \"127.0.0.1:9\"\nthreads = 3\nmax-body = \"2m\"\n").unwrap();
+        let mut flags = ServeOptions { threads: Some(7), ..ServeOptions::default() };
+        flags.layer_over(file);
+        let o = flags.resolve();
+        assert_eq!(o.threads, Some(7));
+        assert_eq!(o.listen.as_deref(), Some("127.0.0.1:9"));
+        assert_eq!(o.settings().max_body, 2 << 20);
+        assert!(toml::from_str::<ServeOptions>("lisen = \"x\"").is_err());
+    }
+}

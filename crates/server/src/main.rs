@@ -1,0 +1,37 @@
+//! `modus`: one web server, every classic concurrency architecture.
+
+mod config;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// An HTTP/1.1 web server whose concurrency model is a startup switch.
+#[derive(Parser, Debug)]
+#[command(name = "modus", version, arg_required_else_help = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve a directory (or, with no ROOT, the built-in demo site)
+    Serve(config::ServeOptions),
+    /// List the concurrency models
+    Models,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(options) => serve::main(options),
+        Command::Models => {
+            for m in models::MODELS {
+                println!("{:<12} {:<8} {}", m.name, m.paper_name, m.summary);
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! `modus serve`: configuration to a running model, signals, shutdown.
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use pipeline::accesslog::LogTarget;
+use pipeline::{AccessLog, ErrorLog, Pipeline, Site};
+use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::iterator::Signals;
+use transport::Shutdown;
+
+use crate::config::ServeOptions;
+
+/// The files under `crates/server/demo/`, embedded by build.rs.
+const DEMO_SITE: &[pipeline::EmbeddedFile] = include!(concat!(env!("OUT_DIR"), "/demo_files.rs"));
+
+/// Exit status for usage and configuration errors (clap's and ripgrep's convention).
+const EXIT_CONFIG: u8 = 2;
+
+pub fn main(mut options: ServeOptions) -> ExitCode {
+    if let Some(path) = options.config.clone() {
+        let file = match std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))
+            .and_then(|text| {
+                toml::from_str::<ServeOptions>(&text).with_context(|| format!("in {}", path.display()))
+            }) {
+            Ok(file) => file,
+            Err(e) => return fail(EXIT_CONFIG, &e),
+        };
+        options.layer_over(file);
+    }
+    let options = options.resolve();
+    if options.print_config {
+        print!("{}", toml::to_string(&options).expect("options serialise"));
+        return ExitCode::SUCCESS;
+    }
+    let server = match Server::prepare(&options) {
+        Ok(server) => server,
+        Err(e) => return fail(EXIT_CONFIG, &e),
+    };
+    if options.check {
+        println!("configuration ok");
+        return ExitCode::SUCCESS;
+    }
+    match server.run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &e),
+    }
+}
+
+fn fail(code: u8, e: &anyhow::Error) -> ExitCode {
+    eprintln!("modus: {e:#}");
+    ExitCode::from(code)
+}
+
+/// Everything checked and opened before the first connection.
+struct Server {
+    model: &'static models::ModelInfo,
+    pipeline: Arc<Pipeline>,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn prepare(options: &ServeOptions) -> anyhow::Result<Server> {
+        let name = options.model.as_deref().unwrap_or_default();
+        let model = models::find(name).ok_or_else(|| {
+            anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
+        })?;
+        let listen = options.listen.as_deref().unwrap_or_default();
+        let addr = listen
+            .to_socket_addrs()
+            .with_context(|| format!("--listen {listen:?}"))?
+            .next()
+            .ok_or_else(|| anyhow!("--listen {listen:?} resolves to no address"))?;
+        let settings = options.settings();
+        let site = match &options.root {
+            Some(root) => {
+                if !root.is_dir() {
+                    bail!("ROOT {} is not a directory", root.display());
+                }
+                Site::dir(root, settings.follow_symlinks)
+                    .with_context(|| format!("opening {}", root.display()))?
+            }
+            None => Site::embedded(DEMO_SITE),
+        };
+        let access = options.access_log.as_deref().unwrap_or("-");
+        let access_log =
+            AccessLog::open(LogTarget::parse(access)).with_context(|| format!("--access-log {access}"))?;
+        let errors = options.error_log.as_deref().unwrap_or("-");
+        let error_log =
+            ErrorLog::open(LogTarget::parse(errors)).with_context(|| format!("--error-log {errors}"))?;
+        let pipeline = Pipeline::new(settings, site, Arc::new(access_log), Arc::new(error_log));
+        Ok(Server { model, pipeline: Arc::new(pipeline), addr })
+    }
+
+    fn run(self, options: &ServeOptions) -> anyhow::Result<()> {
+        let listener = transport::listener::bind(self.addr, false)
+            .with_context(|| format!("listening on {}", self.addr))?;
+        let local = listener.local_addr()?;
+        let shutdown = Shutdown::new()?;
+        let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR1])?;
+        let signal_handle = signals.handle();
+        // The first stdout line is the contract with scripts and tests: the real address.
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "listening on {local} model={} pid={}", self.model.name, std::process::id())?;
+            out.flush()?;
+        }
+        let root = options.root.as_ref().map_or("(embedded demo site)".into(), |r| r.display().to_string());
+        self.pipeline.error_log.info(format_args!(
+            "modus {} serving {root} on http://{local}/ with model {}",
+            env!("CARGO_PKG_VERSION"),
+            self.model.name
+        ));
+
+        let access_log = self.pipeline.access_log.clone();
+        let flusher_stop = shutdown.clone();
+        thread::Builder::new().name("log-flush".into()).spawn(move || {
+            // At least once a second, as the access log promises.
+            while !flusher_stop.is_triggered() {
+                thread::sleep(Duration::from_millis(500));
+                access_log.flush();
+            }
+        })?;
+
+        let env = models::ModelEnv {
+            listener,
+            pipeline: self.pipeline.clone(),
+            shutdown: shutdown.clone(),
+            tuning: models::Tuning {
+                threads: options.threads.unwrap_or(models::Tuning::default().threads),
+                queue: options.queue.unwrap_or(models::Tuning::default().queue),
+            },
+        };
+        let (done_tx, done_rx) = mpsc::channel();
+        let run = self.model.run;
+        thread::Builder::new().name(format!("model-{}", self.model.name)).spawn(move || {
+            let _ = done_tx.send(run(env));
+            signal_handle.close();
+        })?;
+
+        for signal in signals.forever() {
+            match signal {
+                SIGUSR1 => {
+                    for e in [self.pipeline.access_log.reopen().err(), self.pipeline.error_log.reopen().err()]
+                        .into_iter()
+                        .flatten()
+                    {
+                        self.pipeline.error_log.error(format_args!("reopening logs: {e}"));
+                    }
+                }
+                _ => {
+                    self.pipeline.error_log.info(format_args!("stopping: finishing in-flight requests"));
+                    shutdown.trigger();
+                    break;
+                }
+            }
+        }
+        let grace = options.shutdown_timeout.map_or(Duration::from_secs(10), |d| d.0);
+        let outcome =
+            if shutdown.is_triggered() { done_rx.recv_timeout(grace).ok() } else { done_rx.recv().ok() };
+        let result = match outcome {
+            Some(result) => result.context("serving"),
+            None => {
+                self.pipeline
+                    .error_log
+                    .warn(format_args!("shutdown timeout: closing connections still in flight"));
+                Ok(())
+            }
+        };
+        self.pipeline.access_log.flush();
+        if result.is_ok() && !shutdown.is_triggered() {
+            bail!("the {} model stopped unexpectedly", self.model.name);
+        }
+        result
+    }
+}

@@ -1,0 +1,195 @@
+//! Command line and config-file behaviour of `modus serve` (not per model).
+
+use std::path::Path;
+use std::time::Duration;
+
+use testkit::{run, Client, Docroot, Output, Server, Signal};
+
+const BIN: &str = env!("CARGO_BIN_EXE_modus");
+const RUN_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn run_modus(args: &[&str]) -> Output {
+    run(BIN, args, RUN_TIMEOUT)
+}
+
+#[track_caller]
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "exit status\nstdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+}
+
+fn write(path: &Path, text: &str) -> String {
+    std::fs::write(path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn count_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map(|s| s.lines().count()).unwrap_or(0)
+}
+
+#[track_caller]
+fn get_ok(srv: &Server, target: &str) -> testkit::Response {
+    let r = Client::connect(srv.addr()).request("GET", target, &[]);
+    r.assert_status(200);
+    r
+}
+
+#[track_caller]
+fn stop(srv: &mut Server) {
+    srv.signal(Signal::Term);
+    let status = srv.wait_exit(RUN_TIMEOUT);
+    assert!(status.success(), "{status:?}\n{}", srv.stderr());
+}
+
+#[test]
+fn first_line_format() {
+    let root = Docroot::standard();
+    let srv = Server::start(BIN, "pool", root.path(), &[]);
+    assert_eq!(srv.first_line(), format!("listening on {} model=pool pid={}", srv.addr(), srv.pid()));
+    assert_eq!(srv.addr().ip().to_string(), "127.0.0.1");
+    assert_ne!(srv.addr().port(), 0);
+}
+
+#[test]
+fn demo_site_without_root() {
+    let srv = Server::builder(BIN).model("pool").start();
+    let r = get_ok(&srv, "/");
+    assert!(r.header_one("content-type").starts_with("text/html"), "{}", r.describe());
+    assert!(r.body_str().contains("modus"), "{}", r.describe());
+}
+
+#[test]
+fn unknown_model_exits_2_and_lists_models() {
+    let root = Docroot::standard();
+    let out =
+        run_modus(&["serve", root.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--model", "nope"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("pool"), "stderr should list the models:\n{}", out.stderr);
+}
+
+#[test]
+fn unknown_flag_exits_2() {
+    let out = run_modus(&["serve", "--listen", "127.0.0.1:0", "--no-such-flag"]);
+    assert_exit(&out, 2);
+}
+
+#[test]
+fn bad_duration_exits_2() {
+    let out = run_modus(&["serve", "--listen", "127.0.0.1:0", "--keepalive-timeout", "banana"]);
+    assert_exit(&out, 2);
+}
+
+#[test]
+fn config_file_sets_listen_and_access_log() {
+    let root = Docroot::standard();
+    let log = root.base().join("from-config.log");
+    let cfg = write(
+        &root.base().join("modus.toml"),
+        &format!(
+            "listen = \"127.0.0.1:0\"\naccess-log = \"{}\"\nkeepalive-timeout = \"5s\"\n",
+            log.display()
+        ),
+    );
+    let mut srv = Server::builder(BIN).root(root.path()).args(["--config", &cfg]).no_defaults().start();
+    assert_eq!(srv.addr().ip().to_string(), "127.0.0.1");
+    get_ok(&srv, "/hello.txt");
+    stop(&mut srv);
+    assert_eq!(count_lines(&log), 1, "access log from the config file");
+}
+
+#[test]
+fn flags_override_config() {
+    let root = Docroot::standard();
+    let cfg_log = root.base().join("config.log");
+    let flag_log = root.base().join("flag.log");
+    let cfg = write(
+        &root.base().join("modus.toml"),
+        &format!("listen = \"127.0.0.2:0\"\naccess-log = \"{}\"\n", cfg_log.display()),
+    );
+    let mut srv = Server::builder(BIN)
+        .root(root.path())
+        .args(["--config", &cfg, "--listen", "127.0.0.1:0", "--access-log", flag_log.to_str().unwrap()])
+        .start();
+    assert_eq!(srv.addr().ip().to_string(), "127.0.0.1", "{}", srv.first_line());
+    get_ok(&srv, "/hello.txt");
+    stop(&mut srv);
+    assert_eq!(count_lines(&flag_log), 1);
+    assert_eq!(count_lines(&cfg_log), 0, "the config's access-log was used");
+}
+
+#[test]
+fn config_unknown_key_exits_2() {
+    let root = Docroot::standard();
+    let cfg = write(&root.base().join("modus.toml"), "listen = \"127.0.0.1:0\"\nno-such-key = 1\n");
+    let out = run_modus(&["serve", root.path().to_str().unwrap(), "--config", &cfg]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("no-such-key"), "stderr should name the key:\n{}", out.stderr);
+}
+
+#[test]
+fn config_syntax_error_exits_2() {
+    let root = Docroot::standard();
+    let cfg = write(&root.base().join("modus.toml"), "listen = \n");
+    let out = run_modus(&["serve", root.path().to_str().unwrap(), "--config", &cfg]);
+    assert_exit(&out, 2);
+}
+
+#[test]
+fn missing_config_file_exits_2() {
+    let root = Docroot::standard();
+    let missing = root.base().join("missing.toml");
+    let out = run_modus(&["serve", root.path().to_str().unwrap(), "--config", missing.to_str().unwrap()]);
+    assert_exit(&out, 2);
+}
+
+#[test]
+fn check_valid_config_exits_0() {
+    let root = Docroot::standard();
+    let cfg = write(
+        &root.base().join("modus.toml"),
+        "listen = \"127.0.0.1:0\"\nkeepalive-timeout = \"2s\"\nmax-body = \"2MiB\"\nbrowse = true\n",
+    );
+    let out = run_modus(&["serve", root.path().to_str().unwrap(), "--config", &cfg, "--check"]);
+    assert_exit(&out, 0);
+    assert!(!out.stdout.contains("listening on"), "--check must not serve:\n{}", out.stdout);
+}
+
+#[test]
+fn check_invalid_config_exits_2() {
+    let root = Docroot::standard();
+    let cfg = write(&root.base().join("modus.toml"), "keepalive-timeout = \"soon\"\n");
+    let out = run_modus(&["serve", root.path().to_str().unwrap(), "--config", &cfg, "--check"]);
+    assert_exit(&out, 2);
+    let cfg = write(&root.base().join("modus2.toml"), "bogus = true\n");
+    let out = run_modus(&["serve", root.path().to_str().unwrap(), "--config", &cfg, "--check"]);
+    assert_exit(&out, 2);
+    let out = run_modus(&["serve", "--model", "nope", "--check"]);
+    assert_exit(&out, 2);
+}
+
+#[test]
+fn threads_flag() {
+    let root = Docroot::standard();
+    let srv = Server::start(BIN, "pool", root.path(), &["--threads", "1"]);
+    let mut c = Client::connect(srv.addr());
+    for _ in 0..3 {
+        c.request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+    drop(c);
+    // With one thread, the next connection is served once the first closes.
+    get_ok(&srv, "/alphabet.txt");
+}
+
+#[test]
+fn error_log_to_file() {
+    let root = Docroot::standard();
+    let errlog = root.base().join("error.log");
+    let mut srv = Server::start(BIN, "pool", root.path(), &["--error-log", errlog.to_str().unwrap()]);
+    get_ok(&srv, "/hello.txt");
+    stop(&mut srv);
+}

@@ -1,0 +1,268 @@
+// Access log: Combined Log Format, escaping, rejected requests, reopen on
+// SIGUSR1, flush on graceful stop. (Included once per model.)
+
+use super::MODEL;
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One parsed Combined Log Format line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LogLine {
+    host: String,
+    request: String,
+    status: u16,
+    bytes: String,
+    referer: String,
+    user_agent: String,
+}
+
+/// Parses `HOST - - [TIME] "REQUEST" STATUS BYTES "REFERER" "UA"` strictly;
+/// quoted fields are returned with their escapes intact.
+fn parse_line(line: &str) -> Result<LogLine, String> {
+    let err = |what: &str| format!("{what} in access-log line {line:?}");
+    let (host, rest) = line.split_once(" - - [").ok_or_else(|| err("no ` - - [`"))?;
+    let (time, rest) = rest.split_once("] ").ok_or_else(|| err("no `] `"))?;
+    check_time(time).map_err(|e| err(&e))?;
+    let (request, rest) = quoted(rest).ok_or_else(|| err("bad request field"))?;
+    let rest = rest.strip_prefix(' ').ok_or_else(|| err("no space after request"))?;
+    let (status, rest) = rest.split_once(' ').ok_or_else(|| err("no status"))?;
+    let status: u16 = status.parse().map_err(|_| err("bad status"))?;
+    let (bytes, rest) = rest.split_once(' ').ok_or_else(|| err("no bytes"))?;
+    if bytes != "-" && bytes.parse::<u64>().is_err() {
+        return Err(err("bad bytes field"));
+    }
+    let (referer, rest) = quoted(rest).ok_or_else(|| err("bad referer field"))?;
+    let rest = rest.strip_prefix(' ').ok_or_else(|| err("no space after referer"))?;
+    let (user_agent, rest) = quoted(rest).ok_or_else(|| err("bad user-agent field"))?;
+    if !rest.is_empty() {
+        return Err(err("trailing text"));
+    }
+    Ok(LogLine { host: host.to_string(), request, status, bytes: bytes.to_string(), referer, user_agent })
+}
+
+/// Splits a leading `"..."` (with `\` escapes) off `s`.
+fn quoted(s: &str) -> Option<(String, &str)> {
+    let s = s.strip_prefix('"')?;
+    let mut escaped = false;
+    for (i, ch) in s.char_indices() {
+        match ch {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return Some((s[..i].to_string(), &s[i + 1..])),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `dd/Mon/yyyy:HH:MM:SS +0000`.
+fn check_time(t: &str) -> Result<(), String> {
+    const MONTHS: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    let ok = b.len() == 26
+        && digits(0..2)
+        && b[2] == b'/'
+        && MONTHS.contains(&&t[3..6])
+        && b[6] == b'/'
+        && digits(7..11)
+        && b[11] == b':'
+        && digits(12..14)
+        && b[14] == b':'
+        && digits(15..17)
+        && b[17] == b':'
+        && digits(18..20)
+        && &t[20..] == " +0000";
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("bad time {t:?}"))
+    }
+}
+
+fn log_path(root: &Docroot) -> PathBuf {
+    root.base().join("access.log")
+}
+
+fn read_lines(path: &Path) -> Vec<String> {
+    match std::fs::read(path) {
+        Ok(b) => String::from_utf8_lossy(&b).lines().map(str::to_string).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("read {}: {e}", path.display()),
+    }
+}
+
+#[track_caller]
+fn parse_all(lines: &[String]) -> Vec<LogLine> {
+    lines.iter().map(|l| parse_line(l).unwrap_or_else(|e| panic!("{e}"))).collect()
+}
+
+/// Starts a server logging to BASE/access.log.
+fn logging_server(extra: &[&str]) -> (Docroot, Server, PathBuf) {
+    let root = Docroot::standard();
+    let path = log_path(&root);
+    let mut args = vec!["--access-log", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let srv = serve(MODEL, &root, &args);
+    (root, srv, path)
+}
+
+#[track_caller]
+fn stop(srv: &mut Server) {
+    srv.signal(Signal::Term);
+    let status = srv.wait_exit(EXIT_TIMEOUT);
+    assert!(status.success(), "exit status after SIGTERM: {status:?}\n{}", srv.stderr());
+}
+
+#[track_caller]
+fn find<'a>(lines: &'a [LogLine], request: &str) -> &'a LogLine {
+    lines
+        .iter()
+        .find(|l| l.request == request)
+        .unwrap_or_else(|| panic!("no log line for {request:?} in {lines:#?}"))
+}
+
+#[test]
+fn combined_format() {
+    let (_root, mut srv, path) = logging_server(&[]);
+    let a = request(
+        &srv,
+        "GET",
+        "/hello.txt?q=1",
+        &["Referer: http://example.com/ref", "User-Agent: test-agent/1.0"],
+    );
+    a.assert_status(200);
+    let b = get(&srv, "/nope.txt");
+    b.assert_status(404);
+    request(&srv, "HEAD", "/hello.txt", &[]).assert_status(200);
+    stop(&mut srv);
+
+    let raw = read_lines(&path);
+    assert_eq!(raw.len(), 3, "want 3 lines, got {raw:#?}");
+    let lines = parse_all(&raw);
+    for l in &lines {
+        assert_eq!(l.host, "127.0.0.1", "{l:?}");
+    }
+    let la = find(&lines, "GET /hello.txt?q=1 HTTP/1.1");
+    assert_eq!((la.status, la.bytes.as_str()), (200, "14"), "{la:?}");
+    assert_eq!(la.referer, "http://example.com/ref");
+    assert_eq!(la.user_agent, "test-agent/1.0");
+    let lb = find(&lines, "GET /nope.txt HTTP/1.1");
+    assert_eq!(lb.status, 404);
+    assert_eq!(lb.bytes, b.body.len().to_string(), "{lb:?}");
+    assert_eq!((lb.referer.as_str(), lb.user_agent.as_str()), ("-", "-"));
+    let lc = find(&lines, "HEAD /hello.txt HTTP/1.1");
+    assert_eq!(lc.status, 200);
+    assert!(lc.bytes == "0" || lc.bytes == "-", "HEAD sent no body bytes: {lc:?}");
+}
+
+#[test]
+fn escapes_quotes_and_control_bytes() {
+    let (_root, mut srv, path) = logging_server(&[]);
+    let mut statuses = Vec::new();
+    for req in [
+        &b"GET /a\"b HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"[..],
+        b"GET /x\x1b[31mred HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nUser-Agent: say \"hi\"\r\n\
+          Referer: http://e/\"q\r\nConnection: close\r\n\r\n",
+    ] {
+        let mut c = srv.client();
+        c.send(req);
+        statuses.push(c.read_response("GET").status);
+    }
+    stop(&mut srv);
+
+    let bytes = std::fs::read(&path).expect("access log");
+    assert!(
+        !bytes.iter().any(|&b| (b < 0x20 && b != b'\n') || b == 0x7f),
+        "raw control byte in the access log: {:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+    let raw = read_lines(&path);
+    assert_eq!(raw.len(), 3, "{raw:#?}");
+    let lines = parse_all(&raw);
+    assert_eq!(find(&lines, r#"GET /a\"b HTTP/1.1"#).status, statuses[0]);
+    assert_eq!(find(&lines, r"GET /x\x1B[31mred HTTP/1.1").status, statuses[1]);
+    let ua = find(&lines, "GET /hello.txt HTTP/1.1");
+    assert_eq!(ua.user_agent, r#"say \"hi\""#);
+    assert_eq!(ua.referer, r#"http://e/\"q"#);
+}
+
+#[test]
+fn rejected_request_is_logged() {
+    let (_root, mut srv, path) = logging_server(&[]);
+    let mut c = srv.client();
+    c.send("GET /hello.txt HTTP/1.1\r\n\r\n");
+    let r = c.read_response("GET");
+    r.assert_status(400);
+    stop(&mut srv);
+    let lines = parse_all(&read_lines(&path));
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let l = find(&lines, "GET /hello.txt HTTP/1.1");
+    assert_eq!(l.status, 400);
+    assert_eq!(l.bytes, r.body.len().to_string(), "{l:?}");
+}
+
+#[test]
+fn sigusr1_reopens_the_log() {
+    let (root, mut srv, path) = logging_server(&[]);
+    get(&srv, "/hello.txt?before").assert_status(200);
+    let rotated = root.base().join("access.log.1");
+    std::fs::rename(&path, &rotated).unwrap();
+    srv.signal(Signal::Usr1);
+    // The reopen is asynchronous: probe (bounded) until a line lands in the
+    // new file, then log the request that must go there.
+    let mut probes = 0;
+    while read_lines(&path).is_empty() {
+        assert!(probes < 100, "no new access.log after SIGUSR1\n{}", srv.stderr());
+        get(&srv, &format!("/hello.txt?probe{probes}")).assert_status(200);
+        probes += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    get(&srv, "/hello.txt?after").assert_status(200);
+    stop(&mut srv);
+
+    let old = parse_all(&read_lines(&rotated));
+    let new = parse_all(&read_lines(&path));
+    find(&old, "GET /hello.txt?before HTTP/1.1");
+    find(&new, "GET /hello.txt?after HTTP/1.1");
+    assert!(!old.iter().any(|l| l.request.contains("?after")), "line after the reopen went to the old file");
+    assert_eq!(old.len() + new.len(), 2 + probes, "lines lost or duplicated");
+}
+
+#[test]
+fn shutdown_flushes_every_line() {
+    let (_root, mut srv, path) = logging_server(&[]);
+    let mut n = 0;
+    for conn in 0..4 {
+        let mut c = srv.client();
+        for i in 0..10 {
+            let r = c.request("GET", &format!("/alphabet.txt?c={conn}&i={i}"), &[]);
+            r.assert_status(200);
+            n += 1;
+        }
+    }
+    stop(&mut srv);
+    let lines = parse_all(&read_lines(&path));
+    assert_eq!(lines.len(), n, "want {n} lines");
+    for conn in 0..4 {
+        for i in 0..10 {
+            let l = find(&lines, &format!("GET /alphabet.txt?c={conn}&i={i} HTTP/1.1"));
+            assert_eq!((l.status, l.bytes.as_str()), (200, "26"));
+        }
+    }
+}
+
+#[test]
+fn stdout_log() {
+    let root = Docroot::standard();
+    let mut srv = serve(MODEL, &root, &["--access-log", "-"]);
+    get(&srv, "/hello.txt?stdout").assert_status(200);
+    stop(&mut srv);
+    let lines = parse_all(&srv.stdout_lines());
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let l = find(&lines, "GET /hello.txt?stdout HTTP/1.1");
+    assert_eq!((l.status, l.bytes.as_str()), (200, "14"));
+}

@@ -1,0 +1,412 @@
+//! Spawning the server binary as a child process.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::Client;
+
+/// How long the server may take to print its first line. Generous: a debug
+/// build on a busy 2-core machine running many tests in parallel.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Signals a test can send to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM: graceful stop.
+    Term,
+    /// SIGINT: graceful stop.
+    Int,
+    /// SIGUSR1: reopen the access log.
+    Usr1,
+    /// SIGKILL.
+    Kill,
+}
+
+impl Signal {
+    fn to_rustix(self) -> rustix::process::Signal {
+        use rustix::process::Signal as S;
+        match self {
+            Signal::Term => S::TERM,
+            Signal::Int => S::INT,
+            Signal::Usr1 => S::USR1,
+            Signal::Kill => S::KILL,
+        }
+    }
+}
+
+/// Builds the command line for a [`Server`].
+///
+/// The command is `BIN serve [ROOT] [--model M] [defaults] [args]`, where
+/// the defaults are `--listen 127.0.0.1:0` and `--access-log off`, each
+/// added only if `args` does not already contain that flag (so a test can
+/// override them), and neither added after [`ServerBuilder::no_defaults`].
+#[derive(Debug, Clone)]
+pub struct ServerBuilder {
+    bin: PathBuf,
+    model: Option<String>,
+    root: Option<PathBuf>,
+    args: Vec<OsString>,
+    defaults: bool,
+}
+
+impl ServerBuilder {
+    /// Serve this directory (the positional `ROOT`). Without it, the server
+    /// serves its embedded demo site.
+    pub fn root(mut self, root: impl AsRef<Path>) -> Self {
+        self.root = Some(root.as_ref().to_path_buf());
+        self
+    }
+
+    /// Pass `--model NAME`.
+    pub fn model(mut self, model: &str) -> Self {
+        self.model = Some(model.to_string());
+        self
+    }
+
+    /// Append one argument.
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.args.push(arg.as_ref().to_os_string());
+        self
+    }
+
+    /// Append arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+
+    /// Do not add `--listen 127.0.0.1:0` and `--access-log off` (e.g. when
+    /// a `--config` file provides them).
+    pub fn no_defaults(mut self) -> Self {
+        self.defaults = false;
+        self
+    }
+
+    /// The full argument list, after `BIN`.
+    pub fn command_args(&self) -> Vec<OsString> {
+        let mut v: Vec<OsString> = vec!["serve".into()];
+        if let Some(root) = &self.root {
+            v.push(root.clone().into_os_string());
+        }
+        if let Some(m) = &self.model {
+            v.push("--model".into());
+            v.push(m.into());
+        }
+        if self.defaults {
+            for (flag, value) in [("--listen", "127.0.0.1:0"), ("--access-log", "off")] {
+                if !self.has_flag(flag) {
+                    v.push(flag.into());
+                    v.push(value.into());
+                }
+            }
+        }
+        v.extend(self.args.iter().cloned());
+        v
+    }
+
+    fn has_flag(&self, flag: &str) -> bool {
+        self.args.iter().any(|a| {
+            let a = a.to_string_lossy();
+            a == flag || a.starts_with(&format!("{flag}="))
+        })
+    }
+
+    /// Spawn the server and wait for its `listening on ADDR ...` line.
+    ///
+    /// Panics (with the server's stderr) if it exits or stays silent for
+    /// too long, or if the first line is not in the expected form.
+    pub fn start(self) -> Server {
+        let args = self.command_args();
+        let cmdline = format!("{} {:?}", self.bin.display(), args);
+        let mut child = Command::new(&self.bin)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {cmdline}: {e}"));
+        let pid = child.id();
+
+        let stderr_buf = Arc::new(Mutex::new(String::new()));
+        let stdout_lines = Arc::new(Mutex::new(Vec::new()));
+
+        let stderr = child.stderr.take().expect("piped stderr");
+        let buf = Arc::clone(&stderr_buf);
+        let stderr_thread = std::thread::spawn(move || {
+            for line in lossy_lines(stderr) {
+                eprintln!("[modus {pid} stderr] {line}");
+                let mut b = buf.lock().unwrap();
+                b.push_str(&line);
+                b.push('\n');
+            }
+        });
+
+        let (first_tx, first_rx) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let lines = Arc::clone(&stdout_lines);
+        let stdout_thread = std::thread::spawn(move || {
+            let mut first_tx = Some(first_tx);
+            for line in lossy_lines(stdout) {
+                if let Some(tx) = first_tx.take() {
+                    let _ = tx.send(line);
+                    continue;
+                }
+                println!("[modus {pid} stdout] {line}");
+                lines.lock().unwrap().push(line);
+            }
+        });
+
+        let mut server = Server {
+            child,
+            pid,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            first_line: String::new(),
+            stdout_lines,
+            stderr_buf,
+            threads: vec![stdout_thread, stderr_thread],
+            exit: None,
+        };
+        let first = match first_rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(line) => line,
+            Err(e) => {
+                let status = server.kill_and_collect();
+                panic!(
+                    "server did not print its first line ({e:?}; exit: {status:?})\n\
+                     command: {cmdline}\nstderr:\n{}",
+                    server.stderr()
+                );
+            }
+        };
+        match parse_first_line(&first) {
+            Some(addr) => server.addr = addr,
+            None => {
+                server.kill_and_collect();
+                panic!(
+                    "unexpected first stdout line {first:?} (want `listening on \
+                     127.0.0.1:PORT model=M pid=PID`)\ncommand: {cmdline}\nstderr:\n{}",
+                    server.stderr()
+                );
+            }
+        }
+        server.first_line = first;
+        server
+    }
+}
+
+/// Parses `listening on ADDR ...` into ADDR.
+fn parse_first_line(line: &str) -> Option<SocketAddr> {
+    let rest = line.strip_prefix("listening on ")?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// Lines of a pipe, lossily decoded, without line terminators.
+fn lossy_lines(r: impl Read) -> impl Iterator<Item = String> {
+    BufReader::new(r).split(b'\n').map_while(Result::ok).map(|mut l| {
+        if l.last() == Some(&b'\r') {
+            l.pop();
+        }
+        String::from_utf8_lossy(&l).into_owned()
+    })
+}
+
+/// A running server child process; killed (SIGKILL) on drop if still alive.
+#[derive(Debug)]
+pub struct Server {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+    first_line: String,
+    stdout_lines: Arc<Mutex<Vec<String>>>,
+    stderr_buf: Arc<Mutex<String>>,
+    threads: Vec<JoinHandle<()>>,
+    exit: Option<ExitStatus>,
+}
+
+impl Server {
+    /// A builder for the binary at `bin` (integration tests pass
+    /// `env!("CARGO_BIN_EXE_modus")`).
+    pub fn builder(bin: impl AsRef<Path>) -> ServerBuilder {
+        ServerBuilder {
+            bin: bin.as_ref().to_path_buf(),
+            model: None,
+            root: None,
+            args: Vec::new(),
+            defaults: true,
+        }
+    }
+
+    /// `modus serve ROOT --model MODEL --listen 127.0.0.1:0 --access-log off
+    /// EXTRA...` (the two defaults only if `extra_args` doesn't set them).
+    pub fn start(bin: impl AsRef<Path>, model: &str, root: &Path, extra_args: &[&str]) -> Server {
+        Server::builder(bin).model(model).root(root).args(extra_args).start()
+    }
+
+    /// The address the server listens on (from its first stdout line).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The first stdout line, verbatim.
+    pub fn first_line(&self) -> &str {
+        &self.first_line
+    }
+
+    /// A new raw client connected to the server.
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, sig: Signal) {
+        let pid = rustix::process::Pid::from_raw(self.pid as i32).expect("pid > 0");
+        rustix::process::kill_process(pid, sig.to_rustix())
+            .unwrap_or_else(|e| panic!("kill({}, {sig:?}): {e}", self.pid));
+    }
+
+    /// Waits for the process to exit, up to `timeout`; panics (after
+    /// killing it) if it is still running then. Also waits until its
+    /// output has been forwarded, so [`Server::stderr`] and
+    /// [`Server::stdout_lines`] are complete afterwards.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        if let Some(s) = self.exit {
+            return s;
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.exit = Some(status);
+                    self.join_output();
+                    return status;
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    self.kill_and_collect();
+                    panic!(
+                        "server pid {} did not exit within {timeout:?}; killed it\nstderr:\n{}",
+                        self.pid,
+                        self.stderr()
+                    );
+                }
+                Err(e) => panic!("waitpid({}): {e}", self.pid),
+            }
+        }
+    }
+
+    /// Whether the process has exited (without blocking).
+    pub fn has_exited(&mut self) -> bool {
+        if self.exit.is_none() {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                self.exit = Some(s);
+            }
+        }
+        self.exit.is_some()
+    }
+
+    /// Everything the server wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr_buf.lock().unwrap().clone()
+    }
+
+    /// The stdout lines after the first one, so far (access-log lines when
+    /// the access log is `-`).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout_lines.lock().unwrap().clone()
+    }
+
+    fn kill_and_collect(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            self.exit = self.child.wait().ok();
+        }
+        self.join_output();
+        self.exit
+    }
+
+    fn join_output(&mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // The output threads end by themselves once the pipes close; don't
+        // join them here, a panicking test should not wait on anything.
+    }
+}
+
+/// The result of [`run`].
+#[derive(Debug)]
+pub struct Output {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+}
+
+/// Runs `bin args...` to completion (stdin is /dev/null), killing it and
+/// panicking if it runs longer than `timeout`.
+pub fn run<I, S>(bin: impl AsRef<Path>, args: I, timeout: Duration) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().into()).collect();
+    let mut child = Command::new(bin.as_ref())
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin.as_ref().display()));
+    let read_all = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = read_all(Box::new(child.stdout.take().unwrap()));
+    let err = read_all(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waitpid") {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} {args:?} did not exit within {timeout:?}; stderr:\n{}",
+                bin.as_ref().display(),
+                err.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
+}

@@ -1,0 +1,17 @@
+//! How bytes move, with no opinion on who moves them.
+//!
+//! * [`Outbound`] — a response on its way out: a queue of [`Chunk`]s (memory or
+//!   file ranges) written with `writev` and `sendfile`. Every write reports
+//!   [`Progress::Done`] or [`Progress::Blocked`], so the same code serves a
+//!   blocking socket (a timed-out `SO_SNDTIMEO` shows up as `Blocked`) and a
+//!   non-blocking one driven by epoll.
+//! * [`listener`] — bound listening sockets with the options a server wants.
+//! * [`Shutdown`] — a stop flag that also wakes threads waiting for a listener.
+#![warn(missing_docs)]
+
+pub mod listener;
+mod outbound;
+mod shutdown;
+
+pub use outbound::{Chunk, Data, Outbound, Progress};
+pub use shutdown::{Shutdown, Wake};

@@ -1,0 +1,242 @@
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, IoSlice, Write};
+use std::net::TcpStream;
+use std::ops::Range;
+use std::sync::Arc;
+
+use rustix::net::SendFlags;
+
+/// Bytes held in memory, without copying them per response.
+#[derive(Clone, Debug)]
+pub enum Data {
+    /// Compiled into the binary (the demo site, fixed pages).
+    Static(&'static [u8]),
+    /// Shared with a cache entry; the range selects what to send.
+    Shared(Arc<[u8]>, Range<usize>),
+    /// Made for this response only (heads, error pages, listings).
+    Owned(Vec<u8>),
+}
+
+impl Data {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Data::Static(b) => b,
+            Data::Shared(b, r) => &b[r.clone()],
+            Data::Owned(v) => v,
+        }
+    }
+}
+
+/// One piece of a response body.
+#[derive(Debug)]
+pub enum Chunk {
+    /// Bytes in memory.
+    Bytes(Data),
+    /// `len` bytes of `file` from `offset`, sent with `sendfile` (zero copy).
+    File {
+        /// The open file; shared so multipart responses can name it several times.
+        file: Arc<File>,
+        /// Where the range starts.
+        offset: u64,
+        /// How many bytes to send.
+        len: u64,
+    },
+}
+
+impl Chunk {
+    fn len(&self) -> u64 {
+        match self {
+            Chunk::Bytes(d) => d.as_slice().len() as u64,
+            Chunk::File { len, .. } => *len,
+        }
+    }
+}
+
+/// What a write attempt achieved.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Everything queued has been handed to the kernel.
+    Done,
+    /// The socket cannot take more now (non-blocking `EAGAIN`, or a blocking
+    /// socket's send timeout expired); call again when it is writable.
+    Blocked,
+}
+
+/// Chunks gathered into one `writev`; more rarely pays off and the array stays on the stack.
+const MAX_IOVECS: usize = 8;
+/// The kernel caps one `sendfile` at 2 GiB minus a page (nginx's `NGX_SENDFILE_MAXSIZE`).
+const MAX_SENDFILE: u64 = 0x7fff_f000;
+
+/// A response on its way to the peer.
+#[derive(Debug, Default)]
+pub struct Outbound {
+    chunks: VecDeque<Chunk>,
+    /// Bytes of the front chunk already sent.
+    front_sent: u64,
+    sent: u64,
+}
+
+impl Outbound {
+    /// An empty response.
+    pub fn new() -> Outbound {
+        Outbound::default()
+    }
+
+    /// Appends a chunk (empty ones are dropped).
+    pub fn push(&mut self, chunk: Chunk) {
+        if chunk.len() > 0 {
+            self.chunks.push_back(chunk);
+        }
+    }
+
+    /// Bytes written so far (for the access log, which must count what was really sent).
+    pub fn bytes_sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// True when nothing is left to write.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Writes as much as the socket takes. Errors other than `WouldBlock`,
+    /// `TimedOut` and `Interrupted` are returned; the connection is then dead.
+    pub fn write_to(&mut self, sock: &TcpStream) -> io::Result<Progress> {
+        loop {
+            let result = match self.chunks.front() {
+                None => return Ok(Progress::Done),
+                Some(Chunk::Bytes(_)) => self.write_memory(sock),
+                Some(Chunk::File { .. }) => self.write_file(sock),
+            };
+            match result {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.advance(n as u64),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
+                    return Ok(Progress::Blocked)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One `writev` over the leading in-memory chunks. When a file chunk
+    /// follows, `MSG_MORE` keeps the kernel from pushing the head out in a
+    /// segment of its own just before `sendfile` (nginx uses TCP_CORK for
+    /// this; `MSG_MORE` costs no extra system calls).
+    fn write_memory(&self, sock: &TcpStream) -> io::Result<usize> {
+        let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+        let mut count = 0;
+        let mut file_follows = false;
+        for chunk in &self.chunks {
+            match chunk {
+                Chunk::Bytes(data) if count < MAX_IOVECS => {
+                    let bytes = data.as_slice();
+                    let skip = if count == 0 { self.front_sent as usize } else { 0 };
+                    slices[count] = IoSlice::new(&bytes[skip..]);
+                    count += 1;
+                }
+                Chunk::Bytes(_) => break,
+                Chunk::File { .. } => {
+                    file_follows = true;
+                    break;
+                }
+            }
+        }
+        if file_follows && count == 1 {
+            return rustix::net::send(sock, &slices[0], SendFlags::MORE).map_err(io::Error::from);
+        }
+        let mut writer = sock;
+        writer.write_vectored(&slices[..count])
+    }
+
+    fn write_file(&self, sock: &TcpStream) -> io::Result<usize> {
+        let Some(Chunk::File { file, offset, len }) = self.chunks.front() else {
+            unreachable!("write_file is called for a file chunk");
+        };
+        let mut pos = offset + self.front_sent;
+        let count = (len - self.front_sent).min(MAX_SENDFILE) as usize;
+        rustix::fs::sendfile(sock, file.as_ref(), Some(&mut pos), count).map_err(io::Error::from)
+    }
+
+    fn advance(&mut self, mut n: u64) {
+        self.sent += n;
+        while n > 0 {
+            let front = self.chunks.front().expect("the kernel never takes more than was offered");
+            let left = front.len() - self.front_sent;
+            if n < left {
+                self.front_sent += n;
+                return;
+            }
+            n -= left;
+            self.front_sent = 0;
+            self.chunks.pop_front();
+        }
+        // A file that shrank under sendfile reads as a 0-byte send; the
+        // caller's WriteZero error then ends the connection rather than spin.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, SeekFrom};
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn head_memory_and_file_ranges_arrive_in_order() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"0123456789abcdef").unwrap();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let file = Arc::new(f);
+        let (server, mut client) = pair();
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Owned(b"HEAD|".to_vec())));
+        out.push(Chunk::File { file: file.clone(), offset: 10, len: 6 });
+        out.push(Chunk::Bytes(Data::Static(b"|mid|")));
+        out.push(Chunk::Bytes(Data::Shared(Arc::from(&b"xxSHAREDxx"[..]), 2..8)));
+        out.push(Chunk::File { file, offset: 0, len: 3 });
+        out.push(Chunk::Bytes(Data::Static(b"")));
+        assert_eq!(out.write_to(&server).unwrap(), Progress::Done);
+        assert_eq!(out.bytes_sent(), 5 + 6 + 5 + 6 + 3);
+        drop(server);
+        let mut got = String::new();
+        client.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "HEAD|abcdef|mid|SHARED012");
+    }
+
+    #[test]
+    fn a_full_nonblocking_socket_reports_blocked_and_resumes() {
+        let (server, mut client) = pair();
+        server.set_nonblocking(true).unwrap();
+        let big = vec![7u8; 8 << 20];
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Owned(big)));
+        assert_eq!(out.write_to(&server).unwrap(), Progress::Blocked);
+        assert!(out.bytes_sent() < 8 << 20);
+        let reader = std::thread::spawn(move || {
+            let mut n = 0usize;
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match client.read(&mut buf).unwrap() {
+                    0 => return n,
+                    k => n += k,
+                }
+            }
+        });
+        while out.write_to(&server).unwrap() == Progress::Blocked {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop(server);
+        assert_eq!(reader.join().unwrap(), 8 << 20);
+    }
+}
