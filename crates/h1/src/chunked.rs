@@ -184,7 +184,7 @@ impl ChunkedDecoder {
                     return Err(ParseError::BadRequest("chunk size too long"));
                 }
                 Some(digit) => {
-                    self.chunk_size = self.chunk_size << 4 | u64::from(digit);
+                    self.chunk_size = (self.chunk_size << 4) | u64::from(digit);
                     self.size_digits += 1;
                     State::Size
                 }
@@ -626,5 +626,36 @@ mod tests {
         assert_eq!(out, data);
         assert_eq!(decoder.body_len(), 100_000);
         assert!(decoder.is_done());
+    }
+
+    /// Decoding never panics, the outcome does not depend on how the input is
+    /// split ([`decode_every_way`] asserts that), and input is consumed up
+    /// to the end of the body or of the input.
+    #[test]
+    fn mutated_bodies_decode_consistently() {
+        let seeds: &[&[u8]] = &[b"5;a=\"b\"\r\nhello\r\n0\r\nX: y\r\n\r\n", b"1 ; a = b\r\nx\r\n00\r\n\r\n"];
+        let interesting = b"\x00\t\n\r \";=\"\\0aFg\x7f\x80";
+        let mut inputs = Vec::new();
+        for seed in seeds {
+            for i in 0..seed.len() {
+                let mut deleted = seed.to_vec();
+                deleted.remove(i);
+                inputs.push(deleted);
+                for &b in interesting {
+                    let mut replaced = seed.to_vec();
+                    replaced[i] = b;
+                    inputs.push(replaced);
+                    let mut inserted = seed.to_vec();
+                    inserted.insert(i, b);
+                    inputs.push(inserted);
+                }
+            }
+        }
+        for input in inputs {
+            let (result, _, done) = decode_every_way(&input, 4);
+            if let Ok(consumed) = result {
+                assert!(done || consumed == input.len(), "{:?}", String::from_utf8_lossy(&input));
+            }
+        }
     }
 }

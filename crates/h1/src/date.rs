@@ -91,10 +91,7 @@ mod tests {
 
     #[test]
     fn clamps_unrepresentable_times() {
-        assert_eq!(
-            format_http_date(UNIX_EPOCH - Duration::from_secs(1)),
-            "Thu, 01 Jan 1970 00:00:00 GMT"
-        );
+        assert_eq!(format_http_date(UNIX_EPOCH - Duration::from_secs(1)), "Thu, 01 Jan 1970 00:00:00 GMT");
         let latest = "Fri, 31 Dec 9999 23:59:59 GMT";
         assert_eq!(format_http_date(at(253_402_300_799)), latest);
         assert_eq!(format_http_date(at(253_402_300_800)), latest);
@@ -143,9 +140,6 @@ mod tests {
         }
         let (cached_second, cached) = NOW.with(Cell::get).unwrap();
         assert_eq!(cached, second);
-        assert_eq!(
-            at(cached_second),
-            parse_http_date(std::str::from_utf8(&second).unwrap()).unwrap()
-        );
+        assert_eq!(at(cached_second), parse_http_date(std::str::from_utf8(&second).unwrap()).unwrap());
     }
 }

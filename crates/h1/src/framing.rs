@@ -138,6 +138,9 @@ fn parse_decimal(digits: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// Field values of each line, and the framing they lead to.
+    type Case = (&'static [&'static [u8]], Result<BodyFraming, ParseError>);
+
     fn framing(
         version: Version,
         content_lengths: &[&[u8]],
@@ -169,7 +172,7 @@ mod tests {
     fn content_length_values() {
         let bad = INVALID_CONTENT_LENGTH;
         let conflict = ParseError::BadRequest("conflicting Content-Length");
-        let cases: &[(&[&[u8]], Result<BodyFraming, ParseError>)] = &[
+        let cases: &[Case] = &[
             (&[], Ok(BodyFraming::None)),
             (&[b"0"], Ok(BodyFraming::Length(0))),
             (&[b"42"], Ok(BodyFraming::Length(42))),
@@ -206,7 +209,7 @@ mod tests {
         const TWICE: ParseError = ParseError::BadRequest("chunked applied more than once");
         const INVALID: ParseError = ParseError::BadRequest("invalid Transfer-Encoding");
         const UNSUPPORTED: ParseError = ParseError::NotImplemented("unsupported transfer-coding");
-        let cases: &[(&[&[u8]], Result<BodyFraming, ParseError>)] = &[
+        let cases: &[Case] = &[
             (&[b"chunked"], Ok(BodyFraming::Chunked)),
             (&[b"Chunked"], Ok(BodyFraming::Chunked)),
             (&[b"CHUNKED"], Ok(BodyFraming::Chunked)),

@@ -339,17 +339,7 @@ fn parse_request_line(line: &[u8]) -> Result<Option<RequestLine<'_>>, ParseError
     // HTTP-version = "HTTP" "/" DIGIT "." DIGIT, case-sensitive (RFC 9112 §2.3).
     let version_start = target_end + 1;
     let (version, after) = line[version_start..].split_at((line.len() - version_start).min(8));
-    let version_ok =
-        version.iter().zip(b"HTTP/#.#").all(
-            |(&b, &pattern)| {
-                if pattern == b'#' {
-                    b.is_ascii_digit()
-                } else {
-                    b == pattern
-                }
-            },
-        );
-    if !version_ok {
+    if !is_version_prefix(version) {
         return Err(INVALID_VERSION);
     }
     match after {
@@ -377,6 +367,14 @@ fn parse_request_line(line: &[u8]) -> Result<Option<RequestLine<'_>>, ParseError
 
 const INVALID_VERSION: ParseError = ParseError::BadRequest("invalid HTTP version");
 
+/// Whether `version` is the start of `HTTP/DIGIT.DIGIT`.
+fn is_version_prefix(version: &[u8]) -> bool {
+    version.iter().zip(b"HTTP/#.#").all(|(&b, &expected)| match expected {
+        b'#' => b.is_ascii_digit(),
+        _ => b == expected,
+    })
+}
+
 /// `bytes` has been checked to be ASCII, which is always UTF-8.
 fn ascii(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).expect("checked to be ASCII")
@@ -400,8 +398,8 @@ fn field_section_error(error: httparse::Error) -> ParseError {
     }
 }
 
-/// Checks the line ends and lengths of a complete field section, given
-/// including its final empty line.
+/// Checks the line ends and lengths of a complete field section, including
+/// the empty line that ends it.
 ///
 /// httparse accepts a bare LF as line end, which we do not (see
 /// [`INVALID_LINE_ENDING`]); a lone CR it already rejects.
@@ -463,7 +461,7 @@ fn validate(
             return Err(ParseError::BadRequest("invalid Host header"));
         }
         // A valid authority is ASCII.
-        host_field => host_field.map(|value| ascii(value)),
+        host_field => host_field.map(ascii),
     };
     let framing = framing.finish(line.version)?;
     let (keep_alive, expect_continue) = match line.version {

@@ -85,10 +85,7 @@ impl ResponseHead {
 
     /// Like [`new`](Self::new), reserving `cap` bytes for the whole head.
     pub fn with_capacity(status: u16, cap: usize) -> Self {
-        debug_assert!(
-            (100..=999).contains(&status),
-            "status code {status} does not have three digits"
-        );
+        debug_assert!((100..=999).contains(&status), "status code {status} does not have three digits");
         let mut buf = Vec::with_capacity(cap);
         buf.extend_from_slice(b"HTTP/1.1 ");
         let digits = [status / 100 % 10, status / 10 % 10, status % 10];
@@ -109,21 +106,14 @@ impl ResponseHead {
     /// never split the response.
     pub fn header(&mut self, name: &str, value: impl AsRef<[u8]>) -> &mut Self {
         let value = value.as_ref();
-        debug_assert!(
-            crate::syntax::is_token(name.as_bytes()),
-            "invalid field name {name:?}"
-        );
+        debug_assert!(crate::syntax::is_token(name.as_bytes()), "invalid field name {name:?}");
         let forbidden = |b: &u8| matches!(b, b'\r' | b'\n' | b'\0');
-        debug_assert!(
-            !value.iter().any(forbidden),
-            "CR, LF or NUL in the value of {name}"
-        );
+        debug_assert!(!value.iter().any(forbidden), "CR, LF or NUL in the value of {name}");
         self.buf.reserve(name.len() + value.len() + 4);
         self.buf.extend_from_slice(name.as_bytes());
         self.buf.extend_from_slice(b": ");
         if value.iter().any(forbidden) {
-            self.buf
-                .extend(value.iter().map(|b| if forbidden(b) { b' ' } else { *b }));
+            self.buf.extend(value.iter().map(|b| if forbidden(b) { b' ' } else { *b }));
         } else {
             self.buf.extend_from_slice(value);
         }
@@ -180,11 +170,7 @@ mod tests {
             (999, b"HTTP/1.1 999 \r\n\r\n"),
         ];
         for &(status, expected) in cases {
-            assert_eq!(
-                ResponseHead::new(status).finish(),
-                expected,
-                "{status}"
-            );
+            assert_eq!(ResponseHead::new(status).finish(), expected, "{status}");
         }
     }
 
@@ -194,9 +180,9 @@ mod tests {
         assert_eq!(
             defined,
             [
-                100, 101, 200, 201, 202, 203, 204, 205, 206, 300, 301, 302, 303, 304, 305, 307,
-                308, 400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414,
-                415, 416, 417, 421, 422, 426, 429, 431, 500, 501, 502, 503, 504, 505
+                100, 101, 200, 201, 202, 203, 204, 205, 206, 300, 301, 302, 303, 304, 305, 307, 308, 400,
+                401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417, 421,
+                422, 426, 429, 431, 500, 501, 502, 503, 504, 505
             ]
         );
         assert_eq!(reason_phrase(429), "Too Many Requests");

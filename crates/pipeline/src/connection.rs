@@ -26,6 +26,20 @@ pub enum Want {
     Write(Instant),
     /// Drop the socket.
     Close,
+    /// (Split mode only) a request is ready: take it with
+    /// [`Connection::take_request`], run the pipeline anywhere, and hand the
+    /// reply back with [`Connection::deliver`].
+    Process,
+}
+
+/// A parsed request on its way through the pipeline, for models that run
+/// the pipeline away from the connection (helper threads, stages).
+#[derive(Debug)]
+pub struct Request {
+    /// The parsed head.
+    pub head: RequestHead,
+    /// The connection's keep-alive decision, for the `Connection` header.
+    pub keep_alive: bool,
 }
 
 /// First read size; the buffer doubles up to what a maximal head needs.
@@ -57,6 +71,10 @@ pub struct Connection {
 enum Phase {
     /// Waiting for (the rest of) a request head.
     Head,
+    /// (Split mode) a request waits to be taken by the model.
+    Ready(Box<(Request, Plan)>),
+    /// (Split mode) the model is running the pipeline for it.
+    Processing(Box<Plan>),
     /// Sending a response.
     Write(Box<Pending>),
     /// Reading and dropping a request body nobody needs, to find the next request.
@@ -64,6 +82,16 @@ enum Phase {
     /// Closing after an error: our side is shut, input is drained for a
     /// while so the client reads the response instead of a reset (RFC 9112 §9.6).
     Linger { deadline: Instant },
+}
+
+/// What the connection decided about a request before the pipeline ran.
+#[derive(Debug)]
+struct Plan {
+    log: Option<LogRecord>,
+    /// Body bytes to drop after the response, if the connection stays open.
+    discard: u64,
+    /// Input may still be arriving that we will not read.
+    unread: bool,
 }
 
 #[derive(Debug)]
@@ -99,17 +127,59 @@ impl Connection {
         self.served
     }
 
-    /// Makes as much progress as `sock` allows. `stopping` asks to close at
-    /// the next request boundary (graceful shutdown).
+    /// Makes as much progress as `sock` allows, running the pipeline inline
+    /// on the calling thread. `stopping` asks to close at the next request
+    /// boundary (graceful shutdown).
     pub fn drive(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
+        self.run(sock, p, stopping, true)
+    }
+
+    /// Like [`drive`](Self::drive), but stops with [`Want::Process`] when a
+    /// request is ready instead of running the pipeline itself.
+    pub fn drive_split(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
+        self.run(sock, p, stopping, false)
+    }
+
+    /// Takes the request announced by [`Want::Process`].
+    pub fn take_request(&mut self) -> Option<Request> {
+        match std::mem::replace(&mut self.phase, Phase::Head) {
+            Phase::Ready(ready) => {
+                let (request, plan) = *ready;
+                self.phase = Phase::Processing(Box::new(plan));
+                Some(request)
+            }
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// Hands back the reply for the request taken with
+    /// [`take_request`](Self::take_request); drive the connection again to send it.
+    pub fn deliver(&mut self, reply: Reply, p: &Pipeline) {
+        let Phase::Processing(plan) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            panic!("deliver without a request taken");
+        };
+        self.respond_planned(*plan, reply, p);
+    }
+
+    fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: bool) -> Want {
         loop {
             match &mut self.phase {
+                Phase::Ready(_) | Phase::Processing(_) => return Want::Process,
                 Phase::Head => {
                     if self.start < self.end {
                         match h1::parse_request(&self.buf[self.start..self.end], &p.settings.limits) {
                             Ok(Parsed::Complete { head, len }) => {
                                 self.start += len;
-                                self.begin(head, p, stopping);
+                                let (request, plan) = self.plan(head, p, stopping);
+                                if inline {
+                                    let reply = p.handle(&request.head, request.keep_alive);
+                                    self.respond_planned(plan, reply, p);
+                                } else {
+                                    self.phase = Phase::Ready(Box::new((request, plan)));
+                                }
                                 continue;
                             }
                             Ok(Parsed::Partial) => {}
@@ -239,15 +309,16 @@ impl Connection {
         }
     }
 
-    fn begin(&mut self, head: RequestHead, p: &Pipeline, stopping: bool) {
+    /// Decides, before the pipeline runs, what happens to the connection
+    /// after this request.
+    fn plan(&self, head: RequestHead, p: &Pipeline, stopping: bool) -> (Request, Plan) {
         let settings = &p.settings;
         // A body no handler wants is read and dropped to find the next
         // request (RFC 9112 §6.3). One too large, chunked, or whose sender
         // waits for 100-continue is not worth it: answer and close instead
         // (RFC 9110 §10.1.1 allows either).
         let discard = match head.framing {
-            BodyFraming::None => Some(0),
-            BodyFraming::Length(0) => Some(0),
+            BodyFraming::None | BodyFraming::Length(0) => Some(0),
             BodyFraming::Length(n) if n <= settings.max_body && !head.expect_continue => Some(n),
             _ => None,
         };
@@ -255,8 +326,6 @@ impl Connection {
             && discard.is_some()
             && !stopping
             && self.served + 1 < settings.max_keepalive_requests;
-        let reply = p.handle(&head, keep_alive);
-        let close = reply.close || !keep_alive;
         let log = p.access_log.is_enabled().then(|| LogRecord {
             peer: self.info.peer.ip(),
             request_line: Some(format!(
@@ -265,13 +334,20 @@ impl Connection {
                 head.target,
                 version_str(head.version)
             )),
-            status: reply.status,
+            status: 0,
             body_bytes: 0,
             referer: head.header_str("Referer").map(str::to_owned),
             user_agent: head.header_str("User-Agent").map(str::to_owned),
         });
         let unread = self.start < self.end || head.framing != BodyFraming::None;
-        self.respond(reply, log, if close { 0 } else { discard.unwrap_or(0) }, close && unread, p);
+        let plan = Plan { log, discard: discard.unwrap_or(0), unread };
+        (Request { head, keep_alive }, plan)
+    }
+
+    fn respond_planned(&mut self, plan: Plan, reply: Reply, p: &Pipeline) {
+        let log = plan.log.map(|log| LogRecord { status: reply.status, ..log });
+        let close = reply.close;
+        self.respond(reply, log, if close { 0 } else { plan.discard }, close && plan.unread, p);
     }
 
     /// Answers input that is not a request: parse errors and timeouts.
@@ -374,6 +450,7 @@ pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
         let deadline = match conn.drive(&stream, p, stop.is_triggered()) {
             Want::Close => return,
             Want::Read(deadline) | Want::Write(deadline) => deadline,
+            Want::Process => unreachable!("drive runs the pipeline inline"),
         };
         if Instant::now() >= deadline && !conn.timed_out(p) {
             return;

@@ -102,7 +102,7 @@ pub(crate) enum Found {
     AddSlash,
     Listing(String),
     Forbidden,
-    NotFound,
+    Missing,
     Failed(io::Error),
 }
 
@@ -144,7 +144,7 @@ impl Site {
                 match site.files.get(key.as_str()) {
                     Some(entry) => Found::Resource(Resource::Memory(entry.clone())),
                     None if site.dirs.contains(path) => Found::AddSlash,
-                    None => Found::NotFound,
+                    None => Found::Missing,
                 }
             }
             Site::Dir(root) => lookup_dir(root, path, cache, settings),
@@ -221,7 +221,7 @@ fn load_file(root: &DocRoot, path: &str, meta: &std::fs::Metadata, cache: &Cache
 fn from_io(e: io::Error) -> Found {
     match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory | io::ErrorKind::InvalidFilename => {
-            Found::NotFound
+            Found::Missing
         }
         io::ErrorKind::PermissionDenied => Found::Forbidden,
         _ => Found::Failed(e),

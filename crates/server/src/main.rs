@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve a directory (or, with no ROOT, the built-in demo site)
-    Serve(config::ServeOptions),
+    Serve(Box<config::ServeOptions>),
     /// List the concurrency models
     Models,
 }
@@ -26,7 +26,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(options) => serve::main(options),
+        Command::Serve(options) => serve::main(*options),
         Command::Models => {
             for m in models::MODELS {
                 println!("{:<12} {:<8} {}", m.name, m.paper_name, m.summary);

@@ -28,10 +28,7 @@ fn parse_complete_with(input: &[u8], limits: &Limits) -> (RequestHead, usize) {
     for end in len..input.len() {
         assert_eq!(
             parse_request(&input[..end], limits),
-            Ok(Parsed::Complete {
-                head: head.clone(),
-                len
-            }),
+            Ok(Parsed::Complete { head: head.clone(), len }),
             "prefix of {end} bytes of {:?}",
             show(input)
         );
@@ -46,12 +43,7 @@ fn parse_complete(input: &[u8]) -> (RequestHead, usize) {
 /// Asserts that `input` is refused with `expected`, and that each prefix of
 /// it is either still `Partial` or already refused the same way.
 fn assert_refused_with(input: &[u8], limits: &Limits, expected: ParseError) {
-    assert_eq!(
-        parse_request(input, limits),
-        Err(expected),
-        "{:?}",
-        show(input)
-    );
+    assert_eq!(parse_request(input, limits), Err(expected), "{:?}", show(input));
     for end in 0..input.len() {
         let result = parse_request(&input[..end], limits);
         assert!(
@@ -96,14 +88,8 @@ fn simple_get() {
             query: Some("a=1".into()),
             version: Version::Http11,
             headers: vec![
-                Header {
-                    name: "Host".into(),
-                    value: b"example.com".to_vec()
-                },
-                Header {
-                    name: "User-Agent".into(),
-                    value: b"t".to_vec()
-                },
+                Header { name: "Host".into(), value: b"example.com".to_vec() },
+                Header { name: "User-Agent".into(), value: b"t".to_vec() },
             ],
             host: Some("example.com".into()),
             framing: BodyFraming::None,
@@ -462,26 +448,11 @@ fn request_target_forms() {
         (b"GET ftp://h/ HTTP/1.1\r\nHost: h\r\n\r\n", TARGET),
         (b"GET ?q HTTP/1.1\r\nHost: h\r\n\r\n", TARGET),
         (b"OPTIONS */x HTTP/1.1\r\nHost: h\r\n\r\n", TARGET),
-        (
-            b"GET * HTTP/1.1\r\nHost: h\r\n\r\n",
-            BadRequest("asterisk-form target without OPTIONS"),
-        ),
-        (
-            b"CONNECT / HTTP/1.1\r\nHost: h\r\n\r\n",
-            BadRequest("CONNECT needs an authority-form target"),
-        ),
-        (
-            b"CONNECT h HTTP/1.1\r\nHost: h\r\n\r\n",
-            BadRequest("CONNECT needs an authority-form target"),
-        ),
-        (
-            b"GET http://u@h/ HTTP/1.1\r\nHost: h\r\n\r\n",
-            BadRequest("invalid authority in request-target"),
-        ),
-        (
-            b"GET http:///p HTTP/1.1\r\nHost: h\r\n\r\n",
-            BadRequest("invalid authority in request-target"),
-        ),
+        (b"GET * HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest("asterisk-form target without OPTIONS")),
+        (b"CONNECT / HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest("CONNECT needs an authority-form target")),
+        (b"CONNECT h HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest("CONNECT needs an authority-form target")),
+        (b"GET http://u@h/ HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest("invalid authority in request-target")),
+        (b"GET http:///p HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest("invalid authority in request-target")),
     ];
     for &(input, expected) in cases {
         assert_refused(input, expected);
@@ -590,23 +561,11 @@ fn content_length() {
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1 0\r\n\r\n", invalid),
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n", invalid),
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5,\r\n\r\n", invalid),
-        (
-            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 18446744073709551616\r\n\r\n",
-            invalid,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
-            invalid,
-        ),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 18446744073709551616\r\n\r\n", invalid),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n", invalid),
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 10\r\n\r\n", conflicting),
-        (
-            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
-            conflicting,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: h\r\ncontent-length: 5\r\nContent-Length: 50\r\n\r\n",
-            conflicting,
-        ),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", conflicting),
+        (b"POST / HTTP/1.1\r\nHost: h\r\ncontent-length: 5\r\nContent-Length: 50\r\n\r\n", conflicting),
     ];
     for &(input, expected) in cases {
         assert_refused(input, expected);
@@ -620,14 +579,8 @@ fn transfer_encoding() {
     let twice = BadRequest("chunked applied more than once");
     let unsupported = NotImplemented("unsupported transfer-coding");
     let cases: &[(&[u8], ParseError)] = &[
-        (
-            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
-            both,
-        ),
-        (
-            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n",
-            both,
-        ),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", both),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", both),
         (
             b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
             BadRequest("Transfer-Encoding in an HTTP/1.0 request"),
@@ -674,12 +627,7 @@ fn statuses_of_the_errors() {
 }
 
 fn small_limits() -> Limits {
-    Limits {
-        max_request_line: 32,
-        max_header_bytes: 128,
-        max_headers: 4,
-        max_field_size: 24,
-    }
+    Limits { max_request_line: 32, max_header_bytes: 128, max_headers: 4, max_field_size: 24 }
 }
 
 fn get_with_target(target_len: usize) -> Vec<u8> {
@@ -691,12 +639,7 @@ fn get_with_target(target_len: usize) -> Vec<u8> {
 fn default_limits() {
     let limits = Limits::default();
     assert_eq!(
-        (
-            limits.max_request_line,
-            limits.max_header_bytes,
-            limits.max_headers,
-            limits.max_field_size
-        ),
+        (limits.max_request_line, limits.max_header_bytes, limits.max_headers, limits.max_field_size),
         (8192, 32768, 100, 8192)
     );
     // A request line of exactly 8192 bytes, and one more.
@@ -728,17 +671,13 @@ fn request_line_limit() {
 
 #[test]
 fn header_bytes_limit() {
-    let limits = Limits {
-        max_field_size: 1000,
-        ..small_limits()
-    };
-    // "GET / HTTP/1.1\r\nHost: h\r\nX: " is 29 bytes, then value, CRLF, CRLF.
-    let with_value = |len: usize| {
-        format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n", "v".repeat(len)).into_bytes()
-    };
-    let (_, len) = parse_complete_with(&with_value(128 - 33), &limits);
+    let limits = Limits { max_field_size: 1000, ..small_limits() };
+    // "GET / HTTP/1.1\r\nHost: h\r\nX: " is 28 bytes, then value, CRLF, CRLF.
+    let with_value =
+        |len: usize| format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n", "v".repeat(len)).into_bytes();
+    let (_, len) = parse_complete_with(&with_value(128 - 32), &limits);
     assert_eq!(len, 128);
-    assert_refused_with(&with_value(128 - 32), &limits, HeadersTooLarge);
+    assert_refused_with(&with_value(128 - 31), &limits, HeadersTooLarge);
     // A head that never ends is refused once it has reached the limit.
     let endless = with_value(10_000);
     assert_eq!(parse_request(&endless[..127], &limits), Ok(Parsed::Partial));
@@ -748,10 +687,7 @@ fn header_bytes_limit() {
     assert_eq!(parse_request(&blank.as_bytes()[..127], &limits), Ok(Parsed::Partial));
     assert_eq!(parse_request(blank.as_bytes(), &limits), Err(HeadersTooLarge));
     // And a request line that alone exceeds the head limit.
-    let limits = Limits {
-        max_request_line: 1000,
-        ..limits
-    };
+    let limits = Limits { max_request_line: 1000, ..limits };
     assert_refused_with(&get_with_target(200), &limits, HeadersTooLarge);
 }
 
@@ -769,18 +705,12 @@ fn field_count_limit() {
     assert_refused(&with_fields(101), HeadersTooLarge);
 
     // More slots than fit on the stack.
-    let limits = Limits {
-        max_headers: 300,
-        ..Limits::default()
-    };
+    let limits = Limits { max_headers: 300, ..Limits::default() };
     let (head, _) = parse_complete_with(&with_fields(300), &limits);
     assert_eq!(head.headers.len(), 300);
     assert_refused_with(&with_fields(301), &limits, HeadersTooLarge);
 
-    let no_fields = Limits {
-        max_headers: 0,
-        ..Limits::default()
-    };
+    let no_fields = Limits { max_headers: 0, ..Limits::default() };
     parse_complete_with(b"GET / HTTP/1.0\r\n\r\n", &no_fields);
     assert_refused_with(b"GET / HTTP/1.0\r\nX: y\r\n\r\n", &no_fields, HeadersTooLarge);
 }
@@ -789,9 +719,8 @@ fn field_count_limit() {
 fn field_size_limit() {
     let limits = small_limits();
     // "X-Long: " is 8 bytes.
-    let with_value = |len: usize| {
-        format!("GET / HTTP/1.1\r\nHost: h\r\nX-Long: {}\r\n\r\n", "v".repeat(len)).into_bytes()
-    };
+    let with_value =
+        |len: usize| format!("GET / HTTP/1.1\r\nHost: h\r\nX-Long: {}\r\n\r\n", "v".repeat(len)).into_bytes();
     parse_complete_with(&with_value(24 - 8), &limits);
     assert_refused_with(&with_value(24 - 7), &limits, HeadersTooLarge);
     // Trailing whitespace counts too.
@@ -800,19 +729,65 @@ fn field_size_limit() {
     // A line that never ends is refused once it is over the limit.
     let endless = with_value(100);
     let line_start = 25;
-    assert_eq!(
-        parse_request(&endless[..line_start + 24], &limits),
-        Ok(Parsed::Partial)
-    );
-    assert_eq!(
-        parse_request(&endless[..line_start + 25], &limits),
-        Err(HeadersTooLarge)
-    );
+    assert_eq!(parse_request(&endless[..line_start + 24], &limits), Ok(Parsed::Partial));
+    assert_eq!(parse_request(&endless[..line_start + 25], &limits), Err(HeadersTooLarge));
 
     // The default: 8192 bytes per field line.
-    let value = |len: usize| {
-        format!("GET / HTTP/1.1\r\nHost: h\r\nCookie: {}\r\n\r\n", "c".repeat(len)).into_bytes()
-    };
+    let value =
+        |len: usize| format!("GET / HTTP/1.1\r\nHost: h\r\nCookie: {}\r\n\r\n", "c".repeat(len)).into_bytes();
     assert!(matches!(parse(&value(8192 - 8)), Ok(Parsed::Complete { .. })));
     assert_eq!(parse(&value(8192 - 7)), Err(HeadersTooLarge));
+}
+
+/// Bytes that mean something somewhere in a head.
+const INTERESTING: &[u8] = b"\x00\t\n\r \"#%,/:;?@[\\]aZ0\x7f\x80\xff";
+
+/// Every single-byte replacement, deletion and insertion applied to `seed`.
+fn mutations(seed: &[u8]) -> Vec<Vec<u8>> {
+    let mut all = Vec::new();
+    for i in 0..seed.len() {
+        let mut deleted = seed.to_vec();
+        deleted.remove(i);
+        all.push(deleted);
+        for &b in INTERESTING {
+            let mut replaced = seed.to_vec();
+            replaced[i] = b;
+            all.push(replaced);
+            let mut inserted = seed.to_vec();
+            inserted.insert(i, b);
+            all.push(inserted);
+        }
+    }
+    all
+}
+
+/// Whatever the input, the parser does not panic, and feeding it a prefix
+/// never contradicts what it says about the whole: a prefix is `Partial`,
+/// the same error, or (past the head) the same head.
+#[test]
+fn mutated_requests_parse_consistently() {
+    let seeds: &[&[u8]] = &[
+        b"GET /a?b HTTP/1.1\r\nHost: h:1\r\nConnection: close\r\n\r\n",
+        b"POST http://h/ HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"\r\nPUT / HTTP/1.0\r\nContent-Length: 1\r\n\r\nx",
+        b"CONNECT [::1]:443 HTTP/1.1\r\nHost: [::1]:443\r\n\r\n",
+    ];
+    let limits = Limits { max_request_line: 40, max_header_bytes: 90, max_headers: 3, max_field_size: 30 };
+    for seed in seeds {
+        for input in mutations(seed) {
+            let whole = parse_request(&input, &limits);
+            for end in 0..input.len() {
+                let prefix = parse_request(&input[..end], &limits);
+                let consistent = match (&prefix, &whole) {
+                    (Ok(Parsed::Partial), _) => true,
+                    (Err(a), Err(b)) => a == b,
+                    (Ok(Parsed::Complete { len, .. }), Ok(Parsed::Complete { len: whole_len, .. })) => {
+                        prefix == whole && len == whole_len
+                    }
+                    _ => false,
+                };
+                assert!(consistent, "{:?}: prefix of {end}: {prefix:?}, whole: {whole:?}", show(&input));
+            }
+        }
+    }
 }
