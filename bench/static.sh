@@ -22,8 +22,9 @@
 #   SERVER_CPU  CPU the servers are pinned to            [0]
 #   LOAD_CPU    CPU wrk is pinned to                     [1]
 #   NOISE_PCT   other jobs' CPU use (% of a core) that counts as noise [5]
-#   QUIET_TIMEOUT  before each run, wait up to this many s for other jobs to go quiet [120]
+#   QUIET_TIMEOUT  before each run, wait up to this many s for other jobs to go quiet [60]
 #   RETRY_NOISY    re-measure a run up to this many times if it was noisy [2]
+#   NOISE_BUDGET   total s the whole run may spend waiting and re-measuring [900]
 #   BENCH_MD    markdown file to update, "off" to skip   [<repo>/BENCHMARKS.md]
 #   RESULTS_DIR raw output directory                     [<repo>/bench/results/<timestamp>]
 #
@@ -168,12 +169,13 @@ wait_quiet() {
             if [ "$waited" -gt 0 ]; then log "quiet again after ${waited} s"; fi
             return 0
         fi
-        if [ "$waited" -ge "$QUIET_TIMEOUT" ]; then
+        if [ "$waited" -ge "$QUIET_TIMEOUT" ] || [ "$SPENT_ON_NOISE" -ge "$NOISE_BUDGET" ]; then
             log "other jobs still use ${pct}% of a core after ${waited} s; measuring anyway"
             return 0
         fi
         if [ "$waited" -eq 0 ]; then log "other jobs use ${pct}% of a core; waiting up to ${QUIET_TIMEOUT} s for quiet"; fi
         waited=$((waited + 1))
+        SPENT_ON_NOISE=$((SPENT_ON_NOISE + 1))
     done
 }
 
@@ -411,8 +413,10 @@ run_no=0
 NOISY=0
 RETRIED=0
 NOISE_PCT=${NOISE_PCT:-5}
-QUIET_TIMEOUT=${QUIET_TIMEOUT:-120}
+QUIET_TIMEOUT=${QUIET_TIMEOUT:-60}
 RETRY_NOISY=${RETRY_NOISY:-2}
+NOISE_BUDGET=${NOISE_BUDGET:-900}
+SPENT_ON_NOISE=0
 T0=$(date +%s)
 log "measuring: $total_runs runs of $DURATION (+$WARMUP warm-up) — about $(( total_runs * (DUR_S + WARM_S + 1) / 60 + 1 )) min"
 
@@ -466,7 +470,8 @@ for round in $(seq 1 "$ROUNDS"); do
                 other=$(awk -v t="$(( (all_after - all_before) - (ours_after - ours_before) ))" -v hz="$CLK_TCK" -v d="$DUR_S" \
                     'BEGIN { v = 100 * t / hz / d; if (v < 0) v = 0; printf "%.0f", v }')
                 if [ "$other" -lt "$NOISE_PCT" ]; then break; fi
-                if [ "$attempt" -le "$RETRY_NOISY" ]; then
+                if [ "$attempt" -le "$RETRY_NOISY" ] && [ "$SPENT_ON_NOISE" -lt "$NOISE_BUDGET" ]; then
+                    SPENT_ON_NOISE=$((SPENT_ON_NOISE + DUR_S + WARM_S))
                     log "other jobs used ${other}% of a core during $s $c (round $round): measuring again"
                     RETRIED=$((RETRIED + 1))
                     continue
@@ -585,7 +590,7 @@ BLOCK=$WORK/block.md
     echo
     cat "$UTIL"
     echo
-    echo "Each run waits until other jobs use < $NOISE_PCT % of a core (up to $QUIET_TIMEOUT s) and is re-measured (up to $RETRY_NOISY times) if they used more during it; $RETRIED run(s) were re-measured."
+    echo "Each run waits until other jobs use < $NOISE_PCT % of a core (up to $QUIET_TIMEOUT s) and is re-measured (up to $RETRY_NOISY times) if they used more during it, within a budget of $NOISE_BUDGET s; $RETRIED run(s) were re-measured, $SPENT_ON_NOISE s spent."
     if [ "$NOISY" -gt 0 ]; then
         echo
         echo "**$NOISY of $total_runs runs had other jobs using ≥ $NOISE_PCT % of a core (column \`other_jobs_pct\` in \`runs.csv\`): treat those figures with care.**"

@@ -34,6 +34,10 @@ pub struct Tuning {
     pub threads: usize,
     /// Connections that may wait between accept and a worker.
     pub queue: usize,
+    /// Event loops (one thread each) for the event-driven models.
+    pub workers: usize,
+    /// Helper threads that run blocking work for an event loop (`amped`).
+    pub helpers: usize,
 }
 
 impl Default for Tuning {
@@ -41,7 +45,7 @@ impl Default for Tuning {
         // Blocking models hold a thread per open connection, keep-alive
         // included, so the pool must exceed the clients a benchmark opens
         // (wrk's 50 by default; Apache worker runs 25 per child × 16).
-        Tuning { threads: 128, queue: 1024 }
+        Tuning { threads: 128, queue: 1024, workers: 1, helpers: 4 }
     }
 }
 

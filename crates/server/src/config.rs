@@ -35,6 +35,14 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub queue: Option<usize>,
 
+    /// Event loops, one thread each (event-driven models) [default: 1]
+    #[arg(short, long, env = "MODUS_WORKERS", value_name = "N")]
+    pub workers: Option<usize>,
+
+    /// Helper threads for blocking disk work (amped) [default: 4]
+    #[arg(long, value_name = "N")]
+    pub helpers: Option<usize>,
+
     /// TOML file with any of these options (keys are the long flag names)
     #[arg(short, long, env = "MODUS_CONFIG", value_name = "FILE")]
     #[serde(skip)]
@@ -160,6 +168,8 @@ impl ServeOptions {
             model: Some("pool".into()),
             threads: Some(t.threads),
             queue: Some(t.queue),
+            workers: Some(t.workers),
+            helpers: Some(t.helpers),
             access_log: Some("-".into()),
             error_log: Some("-".into()),
             keepalive_timeout: Some(Dur(d.keepalive_timeout)),
@@ -180,6 +190,17 @@ impl ServeOptions {
         };
         self.layer_over(defaults);
         self
+    }
+
+    /// The models' knobs (call after [`resolve`](Self::resolve)).
+    pub fn tuning(&self) -> models::Tuning {
+        let d = models::Tuning::default();
+        models::Tuning {
+            threads: self.threads.unwrap_or(d.threads),
+            queue: self.queue.unwrap_or(d.queue),
+            workers: self.workers.unwrap_or(d.workers),
+            helpers: self.helpers.unwrap_or(d.helpers),
+        }
     }
 
     /// The request core's settings (call after [`resolve`](Self::resolve)).

@@ -133,10 +133,7 @@ impl Server {
             listener,
             pipeline: self.pipeline.clone(),
             shutdown: shutdown.clone(),
-            tuning: models::Tuning {
-                threads: options.threads.unwrap_or(models::Tuning::default().threads),
-                queue: options.queue.unwrap_or(models::Tuning::default().queue),
-            },
+            tuning: options.tuning(),
         };
         let (done_tx, done_rx) = mpsc::channel();
         let run = self.model.run;
