@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 mod accept;
+mod per_request;
 mod pool;
 
 use std::io;
@@ -38,6 +39,8 @@ pub struct Tuning {
     pub workers: usize,
     /// Helper threads that run blocking work for an event loop (`amped`).
     pub helpers: usize,
+    /// Safety cap on threads for `per-request`: beyond it, 503.
+    pub max_threads: usize,
 }
 
 impl Default for Tuning {
@@ -45,7 +48,7 @@ impl Default for Tuning {
         // Blocking models hold a thread per open connection, keep-alive
         // included, so the pool must exceed the clients a benchmark opens
         // (wrk's 50 by default; Apache worker runs 25 per child × 16).
-        Tuning { threads: 128, queue: 1024, workers: 1, helpers: 4 }
+        Tuning { threads: 128, queue: 1024, workers: 1, helpers: 4, max_threads: 4096 }
     }
 }
 
@@ -79,7 +82,7 @@ pub struct ModelInfo {
 }
 
 /// The one list of models.
-pub const MODELS: &[ModelInfo] = &[pool::MODEL];
+pub const MODELS: &[ModelInfo] = &[per_request::MODEL, pool::MODEL];
 
 /// Looks a model up by its `--model` name.
 pub fn find(name: &str) -> Option<&'static ModelInfo> {

@@ -457,3 +457,35 @@ pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
         }
     }
 }
+
+/// Turns a connection away because the server is at capacity: a `503`
+/// with `Retry-After`, written without blocking and without a thread, then
+/// closed. Whatever request bytes already arrived are drained first, so
+/// the close does not become a reset that destroys the response.
+pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
+    let Ok(peer) = stream.peer_addr() else { return };
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut drain = [0u8; 4096];
+    let mut first = Vec::new();
+    while let Ok(n @ 1..) = (&stream).read(&mut drain) {
+        if first.is_empty() {
+            first.extend_from_slice(&drain[..n]);
+        }
+    }
+    let mut reply =
+        reply::error_page(&p.settings, 503, h1::Version::Http11, false, false, &[("Retry-After", "1")]);
+    let _ = reply.out.write_to(&stream);
+    let _ = stream.shutdown(Direction::Write);
+    if p.access_log.is_enabled() {
+        p.access_log.record(&LogRecord {
+            peer: peer.ip(),
+            request_line: first_line(&first),
+            status: 503,
+            body_bytes: reply.out.bytes_sent().saturating_sub(reply.head_len),
+            referer: None,
+            user_agent: None,
+        });
+    }
+}

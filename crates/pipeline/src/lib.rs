@@ -30,7 +30,7 @@ mod site;
 
 pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
-pub use connection::{serve_blocking, ConnInfo, Connection, Request, Want, BLOCKING_TICK};
+pub use connection::{refuse_overloaded, serve_blocking, ConnInfo, Connection, Request, Want, BLOCKING_TICK};
 pub use errorlog::ErrorLog;
 pub use reply::Reply;
 pub use settings::Settings;

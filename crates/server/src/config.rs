@@ -39,6 +39,10 @@ pub struct ServeOptions {
     #[arg(short, long, env = "MODUS_WORKERS", value_name = "N")]
     pub workers: Option<usize>,
 
+    /// Thread cap for per-request: beyond it connections get 503 [default: 4096]
+    #[arg(long, value_name = "N")]
+    pub max_threads: Option<usize>,
+
     /// Helper threads for blocking disk work (amped) [default: 4]
     #[arg(long, value_name = "N")]
     pub helpers: Option<usize>,
@@ -140,6 +144,9 @@ impl ServeOptions {
             model,
             threads,
             queue,
+            workers,
+            helpers,
+            max_threads,
             access_log,
             error_log,
             keepalive_timeout,
@@ -170,6 +177,7 @@ impl ServeOptions {
             queue: Some(t.queue),
             workers: Some(t.workers),
             helpers: Some(t.helpers),
+            max_threads: Some(t.max_threads),
             access_log: Some("-".into()),
             error_log: Some("-".into()),
             keepalive_timeout: Some(Dur(d.keepalive_timeout)),
@@ -200,6 +208,7 @@ impl ServeOptions {
             queue: self.queue.unwrap_or(d.queue),
             workers: self.workers.unwrap_or(d.workers),
             helpers: self.helpers.unwrap_or(d.helpers),
+            max_threads: self.max_threads.unwrap_or(d.max_threads),
         }
     }
 

@@ -84,6 +84,7 @@ macro_rules! models {
 mod conformance {
     // One line per concurrency model: `module_ident => "--model name"`.
     models! {
+        per_request => "per-request",
         pool => "pool",
     }
 }
