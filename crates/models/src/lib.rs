@@ -41,6 +41,21 @@ pub struct Tuning {
     pub helpers: usize,
     /// Safety cap on threads for `per-request`: beyond it, 503.
     pub max_threads: usize,
+    /// Threads per stage for `staged`, e.g. `read=2,data=2,cgi=4,write=2,log=1`.
+    pub stage_threads: String,
+    /// Fixed process count (`perchild`).
+    pub processes: usize,
+    /// Fewest idle workers kept ready (processes for `prefork`, threads for `worker`/`perchild`).
+    pub min_spare: usize,
+    /// Most idle workers kept; extra ones are retired.
+    pub max_spare: usize,
+    /// Most connections served at once across all processes (Apache's MaxClients).
+    pub max_clients: usize,
+    /// Threads in each child process (`worker`; the upper bound for `perchild`).
+    pub threads_per_child: usize,
+    /// Time in-flight requests get after a stop request (process models
+    /// enforce it on their children; the server enforces it for the others).
+    pub shutdown_timeout: std::time::Duration,
 }
 
 impl Default for Tuning {
@@ -48,7 +63,22 @@ impl Default for Tuning {
         // Blocking models hold a thread per open connection, keep-alive
         // included, so the pool must exceed the clients a benchmark opens
         // (wrk's 50 by default; Apache worker runs 25 per child × 16).
-        Tuning { threads: 128, queue: 1024, workers: 1, helpers: 4, max_threads: 4096 }
+        Tuning {
+            threads: 128,
+            queue: 1024,
+            workers: 1,
+            helpers: 4,
+            max_threads: 4096,
+            stage_threads: "read=2,data=2,cgi=4,write=2,log=1".into(),
+            processes: 2,
+            // Apache's prefork defaults: MinSpareServers 5, MaxSpareServers
+            // 10, MaxRequestWorkers 256; worker's ThreadsPerChild 25.
+            min_spare: 5,
+            max_spare: 10,
+            max_clients: 256,
+            threads_per_child: 25,
+            shutdown_timeout: std::time::Duration::from_secs(10),
+        }
     }
 }
 

@@ -43,6 +43,30 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub max_threads: Option<usize>,
 
+    /// Threads per stage (staged), e.g. read=2,data=2,cgi=4,write=2,log=1
+    #[arg(long, value_name = "STAGE=N,...")]
+    pub stage_threads: Option<String>,
+
+    /// Fixed number of processes (perchild) [default: 2]
+    #[arg(long, value_name = "N")]
+    pub processes: Option<usize>,
+
+    /// Fewest idle workers kept ready (prefork: processes; worker/perchild: threads) [default: 5]
+    #[arg(long, value_name = "N")]
+    pub min_spare: Option<usize>,
+
+    /// Most idle workers kept [default: 10]
+    #[arg(long, value_name = "N")]
+    pub max_spare: Option<usize>,
+
+    /// Most connections served at once, all processes together (Apache MaxClients) [default: 256]
+    #[arg(long, value_name = "N")]
+    pub max_clients: Option<usize>,
+
+    /// Threads per child process (worker; upper bound for perchild) [default: 25]
+    #[arg(long, value_name = "N")]
+    pub threads_per_child: Option<usize>,
+
     /// Helper threads for blocking disk work (amped) [default: 4]
     #[arg(long, value_name = "N")]
     pub helpers: Option<usize>,
@@ -127,43 +151,16 @@ pub struct ServeOptions {
     pub print_config: bool,
 }
 
-macro_rules! layer {
-    ($top:expr, $bottom:expr, $($field:ident),* $(,)?) => {
-        $( if $top.$field.is_none() { $top.$field = $bottom.$field.take(); } )*
-    };
-}
-
 impl ServeOptions {
-    /// Fills options not given on the command line from `file`.
-    pub fn layer_over(&mut self, mut file: ServeOptions) {
-        layer!(
-            self,
-            file,
-            root,
-            listen,
-            model,
-            threads,
-            queue,
-            workers,
-            helpers,
-            max_threads,
-            access_log,
-            error_log,
-            keepalive_timeout,
-            header_timeout,
-            send_timeout,
-            shutdown_timeout,
-            max_keepalive_requests,
-            max_request_line,
-            max_header_bytes,
-            max_headers,
-            max_body,
-            cache_size,
-            max_cached_file,
-            max_ranges,
-            browse,
-            follow_symlinks,
-        );
+    /// Fills the options not set here from `lower` (a config file, or the
+    /// defaults). Works on the serialised form, where unset options are
+    /// absent, so a new option needs no change here.
+    pub fn layer_over(&mut self, lower: ServeOptions) {
+        let mut merged = toml::Table::try_from(&lower).expect("options serialise");
+        merged.extend(toml::Table::try_from(&*self).expect("options serialise"));
+        let layered: ServeOptions = merged.try_into().expect("options round-trip");
+        let ServeOptions { config, check, print_config, .. } = std::mem::take(self);
+        *self = ServeOptions { config, check, print_config, ..layered };
     }
 
     /// Applies the defaults.
@@ -178,12 +175,18 @@ impl ServeOptions {
             workers: Some(t.workers),
             helpers: Some(t.helpers),
             max_threads: Some(t.max_threads),
+            stage_threads: Some(t.stage_threads.clone()),
+            processes: Some(t.processes),
+            min_spare: Some(t.min_spare),
+            max_spare: Some(t.max_spare),
+            max_clients: Some(t.max_clients),
+            threads_per_child: Some(t.threads_per_child),
             access_log: Some("-".into()),
             error_log: Some("-".into()),
             keepalive_timeout: Some(Dur(d.keepalive_timeout)),
             header_timeout: Some(Dur(d.header_timeout)),
             send_timeout: Some(Dur(d.send_timeout)),
-            shutdown_timeout: Some(Dur(Duration::from_secs(10))),
+            shutdown_timeout: Some(Dur(t.shutdown_timeout)),
             max_keepalive_requests: Some(d.max_keepalive_requests),
             max_request_line: Some(d.limits.max_request_line),
             max_header_bytes: Some(d.limits.max_header_bytes),
@@ -209,6 +212,13 @@ impl ServeOptions {
             workers: self.workers.unwrap_or(d.workers),
             helpers: self.helpers.unwrap_or(d.helpers),
             max_threads: self.max_threads.unwrap_or(d.max_threads),
+            stage_threads: self.stage_threads.clone().unwrap_or(d.stage_threads),
+            processes: self.processes.unwrap_or(d.processes),
+            min_spare: self.min_spare.unwrap_or(d.min_spare),
+            max_spare: self.max_spare.unwrap_or(d.max_spare),
+            max_clients: self.max_clients.unwrap_or(d.max_clients),
+            threads_per_child: self.threads_per_child.unwrap_or(d.threads_per_child),
+            shutdown_timeout: self.shutdown_timeout.map_or(d.shutdown_timeout, |t| t.0),
         }
     }
 

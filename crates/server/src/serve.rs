@@ -104,8 +104,6 @@ impl Server {
             .with_context(|| format!("listening on {}", self.addr))?;
         let local = listener.local_addr()?;
         let shutdown = Shutdown::new()?;
-        let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR1])?;
-        let signal_handle = signals.handle();
         // The first stdout line is the contract with scripts and tests: the real address.
         {
             let mut out = std::io::stdout().lock();
@@ -119,6 +117,24 @@ impl Server {
             self.model.name
         ));
 
+        let env = models::ModelEnv {
+            listener,
+            pipeline: self.pipeline.clone(),
+            shutdown: shutdown.clone(),
+            tuning: options.tuning(),
+        };
+        if self.model.caps.forks {
+            // A child forked from a threaded process can deadlock on a lock
+            // another thread held at the fork, so process models run here,
+            // before any thread exists, and own signals, log flushing and
+            // shutdown themselves.
+            let result = (self.model.run)(env);
+            self.pipeline.access_log.flush();
+            return result.context("serving");
+        }
+
+        let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR1])?;
+        let signal_handle = signals.handle();
         let access_log = self.pipeline.access_log.clone();
         let flusher_stop = shutdown.clone();
         thread::Builder::new().name("log-flush".into()).spawn(move || {
@@ -129,12 +145,6 @@ impl Server {
             }
         })?;
 
-        let env = models::ModelEnv {
-            listener,
-            pipeline: self.pipeline.clone(),
-            shutdown: shutdown.clone(),
-            tuning: options.tuning(),
-        };
         let (done_tx, done_rx) = mpsc::channel();
         let run = self.model.run;
         thread::Builder::new().name(format!("model-{}", self.model.name)).spawn(move || {
@@ -159,7 +169,7 @@ impl Server {
                 }
             }
         }
-        let grace = options.shutdown_timeout.map_or(Duration::from_secs(10), |d| d.0);
+        let grace = options.tuning().shutdown_timeout;
         let outcome =
             if shutdown.is_triggered() { done_rx.recv_timeout(grace).ok() } else { done_rx.recv().ok() };
         let result = match outcome {
