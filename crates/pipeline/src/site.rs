@@ -153,6 +153,14 @@ impl Site {
 }
 
 fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) -> Found {
+    // The hot path: a cached file still the same on disk costs one `stat`.
+    if let Ok(st) = root.stat_unchecked(path) {
+        if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+            if let Some(entry) = cache.get(path, &Identity::of(&st)) {
+                return Found::Resource(Resource::Memory(entry));
+            }
+        }
+    }
     let meta = match root.stat(path) {
         Ok(meta) => meta,
         Err(e) => return from_io(e),
@@ -163,7 +171,7 @@ fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) ->
         }
         let index = format!("{path}index.html");
         match root.stat(&index) {
-            Ok(m) if m.is_file() => return load_file(root, &index, &m, cache),
+            Ok(m) if m.is_file() => return load_file(root, &index, cache),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return from_io(e),
@@ -179,18 +187,12 @@ fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) ->
     if !meta.is_file() {
         return Found::Forbidden;
     }
-    load_file(root, path, &meta, cache)
+    load_file(root, path, cache)
 }
 
-/// A cache hit costs the `stat` already done; a miss opens the file, and
-/// reads it into the cache if it is small enough.
-fn load_file(root: &DocRoot, path: &str, meta: &std::fs::Metadata, cache: &Cache) -> Found {
-    let identity = Identity::of(meta);
-    if cache.admits(identity.len) {
-        if let Some(entry) = cache.get(path, &identity) {
-            return Found::Resource(Resource::Memory(entry));
-        }
-    }
+/// Opens a file beneath the root; reads it into the cache if it is small
+/// enough, else keeps the descriptor for `sendfile`.
+fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
     let (mut file, meta) = match root.open_file(path) {
         Ok(opened) => opened,
         Err(e) => return from_io(e),
@@ -198,11 +200,15 @@ fn load_file(root: &DocRoot, path: &str, meta: &std::fs::Metadata, cache: &Cache
     if !meta.is_file() {
         return Found::Forbidden;
     }
-    // Validators come from the descriptor actually served, not the earlier stat.
-    let identity = Identity::of(&meta);
+    // Validators come from the descriptor actually served, not an earlier stat.
+    let identity = match rustix::fs::fstat(&file) {
+        Ok(st) => Identity::of(&st),
+        Err(e) => return Found::Failed(e.into()),
+    };
     let etag = conditional::etag(identity.ino, identity.len, identity.modified);
     let content_type = content_type(path);
     if cache.admits(identity.len) {
+        cache.note_miss();
         let mut bytes = Vec::with_capacity(identity.len as usize);
         if let Err(e) = (&mut file).take(identity.len).read_to_end(&mut bytes) {
             return Found::Failed(e);
