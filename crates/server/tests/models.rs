@@ -1,0 +1,79 @@
+//! Model-level guarantees that are not per-request conformance: every
+//! registered model is in the conformance suite, and model-specific limits.
+
+use std::time::Duration;
+
+use testkit::{run, Client, Docroot, Server};
+
+const BIN: &str = env!("CARGO_BIN_EXE_modus");
+
+/// `modus models` lists every model in the registry; the conformance suite
+/// must instantiate each one, so no model can silently skip it.
+#[test]
+fn every_registered_model_runs_the_conformance_suite() {
+    let out = run(BIN, ["models"], Duration::from_secs(20));
+    assert!(out.status.success(), "{}", out.stderr);
+    let registered: Vec<&str> = out.stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(registered.contains(&"pool"), "{registered:?}");
+    let suite = include_str!("conformance/main.rs");
+    let list = &suite[suite.rfind("models! {").expect("the models! invocation")..];
+    for name in &registered {
+        assert!(list.contains(&format!("=> \"{name}\"")), "model {name} is missing from conformance/main.rs");
+    }
+}
+
+/// `per-request` refuses connections beyond `--max-threads` with a 503
+/// instead of starting more threads.
+#[test]
+fn per_request_cap_answers_503() {
+    let root = Docroot::standard();
+    let srv = Server::start(BIN, "per-request", root.path(), &["--max-threads", "1"]);
+    // The first client holds the only thread: keep-alive keeps it open.
+    let mut first = srv.client();
+    first.request("GET", "/hello.txt", &[]).assert_status(200);
+    let mut second = srv.client();
+    second.send("GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    let refused = second.read_response("GET");
+    refused.assert_status(503);
+    assert_eq!(refused.header("Retry-After"), Some("1"));
+    assert!(refused.connection_has("close"));
+    assert!(second.is_closed());
+    // Once the first client leaves, its thread ends and service resumes.
+    drop(first);
+    let mut served = None;
+    for _ in 0..100 {
+        let r = srv.client().request("GET", "/hello.txt", &[]);
+        if r.status == 200 {
+            served = Some(r);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(served.is_some(), "the thread of a closed connection was never released");
+}
+
+/// A client is served once per request even when the model had to refuse
+/// others: the refused connections leave no thread or descriptor behind.
+#[test]
+fn per_request_recovers_after_many_refusals() {
+    let root = Docroot::standard();
+    let srv = Server::start(BIN, "per-request", root.path(), &["--max-threads", "2"]);
+    let holders: Vec<Client> = (0..2)
+        .map(|_| {
+            let mut c = srv.client();
+            c.request("GET", "/hello.txt", &[]).assert_status(200);
+            c
+        })
+        .collect();
+    for _ in 0..50 {
+        let mut c = srv.client();
+        c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        c.read_response("GET").assert_status(503);
+    }
+    drop(holders);
+    let ok = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        srv.client().request("GET", "/hello.txt", &[]).status == 200
+    });
+    assert!(ok);
+}
