@@ -6,8 +6,15 @@
 #![warn(missing_docs)]
 
 mod accept;
+mod amped;
+mod event;
 mod per_request;
+mod perchild;
 mod pool;
+mod prefork;
+mod process;
+mod staged;
+mod worker;
 
 use std::io;
 use std::net::TcpListener;
@@ -112,7 +119,16 @@ pub struct ModelInfo {
 }
 
 /// The one list of models.
-pub const MODELS: &[ModelInfo] = &[per_request::MODEL, pool::MODEL];
+pub const MODELS: &[ModelInfo] = &[
+    per_request::MODEL,
+    pool::MODEL,
+    event::MODEL,
+    amped::MODEL,
+    staged::MODEL,
+    prefork::MODEL,
+    worker::MODEL,
+    perchild::MODEL,
+];
 
 /// Looks a model up by its `--model` name.
 pub fn find(name: &str) -> Option<&'static ModelInfo> {

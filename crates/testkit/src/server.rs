@@ -339,9 +339,17 @@ impl Server {
         self.exit
     }
 
+    /// Waits (bounded: a grandchild could hold the pipes open) for the
+    /// output-forwarding threads to drain the pipes.
     fn join_output(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }

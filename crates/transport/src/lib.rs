@@ -11,6 +11,7 @@
 
 pub mod listener;
 mod outbound;
+pub mod poller;
 mod shutdown;
 
 pub use outbound::{Chunk, Data, Outbound, Progress};

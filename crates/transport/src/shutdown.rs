@@ -1,5 +1,5 @@
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +54,14 @@ impl Shutdown {
     /// True once a stop was requested.
     pub fn is_triggered(&self) -> bool {
         self.inner.requested.load(Ordering::Relaxed)
+    }
+
+    /// The read end of the stop pipe, for event loops that watch it with
+    /// their own poller: it becomes readable when the stop is requested and
+    /// stays readable (never drained), so a level-triggered registration
+    /// must be deleted once seen.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.inner.wake_read.as_fd()
     }
 
     /// Waits until `fd` is readable, a stop is requested, or `timeout` passes.

@@ -86,5 +86,11 @@ mod conformance {
     models! {
         per_request => "per-request",
         pool => "pool",
+        prefork => "prefork",
+        worker => "worker",
+        perchild => "perchild",
+        staged => "staged",
+        event => "event",
+        amped => "amped",
     }
 }

@@ -1,0 +1,154 @@
+//! `amped` — the papers' AMPED (asymmetric multi-process event-driven;
+//! Flash): the `event` loop, plus `--helpers` threads that run the part of
+//! a request that may block on the disk, so the loop never does.
+//!
+//! What runs where:
+//!
+//! * **Loop threads** (`--workers`, the `event` loop in split mode): accept,
+//!   read and parse request heads, decide keep-alive, write responses
+//!   (`writev`/`sendfile`), timeouts, lingering close, the access log.
+//!   When a head is parsed the connection says [`Want::Process`](pipeline::Want);
+//!   the loop takes the request and sends `(token, request)` to the helpers,
+//!   and leaves the socket alone until the reply is back (pipelined requests
+//!   wait in the connection's buffer, in order).
+//! * **Helper threads** (one pool shared by all loops): `Pipeline::handle` —
+//!   path resolution, `stat`, `open`, reading small files into the cache,
+//!   conditionals and ranges. They send `(token, reply)` back to the loop
+//!   that asked and wake it through its eventfd [`Waker`]; the loop hands the
+//!   reply to the connection and drives it again.
+//! * A reply whose connection closed meanwhile (the client reset it, or it
+//!   timed out) finds a token whose generation no longer matches and is
+//!   dropped, closing any file it held.
+//!
+//! The cost: every request crosses threads twice (two channel operations and
+//! usually one eventfd write and wake-up), even when its file is in the
+//! cache. Flash paid that only for misses: it checked residency with
+//! `mincore` in the loop and sent only pages that were not in memory to its
+//! helpers. Doing the same here needs a way to ask the pipeline "answer only
+//! if you can without blocking", which it does not offer yet (a cache hit
+//! still `stat`s the file to validate it). What this model does use: a site
+//! compiled into the binary (the demo site) never touches the disk, so for
+//! it the helpers are skipped and requests run inline, as in `event`.
+//!
+//! One blocking step stays in the loop: `sendfile` of a large file (too big
+//! for the cache) reads pages that may not be in memory. Flash's helpers
+//! faulted the pages in first; that would need the pipeline to expose the
+//! file ranges of a reply so a helper could pre-read them.
+
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread;
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use pipeline::{Reply, Request, Site};
+use transport::poller::Waker;
+
+use crate::event::{self, Helpers};
+use crate::{Caps, ModelEnv, ModelInfo};
+
+pub(crate) const MODEL: ModelInfo = ModelInfo {
+    name: "amped",
+    paper_name: "AMPED",
+    summary: "event loops (--workers) + helper threads (--helpers) that run the disk-bound pipeline (Flash)",
+    caps: Caps { forks: false, event_driven: true, staged: false },
+    run,
+};
+
+/// Helpers only resolve and open files; a small stack suffices (as in `pool`).
+const STACK_SIZE: usize = 256 << 10;
+
+/// A request on its way to a helper, with the loop to answer.
+struct Job {
+    worker: usize,
+    token: u64,
+    request: Request,
+}
+
+/// A helper's answer: the reply, or `None` if the pipeline panicked.
+type Done = (u64, Option<Reply>);
+
+/// Where a loop's answers go: its queue and its waker.
+struct Mailbox {
+    replies: Sender<Done>,
+    waker: Arc<Waker>,
+}
+
+fn run(env: ModelEnv) -> io::Result<()> {
+    if matches!(env.pipeline.site, Site::Embedded(_)) {
+        // Nothing can block: helpers would only add two handoffs.
+        return event::serve(env, |_| Ok(None));
+    }
+    let workers = env.tuning.workers.max(1);
+    // Unbounded, yet bounded in practice: a connection has at most one
+    // request with the helpers, so the queues never hold more entries than
+    // there are connections. A bounded queue could block the loop.
+    let (jobs, queue) = unbounded::<Job>();
+    let mut mailboxes = Vec::with_capacity(workers);
+    let mut handoffs = Vec::with_capacity(workers);
+    for worker in 0..workers {
+        let (replies, inbox) = unbounded();
+        let waker = Arc::new(Waker::new()?);
+        mailboxes.push(Mailbox { replies, waker: waker.clone() });
+        handoffs.push(Some(Handoff { worker, jobs: jobs.clone(), inbox, waker }));
+    }
+    // From here on only the loops send jobs: when they are gone, the
+    // queue disconnects and the helpers finish.
+    drop(jobs);
+    let mailboxes = Arc::new(mailboxes);
+    let mut helpers = Vec::new();
+    for i in 0..env.tuning.helpers.max(1) {
+        let (queue, mailboxes, pipeline) = (queue.clone(), mailboxes.clone(), env.pipeline.clone());
+        let helper =
+            thread::Builder::new().name(format!("helper-{i}")).stack_size(STACK_SIZE).spawn(move || {
+                for Job { worker, token, request } in queue.iter() {
+                    // The loop cannot answer a request whose helper died, so
+                    // a panic (a bug) costs that connection only.
+                    let reply =
+                        catch_unwind(AssertUnwindSafe(|| pipeline.handle(&request.head, request.keep_alive)));
+                    if reply.is_err() {
+                        pipeline.error_log.error(format_args!("helper: the pipeline panicked"));
+                    }
+                    let mailbox = &mailboxes[worker];
+                    // A send fails only when that loop has exited (after an error).
+                    if mailbox.replies.send((token, reply.ok())).is_ok() {
+                        mailbox.waker.wake();
+                    }
+                }
+            })?;
+        helpers.push(helper);
+    }
+    drop(queue);
+    let result = event::serve(env, |worker| {
+        let handoff = handoffs.get_mut(worker).and_then(Option::take);
+        Ok(handoff.map(|h| Box::new(h) as Box<dyn Helpers>))
+    });
+    // Handoffs not taken (a loop failed to start) hold job senders too.
+    drop(handoffs);
+    for helper in helpers {
+        let _ = helper.join();
+    }
+    result
+}
+
+/// A loop's end of the helper queues.
+struct Handoff {
+    worker: usize,
+    jobs: Sender<Job>,
+    inbox: Receiver<Done>,
+    waker: Arc<Waker>,
+}
+
+impl Helpers for Handoff {
+    fn waker(&self) -> &Waker {
+        &self.waker
+    }
+
+    fn submit(&mut self, token: u64, request: Request) -> bool {
+        self.jobs.send(Job { worker: self.worker, token, request }).is_ok()
+    }
+
+    fn finished(&mut self) -> Option<Done> {
+        self.inbox.try_recv().ok()
+    }
+}

@@ -1,0 +1,686 @@
+//! `event` — the papers' SPED (single-process event-driven; nginx, Zeus):
+//! one epoll loop per `--workers` thread, each multiplexing many
+//! non-blocking connections, every one a `pipeline::Connection` state
+//! machine that says what it waits for.
+//!
+//! * **Accept**: every loop watches the one shared listener with
+//!   `EPOLLEXCLUSIVE`, so a new connection wakes one loop rather than all
+//!   (no thundering herd), and accepts a bounded batch until `EAGAIN`.
+//! * **Readiness**: a connection is registered once, edge-triggered, for
+//!   input and output (no `epoll_ctl` per request, as nginx does); the
+//!   connection's last [`Want`] says which readiness it is waiting for, and
+//!   the loop remembers readiness that arrived while it waited for the other.
+//! * **Timers**: a min-heap of (deadline, token), lazily invalidated, with at
+//!   most one live entry per connection (see [`Timers`]); the wait's timeout
+//!   is the time to the next one.
+//! * **Stop**: the loop drops the listener (new connections are refused),
+//!   drives every connection with `stopping` (idle ones close at once,
+//!   in-flight ones finish) and returns when none is left.
+//!
+//! **Known weakness (paper 004, and the reason `amped` exists):** the
+//! pipeline runs inline in the loop, so a request whose file is not in the
+//! page cache blocks the whole loop — every other connection of that loop
+//! waits for that one disk read. More workers only dilute the stall.
+//!
+//! `amped` reuses this loop: with [`Helpers`] it drives connections in
+//! split mode and sends parsed requests away instead of running them.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pipeline::{ConnInfo, Connection, Pipeline, Reply, Request, Want};
+use rustix::io::Errno;
+use rustix::net::SocketFlags;
+use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
+use transport::Shutdown;
+
+use crate::{Caps, ModelEnv, ModelInfo};
+
+pub(crate) const MODEL: ModelInfo = ModelInfo {
+    name: "event",
+    paper_name: "SPED",
+    summary: "one epoll loop per --workers thread; the pipeline runs inline (nginx)",
+    caps: Caps { forks: false, event_driven: true, staged: false },
+    run,
+};
+
+fn run(env: ModelEnv) -> io::Result<()> {
+    serve(env, |_| Ok(None))
+}
+
+/// Where a loop in split mode (`amped`) sends parsed requests.
+pub(crate) trait Helpers: Send {
+    /// Signalled when replies are waiting; the loop registers it.
+    fn waker(&self) -> &Waker;
+    /// Hands a request over; `false` if nobody is left to take it.
+    fn submit(&mut self, token: u64, request: Request) -> bool;
+    /// A finished request — `None` for the reply if the pipeline failed —
+    /// or `None` when no more are waiting.
+    fn finished(&mut self) -> Option<(u64, Option<Reply>)>;
+}
+
+/// Runs `tuning.workers` loops on the shared listener until the stop, each
+/// with the helpers `helpers(i)` returns.
+pub(crate) fn serve(
+    env: ModelEnv,
+    mut helpers: impl FnMut(usize) -> io::Result<Option<Box<dyn Helpers>>>,
+) -> io::Result<()> {
+    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+    listener.set_nonblocking(true)?;
+    // Inherited by every accepted socket: one setsockopt instead of one per
+    // connection. Nagle would hold back a response's last segment while the
+    // client delays its ACK. (No SO_*TIMEO: those are for blocking threads.)
+    rustix::net::sockopt::set_tcp_nodelay(&listener, true)?;
+    let listener = Arc::new(listener);
+    // Every loop is set up before any runs, so a failure leaves nothing behind.
+    let mut loops = Vec::new();
+    for i in 0..tuning.workers.max(1) {
+        loops.push(Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers(i)?)?);
+    }
+    // Only the loops hold the listener now: when they drop it, it closes.
+    drop(listener);
+    let mut result = Ok(());
+    let mut threads = Vec::new();
+    for (i, mut lp) in loops.into_iter().enumerate() {
+        let stop = StopOnPanic(shutdown.clone());
+        let spawned = thread::Builder::new().name(format!("event-{i}")).spawn(move || {
+            let result = lp.run();
+            if let Err(e) = &result {
+                lp.pipeline.error_log.error(format_args!("event loop: {e}"));
+                // A dead loop is a partial outage: stop the whole server.
+                stop.0.trigger();
+            }
+            result
+        });
+        match spawned {
+            Ok(thread) => threads.push(thread),
+            Err(e) => {
+                // Stop the loops already running, then report.
+                shutdown.trigger();
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    for thread in threads {
+        let outcome = thread.join().unwrap_or_else(|_| Err(io::Error::other("an event loop panicked")));
+        result = result.and(outcome);
+    }
+    result
+}
+
+/// Stops the server if a loop thread panics, instead of leaving it half up.
+struct StopOnPanic(Shutdown);
+
+impl Drop for StopOnPanic {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.trigger();
+        }
+    }
+}
+
+/// Tokens of the loop's own descriptors. Connection tokens are
+/// `generation << 32 | slot` with `slot < MAX_SLOTS`, so they never collide.
+const LISTENER: u64 = u32::MAX as u64;
+const STOP: u64 = u32::MAX as u64 - 1;
+const WAKER: u64 = u32::MAX as u64 - 2;
+const MAX_SLOTS: u32 = u32::MAX - 3;
+
+/// Connections accepted per listener event: the rest wait for the next
+/// round, so a connection storm cannot starve the open connections.
+const ACCEPT_BATCH: usize = 64;
+/// Events taken per wait.
+const EVENTS: usize = 256;
+/// How long accepting pauses when out of descriptors or memory: the
+/// listener stays readable, and retrying at once would spin (nginx
+/// disables its accept events for a while in the same case).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// What a connection is waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waits {
+    Read,
+    Write,
+    /// Its request is with a helper; its socket is left alone meanwhile
+    /// (further pipelined requests wait in its buffer, in order).
+    Helper,
+}
+
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    conn: Connection,
+    waits: Waits,
+    /// Edge-triggered readiness seen but not yet used up (an `EAGAIN` clears it).
+    readable: bool,
+    writable: bool,
+    /// The deadline of the current wait.
+    deadline: Instant,
+    /// When this connection's live heap entry fires, if it has one.
+    armed: Option<Instant>,
+}
+
+/// Connections by slot; the token adds a generation so that an event or a
+/// reply for a closed connection never reaches the slot's next occupant.
+#[derive(Debug, Default)]
+struct Slab {
+    slots: Vec<(u32, Option<Conn>)>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Slab {
+    fn insert(&mut self, conn: Conn) -> Option<u64> {
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                let slot = u32::try_from(self.slots.len()).ok().filter(|&s| s < MAX_SLOTS)?;
+                self.slots.push((0, None));
+                slot
+            }
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.1 = Some(conn);
+        self.live += 1;
+        Some(u64::from(entry.0) << 32 | u64::from(slot))
+    }
+
+    fn get_mut(&mut self, token: u64) -> Option<&mut Conn> {
+        match self.slots.get_mut(token as u32 as usize)? {
+            (generation, Some(conn)) if u64::from(*generation) == token >> 32 => Some(conn),
+            _ => None,
+        }
+    }
+
+    fn get(&self, token: u64) -> Option<&Conn> {
+        match self.slots.get(token as u32 as usize)? {
+            (generation, Some(conn)) if u64::from(*generation) == token >> 32 => Some(conn),
+            _ => None,
+        }
+    }
+
+    fn remove(&mut self, token: u64) -> Option<Conn> {
+        self.get(token)?;
+        let slot = token as u32;
+        let entry = &mut self.slots[slot as usize];
+        entry.0 = entry.0.wrapping_add(1);
+        self.free.push(slot);
+        self.live -= 1;
+        entry.1.take()
+    }
+
+    fn tokens(&self) -> Vec<u64> {
+        let slots = self.slots.iter().enumerate();
+        slots.filter(|(_, (_, c))| c.is_some()).map(|(i, (g, _))| u64::from(*g) << 32 | i as u64).collect()
+    }
+}
+
+/// Deadlines as a min-heap of (when, token), lazily invalidated.
+///
+/// A connection's deadline moves on every request, so removing and
+/// re-inserting it each time would cost a heap operation per request.
+/// Instead a connection keeps at most one live entry (`Conn::armed`): a
+/// later deadline leaves the entry alone, and when it fires early the
+/// connection is re-armed for its real deadline; only an *earlier* deadline
+/// pushes a new entry, orphaning the old one (skipped when it surfaces).
+#[derive(Debug, Default)]
+struct Timers {
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+}
+
+impl Timers {
+    fn set(&mut self, c: &mut Conn, token: u64, deadline: Instant) {
+        c.deadline = deadline;
+        if c.armed.is_none_or(|armed| armed > deadline) {
+            self.heap.push(Reverse((deadline, token)));
+            c.armed = Some(deadline);
+        }
+    }
+
+    /// Time until the earliest entry (possibly an orphan: a spare wake-up).
+    fn next(&self, now: Instant) -> Option<Duration> {
+        self.heap.peek().map(|Reverse((when, _))| when.saturating_duration_since(now))
+    }
+}
+
+/// One event loop and everything it owns.
+struct Loop {
+    poller: Poller,
+    listener: Option<Arc<TcpListener>>,
+    /// Accepting is paused until then (out of descriptors).
+    accept_resume: Option<Instant>,
+    shutdown: Shutdown,
+    stopping: bool,
+    pipeline: Arc<Pipeline>,
+    helpers: Option<Box<dyn Helpers>>,
+    conns: Slab,
+    timers: Timers,
+}
+
+impl Loop {
+    fn new(
+        listener: Arc<TcpListener>,
+        pipeline: Arc<Pipeline>,
+        shutdown: Shutdown,
+        helpers: Option<Box<dyn Helpers>>,
+    ) -> io::Result<Loop> {
+        let poller = Poller::new()?;
+        poller.add(&*listener, LISTENER, Interest::READABLE, Trigger::Exclusive)?;
+        // Level-triggered: it stays readable once the stop is requested, and
+        // is deleted as soon as it has been seen.
+        poller.add(shutdown.wake_fd(), STOP, Interest::READABLE, Trigger::Level)?;
+        if let Some(helpers) = &helpers {
+            poller.add(helpers.waker(), WAKER, Interest::READABLE, Trigger::Level)?;
+        }
+        Ok(Loop {
+            poller,
+            listener: Some(listener),
+            accept_resume: None,
+            shutdown,
+            stopping: false,
+            pipeline,
+            helpers,
+            conns: Slab::default(),
+            timers: Timers::default(),
+        })
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(EVENTS);
+        // A stop that fired before the registration is still seen: the pipe
+        // stays readable.
+        while !(self.stopping && self.conns.live == 0) {
+            let now = Instant::now();
+            let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
+            let timeout = match (self.timers.next(now), resume) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            self.poller.wait(&mut events, timeout)?;
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    STOP => self.begin_stop(),
+                    WAKER => self.collect_replies(),
+                    token => self.ready(token, event),
+                }
+            }
+            self.expire_timers();
+            if self.accept_resume.is_some_and(|at| at <= Instant::now()) {
+                self.resume_accepting();
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self) {
+        let Some(listener) = self.listener.clone() else { return };
+        for _ in 0..ACCEPT_BATCH {
+            // accept4 makes the socket non-blocking in the same call.
+            match rustix::net::acceptfrom_with(&*listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
+                Ok((fd, peer)) => {
+                    let stream = TcpStream::from(fd);
+                    let peer =
+                        peer.and_then(|a| SocketAddr::try_from(a).ok()).or_else(|| stream.peer_addr().ok());
+                    // No address: the peer already left.
+                    if let Some(peer) = peer {
+                        self.open(stream, peer);
+                    }
+                }
+                Err(Errno::AGAIN) => return,
+                // Interrupted, or the peer gave up between SYN and accept, or
+                // (Linux) a network error already pending on the new socket:
+                // accept(2) says to retry.
+                Err(
+                    Errno::INTR
+                    | Errno::CONNABORTED
+                    | Errno::PROTO
+                    | Errno::NETDOWN
+                    | Errno::NOPROTOOPT
+                    | Errno::HOSTDOWN
+                    | Errno::NONET
+                    | Errno::HOSTUNREACH
+                    | Errno::OPNOTSUPP
+                    | Errno::NETUNREACH,
+                ) => {}
+                Err(e) => {
+                    // Out of descriptors or memory (or something odd): the
+                    // listener stays readable, so stop watching it for a while
+                    // instead of spinning; open connections carry on.
+                    self.pipeline.error_log.error(format_args!("accept: {}", io::Error::from(e)));
+                    let _ = self.poller.delete(&*listener);
+                    self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn resume_accepting(&mut self) {
+        self.accept_resume = None;
+        if let Some(listener) = &self.listener {
+            if let Err(e) = self.poller.add(&**listener, LISTENER, Interest::READABLE, Trigger::Exclusive) {
+                self.pipeline.error_log.error(format_args!("accept: re-registering the listener: {e}"));
+                self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+            }
+        }
+    }
+
+    fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let now = Instant::now();
+        let conn = Connection::new(ConnInfo { peer }, now, &self.pipeline);
+        let conn = Conn {
+            stream,
+            conn,
+            waits: Waits::Read,
+            readable: true,
+            writable: true,
+            deadline: now,
+            armed: None,
+        };
+        // Full slab: dropping the stream refuses the connection.
+        let Some(token) = self.conns.insert(conn) else { return };
+        let Some(c) = self.conns.get_mut(token) else { return };
+        // Once, for both directions, edge-triggered: from now on the
+        // connection costs no epoll_ctl, whatever it does.
+        if let Err(e) = self.poller.add(&c.stream, token, Interest::BOTH, Trigger::Edge) {
+            self.pipeline.error_log.error(format_args!("epoll: {e}"));
+            self.conns.remove(token);
+            return;
+        }
+        // Clients usually send their request right after connecting: try to
+        // read it now rather than after another round through epoll.
+        self.drive(token);
+    }
+
+    fn ready(&mut self, token: u64, event: Event) {
+        // None: the connection closed earlier in this batch.
+        let Some(c) = self.conns.get_mut(token) else { return };
+        c.readable |= event.is_readable();
+        c.writable |= event.is_writable();
+        match c.waits {
+            // The client is gone while a helper works for it: close now;
+            // the reply will find no connection under this token.
+            Waits::Helper if event.is_gone() => {
+                self.conns.remove(token);
+            }
+            Waits::Helper => {}
+            Waits::Read if c.readable => self.drive(token),
+            Waits::Write if c.writable => self.drive(token),
+            Waits::Read | Waits::Write => {}
+        }
+    }
+
+    /// Runs the connection's state machine as far as its socket allows.
+    fn drive(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        let (p, stopping) = (&*self.pipeline, self.stopping);
+        let want = match self.helpers {
+            Some(_) => c.conn.drive_split(&c.stream, p, stopping),
+            None => c.conn.drive(&c.stream, p, stopping),
+        };
+        match want {
+            // Either comes back only after the socket said EAGAIN, so the
+            // next edge will be a fresh one.
+            Want::Read(deadline) => {
+                (c.waits, c.readable) = (Waits::Read, false);
+                self.timers.set(c, token, deadline);
+            }
+            Want::Write(deadline) => {
+                (c.waits, c.writable) = (Waits::Write, false);
+                self.timers.set(c, token, deadline);
+            }
+            Want::Close => {
+                // Closing the descriptor also removes it from epoll.
+                self.conns.remove(token);
+            }
+            Want::Process => {
+                // Only split mode asks this, so helpers exist.
+                let request = c.conn.take_request();
+                c.waits = Waits::Helper;
+                let submitted = match (request, self.helpers.as_mut()) {
+                    (Some(request), Some(helpers)) => helpers.submit(token, request),
+                    _ => false,
+                };
+                if !submitted {
+                    self.pipeline.error_log.error(format_args!("no helper left to take a request"));
+                    self.conns.remove(token);
+                }
+            }
+        }
+    }
+
+    /// Replies back from the helpers (`amped`).
+    fn collect_replies(&mut self) {
+        let Some(helpers) = self.helpers.as_mut() else { return };
+        // Reset before looking, so a reply sent meanwhile wakes us again.
+        helpers.waker().reset();
+        while let Some((token, reply)) = self.helpers.as_mut().and_then(|h| h.finished()) {
+            // None: the client left while the helper worked (see `ready`);
+            // dropping the reply closes any file it held.
+            let Some(c) = self.conns.get_mut(token) else { continue };
+            match reply {
+                Some(reply) if c.waits == Waits::Helper => {
+                    c.conn.deliver(reply, &self.pipeline);
+                    self.drive(token);
+                }
+                _ => {
+                    self.conns.remove(token);
+                }
+            }
+        }
+    }
+
+    fn expire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(&Reverse((when, token))) = self.timers.heap.peek() {
+            if when > now {
+                break;
+            }
+            self.timers.heap.pop();
+            let Some(c) = self.conns.get_mut(token) else { continue };
+            if c.armed != Some(when) {
+                continue; // an orphan: this connection re-armed earlier since
+            }
+            c.armed = None;
+            if c.waits == Waits::Helper {
+                continue; // no deadline while the pipeline runs; set again after
+            }
+            if c.deadline > now {
+                let deadline = c.deadline;
+                self.timers.set(c, token, deadline);
+                continue;
+            }
+            // The connection decides: a 408 to send, or a silent close.
+            if c.conn.timed_out(&self.pipeline) {
+                self.drive(token);
+            } else {
+                self.conns.remove(token);
+            }
+        }
+        // Orphans pile up only if deadlines keep moving earlier; bound them.
+        if self.timers.heap.len() > 2 * self.conns.live + 1024 {
+            let conns = &self.conns;
+            self.timers
+                .heap
+                .retain(|Reverse((when, token))| conns.get(*token).is_some_and(|c| c.armed == Some(*when)));
+        }
+    }
+
+    /// The graceful stop: refuse new connections, close idle ones, let
+    /// in-flight requests finish.
+    fn begin_stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        // The stop pipe stays readable: a level-triggered loop would spin on it.
+        let _ = self.poller.delete(self.shutdown.wake_fd());
+        if let Some(listener) = self.listener.take() {
+            // Dropping the last reference closes the listener, so new
+            // connections are refused rather than left in the backlog.
+            let _ = self.poller.delete(&*listener);
+        }
+        self.accept_resume = None;
+        for token in self.conns.tokens() {
+            if self.conns.get(token).is_some_and(|c| c.waits != Waits::Helper) {
+                self.drive(token);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pipeline::accesslog::LogTarget;
+    use pipeline::{AccessLog, EmbeddedFile, ErrorLog, Settings, Site};
+    use std::io::{Read, Write};
+    use std::sync::mpsc;
+
+    static FILES: &[EmbeddedFile] =
+        &[EmbeddedFile { path: "/a.txt", bytes: b"AAAA" }, EmbeddedFile { path: "/b.txt", bytes: b"BBBB" }];
+
+    fn pipeline(settings: Settings) -> Arc<Pipeline> {
+        let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+        Arc::new(Pipeline::new(settings, Site::embedded(FILES), access, Arc::new(ErrorLog::stderr())))
+    }
+
+    /// Helpers the test plays by hand: it sees each request and decides
+    /// when (and whether) a reply comes back.
+    struct Manual {
+        waker: Arc<Waker>,
+        submitted: mpsc::Sender<(u64, Request)>,
+        finished: mpsc::Receiver<(u64, Option<Reply>)>,
+    }
+
+    impl Helpers for Manual {
+        fn waker(&self) -> &Waker {
+            &self.waker
+        }
+        fn submit(&mut self, token: u64, request: Request) -> bool {
+            self.submitted.send((token, request)).is_ok()
+        }
+        fn finished(&mut self) -> Option<(u64, Option<Reply>)> {
+            self.finished.try_recv().ok()
+        }
+    }
+
+    struct Harness {
+        addr: SocketAddr,
+        shutdown: Shutdown,
+        p: Arc<Pipeline>,
+        jobs: mpsc::Receiver<(u64, Request)>,
+        replies: mpsc::Sender<(u64, Option<Reply>)>,
+        waker: Arc<Waker>,
+        thread: thread::JoinHandle<io::Result<()>>,
+    }
+
+    impl Harness {
+        fn start(settings: Settings) -> Harness {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (p, shutdown) = (pipeline(settings), Shutdown::new().unwrap());
+            let (submitted, jobs) = mpsc::channel();
+            let (replies, finished) = mpsc::channel();
+            let waker = Arc::new(Waker::new().unwrap());
+            let helpers = Manual { waker: waker.clone(), submitted, finished };
+            let mut lp =
+                Loop::new(Arc::new(listener), p.clone(), shutdown.clone(), Some(Box::new(helpers))).unwrap();
+            let thread = thread::spawn(move || lp.run());
+            Harness { addr, shutdown, p, jobs, replies, waker, thread }
+        }
+
+        fn job(&self) -> (u64, Request) {
+            self.jobs.recv_timeout(Duration::from_secs(5)).expect("a request reaches the helpers")
+        }
+
+        fn answer(&self, token: u64, request: &Request) {
+            let reply = self.p.handle(&request.head, request.keep_alive);
+            self.replies.send((token, Some(reply))).unwrap();
+            self.waker.wake();
+        }
+
+        fn client(&self, request: &str) -> TcpStream {
+            let mut c = TcpStream::connect(self.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c.write_all(request.as_bytes()).unwrap();
+            c
+        }
+    }
+
+    fn get(path: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    }
+
+    fn read_all(mut c: TcpStream) -> String {
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn a_reply_for_a_vanished_client_never_reaches_the_next_one() {
+        let h = Harness::start(Settings::default());
+        let first = h.client(&get("/a.txt"));
+        let (stale, request_a) = h.job();
+        // Reset (not a clean close): the loop sees the client is gone.
+        socket_reset(first);
+        thread::sleep(Duration::from_millis(100));
+        let second = h.client(&get("/b.txt"));
+        let (token, request_b) = h.job();
+        assert_eq!(token as u32, stale as u32, "the slot is reused");
+        assert_ne!(token, stale, "under a new generation");
+        h.answer(stale, &request_a);
+        h.answer(token, &request_b);
+        let response = read_all(second);
+        assert!(response.starts_with("HTTP/1.1 200 ") && response.ends_with("BBBB"), "{response}");
+        h.shutdown.trigger();
+        h.thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn pipelined_requests_wait_their_turn_and_the_stop_waits_for_the_helpers() {
+        let h = Harness::start(Settings::default());
+        let c = h.client("GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /b.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (token, first) = h.job();
+        assert_eq!(first.head.target, "/a.txt");
+        // One request at a time per connection: the second waits in the buffer.
+        assert!(h.jobs.recv_timeout(Duration::from_millis(100)).is_err());
+        h.shutdown.trigger();
+        thread::sleep(Duration::from_millis(50));
+        assert!(!h.thread.is_finished(), "a request with the helpers keeps the loop alive");
+        h.answer(token, &first);
+        let (token, second) = h.job();
+        assert_eq!(second.head.target, "/b.txt");
+        assert!(!second.keep_alive, "a request parsed while stopping closes the connection");
+        h.answer(token, &second);
+        let response = read_all(c);
+        assert_eq!(response.matches("HTTP/1.1 200 ").count(), 2, "{response}");
+        assert!(response.find("AAAA") < response.find("BBBB"), "in order: {response}");
+        h.thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_partial_head_gets_its_408_from_the_timer() {
+        let settings = Settings { header_timeout: Duration::from_millis(200), ..Settings::default() };
+        let h = Harness::start(settings);
+        let c = h.client("GET /a.txt HTTP/1.1\r\n");
+        let response = read_all(c);
+        assert!(response.starts_with("HTTP/1.1 408 "), "{response}");
+        h.shutdown.trigger();
+        h.thread.join().unwrap().unwrap();
+    }
+
+    /// Closes with SO_LINGER 0, so the peer gets a reset.
+    fn socket_reset(c: TcpStream) {
+        rustix::net::sockopt::set_socket_linger(&c, Some(Duration::ZERO)).unwrap();
+    }
+}

@@ -1,0 +1,113 @@
+//! `perchild` — paper 001's SPP-DTP (static process pool, dynamic thread
+//! pool), after Apache 2.0's perchild MPM: a fixed number of processes
+//! (`--processes`), each growing and shrinking its own thread pool with load.
+//!
+//! **Bounds, per process.** Each child keeps between `--min-spare` and
+//! `--max-spare` idle threads (at least one) and never runs more than
+//! `min(--threads-per-child, --max-clients / --processes)` threads, so the
+//! processes together stay within MaxClients. It starts with `min-spare`
+//! threads. A thread that takes a connection starts another one first if
+//! the idle count fell below `min-spare` (growth is immediate — no process
+//! to fork, only a thread); a thread whose accept stayed quiet for a whole
+//! tick exits if more than `max-spare` are idle.
+//!
+//! Every thread of every process blocks in `accept()` on the shared socket
+//! (no per-process queue): Linux wakes one waiter per connection, so only
+//! idle threads ever take one and no process hoards connections it has no
+//! thread for. The master only replaces a process that died.
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::{self, Scope};
+
+use crate::process::{self, Accepted, Child, Scaling, STACK_SIZE};
+use crate::{Caps, ModelEnv, ModelInfo};
+
+pub(crate) const MODEL: ModelInfo = ModelInfo {
+    name: "perchild",
+    paper_name: "SPP-DTP",
+    summary: "--processes fixed processes, each growing its threads between --min-spare and --max-spare idle",
+    caps: Caps { forks: true, event_driven: false, staged: false },
+    run,
+};
+
+fn run(env: ModelEnv) -> io::Result<()> {
+    let children = env.tuning.processes.max(1);
+    process::run(env, Scaling::Fixed { children }, child)
+}
+
+/// One process's elastic thread pool.
+struct Pool {
+    /// Threads waiting in accept.
+    idle: AtomicUsize,
+    /// Threads alive.
+    total: AtomicUsize,
+    max_threads: usize,
+    min_idle: usize,
+    max_idle: usize,
+}
+
+fn child(c: &Child) {
+    let t = &c.tuning;
+    let max_threads = t.threads_per_child.min(t.max_clients / t.processes.max(1)).max(1);
+    let min_idle = t.min_spare.clamp(1, max_threads);
+    let pool = Pool {
+        idle: AtomicUsize::new(0),
+        total: AtomicUsize::new(0),
+        max_threads,
+        min_idle,
+        max_idle: t.max_spare.max(min_idle),
+    };
+    thread::scope(|s| {
+        for _ in 0..min_idle {
+            grow(s, c, &pool);
+        }
+    });
+}
+
+/// Starts one more thread unless the pool is at its cap.
+fn grow<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Pool) {
+    if pool
+        .total
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < pool.max_threads).then_some(n + 1))
+        .is_err()
+    {
+        return;
+    }
+    pool.idle.fetch_add(1, Ordering::AcqRel);
+    c.idle_workers(1);
+    let spawned = thread::Builder::new().stack_size(STACK_SIZE).spawn_scoped(s, move || work(s, c, pool));
+    if let Err(e) = spawned {
+        pool.idle.fetch_sub(1, Ordering::AcqRel);
+        pool.total.fetch_sub(1, Ordering::AcqRel);
+        c.idle_workers(-1);
+        c.pipeline.error_log.error(format_args!("perchild: cannot start a thread: {e}"));
+    }
+}
+
+fn work<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Pool) {
+    while !c.stop.is_triggered() {
+        match c.accept() {
+            Accepted::Conn(stream) => {
+                if pool.idle.fetch_sub(1, Ordering::AcqRel) - 1 < pool.min_idle {
+                    grow(s, c, pool);
+                }
+                c.serve(stream);
+                pool.idle.fetch_add(1, Ordering::AcqRel);
+            }
+            Accepted::Idle => {
+                // Shrink: leave if more than max_idle are idle (one at a time).
+                let shrink = |n: usize| (n > pool.max_idle).then(|| n - 1);
+                if pool.idle.fetch_update(Ordering::AcqRel, Ordering::Acquire, shrink).is_ok() {
+                    pool.total.fetch_sub(1, Ordering::AcqRel);
+                    c.idle_workers(-1);
+                    return;
+                }
+            }
+            Accepted::Closed => break,
+        }
+    }
+    pool.idle.fetch_sub(1, Ordering::AcqRel);
+    pool.total.fetch_sub(1, Ordering::AcqRel);
+    c.idle_workers(-1);
+}

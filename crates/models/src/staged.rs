@@ -1,0 +1,576 @@
+//! `staged` — the papers' TBW (task-based worker; SEDA in later words): the
+//! request cycle is cut into stages, each with its own threads
+//! (`--stage-threads read=2,data=2,cgi=4,write=2,log=1`) and a bounded queue
+//! in front of it. Paper 000 shows its weakness: when stages are unbalanced,
+//! work piles up in a queue (figure 8); the per-stage counters below
+//! make that pile-up visible.
+//!
+//! ```text
+//!  acceptor ─▶ [read] ─────▶ [data] ──────▶ [write]
+//!               ▲  read + parse   Pipeline::     send the reply,
+//!               │  the head       handle         log the line
+//!               │                                   │
+//!               └──◀──── parking (epoll) ◀──────────┘  would block, idle keep-alive
+//! ```
+//!
+//! * **Who runs where.** The model's thread accepts (`accept::run`) and puts
+//!   new connections straight into the read queue (a request usually
+//!   arrives with the handshake). A *read* thread drives the connection in
+//!   split mode until a head is parsed (`Want::Process`) and sends the
+//!   request to *data*, which runs `Pipeline::handle` (resolve, cache or
+//!   disk) and `deliver`s the reply; a *write* thread drives the connection
+//!   to send it. `cgi` is parsed and reserved for the CGI stage: no thread
+//!   is started for it and nothing is routed to it yet.
+//! * **Logging stays in the write stage** (`log=` is parsed and reserved).
+//!   The connection appends the access-log line to the shared in-memory
+//!   buffer when the response is out; the file write — the I/O that made
+//!   logging a stage of its own in paper 000 — mostly runs on the server's
+//!   flusher thread (every 500 ms; a request thread writes only when 32 KiB
+//!   piled up first). A log queue would add a hop
+//!   per request and break an ordering the access log promises: a response
+//!   the client has received is in the buffer, so a rotation (`SIGUSR1`)
+//!   after it puts its line in the old file. Deferring the line to another
+//!   thread, tried with a small `Connection` hook, failed that conformance
+//!   test about once in ten runs on a loaded machine.
+//! * **Nobody waits for a client.** Sockets are non-blocking. Whenever a
+//!   connection would block — an idle keep-alive connection, a slow client
+//!   mid-head, a client slow to read a big response — the stage hands it to
+//!   the *parking* thread, which watches it with epoll (one-shot, so a
+//!   connection is reported once and owned by one thread at a time) and
+//!   enqueues it for *read* or *write* when it is ready, or calls
+//!   `timed_out` at its deadline (a 408 goes to *write*; else it closes).
+//!   So a stage thread is only ever busy with a connection that can move.
+//! * **Keep-alive.** After a response the state machine goes straight on
+//!   to the next head: usually the read finds nothing and the connection
+//!   is parked until readable, then goes to *read*; a pipelined request
+//!   already buffered goes to *read* at once (through the parking thread).
+//! * **Queues and deadlock.** Stage queues hold `--queue` items each; a full
+//!   queue blocks its producers, which pushes back up to the acceptor, and
+//!   clients then wait in the kernel's backlog. The edges into the parking
+//!   thread are unbounded (the parked set is bounded by the open
+//!   connections anyway) because they close the loop write → read: a ring
+//!   of bounded queues could deadlock when every one is full.
+//! * **Stop.** The acceptor drops the listener (new connections are
+//!   refused); every stage drives connections with `stopping`, so they
+//!   close at the next request boundary; the parking thread re-drives idle
+//!   connections once so they close, lets in-flight ones finish, and
+//!   returns when no connection is left; then every stage drains and exits.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use pipeline::{ConnInfo, Connection, Pipeline, Request, Want};
+use transport::poller::{Events, Interest, Poller, Trigger, Waker};
+
+use crate::{accept, Caps, ModelEnv, ModelInfo};
+
+pub(crate) const MODEL: ModelInfo = ModelInfo {
+    name: "staged",
+    paper_name: "TBW",
+    summary: "a thread pool and a queue per stage: read, data, write (--stage-threads)",
+    caps: Caps { forks: false, event_driven: true, staged: true },
+    run,
+};
+
+/// As in `pool`: the request path is shallow.
+const STACK_SIZE: usize = 256 << 10;
+/// A sanity bound on one stage's threads.
+const MAX_STAGE_THREADS: usize = 4096;
+/// While stopping, how often the parking thread checks whether the last connection is gone.
+const STOP_POLL: Duration = Duration::from_millis(20);
+/// The parking thread's own waker in the epoll set (connections use their fd).
+const WAKER_TOKEN: u64 = u64::MAX;
+
+/// Threads per stage, from `--stage-threads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StageThreads {
+    read: usize,
+    data: usize,
+    /// Reserved for the CGI stage; unused until it exists.
+    cgi: usize,
+    write: usize,
+    /// Reserved: the write stage logs (see the top of the file).
+    log: usize,
+}
+
+impl StageThreads {
+    /// `Tuning::default().stage_threads`; stages a spec leaves out keep these.
+    const DEFAULT: StageThreads = StageThreads { read: 2, data: 2, cgi: 4, write: 2, log: 1 };
+
+    /// Parses `read=2,data=2,cgi=4,write=2,log=1` (any subset, any order).
+    fn parse(spec: &str) -> io::Result<StageThreads> {
+        let invalid = |why: String| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("--stage-threads {spec:?}: {why}"))
+        };
+        let mut threads = StageThreads::DEFAULT;
+        for item in spec.split(',').map(str::trim).filter(|item| !item.is_empty()) {
+            let (name, count) =
+                item.split_once('=').ok_or_else(|| invalid(format!("{item:?} is not STAGE=THREADS")))?;
+            let slot = match name.trim() {
+                "read" => &mut threads.read,
+                "data" => &mut threads.data,
+                "cgi" => &mut threads.cgi,
+                "write" => &mut threads.write,
+                "log" => &mut threads.log,
+                other => {
+                    return Err(invalid(format!(
+                        "unknown stage {other:?}; the stages are read, data, cgi, write, log"
+                    )))
+                }
+            };
+            *slot = match count.trim().parse() {
+                Ok(n @ 1..=MAX_STAGE_THREADS) => n,
+                _ => {
+                    return Err(invalid(format!("{item:?}: a stage needs 1 to {MAX_STAGE_THREADS} threads")))
+                }
+            };
+        }
+        Ok(threads)
+    }
+}
+
+/// One stage's queue as paper 000's figure 8 sees it: what went through and
+/// how long it waited (enqueue to dequeue, including time a producer was
+/// held back by a full queue). Atomics, so a status page can read them live.
+#[derive(Debug)]
+pub struct StageStats {
+    /// `read`, `data` or `write`.
+    pub name: &'static str,
+    /// Threads serving the stage.
+    pub threads: usize,
+    /// Items put into the queue.
+    pub enqueued: AtomicU64,
+    /// Items taken out by the stage's threads.
+    pub dequeued: AtomicU64,
+    /// Total time items waited, in nanoseconds.
+    pub wait_ns: AtomicU64,
+    /// The longest single wait, in nanoseconds.
+    pub max_wait_ns: AtomicU64,
+}
+
+impl StageStats {
+    fn new(name: &'static str, threads: usize) -> Arc<StageStats> {
+        let zero = || AtomicU64::new(0);
+        Arc::new(StageStats {
+            name,
+            threads,
+            enqueued: zero(),
+            dequeued: zero(),
+            wait_ns: zero(),
+            max_wait_ns: zero(),
+        })
+    }
+
+    /// Items in the queue now.
+    pub fn waiting(&self) -> u64 {
+        // Dequeued first: both only grow, so the difference never underflows.
+        let dequeued = self.dequeued.load(Ordering::Relaxed);
+        self.enqueued.load(Ordering::Relaxed).saturating_sub(dequeued)
+    }
+
+    /// The mean wait so far.
+    pub fn mean_wait(&self) -> Duration {
+        let n = self.dequeued.load(Ordering::Relaxed).max(1);
+        Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed) / n)
+    }
+}
+
+/// The producing end of a stage's queue; items carry their enqueue time.
+struct Tx<T> {
+    tx: Sender<(Instant, T)>,
+    stats: Arc<StageStats>,
+}
+
+impl<T> Clone for Tx<T> {
+    fn clone(&self) -> Self {
+        Tx { tx: self.tx.clone(), stats: self.stats.clone() }
+    }
+}
+
+impl<T> Tx<T> {
+    /// Enqueues, waiting while the queue is full. `Err` only once the
+    /// stage's threads are gone (tearing down): the item is dropped.
+    fn send(&self, item: T) -> Result<(), ()> {
+        self.stats.enqueued.fetch_add(1, Ordering::Relaxed);
+        self.tx.send((Instant::now(), item)).map_err(|_| {
+            self.stats.enqueued.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
+}
+
+/// The consuming end of a stage's queue.
+struct Rx<T> {
+    rx: Receiver<(Instant, T)>,
+    stats: Arc<StageStats>,
+}
+
+impl<T> Clone for Rx<T> {
+    fn clone(&self) -> Self {
+        Rx { rx: self.rx.clone(), stats: self.stats.clone() }
+    }
+}
+
+impl<T> Rx<T> {
+    /// The next item; `None` once every producer is gone and the queue is empty.
+    fn recv(&self) -> Option<T> {
+        let (since, item) = self.rx.recv().ok()?;
+        let waited = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.dequeued.fetch_add(1, Ordering::Relaxed);
+        self.stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
+        self.stats.max_wait_ns.fetch_max(waited, Ordering::Relaxed);
+        Some(item)
+    }
+}
+
+fn queue<T>(stats: &Arc<StageStats>, depth: usize) -> (Tx<T>, Rx<T>) {
+    let (tx, rx) = bounded(depth);
+    (Tx { tx, stats: stats.clone() }, Rx { rx, stats: stats.clone() })
+}
+
+/// A client connection on its way between stages (boxed, so queues move a pointer).
+struct Conn {
+    stream: TcpStream,
+    conn: Connection,
+    /// The socket is in the parking thread's epoll set (armed or not).
+    registered: bool,
+    live: Arc<AtomicUsize>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Which stage a parked connection goes to when its socket is ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Read,
+    Write,
+}
+
+/// What the stages hand the parking thread.
+enum Park {
+    /// Watch until ready or `deadline`; `stopped`: last driven with `stopping`.
+    Wait { c: Box<Conn>, dir: Dir, deadline: Instant, stopped: bool },
+    /// A request is already buffered: to the read stage now.
+    Now(Box<Conn>),
+}
+
+/// What every thread shares.
+struct Shared {
+    pipeline: Arc<Pipeline>,
+    /// Set once the acceptor is done: connections close at the next request boundary.
+    stopping: AtomicBool,
+    /// Open connections, wherever they are.
+    live: Arc<AtomicUsize>,
+    park: Sender<Park>,
+    /// Wakes the parking thread when something was sent on `park`.
+    waker: Waker,
+    /// Connections parked, and those given up at their deadline.
+    parks: AtomicU64,
+    expired: AtomicU64,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Sends a connection on according to what it waits for.
+    fn settle(&self, c: Box<Conn>, want: Want, stopped: bool) {
+        let parcel = match want {
+            Want::Close => return, // dropping it closes the socket
+            Want::Read(deadline) => Park::Wait { c, dir: Dir::Read, deadline, stopped },
+            Want::Write(deadline) => Park::Wait { c, dir: Dir::Write, deadline, stopped },
+            Want::Process => Park::Now(c),
+        };
+        // Fails only if the parking thread died; the connection then closes.
+        if self.park.send(parcel).is_ok() {
+            self.waker.wake();
+        }
+    }
+}
+
+fn read_stage(shared: &Shared, inbox: Rx<Box<Conn>>, data: Tx<(Box<Conn>, Request)>) {
+    while let Some(mut c) = inbox.recv() {
+        let stopping = shared.stopping();
+        // Error replies (400, 431...) are written here, inline: they are rare
+        // and short, and a blocked one is parked for the write stage.
+        match c.conn.drive_split(&c.stream, &shared.pipeline, stopping) {
+            Want::Process => match c.conn.take_request() {
+                // `Err`: tearing down; the connection closes.
+                Some(request) => drop(data.send((c, request))),
+                // Cannot happen: only this thread holds the connection and
+                // `Process` means a request is ready. Close rather than panic.
+                None => shared.pipeline.error_log.error(format_args!("staged: no request to take")),
+            },
+            other => shared.settle(c, other, stopping),
+        }
+    }
+}
+
+fn data_stage(shared: &Shared, inbox: Rx<(Box<Conn>, Request)>, write: Tx<Box<Conn>>) {
+    while let Some((mut c, request)) = inbox.recv() {
+        let reply = shared.pipeline.handle(&request.head, request.keep_alive);
+        // The read stage took this request from this connection just before
+        // queueing both, so `deliver` finds it waiting for its reply.
+        c.conn.deliver(reply, &shared.pipeline);
+        let _ = write.send(c); // `Err`: tearing down; the connection closes.
+    }
+}
+
+fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>) {
+    while let Some(mut c) = inbox.recv() {
+        let stopping = shared.stopping();
+        let want = c.conn.drive_split(&c.stream, &shared.pipeline, stopping);
+        shared.settle(c, want, stopping);
+    }
+}
+
+/// A connection waiting for readiness.
+struct Parked {
+    c: Box<Conn>,
+    dir: Dir,
+    deadline: Instant,
+    stopped: bool,
+}
+
+/// The parking thread's state: the readiness set and its deadlines. A
+/// socket's fd is its key and its epoll token (unique while it is open).
+struct Parking {
+    poller: Poller,
+    parked: HashMap<RawFd, Parked>,
+    deadlines: BTreeSet<(Instant, RawFd)>,
+}
+
+impl Parking {
+    fn park(&mut self, shared: &Shared, mut c: Box<Conn>, dir: Dir, deadline: Instant, stopped: bool) {
+        let fd = c.stream.as_raw_fd();
+        let interest = if dir == Dir::Read { Interest::READABLE } else { Interest::WRITABLE };
+        // One-shot and level-triggered: readiness that arrived before this
+        // call is reported at once, and then the socket is quiet until re-armed.
+        let token = fd as u64;
+        let armed = if c.registered {
+            self.poller.modify(&c.stream, token, interest, Trigger::Oneshot)
+        } else {
+            self.poller.add(&c.stream, token, interest, Trigger::Oneshot)
+        };
+        match armed {
+            Ok(()) => {
+                c.registered = true;
+                shared.parks.fetch_add(1, Ordering::Relaxed);
+                self.deadlines.insert((deadline, fd));
+                self.parked.insert(fd, Parked { c, dir, deadline, stopped });
+            }
+            Err(e) => shared.pipeline.error_log.error(format_args!("staged: cannot watch a connection: {e}")),
+        }
+    }
+
+    fn unpark(&mut self, fd: RawFd) -> Option<Parked> {
+        let parked = self.parked.remove(&fd)?;
+        self.deadlines.remove(&(parked.deadline, fd));
+        Some(parked)
+    }
+}
+
+/// The parking thread: returns from the stages, readiness, deadlines, the stop.
+fn parking(
+    shared: &Shared,
+    inbox: Receiver<Park>,
+    poller: Poller,
+    read: Tx<Box<Conn>>,
+    write: Tx<Box<Conn>>,
+) -> io::Result<()> {
+    poller.add(&shared.waker, WAKER_TOKEN, Interest::READABLE, Trigger::Level)?;
+    let mut set = Parking { poller, parked: HashMap::new(), deadlines: BTreeSet::new() };
+    let mut events = Events::with_capacity(256);
+    // Idle connections were re-driven after the stop.
+    let mut flushed = false;
+    loop {
+        // Sends below are `Err` only while tearing down; the connection then closes.
+        for parcel in inbox.try_iter() {
+            match parcel {
+                Park::Now(c) => drop(read.send(c)),
+                // Driven just before the stop but parked after the flush
+                // below: one more read lets an idle one close.
+                Park::Wait { c, dir: Dir::Read, stopped: false, .. } if flushed => drop(read.send(c)),
+                Park::Wait { c, dir, deadline, stopped } => set.park(shared, c, dir, deadline, stopped),
+            }
+        }
+        let stopping = shared.stopping();
+        if stopping && !flushed {
+            flushed = true;
+            let idle: Vec<RawFd> = set
+                .parked
+                .iter()
+                .filter(|(_, p)| p.dir == Dir::Read && !p.stopped)
+                .map(|(&fd, _)| fd)
+                .collect();
+            for fd in idle {
+                if let Some(p) = set.unpark(fd) {
+                    let _ = read.send(p.c);
+                }
+            }
+        }
+        if stopping && shared.live.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        while let Some(&(deadline, fd)) = set.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            let Some(Parked { mut c, .. }) = set.unpark(fd) else {
+                set.deadlines.pop_first(); // not parked: cannot happen, both are updated together
+                continue;
+            };
+            shared.expired.fetch_add(1, Ordering::Relaxed);
+            if c.conn.timed_out(&shared.pipeline) {
+                let _ = write.send(c); // a 408 to send
+            }
+        }
+        let mut timeout = set.deadlines.first().map(|&(deadline, _)| deadline.saturating_duration_since(now));
+        if stopping {
+            timeout = Some(timeout.map_or(STOP_POLL, |t| t.min(STOP_POLL)));
+        }
+        set.poller.wait(&mut events, timeout)?;
+        for event in events.iter() {
+            if event.token() == WAKER_TOKEN {
+                // The inbox is drained at the top of the loop, after this.
+                shared.waker.reset();
+                continue;
+            }
+            // Tokens are the fds we registered, so the cast is lossless. A
+            // socket no longer parked (given up at its deadline) is skipped.
+            let Some(p) = set.unpark(event.token() as RawFd) else { continue };
+            let _ = if p.dir == Dir::Read { read.send(p.c) } else { write.send(p.c) };
+        }
+    }
+}
+
+fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+    thread::Builder::new().name(name).stack_size(STACK_SIZE).spawn(body)
+}
+
+fn run(env: ModelEnv) -> io::Result<()> {
+    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+    let threads = StageThreads::parse(&tuning.stage_threads)?;
+    let depth = tuning.queue.max(1);
+    let stats = [
+        StageStats::new("read", threads.read),
+        StageStats::new("data", threads.data),
+        StageStats::new("write", threads.write),
+    ];
+    let (read_tx, read_rx) = queue(&stats[0], depth);
+    let (data_tx, data_rx) = queue(&stats[1], depth);
+    let (write_tx, write_rx) = queue(&stats[2], depth);
+    let (park_tx, park_rx) = unbounded();
+    let shared = Arc::new(Shared {
+        pipeline,
+        stopping: AtomicBool::new(false),
+        live: Arc::new(AtomicUsize::new(0)),
+        park: park_tx,
+        waker: Waker::new()?,
+        parks: AtomicU64::new(0),
+        expired: AtomicU64::new(0),
+    });
+    let poller = Poller::new()?;
+
+    // Stage threads end when their queue's producers are gone. If a spawn
+    // fails, returning drops the queues, so those already started end too.
+    let mut stages = Vec::new();
+    for i in 0..threads.write {
+        let (shared, inbox) = (shared.clone(), write_rx.clone());
+        stages.push(spawn(format!("staged-write-{i}"), move || write_stage(&shared, inbox))?);
+    }
+    for i in 0..threads.data {
+        let (shared, inbox, write) = (shared.clone(), data_rx.clone(), write_tx.clone());
+        stages.push(spawn(format!("staged-data-{i}"), move || data_stage(&shared, inbox, write))?);
+    }
+    for i in 0..threads.read {
+        let (shared, inbox, data) = (shared.clone(), read_rx.clone(), data_tx.clone());
+        stages.push(spawn(format!("staged-read-{i}"), move || read_stage(&shared, inbox, data))?);
+    }
+    // From here on only the threads hold the queues (plus the acceptor's
+    // and the parking thread's senders), so each stage ends after the one before it.
+    drop((data_tx, read_rx, data_rx, write_rx));
+    // Started last: it runs until the stop, so nothing may fail after it.
+    let parker = {
+        let (shared, stop, read) = (shared.clone(), shutdown.clone(), read_tx.clone());
+        thread::Builder::new().name("staged-park".into()).spawn(move || {
+            let result = parking(&shared, park_rx, poller, read, write_tx);
+            if let Err(e) = &result {
+                shared.pipeline.error_log.error(format_args!("staged: parking thread: {e}"));
+                stop.trigger(); // nobody can wait for clients any more: stop the server
+            }
+            result
+        })?
+    };
+
+    let result = accept::run(&listener, &shutdown, &shared.pipeline, |stream| {
+        // Gone already, or cannot be made non-blocking: just close it.
+        let Ok(peer) = stream.peer_addr() else { return true };
+        if stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline);
+        shared.live.fetch_add(1, Ordering::AcqRel);
+        let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone() });
+        read_tx.send(c).is_ok()
+    });
+    // Refuse new connections at once; those already accepted finish.
+    drop(listener);
+    shared.stopping.store(true, Ordering::Release);
+    shared.waker.wake();
+    let parked = parker.join().unwrap_or_else(|_| Err(io::Error::other("staged: parking thread panicked")));
+    drop(read_tx);
+    for stage in stages {
+        let _ = stage.join();
+    }
+    let p = &shared.pipeline;
+    for s in &stats {
+        p.error_log.info(format_args!(
+            "stage {} ({} threads): {} items, mean wait {:.1?}, max {:.1?}, queue now {}",
+            s.name,
+            s.threads,
+            s.dequeued.load(Ordering::Relaxed),
+            s.mean_wait(),
+            Duration::from_nanos(s.max_wait_ns.load(Ordering::Relaxed)),
+            s.waiting(),
+        ));
+    }
+    p.error_log.info(format_args!(
+        "parking: {} waits, {} timed out; reserved: cgi={} (no CGI stage yet), log={} (the write stage logs)",
+        shared.parks.load(Ordering::Relaxed),
+        shared.expired.load(Ordering::Relaxed),
+        threads.cgi,
+        threads.log,
+    ));
+    result.and(parked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_threads_parse() {
+        let default = StageThreads::parse(&crate::Tuning::default().stage_threads).unwrap();
+        assert_eq!(default, StageThreads::DEFAULT);
+        let t = StageThreads::parse(" write=8 , read=1,").unwrap();
+        assert_eq!((t.read, t.data, t.write, t.log), (1, 2, 8, 1));
+        for bad in ["parse=2", "read=0", "read", "read=x", "log=-1", "read=100000"] {
+            let e = StageThreads::parse(bad).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
+            assert!(e.to_string().contains("--stage-threads"), "{e}");
+        }
+    }
+}
