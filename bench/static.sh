@@ -19,6 +19,7 @@
 #   MODUS_BIN   modus binary; unset = cargo build --release -p modus
 #   MODUS_ARGS  extra arguments for `modus serve`        [""]
 #   NGINX_BIN   nginx binary                             [nginx]
+#   NGINX_EXTRA directives added to nginx's server{} block, e.g. 'open_file_cache max=100;' [""]
 #   SERVER_CPU  CPU the servers are pinned to            [0]
 #   LOAD_CPU    CPU wrk is pinned to                     [1]
 #   NOISE_PCT   other jobs' CPU use (% of a core) that counts as noise [5]
@@ -47,6 +48,7 @@ MODES=${MODES:-keepalive close}
 SERVERS=${SERVERS:-modus nginx}
 MODUS_ARGS=${MODUS_ARGS:-}
 NGINX_BIN=${NGINX_BIN:-nginx}
+NGINX_EXTRA=${NGINX_EXTRA:-}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
@@ -347,6 +349,7 @@ http {
     server {
         listen 127.0.0.1:$port;
         root $DOCROOT;
+        $NGINX_EXTRA
         location / { }
     }
 }
@@ -395,7 +398,7 @@ log "pre-flight ok: every server serves every file byte-exactly"
 CSV=$RESULTS_DIR/runs.csv
 echo "round,case,server,req_per_s,p99_ms,requests,socket_errors,non_2xx_3xx,server_ticks,server_us_per_req,cpu${SERVER_CPU}_busy_pct,cpu${LOAD_CPU}_busy_pct,other_jobs_pct,log_lines" >"$CSV"
 
-declare -A RPS=() P99=() USR=() BUSY_S=() BUSY_L=() ERRS=()
+declare -A RPS=() P99=() USR=() BUSY_S=() BUSY_L=() ERRS=() NOISY_OF=()
 CASES=()
 for sz in $SIZES; do for m in $MODES; do CASES+=("$sz/$m"); done; done
 
@@ -477,6 +480,7 @@ for round in $(seq 1 "$ROUNDS"); do
                     continue
                 fi
                 NOISY=$((NOISY + 1))
+                NOISY_OF[$s|$c]=$(( ${NOISY_OF[$s|$c]:-0} + 1 ))
                 log "warning: other jobs used ${other}% of a core during this run (noise)"
                 break
             done
@@ -526,6 +530,9 @@ TABLE=$WORK/table.md
             if has "$s" && [ "${ERRS[$s|$c]:-0}" -gt 0 ]; then
                 mark="$mark **ERRORS: $s ${ERRS[$s|$c]}**"; any_err=1
             fi
+        done
+        for s in modus nginx; do
+            if has "$s" && [ "${NOISY_OF[$s|$c]:-0}" -gt 0 ]; then mark="$mark †"; break; fi
         done
         m_rps=nan; n_rps=nan; m_p99=nan; n_p99=nan; m_us=nan; n_us=nan
         if has modus; then m_rps=$(med_of RPS "modus|$c"); m_p99=$(med_of P99 "modus|$c"); m_us=$(med_of USR "modus|$c"); fi
@@ -584,6 +591,7 @@ BLOCK=$WORK/block.md
     echo
     cat "$TABLE"
     echo
+    if [ "$NOISY" -gt 0 ]; then echo "† at least one run of this case had other jobs using ≥ $NOISE_PCT % of a core."; echo; fi
     echo "ratio = modus req/s ÷ nginx req/s. µs/req CPU = busy time of the server's processes (all threads; nginx master + worker) ÷ requests completed."
     echo
     echo "Core utilisation during the measured runs (median; server core = CPU $SERVER_CPU, load core = CPU $LOAD_CPU). A load core near 100 % with a server core below it means the generator, not the server, set the req/s."

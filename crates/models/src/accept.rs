@@ -13,6 +13,9 @@ use transport::{Shutdown, Wake};
 ///
 /// The listener is non-blocking and watched together with the stop pipe,
 /// so a stop is noticed at once rather than at the next connection.
+/// Accepted sockets come with the [`pipeline::BLOCKING_TICK`] timeouts
+/// `serve_blocking` needs: the server sets them on the listener
+/// (`transport::listener::set_accepted_defaults`) before it announces it.
 pub fn run(
     listener: &TcpListener,
     stop: &Shutdown,
@@ -20,7 +23,6 @@ pub fn run(
     mut dispatch: impl FnMut(TcpStream) -> bool,
 ) -> io::Result<()> {
     listener.set_nonblocking(true)?;
-    transport::listener::set_accepted_defaults(listener, pipeline::BLOCKING_TICK)?;
     loop {
         match stop.wait_readable(listener, None)? {
             Wake::Stop => return Ok(()),

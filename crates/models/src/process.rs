@@ -467,7 +467,9 @@ enum Forked {
 /// `fork()`, refused unless this process has exactly one thread.
 #[allow(unsafe_code)]
 fn fork() -> io::Result<Forked> {
-    let threads = std::fs::read_dir("/proc/self/task")?.count();
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map_err(|e| io::Error::other(format!("cannot count this process's threads in /proc: {e}")))?
+        .count();
     if threads != 1 {
         return Err(io::Error::other(format!(
             "refusing to fork a process with {threads} threads (process models must run before any thread starts)"

@@ -6,11 +6,11 @@
 //! make that pile-up visible.
 //!
 //! ```text
-//!  acceptor ─▶ [read] ─────▶ [data] ──────▶ [write]
-//!               ▲  read + parse   Pipeline::     send the reply,
-//!               │  the head       handle         log the line
-//!               │                                   │
-//!               └──◀──── parking (epoll) ◀──────────┘  would block, idle keep-alive
+//!  acceptor ─▶ [read] ─────▶ [data] ─────▶ [write] ─────▶ [log]
+//!               ▲  read + parse   Pipeline::    send the       access-log
+//!               │  the head       handle        reply          line
+//!               │                                  │
+//!               └──◀──── parking (epoll) ◀─────────┘  would block, idle keep-alive
 //! ```
 //!
 //! * **Who runs where.** The model's thread accepts (`accept::run`) and puts
@@ -21,17 +21,15 @@
 //!   disk) and `deliver`s the reply; a *write* thread drives the connection
 //!   to send it. `cgi` is parsed and reserved for the CGI stage: no thread
 //!   is started for it and nothing is routed to it yet.
-//! * **Logging stays in the write stage** (`log=` is parsed and reserved).
-//!   The connection appends the access-log line to the shared in-memory
-//!   buffer when the response is out; the file write — the I/O that made
-//!   logging a stage of its own in paper 000 — mostly runs on the server's
-//!   flusher thread (every 500 ms; a request thread writes only when 32 KiB
-//!   piled up first). A log queue would add a hop
-//!   per request and break an ordering the access log promises: a response
-//!   the client has received is in the buffer, so a rotation (`SIGUSR1`)
-//!   after it puts its line in the old file. Deferring the line to another
-//!   thread, tried with a small `Connection` hook, failed that conformance
-//!   test about once in ten runs on a loaded machine.
+//! * **Log.** Connections hand their finished responses' access-log
+//!   records over (`Connection::defer_log`) instead of formatting and
+//!   appending them; whoever drove the connection (mostly *write*; *read*
+//!   for error replies, *parking* for timeouts) queues them for the *log*
+//!   threads, which format and append them (and write the file once 32 KiB
+//!   piled up; otherwise the server's flusher does, every 500 ms). A line
+//!   is recorded a queue hop after its response went out, so a rotation
+//!   (`SIGUSR1`) just after a response may put its line in the new file;
+//!   at a graceful stop every queued line is still written.
 //! * **Nobody waits for a client.** Sockets are non-blocking. Whenever a
 //!   connection would block — an idle keep-alive connection, a slow client
 //!   mid-head, a client slow to read a big response — the stage hands it to
@@ -66,7 +64,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use pipeline::{ConnInfo, Connection, Pipeline, Request, Want};
+use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Want};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 
 use crate::{accept, Caps, ModelEnv, ModelInfo};
@@ -74,7 +72,7 @@ use crate::{accept, Caps, ModelEnv, ModelInfo};
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "staged",
     paper_name: "TBW",
-    summary: "a thread pool and a queue per stage: read, data, write (--stage-threads)",
+    summary: "a thread pool and a queue per stage: read, data, write, log (--stage-threads)",
     caps: Caps { forks: false, event_driven: true, staged: true },
     run,
 };
@@ -96,7 +94,6 @@ struct StageThreads {
     /// Reserved for the CGI stage; unused until it exists.
     cgi: usize,
     write: usize,
-    /// Reserved: the write stage logs (see the top of the file).
     log: usize,
 }
 
@@ -141,7 +138,7 @@ impl StageThreads {
 /// held back by a full queue). Atomics, so a status page can read them live.
 #[derive(Debug)]
 pub struct StageStats {
-    /// `read`, `data` or `write`.
+    /// `read`, `data`, `write` or `log`.
     pub name: &'static str,
     /// Threads serving the stage.
     pub threads: usize,
@@ -299,12 +296,22 @@ impl Shared {
     }
 }
 
-fn read_stage(shared: &Shared, inbox: Rx<Box<Conn>>, data: Tx<(Box<Conn>, Request)>) {
+/// Hands the records of finished responses to the log stage.
+fn forward_log(c: &mut Conn, log: &Tx<LogRecord>) {
+    for record in c.conn.take_log() {
+        // Fails only if the log stage is gone, and it ends after every other.
+        let _ = log.send(record);
+    }
+}
+
+fn read_stage(shared: &Shared, inbox: Rx<Box<Conn>>, data: Tx<(Box<Conn>, Request)>, log: Tx<LogRecord>) {
     while let Some(mut c) = inbox.recv() {
         let stopping = shared.stopping();
         // Error replies (400, 431...) are written here, inline: they are rare
         // and short, and a blocked one is parked for the write stage.
-        match c.conn.drive_split(&c.stream, &shared.pipeline, stopping) {
+        let want = c.conn.drive_split(&c.stream, &shared.pipeline, stopping);
+        forward_log(&mut c, &log);
+        match want {
             Want::Process => match c.conn.take_request() {
                 // `Err`: tearing down; the connection closes.
                 Some(request) => drop(data.send((c, request))),
@@ -327,11 +334,18 @@ fn data_stage(shared: &Shared, inbox: Rx<(Box<Conn>, Request)>, write: Tx<Box<Co
     }
 }
 
-fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>) {
+fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>, log: Tx<LogRecord>) {
     while let Some(mut c) = inbox.recv() {
         let stopping = shared.stopping();
         let want = c.conn.drive_split(&c.stream, &shared.pipeline, stopping);
+        forward_log(&mut c, &log);
         shared.settle(c, want, stopping);
+    }
+}
+
+fn log_stage(shared: &Shared, inbox: Rx<LogRecord>) {
+    while let Some(record) = inbox.recv() {
+        shared.pipeline.access_log.record(&record);
     }
 }
 
@@ -388,6 +402,7 @@ fn parking(
     poller: Poller,
     read: Tx<Box<Conn>>,
     write: Tx<Box<Conn>>,
+    log: Tx<LogRecord>,
 ) -> io::Result<()> {
     poller.add(&shared.waker, WAKER_TOKEN, Interest::READABLE, Trigger::Level)?;
     let mut set = Parking { poller, parked: HashMap::new(), deadlines: BTreeSet::new() };
@@ -433,7 +448,9 @@ fn parking(
                 continue;
             };
             shared.expired.fetch_add(1, Ordering::Relaxed);
-            if c.conn.timed_out(&shared.pipeline) {
+            let respond = c.conn.timed_out(&shared.pipeline);
+            forward_log(&mut c, &log); // a response cut short by the deadline
+            if respond {
                 let _ = write.send(c); // a 408 to send
             }
         }
@@ -468,10 +485,12 @@ fn run(env: ModelEnv) -> io::Result<()> {
         StageStats::new("read", threads.read),
         StageStats::new("data", threads.data),
         StageStats::new("write", threads.write),
+        StageStats::new("log", threads.log),
     ];
     let (read_tx, read_rx) = queue(&stats[0], depth);
     let (data_tx, data_rx) = queue(&stats[1], depth);
     let (write_tx, write_rx) = queue(&stats[2], depth);
+    let (log_tx, log_rx) = queue(&stats[3], depth);
     let (park_tx, park_rx) = unbounded();
     let shared = Arc::new(Shared {
         pipeline,
@@ -487,26 +506,30 @@ fn run(env: ModelEnv) -> io::Result<()> {
     // Stage threads end when their queue's producers are gone. If a spawn
     // fails, returning drops the queues, so those already started end too.
     let mut stages = Vec::new();
+    for i in 0..threads.log {
+        let (shared, inbox) = (shared.clone(), log_rx.clone());
+        stages.push(spawn(format!("staged-log-{i}"), move || log_stage(&shared, inbox))?);
+    }
     for i in 0..threads.write {
-        let (shared, inbox) = (shared.clone(), write_rx.clone());
-        stages.push(spawn(format!("staged-write-{i}"), move || write_stage(&shared, inbox))?);
+        let (shared, inbox, log) = (shared.clone(), write_rx.clone(), log_tx.clone());
+        stages.push(spawn(format!("staged-write-{i}"), move || write_stage(&shared, inbox, log))?);
     }
     for i in 0..threads.data {
         let (shared, inbox, write) = (shared.clone(), data_rx.clone(), write_tx.clone());
         stages.push(spawn(format!("staged-data-{i}"), move || data_stage(&shared, inbox, write))?);
     }
     for i in 0..threads.read {
-        let (shared, inbox, data) = (shared.clone(), read_rx.clone(), data_tx.clone());
-        stages.push(spawn(format!("staged-read-{i}"), move || read_stage(&shared, inbox, data))?);
+        let (shared, inbox, data, log) = (shared.clone(), read_rx.clone(), data_tx.clone(), log_tx.clone());
+        stages.push(spawn(format!("staged-read-{i}"), move || read_stage(&shared, inbox, data, log))?);
     }
     // From here on only the threads hold the queues (plus the acceptor's
     // and the parking thread's senders), so each stage ends after the one before it.
-    drop((data_tx, read_rx, data_rx, write_rx));
+    drop((data_tx, read_rx, data_rx, write_rx, log_rx));
     // Started last: it runs until the stop, so nothing may fail after it.
     let parker = {
         let (shared, stop, read) = (shared.clone(), shutdown.clone(), read_tx.clone());
         thread::Builder::new().name("staged-park".into()).spawn(move || {
-            let result = parking(&shared, park_rx, poller, read, write_tx);
+            let result = parking(&shared, park_rx, poller, read, write_tx, log_tx);
             if let Err(e) = &result {
                 shared.pipeline.error_log.error(format_args!("staged: parking thread: {e}"));
                 stop.trigger(); // nobody can wait for clients any more: stop the server
@@ -521,7 +544,8 @@ fn run(env: ModelEnv) -> io::Result<()> {
         if stream.set_nonblocking(true).is_err() {
             return true;
         }
-        let conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline);
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline);
+        conn.defer_log();
         shared.live.fetch_add(1, Ordering::AcqRel);
         let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone() });
         read_tx.send(c).is_ok()
@@ -538,7 +562,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let p = &shared.pipeline;
     for s in &stats {
         p.error_log.info(format_args!(
-            "stage {} ({} threads): {} items, mean wait {:.1?}, max {:.1?}, queue now {}",
+            "stage {} (threads={}): {} items, mean wait {:.1?}, max {:.1?}, queue now {}",
             s.name,
             s.threads,
             s.dequeued.load(Ordering::Relaxed),
@@ -548,11 +572,10 @@ fn run(env: ModelEnv) -> io::Result<()> {
         ));
     }
     p.error_log.info(format_args!(
-        "parking: {} waits, {} timed out; reserved: cgi={} (no CGI stage yet), log={} (the write stage logs)",
+        "parking: {} waits, {} timed out; stage cgi: {} threads reserved, no CGI stage yet",
         shared.parks.load(Ordering::Relaxed),
         shared.expired.load(Ordering::Relaxed),
         threads.cgi,
-        threads.log,
     ));
     result.and(parked)
 }

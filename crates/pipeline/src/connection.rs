@@ -65,6 +65,10 @@ pub struct Connection {
     head_deadline: Instant,
     /// When an idle keep-alive connection is given up.
     idle_deadline: Instant,
+    /// Hand access-log records to the model instead of writing them.
+    defer_log: bool,
+    /// Records kept back for [`Connection::take_log`].
+    deferred_log: Vec<LogRecord>,
 }
 
 #[derive(Debug)]
@@ -119,7 +123,25 @@ impl Connection {
             served: 0,
             head_deadline: now + pipeline.settings.header_timeout,
             idle_deadline: now + pipeline.settings.header_timeout,
+            defer_log: false,
+            deferred_log: Vec::new(),
         }
+    }
+
+    /// Keeps this connection's access-log records for the caller instead of
+    /// writing them to `pipeline.access_log` when a response ends, so a
+    /// model can log on threads of its own (`staged`'s log stage). Collect
+    /// them with [`take_log`](Self::take_log) after every `drive`,
+    /// `drive_split` and `timed_out`; records still held when the connection
+    /// is dropped are lost. Records are only made while the access log is enabled.
+    pub fn defer_log(&mut self) {
+        self.defer_log = true;
+    }
+
+    /// The access-log records of responses that ended since the last call,
+    /// oldest first; always empty unless [`defer_log`](Self::defer_log) was called.
+    pub fn take_log(&mut self) -> std::vec::Drain<'_, LogRecord> {
+        self.deferred_log.drain(..)
     }
 
     /// Requests answered so far.
@@ -180,6 +202,13 @@ impl Connection {
                                 } else {
                                     self.phase = Phase::Ready(Box::new((request, plan)));
                                 }
+                                continue;
+                            }
+                            // A client that keeps dribbling never lets a
+                            // blocking read time out: the head deadline is
+                            // checked on the data path too (slowloris).
+                            Ok(Parsed::Partial) if Instant::now() >= self.head_deadline => {
+                                self.refuse(408, p);
                                 continue;
                             }
                             Ok(Parsed::Partial) => {}
@@ -374,7 +403,7 @@ impl Connection {
             unreachable!("called in the write phase");
         };
         self.served += 1;
-        log(p, &pending);
+        self.log(p, &pending);
         if pending.reply.close {
             if !pending.linger {
                 return Some(Want::Close);
@@ -401,15 +430,19 @@ impl Connection {
     /// cut short still shows its real byte count).
     fn abort(&mut self, p: &Pipeline) {
         if let Phase::Write(pending) = std::mem::replace(&mut self.phase, Phase::Head) {
-            log(p, &pending);
+            self.log(p, &pending);
         }
     }
-}
 
-fn log(p: &Pipeline, pending: &Pending) {
-    if let Some(mut record) = pending.log.clone() {
-        record.body_bytes = pending.reply.out.bytes_sent().saturating_sub(pending.reply.head_len);
-        p.access_log.record(&record);
+    fn log(&mut self, p: &Pipeline, pending: &Pending) {
+        if let Some(mut record) = pending.log.clone() {
+            record.body_bytes = pending.reply.out.bytes_sent().saturating_sub(pending.reply.head_len);
+            if self.defer_log {
+                self.deferred_log.push(record);
+            } else {
+                p.access_log.record(&record);
+            }
+        }
     }
 }
 
@@ -487,5 +520,46 @@ pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
             referer: None,
             user_agent: None,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accesslog::LogTarget;
+    use crate::{AccessLog, EmbeddedFile, ErrorLog, Settings, Site};
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+
+    #[test]
+    fn deferred_log_records_go_to_the_caller() {
+        static FILES: &[EmbeddedFile] = &[EmbeddedFile { path: "/a.txt", bytes: b"hello" }];
+        let access = Arc::new(AccessLog::open(LogTarget::Stdout).unwrap());
+        let p =
+            Pipeline::new(Settings::default(), Site::embedded(FILES), access, Arc::new(ErrorLog::stderr()));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, peer) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p);
+        conn.defer_log();
+        client
+            .write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut records = Vec::new();
+        for _ in 0..100 {
+            assert!(matches!(conn.drive(&server, &p, false), Want::Read(_)));
+            records.extend(conn.take_log());
+            if records.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let got: Vec<_> = records.iter().map(|r| (r.status, r.body_bytes)).collect();
+        assert_eq!(got[0], (200, 5));
+        assert_eq!(got[1].0, 404);
+        assert_eq!(records[0].request_line.as_deref(), Some("GET /a.txt HTTP/1.1"));
+        assert!(conn.take_log().next().is_none(), "taken records are gone");
     }
 }

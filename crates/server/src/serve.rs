@@ -102,6 +102,11 @@ impl Server {
     fn run(self, options: &ServeOptions) -> anyhow::Result<()> {
         let listener = transport::listener::bind(self.addr, false)
             .with_context(|| format!("listening on {}", self.addr))?;
+        // Before the address is announced: sockets accepted by the kernel
+        // inherit these options when their handshake completes, even before
+        // the model calls accept(), so setting them later would leave the
+        // first connections without timeouts.
+        transport::listener::set_accepted_defaults(&listener, pipeline::BLOCKING_TICK)?;
         let local = listener.local_addr()?;
         let shutdown = Shutdown::new()?;
         // The first stdout line is the contract with scripts and tests: the real address.

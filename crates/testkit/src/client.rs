@@ -406,3 +406,81 @@ fn is_reset(e: &io::Error) -> bool {
 fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A client connected to a one-shot server that writes `reply` after
+    /// reading a little, then closes.
+    fn canned(reply: &[u8]) -> Client {
+        let reply = reply.to_vec();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            // Dribble the reply to exercise partial reads.
+            for chunk in reply.chunks(7) {
+                s.write_all(chunk).unwrap();
+            }
+        });
+        let mut c = Client::connect(addr);
+        c.send("x");
+        c
+    }
+
+    #[test]
+    fn pipelined_content_length_responses() {
+        let mut c = canned(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\nx-a: 2\r\n\r\nhello\
+              HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+        );
+        let r = c.read_response("GET");
+        assert_eq!((r.status, r.version.as_str(), r.reason.as_str()), (200, "HTTP/1.1", "OK"));
+        assert_eq!(r.body, b"hello");
+        assert_eq!(r.headers_all("X-A"), ["1", "2"]);
+        assert_eq!(r.content_length(), Some(5));
+        let r = c.read_response("GET");
+        assert_eq!(r.status, 404);
+        assert!(r.body.is_empty());
+        assert!(c.is_closed());
+    }
+
+    #[test]
+    fn chunked_head_and_304_framing() {
+        let mut c = canned(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\n\
+              HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n\
+              HTTP/1.1 304 Not Modified\r\nContent-Length: 99\r\n\r\n\
+              HTTP/1.1 200 OK\r\n\r\nuntil close",
+        );
+        assert_eq!(c.read_response("GET").body, b"abcde");
+        assert!(c.read_response("HEAD").body.is_empty());
+        assert_eq!(c.read_response("GET").status, 304);
+        assert_eq!(c.read_response("GET").body, b"until close");
+    }
+
+    #[test]
+    fn malformed_responses_are_errors() {
+        for reply in [
+            &b"HTTP/1.1 200 OK\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 20 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        ] {
+            assert!(canned(reply).try_read_response("GET").is_err(), "{:?}", String::from_utf8_lossy(reply));
+        }
+    }
+
+    #[test]
+    fn wait_for_bytes_keeps_them_for_the_parse() {
+        let mut c = canned(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        c.wait_for_bytes(3);
+        assert_eq!(c.read_response("GET").body, b"ok");
+        assert!(c.read_to_end_expect_closed().is_empty());
+    }
+}

@@ -3,6 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -131,6 +132,9 @@ impl ServerBuilder {
         let cmdline = format!("{} {:?}", self.bin.display(), args);
         let mut child = Command::new(&self.bin)
             .args(&args)
+            // Its own process group, so drop can kill worker processes of
+            // multi-process models too, even if the master dies first.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -220,7 +224,8 @@ fn lossy_lines(r: impl Read) -> impl Iterator<Item = String> {
     })
 }
 
-/// A running server child process; killed (SIGKILL) on drop if still alive.
+/// A running server child process; it and its process group are killed
+/// (SIGKILL) on drop.
 #[derive(Debug)]
 pub struct Server {
     child: Child,
@@ -331,12 +336,21 @@ impl Server {
     }
 
     fn kill_and_collect(&mut self) -> Option<ExitStatus> {
+        self.kill_group();
         if self.exit.is_none() {
             let _ = self.child.kill();
             self.exit = self.child.wait().ok();
         }
         self.join_output();
         self.exit
+    }
+
+    /// SIGKILL to the child's whole process group (it is the group leader),
+    /// catching worker processes a multi-process model may have forked.
+    fn kill_group(&self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
     }
 
     /// Waits (bounded: a grandchild could hold the pipes open) for the
@@ -356,6 +370,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Also after a clean exit of the master: no worker may outlive the
+        // test.
+        self.kill_group();
         if self.exit.is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();

@@ -32,7 +32,7 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
 /// connection: Linux copies socket options to accepted sockets, so this
 /// saves three `setsockopt` calls per connection. `tick` becomes the read
 /// and write timeout — how often a blocked thread wakes to check its
-/// deadlines — and `TCP_NODELAY` stops Nagle's algorithm from holding back
+/// deadlines; harmless on non-blocking sockets — and `TCP_NODELAY` stops Nagle's algorithm from holding back
 /// the tail of a response while the client delays its ACK.
 pub fn set_accepted_defaults(listener: &TcpListener, tick: std::time::Duration) -> io::Result<()> {
     let socket = socket2::SockRef::from(listener);

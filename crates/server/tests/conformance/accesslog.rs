@@ -209,6 +209,15 @@ fn rejected_request_is_logged() {
 fn sigusr1_reopens_the_log() {
     let (root, mut srv, path) = logging_server(&[]);
     get(&srv, "/hello.txt?before").assert_status(200);
+    // The line is logged once the response has left, maybe after the
+    // client read it: wait (bounded) until it is on disk, so it belongs to
+    // the file about to be rotated.
+    let mut waits = 0;
+    while !read_lines(&path).iter().any(|l| l.contains("?before")) {
+        assert!(waits < 100, "the first line never reached the log");
+        waits += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let rotated = root.base().join("access.log.1");
     std::fs::rename(&path, &rotated).unwrap();
     srv.signal(Signal::Usr1);
