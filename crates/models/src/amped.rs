@@ -20,15 +20,13 @@
 //!   timed out) finds a token whose generation no longer matches and is
 //!   dropped, closing any file it held.
 //!
-//! The cost: every request crosses threads twice (two channel operations and
-//! usually one eventfd write and wake-up), even when its file is in the
-//! cache. Flash paid that only for misses: it checked residency with
-//! `mincore` in the loop and sent only pages that were not in memory to its
-//! helpers. Doing the same here needs a way to ask the pipeline "answer only
-//! if you can without blocking", which it does not offer yet (a cache hit
-//! still `stat`s the file to validate it). What this model does use: a site
-//! compiled into the binary (the demo site) never touches the disk, so for
-//! it the helpers are skipped and requests run inline, as in `event`.
+//! What stays in the loop: requests it can answer from memory
+//! (`Pipeline::handle_in_memory`: a cache entry validated with one `stat`,
+//! the embedded demo site, an error decided by the request alone). Flash
+//! drew the same line with its caches and `mincore`. Everything else —
+//! opening a file, reading it into the cache, a directory listing — goes to
+//! a helper and costs two thread handoffs (two channel operations and
+//! usually one eventfd write and wake-up).
 //!
 //! One blocking step stays in the loop: `sendfile` of a large file (too big
 //! for the cache) reads pages that may not be in memory. Flash's helpers
@@ -41,7 +39,7 @@ use std::sync::Arc;
 use std::thread;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use pipeline::{Reply, Request, Site};
+use pipeline::{Reply, Request};
 use transport::poller::Waker;
 
 use crate::event::{self, Helpers};
@@ -75,10 +73,6 @@ struct Mailbox {
 }
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    if matches!(env.pipeline.site, Site::Embedded(_)) {
-        // Nothing can block: helpers would only add two handoffs.
-        return event::serve(env, |_| Ok(None));
-    }
     let workers = env.tuning.workers.max(1);
     // Unbounded, yet bounded in practice: a connection has at most one
     // request with the helpers, so the queues never hold more entries than

@@ -421,10 +421,26 @@ impl Loop {
     fn drive(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(token) else { return };
         let (p, stopping) = (&*self.pipeline, self.stopping);
-        let want = match self.helpers {
+        let mut want = match self.helpers {
             Some(_) => c.conn.drive_split(&c.stream, p, stopping),
             None => c.conn.drive(&c.stream, p, stopping),
         };
+        // Helpers are for what may block; a request the loop can answer from
+        // memory (a validated cache hit) never leaves it, as in Flash.
+        let mut parked = None;
+        while want == Want::Process {
+            let Some(request) = c.conn.take_request() else { break };
+            match p.handle_in_memory(&request.head, request.keep_alive) {
+                Some(reply) => {
+                    c.conn.deliver(reply, p);
+                    want = c.conn.drive_split(&c.stream, p, stopping);
+                }
+                None => {
+                    parked = Some(request);
+                    break;
+                }
+            }
+        }
         match want {
             // Either comes back only after the socket said EAGAIN, so the
             // next edge will be a fresh one.
@@ -442,7 +458,7 @@ impl Loop {
             }
             Want::Process => {
                 // Only split mode asks this, so helpers exist.
-                let request = c.conn.take_request();
+                let request = parked;
                 c.waits = Waits::Helper;
                 let submitted = match (request, self.helpers.as_mut()) {
                     (Some(request), Some(helpers)) => helpers.submit(token, request),

@@ -70,6 +70,15 @@ impl Pipeline {
     /// the response. `keep_alive` is the connection's decision, echoed in
     /// the `Connection` header.
     pub fn handle(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
-        reply::handle(self, head, keep_alive)
+        reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed")
+    }
+
+    /// [`handle`](Self::handle), but only if the answer needs no disk I/O
+    /// beyond one `stat` (whose inode a served file keeps in memory): a
+    /// validated cache hit, an embedded file, or an error decided by the
+    /// request alone. `None` means "ask a thread that may block" — Flash's
+    /// split between its event loop and its helpers.
+    pub fn handle_in_memory(&self, head: &h1::RequestHead, keep_alive: bool) -> Option<Reply> {
+        reply::handle(self, head, keep_alive, reply::Blocking::Avoid)
     }
 }

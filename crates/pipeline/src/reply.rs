@@ -94,27 +94,37 @@ pub(crate) fn refuse(settings: &Settings, status: u16) -> Reply {
     error_page(settings, status, Version::Http11, false, false, &[])
 }
 
-pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool) -> Reply {
+/// Whether the pipeline may wait for the disk while answering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Blocking {
+    /// Open and read files as needed.
+    Allowed,
+    /// Answer only from memory (a validated cache entry, an embedded file,
+    /// an error decided by the request alone); otherwise give up.
+    Avoid,
+}
+
+pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking: Blocking) -> Option<Reply> {
     let settings = &p.settings;
     let is_head = req.method == Method::Head;
     let page = |status, extra: &[(&str, &str)]| {
         error_page(settings, status, req.version, keep_alive, is_head, extra)
     };
     if !req.method.is_known() {
-        return page(501, &[]);
+        return Some(page(501, &[]));
     }
     if req.path == "*" {
         // The parser admits `*` only with OPTIONS: the server-wide question.
-        return no_content_allow(settings, req, keep_alive);
+        return Some(no_content_allow(settings, req, keep_alive));
     }
     let path = match resolve::normalize(&req.path) {
         Ok(path) => path,
-        Err(PathError::BadRequest) => return page(400, &[]),
-        Err(PathError::NotFound) => return page(404, &[]),
+        Err(PathError::BadRequest) => return Some(page(400, &[])),
+        Err(PathError::NotFound) => return Some(page(404, &[])),
     };
-    let found = p.site.lookup(&path, &p.cache, settings);
+    let found = p.site.lookup(&path, &p.cache, settings, blocking)?;
     if !matches!(found, Found::Resource(_) | Found::Listing(_)) {
-        return match found {
+        return Some(match found {
             Found::AddSlash => {
                 let mut location = utf8_percent_encode(&path, PATH_ESCAPES).to_string();
                 location.push('/');
@@ -130,14 +140,14 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool) -> Reply
                 page(500, &[])
             }
             _ => page(404, &[]),
-        };
+        });
     }
     match req.method {
         Method::Get | Method::Head => {}
-        Method::Options => return no_content_allow(settings, req, keep_alive),
-        _ => return page(405, &[("Allow", ALLOW)]),
+        Method::Options => return Some(no_content_allow(settings, req, keep_alive)),
+        _ => return Some(page(405, &[("Allow", ALLOW)])),
     }
-    match found {
+    Some(match found {
         Found::Resource(resource) => respond(settings, req, &resource, keep_alive),
         Found::Listing(html) => {
             let mut head = start(settings, 200, req.version, keep_alive);
@@ -148,7 +158,7 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool) -> Reply
             finish(200, head, body, keep_alive)
         }
         _ => unreachable!("only resources and listings get here"),
-    }
+    })
 }
 
 fn no_content_allow(settings: &Settings, req: &RequestHead, keep_alive: bool) -> Reply {

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use transport::{Chunk, Data};
 
 use crate::cache::{Cache, Entry, Identity};
+use crate::reply::Blocking;
 use crate::resolve::{DocRoot, SymlinkPolicy};
 use crate::{conditional, listing, Settings};
 
@@ -137,8 +138,16 @@ impl Site {
         Site::Embedded(Embedded { files: map, dirs })
     }
 
-    pub(crate) fn lookup(&self, path: &str, cache: &Cache, settings: &Settings) -> Found {
-        match self {
+    /// Finds what `path` names. With [`Blocking::Avoid`], `None` means the
+    /// answer needs the disk beyond one `stat` of a cached file.
+    pub(crate) fn lookup(
+        &self,
+        path: &str,
+        cache: &Cache,
+        settings: &Settings,
+        blocking: Blocking,
+    ) -> Option<Found> {
+        Some(match self {
             Site::Embedded(site) => {
                 let key = if path.ends_with('/') { format!("{path}index.html") } else { path.to_string() };
                 match site.files.get(key.as_str()) {
@@ -147,20 +156,30 @@ impl Site {
                     None => Found::Missing,
                 }
             }
-            Site::Dir(root) => lookup_dir(root, path, cache, settings),
-        }
+            Site::Dir(root) => {
+                // The hot path: a cached file still the same on disk costs one `stat`.
+                if let Some(entry) = cached(root, path, cache) {
+                    return Some(Found::Resource(Resource::Memory(entry)));
+                }
+                if blocking == Blocking::Avoid {
+                    return None;
+                }
+                lookup_dir(root, path, cache, settings)
+            }
+        })
     }
 }
 
-fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) -> Found {
-    // The hot path: a cached file still the same on disk costs one `stat`.
-    if let Ok(st) = root.stat_unchecked(path) {
-        if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
-            if let Some(entry) = cache.get(path, &Identity::of(&st)) {
-                return Found::Resource(Resource::Memory(entry));
-            }
-        }
+/// The cache entry for `path` if the file on disk is still that version.
+fn cached(root: &DocRoot, path: &str, cache: &Cache) -> Option<Arc<Entry>> {
+    let st = root.stat_unchecked(path).ok()?;
+    if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+        return None;
     }
+    cache.get(path, &Identity::of(&st))
+}
+
+fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) -> Found {
     let meta = match root.stat(path) {
         Ok(meta) => meta,
         Err(e) => return from_io(e),
