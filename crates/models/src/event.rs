@@ -556,16 +556,20 @@ impl Loop {
 mod tests {
     use super::*;
     use pipeline::accesslog::LogTarget;
-    use pipeline::{AccessLog, EmbeddedFile, ErrorLog, Settings, Site};
+    use pipeline::{AccessLog, ErrorLog, Settings, Site};
     use std::io::{Read, Write};
     use std::sync::mpsc;
 
-    static FILES: &[EmbeddedFile] =
-        &[EmbeddedFile { path: "/a.txt", bytes: b"AAAA" }, EmbeddedFile { path: "/b.txt", bytes: b"BBBB" }];
-
-    fn pipeline(settings: Settings) -> Arc<Pipeline> {
+    /// A docroot on disk with caching off, so every request needs the disk
+    /// and goes to the helpers (memory answers never leave the loop).
+    fn pipeline(settings: Settings) -> (Arc<Pipeline>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "AAAA").unwrap();
+        std::fs::write(dir.path().join("b.txt"), "BBBB").unwrap();
+        let settings = Settings { max_cached_file: 0, ..settings };
+        let site = Site::dir(dir.path(), false).unwrap();
         let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
-        Arc::new(Pipeline::new(settings, Site::embedded(FILES), access, Arc::new(ErrorLog::stderr())))
+        (Arc::new(Pipeline::new(settings, site, access, Arc::new(ErrorLog::stderr()))), dir)
     }
 
     /// Helpers the test plays by hand: it sees each request and decides
@@ -596,6 +600,7 @@ mod tests {
         replies: mpsc::Sender<(u64, Option<Reply>)>,
         waker: Arc<Waker>,
         thread: thread::JoinHandle<io::Result<()>>,
+        _root: tempfile::TempDir,
     }
 
     impl Harness {
@@ -603,7 +608,7 @@ mod tests {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             listener.set_nonblocking(true).unwrap();
             let addr = listener.local_addr().unwrap();
-            let (p, shutdown) = (pipeline(settings), Shutdown::new().unwrap());
+            let ((p, root), shutdown) = (pipeline(settings), Shutdown::new().unwrap());
             let (submitted, jobs) = mpsc::channel();
             let (replies, finished) = mpsc::channel();
             let waker = Arc::new(Waker::new().unwrap());
@@ -611,7 +616,7 @@ mod tests {
             let mut lp =
                 Loop::new(Arc::new(listener), p.clone(), shutdown.clone(), Some(Box::new(helpers))).unwrap();
             let thread = thread::spawn(move || lp.run());
-            Harness { addr, shutdown, p, jobs, replies, waker, thread }
+            Harness { addr, shutdown, p, jobs, replies, waker, thread, _root: root }
         }
 
         fn job(&self) -> (u64, Request) {
