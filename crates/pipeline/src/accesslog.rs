@@ -146,7 +146,10 @@ impl Inner {
             (LogTarget::File(_), Some(file)) => file.write_all(&self.buf),
             (LogTarget::Stdout, _) => {
                 let mut out = io::stdout().lock();
-                out.write_all(&self.buf).and_then(|_| out.flush())
+                // Stdout may be a pipe shared by several processes; only
+                // writes of at most PIPE_BUF bytes are atomic there, so
+                // lines go out in batches that fit.
+                pipe_batches(&self.buf).try_for_each(|batch| out.write_all(batch)).and_then(|_| out.flush())
             }
             _ => Ok(()),
         };
@@ -156,6 +159,31 @@ impl Inner {
         }
         self.buf.clear();
     }
+}
+
+/// POSIX's minimum PIPE_BUF (Linux's too): writes this size or smaller to a
+/// pipe are never interleaved with other writers'.
+const PIPE_BUF: usize = 4096;
+
+/// Splits whole lines into batches of at most [`PIPE_BUF`] bytes (a longer
+/// line goes alone).
+fn pipe_batches(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let window = &rest[..rest.len().min(PIPE_BUF)];
+        let cut = match window.iter().rposition(|&b| b == b'\n') {
+            Some(i) if rest.len() > PIPE_BUF => i + 1,
+            _ if rest.len() <= PIPE_BUF => rest.len(),
+            // One line longer than PIPE_BUF: it cannot be atomic anyway.
+            _ => rest.iter().position(|&b| b == b'\n').map_or(rest.len(), |i| i + 1),
+        };
+        let (batch, tail) = rest.split_at(cut);
+        rest = tail;
+        Some(batch)
+    })
 }
 
 pub(crate) fn open_append(path: &Path) -> io::Result<File> {
@@ -221,6 +249,24 @@ mod tests {
         assert_eq!(time.len(), "22/Nov/2026:10:00:00 +0000".len());
         assert!(time.ends_with(" +0000"));
         assert_eq!(rest, "\"GET /a\\\"b\\x1B[31m HTTP/1.1\" 200 42 \"-\" \"curl\\\\8\"\n");
+    }
+
+    #[test]
+    fn pipe_batches_keep_lines_whole_and_small() {
+        let line = |n: usize| format!("{}\n", "x".repeat(n));
+        let mut buf = String::new();
+        for i in 0..200 {
+            buf.push_str(&line(10 + i * 7));
+        }
+        buf.push_str(&line(9000));
+        buf.push_str(&line(5));
+        let batches: Vec<&[u8]> = pipe_batches(buf.as_bytes()).collect();
+        assert_eq!(batches.concat(), buf.as_bytes());
+        for b in &batches {
+            assert!(b.ends_with(b"\n"));
+            assert!(b.len() <= PIPE_BUF || b.iter().filter(|&&c| c == b'\n').count() == 1);
+        }
+        assert!(pipe_batches(b"").next().is_none());
     }
 
     #[test]
