@@ -100,6 +100,7 @@ impl Server {
     }
 
     fn run(self, options: &ServeOptions) -> anyhow::Result<()> {
+        raise_open_file_limit(&self.pipeline);
         let listener = transport::listener::bind(self.addr, false)
             .with_context(|| format!("listening on {}", self.addr))?;
         // Before the address is announced: sockets accepted by the kernel
@@ -191,5 +192,20 @@ impl Server {
             bail!("the {} model stopped unexpectedly", self.model.name);
         }
         result
+    }
+}
+
+/// Lifts the soft limit on open descriptors to the hard one (nginx's
+/// `worker_rlimit_nofile`): every connection is a descriptor, and the usual
+/// soft default of 1024 would cap an event loop far below what the machine
+/// allows.
+fn raise_open_file_limit(pipeline: &Pipeline) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        if let Err(e) = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum })
+        {
+            pipeline.error_log.warn(format_args!("cannot raise the open-file limit: {e}"));
+        }
     }
 }

@@ -77,3 +77,72 @@ fn per_request_recovers_after_many_refusals() {
     });
     assert!(ok);
 }
+
+/// Raises this test process's descriptor limit so it can hold thousands
+/// of client sockets (the server raises its own at start).
+fn raise_nofile() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum });
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// Event-driven models hold thousands of idle keep-alive connections
+/// without a thread each, and still serve a newcomer (counts, not timing).
+fn many_idle_connections(model: &str) {
+    const IDLE: usize = 5000;
+    assert!(raise_nofile() >= 2 * IDLE as u64 + 100, "this test needs an open-file limit of 10k+");
+    let root = Docroot::standard();
+    let srv = Server::start(BIN, model, root.path(), &["--keepalive-timeout", "120s"]);
+    let mut idle: Vec<Client> = Vec::with_capacity(IDLE);
+    for _ in 0..IDLE {
+        let mut c = srv.client();
+        c.send("GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+        idle.push(c);
+    }
+    for c in &mut idle {
+        c.read_response("GET").assert_status(200);
+    }
+    // A newcomer is served while all of them stay open...
+    srv.client().request("GET", "/alphabet.txt", &[]).assert_status(200);
+    // ...and the idle ones are still alive and usable, first and last.
+    for i in [0, IDLE / 2, IDLE - 1] {
+        idle[i].request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+}
+
+#[test]
+fn event_serves_a_newcomer_beside_5000_idle_connections() {
+    many_idle_connections("event");
+}
+
+#[test]
+fn amped_serves_a_newcomer_beside_5000_idle_connections() {
+    many_idle_connections("amped");
+}
+
+/// `staged` reports, per stage, how much work passed and how long it
+/// waited in the queue before the stage (paper 000's figure 8).
+#[test]
+fn staged_reports_its_queues() {
+    let root = Docroot::standard();
+    let mut srv = Server::start(BIN, "staged", root.path(), &[]);
+    let mut c = srv.client();
+    for _ in 0..10 {
+        c.request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+    drop(c);
+    srv.signal(testkit::Signal::Term);
+    assert!(srv.wait_exit(Duration::from_secs(20)).success());
+    let stderr = srv.stderr();
+    for stage in ["read", "data", "write"] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(&format!("stage {stage} (threads=")))
+            .unwrap_or_else(|| panic!("no report for stage {stage}:\n{stderr}"));
+        let items: u64 =
+            line.split(": ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+        assert!(items >= 10, "stage {stage} saw {items} items: {line}");
+        assert!(line.contains("mean wait") && line.contains("queue now 0"), "{line}");
+    }
+}
