@@ -27,12 +27,28 @@ impl Identity {
     }
 }
 
-/// A cached file: its bytes and everything the response head needs, so a
-/// hit costs one `stat` and one `writev`.
+/// Files up to this size are kept as bytes and leave with the head in one
+/// `writev`; larger ones are kept as an open descriptor and go out with
+/// `sendfile`, which on this machine costs less than copying them from user
+/// memory (a 50 KB file: ~3× the requests/s with `sendfile`).
+pub(crate) const INLINE_MAX: u64 = 16 << 10;
+
+/// How a cached file's content is held.
+#[derive(Debug)]
+pub(crate) enum Body {
+    /// The bytes themselves.
+    Bytes(Arc<[u8]>),
+    /// An open descriptor (nginx's `open_file_cache`): no `open`/`close`
+    /// per request, and the page cache holds the bytes.
+    File(Arc<std::fs::File>),
+}
+
+/// A cached file: its content and everything the response head needs, so
+/// a hit costs one `stat` and one `writev` (or `writev` + `sendfile`).
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub identity: Identity,
-    pub bytes: Arc<[u8]>,
+    pub body: Body,
     pub etag: String,
     pub last_modified: String,
     pub content_type: String,
@@ -40,11 +56,11 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    pub fn new(identity: Identity, bytes: Arc<[u8]>, etag: String, content_type: String) -> Entry {
+    pub fn new(identity: Identity, body: Body, etag: String, content_type: String) -> Entry {
         Entry {
             last_modified: h1::format_http_date(identity.modified),
             identity,
-            bytes,
+            body,
             etag,
             content_type,
             last_used: AtomicU64::new(0),
@@ -52,7 +68,10 @@ impl Entry {
     }
 }
 
-/// The in-memory file cache (Apache 2.0's mod_file_cache idea from paper 003).
+/// The file cache (Apache 2.0's mod_file_cache idea from paper 003): small
+/// files in memory, larger ones as open descriptors. The budget counts
+/// file sizes either way, which also bounds the descriptors held
+/// (budget ÷ [`INLINE_MAX`] at most).
 ///
 /// Hits take only a read lock and stamp the entry with a logical clock, so
 /// threads do not serialise on the hot path. When an insert pushes the
@@ -108,14 +127,14 @@ impl Cache {
 
     /// Stores (or replaces) the entry for `key`.
     pub(crate) fn insert(&self, key: &str, entry: Arc<Entry>) {
-        let len = entry.bytes.len() as u64;
+        let len = entry.identity.len;
         if !self.admits(len) {
             return;
         }
         entry.last_used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = entries.insert(key.to_owned(), entry) {
-            self.bytes.fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+            self.bytes.fetch_sub(old.identity.len, Ordering::Relaxed);
         }
         let total = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
         if total > self.budget {
@@ -126,7 +145,7 @@ impl Cache {
     fn evict(&self, entries: &mut HashMap<String, Arc<Entry>>, target: u64) {
         let mut by_age: Vec<(u64, String, u64)> = entries
             .iter()
-            .map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone(), e.bytes.len() as u64))
+            .map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone(), e.identity.len))
             .collect();
         by_age.sort_unstable();
         let mut total = self.bytes.load(Ordering::Relaxed);
@@ -156,7 +175,7 @@ mod tests {
 
     fn entry(ino: u64, len: usize) -> Arc<Entry> {
         let id = Identity { dev: 1, ino, len: len as u64, modified: SystemTime::UNIX_EPOCH };
-        Arc::new(Entry::new(id, vec![0u8; len].into(), String::new(), String::new()))
+        Arc::new(Entry::new(id, Body::Bytes(vec![0u8; len].into()), String::new(), String::new()))
     }
 
     #[test]

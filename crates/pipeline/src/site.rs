@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use transport::{Chunk, Data};
 
-use crate::cache::{Cache, Entry, Identity};
+use crate::cache::{Body, Cache, Entry, Identity, INLINE_MAX};
 use crate::reply::Blocking;
 use crate::resolve::{DocRoot, SymlinkPolicy};
 use crate::{conditional, listing, Settings};
@@ -39,8 +39,8 @@ pub struct Embedded {
 
 /// A representation ready to be sent.
 pub(crate) enum Resource {
-    /// In memory: a cache entry or an embedded file.
-    Memory(Arc<Entry>),
+    /// From the cache (bytes or a kept descriptor) or an embedded file.
+    Cached(Arc<Entry>),
     /// On disk, too big for the cache: sent with `sendfile`.
     File { file: Arc<File>, identity: Identity, etag: String, content_type: String },
 }
@@ -48,28 +48,28 @@ pub(crate) enum Resource {
 impl Resource {
     pub fn len(&self) -> u64 {
         match self {
-            Resource::Memory(e) => e.bytes.len() as u64,
+            Resource::Cached(e) => e.identity.len,
             Resource::File { identity, .. } => identity.len,
         }
     }
 
     pub fn modified(&self) -> SystemTime {
         match self {
-            Resource::Memory(e) => e.identity.modified,
+            Resource::Cached(e) => e.identity.modified,
             Resource::File { identity, .. } => identity.modified,
         }
     }
 
     pub fn etag(&self) -> &str {
         match self {
-            Resource::Memory(e) => &e.etag,
+            Resource::Cached(e) => &e.etag,
             Resource::File { etag, .. } => etag,
         }
     }
 
     pub fn content_type(&self) -> &str {
         match self {
-            Resource::Memory(e) => &e.content_type,
+            Resource::Cached(e) => &e.content_type,
             Resource::File { content_type, .. } => content_type,
         }
     }
@@ -77,7 +77,7 @@ impl Resource {
     /// `Last-Modified` value; formatted once per cache entry.
     pub fn last_modified(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Resource::Memory(e) => e.last_modified.as_str().into(),
+            Resource::Cached(e) => e.last_modified.as_str().into(),
             Resource::File { identity, .. } => h1::format_http_date(identity.modified).into(),
         }
     }
@@ -85,9 +85,14 @@ impl Resource {
     /// The bytes `range` of the representation as a body chunk.
     pub fn chunk(&self, range: std::ops::Range<u64>) -> Chunk {
         match self {
-            Resource::Memory(e) => {
-                Chunk::Bytes(Data::Shared(e.bytes.clone(), range.start as usize..range.end as usize))
-            }
+            Resource::Cached(e) => match &e.body {
+                Body::Bytes(bytes) => {
+                    Chunk::Bytes(Data::Shared(bytes.clone(), range.start as usize..range.end as usize))
+                }
+                Body::File(file) => {
+                    Chunk::File { file: file.clone(), offset: range.start, len: range.end - range.start }
+                }
+            },
             Resource::File { file, .. } => {
                 Chunk::File { file: file.clone(), offset: range.start, len: range.end - range.start }
             }
@@ -125,7 +130,7 @@ impl Site {
             let hash = fnv1a(f.bytes);
             let identity = Identity { dev: 0, ino: hash, len: f.bytes.len() as u64, modified: started };
             let etag = conditional::etag(hash, identity.len, SystemTime::UNIX_EPOCH);
-            let entry = Entry::new(identity, Arc::from(f.bytes), etag, content_type(f.path));
+            let entry = Entry::new(identity, Body::Bytes(Arc::from(f.bytes)), etag, content_type(f.path));
             map.insert(f.path, Arc::new(entry));
             let mut dir = f.path;
             while let Some(i) = dir.rfind('/') {
@@ -151,7 +156,7 @@ impl Site {
             Site::Embedded(site) => {
                 let key = if path.ends_with('/') { format!("{path}index.html") } else { path.to_string() };
                 match site.files.get(key.as_str()) {
-                    Some(entry) => Found::Resource(Resource::Memory(entry.clone())),
+                    Some(entry) => Found::Resource(Resource::Cached(entry.clone())),
                     None if site.dirs.contains(path) => Found::AddSlash,
                     None => Found::Missing,
                 }
@@ -159,7 +164,7 @@ impl Site {
             Site::Dir(root) => {
                 // The hot path: a cached file still the same on disk costs one `stat`.
                 if let Some(entry) = cached(root, path, cache) {
-                    return Some(Found::Resource(Resource::Memory(entry)));
+                    return Some(Found::Resource(Resource::Cached(entry)));
                 }
                 if blocking == Blocking::Avoid {
                     return None;
@@ -226,6 +231,12 @@ fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
     };
     let etag = conditional::etag(identity.ino, identity.len, identity.modified);
     let content_type = content_type(path);
+    if cache.admits(identity.len) && identity.len > INLINE_MAX {
+        cache.note_miss();
+        let entry = Arc::new(Entry::new(identity, Body::File(Arc::new(file)), etag, content_type));
+        cache.insert(path, entry.clone());
+        return Found::Resource(Resource::Cached(entry));
+    }
     if cache.admits(identity.len) {
         cache.note_miss();
         let mut bytes = Vec::with_capacity(identity.len as usize);
@@ -233,9 +244,9 @@ fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
             return Found::Failed(e);
         }
         if bytes.len() as u64 == identity.len {
-            let entry = Arc::new(Entry::new(identity, bytes.into(), etag, content_type));
+            let entry = Arc::new(Entry::new(identity, Body::Bytes(bytes.into()), etag, content_type));
             cache.insert(path, entry.clone());
-            return Found::Resource(Resource::Memory(entry));
+            return Found::Resource(Resource::Cached(entry));
         }
         // The file shrank while we read it: serve it from disk this once
         // rather than cache a copy that matches no version of it.

@@ -1,0 +1,312 @@
+//! `modus load` (an event-driven HTTP/1.1 load generator, open or closed
+//! loop, coordinated-omission corrected) and `modus workload` (SURGE and
+//! fixed-size document sets). Shares nothing with the server.
+
+pub mod dist;
+pub mod engine;
+pub mod http;
+pub mod report;
+pub mod stats;
+pub mod surge;
+pub mod target;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+
+use crate::dist::DurationDist;
+use crate::engine::{Arrivals, Config, Progress};
+use crate::target::{Url, Workload};
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// `modus load URL… [options]`.
+///
+/// Closed loop by default (`-c` users, each sending its next request when
+/// the previous answer arrives, after `--think-time`); open loop with
+/// `-R/--rate` (latency from each request's intended send time). Targets
+/// must be loopback unless `--allow-remote`.
+///
+/// `--close` opens a connection per request. Each one leaves a TIME_WAIT
+/// entry for 60 s; past ~28k of them per source address, connect fails with
+/// EADDRNOTAVAIL. Linux reuses loopback TIME_WAIT ports by default
+/// (`net.ipv4.tcp_tw_reuse = 2`); if not, the generator binds new
+/// connections to other 127.x.y.z source addresses (`--spread-source` from
+/// the start), or raise `net.ipv4.ip_local_port_range` / set `tcp_tw_reuse=1`.
+#[derive(Args, Debug, Clone)]
+#[command(arg_required_else_help = true)]
+pub struct LoadArgs {
+    /// Target URL(s), `http://HOST:PORT/PATH`; several are requested round-robin
+    #[arg(required = true)]
+    pub urls: Vec<String>,
+    /// Connections (closed loop: users)
+    #[arg(short = 'c', long = "connections", visible_alias = "users", default_value_t = 50)]
+    pub connections: usize,
+    /// Event-loop threads
+    #[arg(short = 't', long, default_value_t = 1)]
+    pub threads: usize,
+    /// Measured duration (e.g. 10s); default 10s unless -n is given
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Measured requests (stop after this many)
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+    /// Unmeasured warm-up before the measurement
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    pub warmup: Duration,
+    /// Per-request timeout
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub timeout: Duration,
+    /// Open loop: total requests per second
+    #[arg(short = 'R', long)]
+    pub rate: Option<f64>,
+    /// Open-loop arrival process
+    #[arg(long, value_enum, default_value_t = Arrivals::Poisson)]
+    pub arrivals: Arrivals,
+    /// Closed-loop think time: fixed:10ms, exp:50ms, uniform:A:B, pareto:K:ALPHA, lognormal:MEDIAN:SIGMA, weibull:SCALE:SHAPE
+    #[arg(long)]
+    pub think_time: Option<DurationDist>,
+    /// A new connection per request (Connection: close)
+    #[arg(long)]
+    pub close: bool,
+    /// With --close: bind each connection to another 127.x.y.z source address
+    #[arg(long)]
+    pub spread_source: bool,
+    /// Requests in flight per connection (HTTP/1.1 pipelining)
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+    /// Weighted URLs: one `WEIGHT URL` per line (relative URLs resolved against the first URL)
+    #[arg(long, value_name = "FILE")]
+    pub mix: Option<PathBuf>,
+    /// Replay the request stream of `modus workload surge` (URLs relative to the first URL)
+    #[arg(long, value_name = "DIR")]
+    pub workload: Option<PathBuf>,
+    /// With --workload: honour the stream's OFF times (SURGE user think times) in the closed loop
+    #[arg(long)]
+    pub stream_think: bool,
+    /// Request method (GET or HEAD)
+    #[arg(short = 'm', long, default_value = "GET")]
+    pub method: String,
+    /// Extra request header, `Name: value` (repeatable)
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// Hash every body; a body that differs from an earlier one of the same URL is an error
+    #[arg(long)]
+    pub checksum: bool,
+    /// Open loop: arrivals that may wait for a free connection (beyond: dropped)
+    #[arg(long, default_value_t = 100_000)]
+    pub max_queue: usize,
+    /// Sends (and generator wake-ups) later than this count as late
+    #[arg(long, value_parser = parse_duration, default_value = "10ms")]
+    pub lag_threshold: Duration,
+    /// Random seed (arrivals, think times, mix choices)
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object instead of the text report
+    #[arg(long)]
+    pub json: bool,
+    /// Write one CSV row per request (µs since the run started)
+    #[arg(long, value_name = "FILE.csv")]
+    pub timeline: Option<PathBuf>,
+    /// Allow targets that are not loopback addresses
+    #[arg(long)]
+    pub allow_remote: bool,
+}
+
+/// Builds the engine's configuration (resolving and checking the target).
+pub fn config(a: &LoadArgs) -> Result<Config> {
+    let urls = a.urls.iter().map(|u| Url::parse(u)).collect::<Result<Vec<_>>>()?;
+    let base = urls[0].clone();
+    let addr = target::resolve(&base, a.allow_remote)?;
+    let workload = match (&a.mix, &a.workload) {
+        (Some(_), Some(_)) => bail!("--mix and --workload exclude each other"),
+        (Some(f), None) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            Workload::mix(&base, &text).with_context(|| format!("in {}", f.display()))?
+        }
+        (None, Some(d)) => Workload::replay(&base, d)?,
+        (None, None) => Workload::urls(&base, &urls)?,
+    };
+    if a.connections == 0 || a.threads == 0 || a.pipeline == 0 {
+        bail!("--connections, --threads and --pipeline must be at least 1");
+    }
+    if let Some(r) = a.rate {
+        if !(r.is_finite() && r > 0.0) {
+            bail!("--rate must be a positive number of requests per second");
+        }
+    }
+    if a.rate.is_some() && a.think_time.is_some() {
+        bail!("--think-time is for the closed loop; with --rate the arrivals set the pace");
+    }
+    if a.requests == Some(0) {
+        bail!("-n must be at least 1");
+    }
+    let method = a.method.to_ascii_uppercase();
+    if method != "GET" && method != "HEAD" {
+        bail!("--method: only GET and HEAD (requests carry no body)");
+    }
+    for h in &a.headers {
+        let Some((name, _)) = h.split_once(':') else { bail!("header {h:?}: want `Name: value`") };
+        if name.is_empty() || h.contains('\r') || h.contains('\n') {
+            bail!("header {h:?}: bad name or line break");
+        }
+    }
+    Ok(Config {
+        addr,
+        host: base.authority(),
+        method,
+        headers: a.headers.clone(),
+        workload,
+        connections: a.connections,
+        threads: a.threads,
+        pipeline: a.pipeline,
+        close: a.close,
+        spread_source: a.spread_source,
+        rate: a.rate,
+        arrivals: a.arrivals,
+        think: a.think_time,
+        stream_think: a.stream_think,
+        duration: a.duration.or(if a.requests.is_none() { Some(Duration::from_secs(10)) } else { None }),
+        requests: a.requests,
+        warmup: a.warmup,
+        timeout: a.timeout,
+        max_queue: a.max_queue,
+        lag_threshold: a.lag_threshold,
+        seed: a.seed,
+        checksum: a.checksum,
+        timeline: a.timeline.is_some(),
+    })
+}
+
+/// `modus load`.
+pub fn load_main(a: LoadArgs) -> ExitCode {
+    match load(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("modus load: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load(a: &LoadArgs) -> Result<()> {
+    let cfg = config(a)?;
+    let progress = Arc::new(Progress::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let tty = std::io::stderr().is_terminal();
+    let done = Arc::new(AtomicBool::new(false));
+    let ticker = tty.then(|| {
+        let (progress, done) = (Arc::clone(&progress), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut last = 0;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(250));
+                let s = start.elapsed().as_secs();
+                if s != last {
+                    last = s;
+                    eprint!(
+                        "\r\x1b[K[{s:>4}s] {} responses, {} errors",
+                        progress.requests.load(Ordering::Relaxed),
+                        progress.errors.load(Ordering::Relaxed)
+                    );
+                }
+            }
+            eprint!("\r\x1b[K");
+        })
+    });
+    let outcome = engine::run(&cfg, progress, stop);
+    done.store(true, Ordering::Relaxed);
+    if let Some(t) = ticker {
+        let _ = t.join();
+    }
+    let outcome = outcome.context("running the load")?;
+    if let Some(path) = &a.timeline {
+        report::write_timeline(path, &cfg, &outcome.stats)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.json {
+        println!("{}", report::json(a, &cfg, &outcome));
+    } else {
+        print!("{}", report::text(a, &cfg, &outcome));
+    }
+    Ok(())
+}
+
+/// `modus workload …`.
+#[derive(Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    #[command(subcommand)]
+    pub command: WorkloadCommand,
+}
+
+/// The workload generators.
+#[derive(Subcommand, Debug, Clone)]
+pub enum WorkloadCommand {
+    /// A SURGE document tree (DIR/docs) and request stream (DIR/stream.txt)
+    Surge {
+        /// Output directory
+        #[arg(long)]
+        out: PathBuf,
+        /// Distinct files
+        #[arg(long, default_value_t = 2000)]
+        files: usize,
+        /// Requests in the stream
+        #[arg(long, default_value_t = 100_000)]
+        requests: usize,
+        /// User equivalents merged into the stream
+        #[arg(long, default_value_t = 50)]
+        users: usize,
+        /// Random seed
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Largest file in bytes (heavier Pareto draws are clipped)
+        #[arg(long, default_value_t = 10 << 20)]
+        max_size: u64,
+    },
+    /// The papers' fixed-size files: 500b.bin, 50k.bin, 115k.bin
+    Fixed {
+        /// Output directory
+        #[arg(long)]
+        out: PathBuf,
+        /// Random seed for the content
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Print a workload's parameters and realised distributions
+    Stats {
+        /// A directory written by `modus workload surge`
+        dir: PathBuf,
+    },
+}
+
+/// `modus workload`.
+pub fn workload_main(a: WorkloadArgs) -> ExitCode {
+    let result = match a.command {
+        WorkloadCommand::Surge { out, files, requests, users, seed, max_size } => {
+            let p = surge::SurgeParams { files, requests, users, seed, max_size };
+            surge::generate(&p, &out).and_then(|_| surge::stats(&out)).map(|s| print!("{s}"))
+        }
+        WorkloadCommand::Fixed { out, seed } => surge::fixed(&out, seed).map(|()| {
+            for (name, size) in surge::FIXED {
+                println!("{} {size}", out.join(name).display());
+            }
+        }),
+        WorkloadCommand::Stats { dir } => surge::stats(&dir).map(|s| print!("{s}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("modus workload: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Per-thread recording (HdrHistograms, counters, a per-second series, the
+//! optional per-request timeline), merged after the run.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+
+/// Largest latency recorded exactly (µs): one hour. Longer ones saturate.
+pub const MAX_US: u64 = 3_600_000_000;
+
+/// Kinds of failed requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// connect() failed or timed out.
+    Connect,
+    /// No complete response within `--timeout`.
+    Timeout,
+    /// ECONNRESET / EPIPE.
+    Reset,
+    /// The server closed the connection before a complete response head.
+    Closed,
+    /// A complete response with status 400–499.
+    Status4xx,
+    /// A complete response with status 500–599.
+    Status5xx,
+    /// The connection closed before Content-Length (or the last chunk) was read.
+    ShortBody,
+    /// An unparsable response, or bytes nobody asked for.
+    Parse,
+    /// The body length differs from the size the workload says the file has.
+    Size,
+    /// `--checksum`: the body differs from an earlier body of the same URL.
+    Checksum,
+}
+
+impl ErrorKind {
+    /// All kinds, in report order.
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::Closed,
+        ErrorKind::Status4xx,
+        ErrorKind::Status5xx,
+        ErrorKind::ShortBody,
+        ErrorKind::Parse,
+        ErrorKind::Size,
+        ErrorKind::Checksum,
+    ];
+
+    /// The name used in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Status4xx => "status_4xx",
+            ErrorKind::Status5xx => "status_5xx",
+            ErrorKind::ShortBody => "short_body",
+            ErrorKind::Parse => "parse",
+            ErrorKind::Size => "size_mismatch",
+            ErrorKind::Checksum => "checksum_mismatch",
+        }
+    }
+
+    /// Did the request get a complete (if unwelcome) response?
+    pub fn has_response(self) -> bool {
+        matches!(self, ErrorKind::Status4xx | ErrorKind::Status5xx | ErrorKind::Size | ErrorKind::Checksum)
+    }
+}
+
+/// A latency histogram in µs (3 significant digits, 1 µs to 1 h).
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds")
+}
+
+fn histogram_coarse() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_US, 2).expect("valid histogram bounds")
+}
+
+/// One second of the run.
+#[derive(Clone, Debug)]
+pub struct Second {
+    /// Responses completed in this second.
+    pub requests: u64,
+    /// Failed requests in this second.
+    pub errors: u64,
+    /// Bytes read in this second.
+    pub bytes: u64,
+    /// Connections established in this second.
+    pub connects: u64,
+    /// Latency (from intended start) of the responses completed in it.
+    pub latency: Histogram<u64>,
+}
+
+impl Default for Second {
+    fn default() -> Self {
+        Second { requests: 0, errors: 0, bytes: 0, connects: 0, latency: histogram_coarse() }
+    }
+}
+
+/// One request of the timeline (µs since the run started).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// When the schedule (or the user) wanted it sent.
+    pub intended_us: u64,
+    /// When it was written (or its connection started, with `--close`).
+    pub actual_us: u64,
+    /// First response byte (0 if none).
+    pub first_byte_us: u64,
+    /// Completion or failure.
+    pub end_us: u64,
+    /// Status, or 0 on a failure without a response.
+    pub status: u16,
+    /// Wire bytes read for it.
+    pub bytes: u64,
+    /// Target index.
+    pub target: u32,
+    /// The error, if it failed.
+    pub error: Option<ErrorKind>,
+}
+
+/// Per-class recording.
+#[derive(Clone, Debug)]
+pub struct ClassStats {
+    /// Latency from intended start.
+    pub latency: Histogram<u64>,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Failed requests.
+    pub errors: u64,
+}
+
+/// What one thread (and, merged, the run) recorded.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Latency from the *intended* send time (coordinated-omission corrected).
+    pub latency: Histogram<u64>,
+    /// Latency from the actual send time (what an uncorrected tool reports).
+    pub service: Histogram<u64>,
+    /// Time to first byte, from the actual send.
+    pub ttfb: Histogram<u64>,
+    /// Send lag: actual minus intended send time.
+    pub send_lag: Histogram<u64>,
+    /// Per class.
+    pub classes: Vec<ClassStats>,
+    /// The time series.
+    pub per_second: Vec<Second>,
+    /// Complete responses (any status).
+    pub requests: u64,
+    /// Bytes read (heads and bodies as on the wire).
+    pub bytes: u64,
+    /// Body bytes (after removing chunked coding).
+    pub body_bytes: u64,
+    /// Connections established.
+    pub connects: u64,
+    /// Responses by status code.
+    pub status: BTreeMap<u16, u64>,
+    /// Errors by kind (index as [`ErrorKind::ALL`]).
+    pub errors: [u64; ErrorKind::ALL.len()],
+    /// Open loop: arrivals dropped because the send queue was full.
+    pub dropped: u64,
+    /// Open loop: arrivals that found every connection busy and waited.
+    pub queued: u64,
+    /// Sends later than the lag threshold.
+    pub late_sends: u64,
+    /// Times the generator itself woke up later than the threshold while a
+    /// connection was free (its own fault, not the server's).
+    pub generator_late: u64,
+    /// Largest such lateness (µs).
+    pub generator_max_lag_us: u64,
+    /// Requests re-sent after a kept-alive connection closed before answering.
+    pub retries: u64,
+    /// Requests still in flight or queued when the duration ended.
+    pub unfinished: u64,
+    /// Requests completed during the warm-up (not recorded).
+    pub warmup_requests: u64,
+    /// µs (since measurement start) of the last completion.
+    pub last_end_us: u64,
+    /// Per request, with `--timeline`.
+    pub timeline: Vec<Row>,
+}
+
+impl Stats {
+    /// Empty, with `classes` classes.
+    pub fn new(classes: usize) -> Stats {
+        Stats {
+            latency: histogram(),
+            service: histogram(),
+            ttfb: histogram(),
+            send_lag: histogram(),
+            classes: (0..classes).map(|_| ClassStats { latency: histogram(), bytes: 0, errors: 0 }).collect(),
+            per_second: Vec::new(),
+            requests: 0,
+            bytes: 0,
+            body_bytes: 0,
+            connects: 0,
+            status: BTreeMap::new(),
+            errors: [0; ErrorKind::ALL.len()],
+            dropped: 0,
+            queued: 0,
+            late_sends: 0,
+            generator_late: 0,
+            generator_max_lag_us: 0,
+            retries: 0,
+            unfinished: 0,
+            warmup_requests: 0,
+            last_end_us: 0,
+            timeline: Vec::new(),
+        }
+    }
+
+    /// The bucket for `us` µs after measurement start.
+    pub fn second(&mut self, us: u64) -> &mut Second {
+        let i = (us / 1_000_000) as usize;
+        if self.per_second.len() <= i {
+            self.per_second.resize_with(i + 1, Second::default);
+        }
+        &mut self.per_second[i]
+    }
+
+    /// Counts an error.
+    pub fn error(&mut self, kind: ErrorKind) {
+        let i = ErrorKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        self.errors[i] += 1;
+    }
+
+    /// Total errors (every kind; not dropped arrivals).
+    pub fn total_errors(&self) -> u64 {
+        self.errors.iter().sum()
+    }
+
+    /// Errors without a complete response (transport failures).
+    pub fn transport_errors(&self) -> u64 {
+        ErrorKind::ALL.iter().zip(self.errors).filter(|(k, _)| !k.has_response()).map(|(_, n)| n).sum()
+    }
+
+    /// Adds another thread's recording.
+    pub fn merge(&mut self, o: Stats) {
+        self.latency.add(&o.latency).expect("same bounds");
+        self.service.add(&o.service).expect("same bounds");
+        self.ttfb.add(&o.ttfb).expect("same bounds");
+        self.send_lag.add(&o.send_lag).expect("same bounds");
+        for (a, b) in self.classes.iter_mut().zip(o.classes) {
+            a.latency.add(&b.latency).expect("same bounds");
+            a.bytes += b.bytes;
+            a.errors += b.errors;
+        }
+        if self.per_second.len() < o.per_second.len() {
+            self.per_second.resize_with(o.per_second.len(), Second::default);
+        }
+        for (a, b) in self.per_second.iter_mut().zip(o.per_second) {
+            a.requests += b.requests;
+            a.errors += b.errors;
+            a.bytes += b.bytes;
+            a.connects += b.connects;
+            a.latency.add(&b.latency).expect("same bounds");
+        }
+        self.requests += o.requests;
+        self.bytes += o.bytes;
+        self.body_bytes += o.body_bytes;
+        self.connects += o.connects;
+        for (s, n) in o.status {
+            *self.status.entry(s).or_default() += n;
+        }
+        for (a, b) in self.errors.iter_mut().zip(o.errors) {
+            *a += b;
+        }
+        self.dropped += o.dropped;
+        self.queued += o.queued;
+        self.late_sends += o.late_sends;
+        self.generator_late += o.generator_late;
+        self.generator_max_lag_us = self.generator_max_lag_us.max(o.generator_max_lag_us);
+        self.retries += o.retries;
+        self.unfinished += o.unfinished;
+        self.warmup_requests += o.warmup_requests;
+        self.last_end_us = self.last_end_us.max(o.last_end_us);
+        self.timeline.extend(o.timeline);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_adds_everything() {
+        let mut a = Stats::new(2);
+        let mut b = Stats::new(2);
+        a.latency.record(100).unwrap();
+        b.latency.record(300).unwrap();
+        b.classes[1].latency.record(7).unwrap();
+        a.second(500_000).requests += 1;
+        b.second(2_500_000).requests += 2;
+        b.error(ErrorKind::Timeout);
+        *b.status.entry(200).or_default() += 3;
+        a.merge(b);
+        assert_eq!(a.latency.len(), 2);
+        assert_eq!(a.classes[1].latency.len(), 1);
+        assert_eq!(a.per_second.iter().map(|s| s.requests).collect::<Vec<_>>(), [1, 0, 2]);
+        assert_eq!(a.total_errors(), 1);
+        assert_eq!(a.transport_errors(), 1);
+        assert_eq!(a.status[&200], 3);
+    }
+}

@@ -1,0 +1,384 @@
+//! `modus load` and `modus workload`, end to end: against the real server
+//! (exact counts and bytes, mixes, SURGE replay, open-loop rate) and against
+//! small in-test servers on 127.0.0.1:0 that misbehave on purpose (error
+//! classification, coordinated omission). Every run is bounded by -n or a
+//! short -d, and timing assertions are count-based and generous.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use testkit::{run, Docroot, Server};
+
+const BIN: &str = env!("CARGO_BIN_EXE_modus");
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `modus load ARGS --json` and returns the report.
+fn load_json(args: &[&str]) -> Value {
+    let mut all: Vec<&str> = vec!["load"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = run(BIN, &all, LIMIT);
+    assert!(out.status.success(), "modus {all:?} failed: {}\n{}", out.stderr, out.stdout);
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", out.stdout))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+}
+
+fn err(r: &Value, kind: &str) -> u64 {
+    r["errors_by_kind"][kind].as_u64().unwrap_or(0)
+}
+
+fn server_500b() -> (Docroot, Server) {
+    let root = Docroot::new();
+    root.file("500b.bin", testkit::pseudo_random_bytes(500, 5));
+    root.file("5k.bin", testkit::pseudo_random_bytes(5000, 6));
+    let srv = Server::start(BIN, "pool", root.path(), &[]);
+    (root, srv)
+}
+
+#[test]
+fn counts_and_bytes_are_exact_with_n() {
+    let (_root, srv) = server_500b();
+    let url = format!("http://{}/500b.bin", srv.addr());
+    for extra in [&["-c", "8", "-t", "2"][..], &["-c", "3", "--pipeline", "4"], &["-c", "4", "--close"]] {
+        let mut args = vec![url.as_str(), "-n", "600"];
+        args.extend_from_slice(extra);
+        let r = load_json(&args);
+        assert_eq!(u(&r["requests"]), 600, "{extra:?}: {r}");
+        assert_eq!(u(&r["errors"]), 0, "{extra:?}: {r}");
+        assert_eq!(u(&r["status"]["200"]), 600);
+        assert_eq!(u(&r["body_bytes"]), 600 * 500, "{extra:?}");
+        // Every response has the same head, so the wire total is a multiple.
+        assert_eq!(u(&r["bytes"]) % 600, 0, "{extra:?}: {}", r["bytes"]);
+        assert!(u(&r["bytes"]) > 600 * 500);
+        assert_eq!(u(&r["per_class"]["/500b.bin"]["requests"]), 600);
+        let per_second: u64 = r["per_second"].as_array().unwrap().iter().map(|s| u(&s["requests"])).sum();
+        assert_eq!(per_second, 600);
+        if extra.contains(&"--close") {
+            assert_eq!(u(&r["connections_opened"]), 600, "one connection per request");
+        } else {
+            assert!(
+                u(&r["connections_opened"]) <= 8,
+                "keep-alive reuses connections: {}",
+                r["connections_opened"]
+            );
+        }
+        assert_eq!(r["params"]["connections"], Value::from(extra[1].parse::<u64>().unwrap()));
+    }
+}
+
+#[test]
+fn mix_file_weights_urls_and_reports_per_class() {
+    let (root, srv) = server_500b();
+    let mix = root.base().join("mix.txt");
+    std::fs::write(&mix, "# weight url\n30 5k.bin\n70 /500b.bin\n").unwrap();
+    let url = format!("http://{}/", srv.addr());
+    let r = load_json(&[&url, "--mix", mix.to_str().unwrap(), "-n", "2000", "-c", "4"]);
+    assert_eq!(u(&r["errors"]), 0, "{r}");
+    let small = u(&r["per_class"]["/500b.bin"]["requests"]);
+    let big = u(&r["per_class"]["/5k.bin"]["requests"]);
+    assert_eq!(small + big, 2000);
+    assert!((500..=700).contains(&big), "30% of 2000 expected, got {big}");
+    assert_eq!(u(&r["body_bytes"]), small * 500 + big * 5000);
+}
+
+#[test]
+fn several_urls_round_robin_and_text_report() {
+    let (_root, srv) = server_500b();
+    let a = format!("http://{}/500b.bin", srv.addr());
+    let b = format!("http://{}/5k.bin", srv.addr());
+    let out = run(BIN, ["load", &a, &b, "-n", "100", "-c", "1"], LIMIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("100 requests in"), "{}", out.stdout);
+    assert!(out.stdout.contains("Requests/sec:"), "{}", out.stdout);
+    assert!(out.stdout.contains("Status codes: 200: 100"), "{}", out.stdout);
+    assert!(out.stdout.contains("99.900%"), "{}", out.stdout);
+    // One connection, strictly alternating: exactly half each.
+    let r = load_json(&[&a, &b, "-n", "100", "-c", "1"]);
+    assert_eq!(u(&r["per_class"]["/500b.bin"]["requests"]), 50);
+    assert_eq!(u(&r["per_class"]["/5k.bin"]["requests"]), 50);
+    // The progress line goes to a TTY only: none here.
+    assert!(!out.stderr.contains("responses,"), "{}", out.stderr);
+}
+
+#[test]
+fn surge_workload_is_generated_served_and_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("surge");
+    let gen = run(
+        BIN,
+        [
+            "workload",
+            "surge",
+            "--out",
+            out.to_str().unwrap(),
+            "--files",
+            "60",
+            "--requests",
+            "600",
+            "--seed",
+            "7",
+        ],
+        LIMIT,
+    );
+    assert!(gen.status.success(), "{}", gen.stderr);
+    assert!(gen.stdout.contains("body_ln_mean"), "{}", gen.stdout);
+    let stats = run(BIN, ["workload", "stats", out.to_str().unwrap()], LIMIT);
+    assert!(stats.status.success(), "{}", stats.stderr);
+    assert!(stats.stdout.contains("600 requests") && stats.stdout.contains("0 missing"), "{}", stats.stdout);
+
+    let srv = Server::start(BIN, "event", &out.join("docs"), &[]);
+    let url = format!("http://{}/", srv.addr());
+    let r = load_json(&[&url, "--workload", out.to_str().unwrap(), "-n", "600", "-c", "4", "--checksum"]);
+    // Every body's length is checked against the file size in the stream.
+    assert_eq!(u(&r["requests"]), 600, "{r}");
+    assert_eq!(u(&r["errors"]), 0, "{r}");
+    let stream = std::fs::read_to_string(out.join("stream.txt")).unwrap();
+    let want: u64 = stream
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(' ').nth(3).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(u(&r["body_bytes"]), want, "the whole stream, once");
+    assert!(r["per_class"].as_object().unwrap().len() >= 2, "size classes: {}", r["per_class"]);
+
+    let fixed = dir.path().join("fixed");
+    let f = run(BIN, ["workload", "fixed", "--out", fixed.to_str().unwrap()], LIMIT);
+    assert!(f.status.success(), "{}", f.stderr);
+    for (name, size) in [("500b.bin", 500), ("50k.bin", 51200), ("115k.bin", 117760)] {
+        assert_eq!(std::fs::metadata(fixed.join(name)).unwrap().len(), size);
+    }
+}
+
+#[test]
+fn open_loop_rate_is_accurate() {
+    let (_root, srv) = server_500b();
+    let url = format!("http://{}/500b.bin", srv.addr());
+    for arrivals in ["constant", "poisson"] {
+        let r = load_json(&[&url, "-R", "200", "-d", "2s", "-c", "4", "-t", "2", "--arrivals", arrivals]);
+        let n = u(&r["requests"]);
+        // 400 expected; Poisson's sd is 20.
+        assert!((330..=470).contains(&n), "{arrivals}: {n} requests at 200/s for 2 s");
+        assert_eq!(u(&r["errors"]), 0);
+        assert_eq!(r["params"]["mode"], "open");
+        assert!(r["open_loop"]["dropped"] == 0, "{r}");
+    }
+}
+
+#[test]
+fn closed_loop_think_time_and_warmup() {
+    let (_root, srv) = server_500b();
+    let url = format!("http://{}/500b.bin", srv.addr());
+    let r = load_json(&[&url, "-c", "2", "-d", "1s", "--think-time", "fixed:100ms", "--warmup", "300ms"]);
+    let n = u(&r["requests"]);
+    // Two users, one request per ~100 ms each: about 20.
+    assert!((8..=24).contains(&n), "{n}");
+    assert!(u(&r["warmup_requests"]) >= 2, "{r}");
+    assert!(u(&r["latency_us"]["p50"]) < 100_000, "think time is not latency: {}", r["latency_us"]);
+}
+
+#[test]
+fn timeline_has_a_row_per_request_in_order() {
+    let (root, srv) = server_500b();
+    let csv = root.base().join("t.csv");
+    let url = format!("http://{}/500b.bin", srv.addr());
+    load_json(&[&url, "-n", "50", "-c", "2", "--timeline", csv.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next().unwrap(), "intended_us,actual_us,first_byte_us,end_us,status,bytes,error,url");
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 50);
+    for r in rows {
+        let t: Vec<u64> = r[..4].iter().map(|x| x.parse().unwrap()).collect();
+        assert!(t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3], "{r:?}");
+        assert_eq!((r[4], r[6], r[7]), ("200", "", "/500b.bin"));
+    }
+}
+
+#[test]
+fn refuses_remote_targets() {
+    let out = run(BIN, ["load", "http://10.255.255.1:9/", "-n", "1"], LIMIT);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stderr.contains("--allow-remote"), "{}", out.stderr);
+}
+
+// ---- in-test servers --------------------------------------------------------
+
+/// Serves each connection with `handle` on its own thread.
+fn tiny_server(handle: impl Fn(TcpStream, usize) + Send + Sync + 'static) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let handle = Arc::new(handle);
+    std::thread::spawn(move || {
+        for (i, s) in l.incoming().enumerate() {
+            let Ok(s) = s else { return };
+            let h = Arc::clone(&handle);
+            std::thread::spawn(move || h(s, i));
+        }
+    });
+    addr
+}
+
+/// Reads one request head; false at EOF.
+fn read_head(s: &mut TcpStream) -> bool {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => buf.push(b[0]),
+            _ => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn errors_are_classified() {
+    // Resets: closing with the request unread sends RST.
+    let reset = tiny_server(|s, _| {
+        std::thread::sleep(Duration::from_millis(50));
+        drop(s);
+    });
+    let r = load_json(&[&format!("http://{reset}/"), "-n", "5", "-c", "1"]);
+    assert_eq!(err(&r, "reset"), 5, "{r}");
+
+    // Never answers: timeouts.
+    let silent = tiny_server(|mut s, _| while read_head(&mut s) {});
+    let r = load_json(&[&format!("http://{silent}/"), "-n", "4", "-c", "2", "--timeout", "300ms"]);
+    assert_eq!(err(&r, "timeout"), 4, "{r}");
+    assert_eq!(u(&r["requests"]), 0);
+
+    // Short body: promises 100 bytes, sends 3, closes.
+    let short = tiny_server(|mut s, _| {
+        if read_head(&mut s) {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc");
+        }
+    });
+    let r = load_json(&[&format!("http://{short}/"), "-n", "3", "-c", "1"]);
+    assert_eq!(err(&r, "short_body"), 3, "{r}");
+
+    // Statuses: 404 then 503 alternately on keep-alive connections.
+    let status = tiny_server(|mut s, _| {
+        let mut n = 0;
+        while read_head(&mut s) {
+            let line = if n % 2 == 0 { "404 Not Found" } else { "503 Service Unavailable" };
+            n += 1;
+            if s.write_all(format!("HTTP/1.1 {line}\r\nContent-Length: 2\r\n\r\nno").as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let r = load_json(&[&format!("http://{status}/"), "-n", "10", "-c", "1"]);
+    assert_eq!((err(&r, "status_4xx"), err(&r, "status_5xx")), (5, 5), "{r}");
+    assert_eq!(u(&r["requests"]), 10, "complete responses are still responses");
+
+    // Garbage instead of a response.
+    let garbage = tiny_server(|mut s, _| {
+        if read_head(&mut s) {
+            let _ = s.write_all(b"SMTP ready\r\n\r\n");
+        }
+    });
+    let r = load_json(&[&format!("http://{garbage}/"), "-n", "2", "-c", "1"]);
+    assert_eq!(err(&r, "parse"), 2, "{r}");
+
+    // Nothing listening: connect errors.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let r = load_json(&[&format!("http://{closed}/"), "-n", "3", "-c", "1"]);
+    assert_eq!(err(&r, "connect"), 3, "{r}");
+}
+
+/// A server that answers at once, except that the request arriving first
+/// after 500 ms of its life stalls for one second. One connection, open
+/// loop at 50/s: the 50 requests scheduled during the stall wait behind it.
+/// Their latency from the *intended* send time shows the stall; their
+/// service time (from the actual send, what wrk reports) does not.
+#[test]
+fn coordinated_omission_is_corrected() {
+    let born = Instant::now();
+    let stalled = Arc::new(Mutex::new(false));
+    let s2 = Arc::clone(&stalled);
+    let addr = tiny_server(move |mut s, _| {
+        while read_head(&mut s) {
+            let stall = {
+                let mut st = s2.lock().unwrap();
+                let now = born.elapsed() > Duration::from_millis(500) && !*st;
+                *st |= now;
+                now
+            };
+            if stall {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                return;
+            }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    let r = load_json(&[
+        &format!("http://{addr}/"),
+        "-R",
+        "50",
+        "--arrivals",
+        "constant",
+        "-d",
+        "3s",
+        "-c",
+        "1",
+        "--timeline",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(*stalled.lock().unwrap());
+    assert_eq!(u(&r["errors"]), 0, "{r}");
+    let lat = &r["latency_us"];
+    let svc = &r["service_us"];
+    assert!(u(&lat["max"]) >= 900_000, "the stall is in the max: {lat}");
+    // ~50 of ~150 requests were scheduled during the stall.
+    assert!(u(&lat["p90"]) >= 300_000, "the stall is in the upper percentiles: {lat}");
+    assert!(u(&svc["p90"]) < 100_000, "uncorrected service times hide it: {svc}");
+    assert!(u(&r["open_loop"]["queued"]) >= 20, "{}", r["open_loop"]);
+
+    // The timeline: requests scheduled during the stall finish only after it.
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<[u64; 4]> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let v: Vec<u64> = l.split(',').take(4).map(|x| x.parse().unwrap()).collect();
+            [v[0], v[1], v[2], v[3]]
+        })
+        .collect();
+    let stall = rows.iter().max_by_key(|r| r[3] - r[1]).unwrap();
+    let (start, end) = (stall[1], stall[3]);
+    assert!(end - start >= 900_000, "{stall:?}");
+    let during: Vec<&[u64; 4]> = rows.iter().filter(|r| r[0] > start && r[0] + 200_000 < end).collect();
+    assert!(during.len() >= 20, "{} requests scheduled during the stall", during.len());
+    for r in during {
+        assert!(r[3] >= end, "{r:?} finished before the stall ended at {end}");
+        assert!(r[3] - r[0] >= 150_000, "{r:?}: corrected latency must include the wait");
+    }
+}
+
+#[test]
+fn close_mode_can_spread_source_addresses() {
+    let peers = Arc::new(Mutex::new(Vec::<IpAddr>::new()));
+    let p2 = Arc::clone(&peers);
+    let addr = tiny_server(move |mut s, _| {
+        p2.lock().unwrap().push(s.peer_addr().unwrap().ip());
+        if read_head(&mut s) {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    let r = load_json(&[&format!("http://{addr}/"), "-n", "20", "-c", "2", "--close", "--spread-source"]);
+    assert_eq!(u(&r["requests"]), 20, "{r}");
+    assert_eq!(u(&r["connections_opened"]), 20);
+    let peers = peers.lock().unwrap();
+    let distinct: std::collections::HashSet<_> = peers.iter().collect();
+    assert!(distinct.len() >= 10, "{peers:?}");
+    assert!(peers.iter().all(|ip| ip.is_loopback() && *ip != IpAddr::from([127, 0, 0, 1])), "{peers:?}");
+}
