@@ -21,6 +21,14 @@ enum Command {
     Serve(Box<config::ServeOptions>),
     /// List the concurrency models
     Models,
+    /// Generate load against a server (open or closed loop; loopback only by default)
+    Load(Box<load::LoadArgs>),
+    /// Generate workloads: SURGE document trees and request streams, fixed-size files
+    Workload(load::WorkloadArgs),
+    /// Run the director: an admission-controlling reverse proxy in front of web servers (paper 002)
+    Direct(Box<director::DirectOptions>),
+    /// Report this host's load to a director (paper 002's rsInfo daemon)
+    Monitor(Box<director::MonitorOptions>),
 }
 
 fn main() -> ExitCode {
@@ -33,5 +41,9 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::Load(args) => load::load_main(*args),
+        Command::Workload(args) => load::workload_main(args),
+        Command::Direct(options) => director::direct_main(*options),
+        Command::Monitor(options) => director::monitor_main(*options),
     }
 }

@@ -51,6 +51,7 @@ impl Signal {
 #[derive(Debug, Clone)]
 pub struct ServerBuilder {
     bin: PathBuf,
+    subcommand: String,
     model: Option<String>,
     root: Option<PathBuf>,
     args: Vec<OsString>,
@@ -58,6 +59,14 @@ pub struct ServerBuilder {
 }
 
 impl ServerBuilder {
+    /// Run this subcommand instead of `serve` (e.g. `direct`); combine with
+    /// [`no_defaults`](Self::no_defaults) for subcommands without
+    /// `--access-log`. The first stdout line must still be `listening on ADDR ...`.
+    pub fn subcommand(mut self, name: &str) -> Self {
+        self.subcommand = name.to_string();
+        self
+    }
+
     /// Serve this directory (the positional `ROOT`). Without it, the server
     /// serves its embedded demo site.
     pub fn root(mut self, root: impl AsRef<Path>) -> Self {
@@ -96,7 +105,7 @@ impl ServerBuilder {
 
     /// The full argument list, after `BIN`.
     pub fn command_args(&self) -> Vec<OsString> {
-        let mut v: Vec<OsString> = vec!["serve".into()];
+        let mut v: Vec<OsString> = vec![self.subcommand.clone().into()];
         if let Some(root) = &self.root {
             v.push(root.clone().into_os_string());
         }
@@ -244,6 +253,7 @@ impl Server {
     pub fn builder(bin: impl AsRef<Path>) -> ServerBuilder {
         ServerBuilder {
             bin: bin.as_ref().to_path_buf(),
+            subcommand: "serve".into(),
             model: None,
             root: None,
             args: Vec::new(),

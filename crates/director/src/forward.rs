@@ -1,0 +1,171 @@
+//! Requests as the director forwards them: re-serialised from the parsed
+//! head (bad-input note M1: never the client's raw framing), hop-by-hop
+//! fields removed (RFC 9110 §7.6.1, including those `Connection` names),
+//! `X-Forwarded-For` and `Forwarded` appended, `Via` added.
+
+use std::net::{IpAddr, SocketAddr};
+
+use h1::{BodyFraming, RequestHead};
+
+use crate::response::{is_hop_by_hop, named_by_connection};
+
+/// The head to send to the backend for `head`, from client `peer`;
+/// `backend` names the backend for an HTTP/1.0 request without Host.
+pub fn request_head(head: &RequestHead, peer: SocketAddr, backend: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(head.method.as_str().as_bytes());
+    out.push(b' ');
+    // Origin-form always (RFC 9112 §3.2.1); the authority of an
+    // absolute-form target becomes Host (§3.2.2), consistently with the
+    // host h1 validated.
+    match head.path.as_str() {
+        "*" => out.push(b'*'),
+        path => {
+            out.extend_from_slice(if path.is_empty() { b"/" } else { path.as_bytes() });
+            if let Some(q) = &head.query {
+                out.push(b'?');
+                out.extend_from_slice(q.as_bytes());
+            }
+        }
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.extend_from_slice(head.host.as_deref().unwrap_or(backend).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let connection: Vec<&[u8]> = head.headers_named("connection").collect();
+    let mut xff: Option<Vec<u8>> = None;
+    let mut forwarded: Option<Vec<u8>> = None;
+    for h in &head.headers {
+        let name = h.name.as_str();
+        if name.eq_ignore_ascii_case("host")
+            || name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("expect")
+            || is_hop_by_hop(name)
+            || named_by_connection(connection.iter().copied(), name)
+        {
+            continue;
+        }
+        // Chains the director extends rather than copies. They are the
+        // client's claims: admission never looks at them (note M7).
+        if name.eq_ignore_ascii_case("x-forwarded-for") {
+            append_list(&mut xff, &h.value);
+            continue;
+        }
+        if name.eq_ignore_ascii_case("forwarded") {
+            append_list(&mut forwarded, &h.value);
+            continue;
+        }
+        field(&mut out, name, &h.value);
+    }
+    let ip = peer.ip();
+    append_list(&mut xff, ip.to_string().as_bytes());
+    field(&mut out, "X-Forwarded-For", xff.as_deref().unwrap_or_default());
+    let node = match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    };
+    let mut element = format!("for={node};proto=http");
+    if let Some(host) = head.host.as_deref() {
+        element.push_str(&format!(";host=\"{host}\""));
+    }
+    append_list(&mut forwarded, element.as_bytes());
+    field(&mut out, "Forwarded", forwarded.as_deref().unwrap_or_default());
+    field(&mut out, "Via", if head.version == h1::Version::Http10 { b"1.0 modus" } else { b"1.1 modus" });
+    match head.framing {
+        BodyFraming::None => {}
+        BodyFraming::Length(n) => field(&mut out, "Content-Length", n.to_string().as_bytes()),
+        BodyFraming::Chunked => field(&mut out, "Transfer-Encoding", b"chunked"),
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn append_list(list: &mut Option<Vec<u8>>, value: &[u8]) {
+    match list {
+        Some(l) => {
+            l.extend_from_slice(b", ");
+            l.extend_from_slice(value);
+        }
+        None => *list = Some(value.to_vec()),
+    }
+}
+
+/// Appends `data` as one chunk (nothing for empty data, which would end
+/// the body).
+pub fn encode_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The last chunk and an empty trailer section.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forwarded(raw: &str) -> String {
+        let head = match h1::parse_request(raw.as_bytes(), &h1::Limits::default()).unwrap() {
+            h1::Parsed::Complete { head, .. } => head,
+            h1::Parsed::Partial => panic!("partial"),
+        };
+        String::from_utf8(request_head(&head, "192.0.2.7:5555".parse().unwrap(), "10.0.0.1:80")).unwrap()
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_removed() {
+        let out = forwarded(
+            "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n\
+             Keep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Authorization: x\r\nProxy-Connection: y\r\n\
+             Accept: */*\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+        );
+        assert_eq!(
+            out,
+            "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nX-Forwarded-For: 192.0.2.7\r\n\
+             Forwarded: for=192.0.2.7;proto=http;host=\"example.com\"\r\nVia: 1.1 modus\r\nContent-Length: 3\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn forwarding_chains_are_appended() {
+        let out = forwarded(
+            "POST / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1\r\nForwarded: for=1.1.1.1\r\n\
+             Transfer-Encoding: chunked\r\n\r\n",
+        );
+        assert!(out.contains("\r\nX-Forwarded-For: 1.1.1.1, 192.0.2.7\r\n"), "{out}");
+        assert!(out.contains("\r\nForwarded: for=1.1.1.1, for=192.0.2.7;proto=http;host=\"h\"\r\n"), "{out}");
+        assert!(out.ends_with("Transfer-Encoding: chunked\r\n\r\n"), "{out}");
+        // A client cannot make the director drop what it adds.
+        let out = forwarded("GET / HTTP/1.1\r\nHost: h\r\nConnection: X-Forwarded-For, Forwarded\r\n\r\n");
+        assert!(out.contains("X-Forwarded-For: 192.0.2.7\r\n") && out.contains("Forwarded: for="), "{out}");
+    }
+
+    #[test]
+    fn absolute_form_becomes_origin_form_with_its_host() {
+        let out = forwarded("GET http://real.example:8080/p?q HTTP/1.1\r\nHost: other\r\n\r\n");
+        assert!(out.starts_with("GET /p?q HTTP/1.1\r\nHost: real.example:8080\r\n"), "{out}");
+        let out = forwarded("GET / HTTP/1.0\r\n\r\n");
+        assert!(out.starts_with("GET / HTTP/1.1\r\nHost: 10.0.0.1:80\r\n"), "{out}");
+        assert!(out.contains("Via: 1.0 modus"), "{out}");
+        assert!(forwarded("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n").starts_with("OPTIONS * HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn chunks() {
+        let mut out = Vec::new();
+        encode_chunk(&mut out, b"");
+        encode_chunk(&mut out, &[b'x'; 26]);
+        out.extend_from_slice(LAST_CHUNK);
+        assert_eq!(out, [b"1a\r\n".as_slice(), &[b'x'; 26], b"\r\n0\r\n\r\n"].concat());
+    }
+}

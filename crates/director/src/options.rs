@@ -1,0 +1,226 @@
+//! `modus direct` options and their checked form, [`Config`].
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+
+/// A duration written the human way: `500ms`, `5s`, `1m 30s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl FromStr for Dur {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Dur, String> {
+        humantime::parse_duration(s)
+            .map(Dur)
+            .map_err(|e| format!("invalid duration {s:?}: {e} (try 500ms, 5s, 2m)"))
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+/// `modus direct` options.
+#[derive(Args, Debug, Clone)]
+pub struct DirectOptions {
+    /// Address to listen on; port 0 picks a free one (printed on start)
+    #[arg(short, long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+    pub listen: String,
+
+    /// A backend web server (repeat for several)
+    #[arg(short, long = "backend", required = true, value_name = "ADDR")]
+    pub backends: Vec<String>,
+
+    /// Keep-alive connections kept open to each backend, ready for requests
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub backend_conns: usize,
+
+    /// Most requests in flight per backend (HAProxy's per-server maxconn)
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub max_backend_conns: usize,
+
+    /// Most requests waiting for a backend; beyond, the busy page at once
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub queue: usize,
+
+    /// Longest wait in the pending queue before the busy page
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub queue_timeout: Dur,
+
+    /// HTML page sent with 503 when a request cannot be admitted
+    #[arg(long, value_name = "FILE")]
+    pub busy_page: Option<PathBuf>,
+
+    /// Seconds in the busy page's Retry-After
+    #[arg(long, default_value_t = 1, value_name = "SECONDS")]
+    pub retry_after: u32,
+
+    /// Most open client connections per client IP (0: no limit); 429 beyond
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_conns_per_ip: usize,
+
+    /// Most open client connections in total; 503 beyond
+    #[arg(long, default_value_t = 20000, value_name = "N")]
+    pub max_conns: usize,
+
+    /// Time allowed to receive a whole request head; 408 after
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub header_timeout: Dur,
+
+    /// Idle time before a client's keep-alive connection is closed
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub keepalive_timeout: Dur,
+
+    /// A client or backend transfer making no progress this long is aborted
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub send_timeout: Dur,
+
+    /// Time a backend may take to start its response; 504 after
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub backend_timeout: Dur,
+
+    /// Time a connection to a backend may take to open
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub connect_timeout: Dur,
+
+    /// Time between active health checks (a connection attempt per backend)
+    #[arg(long, default_value = "500ms", value_name = "DURATION")]
+    pub health_interval: Dur,
+
+    /// Largest request body in bytes; 413 beyond
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
+    pub max_body: u64,
+
+    /// Where backend monitors (`modus monitor`) connect; without it, no
+    /// monitoring
+    #[arg(long, value_name = "ADDR")]
+    pub monitor_listen: Option<String>,
+
+    /// Answer this path with the director's status (text) instead of
+    /// forwarding it
+    #[arg(long, value_name = "PATH")]
+    pub status_path: Option<String>,
+
+    /// On SIGTERM/SIGINT, time given to requests in flight
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub shutdown_timeout: Dur,
+}
+
+/// The default busy page.
+pub const DEFAULT_BUSY_PAGE: &str =
+    "<!doctype html>\n<html><head><title>503 Service Unavailable</title></head>\n\
+<body><h1>Busy</h1><p>The server is busy right now. Please try again in a moment.</p></body></html>\n";
+
+/// Checked options.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// Backends, by the name given on the command line, and address.
+    pub backends: Vec<(String, SocketAddr)>,
+    /// Pre-opened connections per backend.
+    pub backend_conns: usize,
+    /// Most requests in flight per backend.
+    pub max_backend_conns: usize,
+    /// Pending queue capacity.
+    pub queue: usize,
+    /// Pending queue wait limit.
+    pub queue_timeout: Duration,
+    /// Busy page body.
+    pub busy_page: Vec<u8>,
+    /// Retry-After seconds.
+    pub retry_after: u32,
+    /// Per-IP connection cap (0: none).
+    pub max_conns_per_ip: usize,
+    /// Total client connection cap.
+    pub max_conns: usize,
+    /// Request head deadline.
+    pub header_timeout: Duration,
+    /// Keep-alive idle timeout.
+    pub keepalive_timeout: Duration,
+    /// Transfer progress timeout.
+    pub send_timeout: Duration,
+    /// Backend first-byte timeout.
+    pub backend_timeout: Duration,
+    /// Backend connect timeout.
+    pub connect_timeout: Duration,
+    /// Health check period.
+    pub health_interval: Duration,
+    /// Request body limit.
+    pub max_body: u64,
+    /// Monitor listener.
+    pub monitor_listen: Option<SocketAddr>,
+    /// Status path.
+    pub status_path: Option<String>,
+    /// Grace period at stop.
+    pub shutdown_timeout: Duration,
+    /// Request head limits (those of `modus serve`).
+    pub limits: h1::Limits,
+}
+
+fn resolve(what: &str, addr: &str) -> anyhow::Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("{what} {addr:?}"))?
+        .next()
+        .ok_or_else(|| anyhow!("{what} {addr:?} resolves to no address"))
+}
+
+impl DirectOptions {
+    /// Checks the options and reads the busy page.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let listen = resolve("--listen", &self.listen)?;
+        let mut backends = Vec::new();
+        for b in &self.backends {
+            let addr = resolve("--backend", b)?;
+            if backends.iter().any(|(_, a)| *a == addr) {
+                bail!("--backend {b} is given twice");
+            }
+            backends.push((b.clone(), addr));
+        }
+        if self.max_backend_conns == 0 {
+            bail!("--max-backend-conns must be at least 1");
+        }
+        let busy_page = match &self.busy_page {
+            Some(path) => std::fs::read(path).with_context(|| format!("--busy-page {}", path.display()))?,
+            None => DEFAULT_BUSY_PAGE.as_bytes().to_vec(),
+        };
+        let monitor_listen =
+            self.monitor_listen.as_deref().map(|a| resolve("--monitor-listen", a)).transpose()?;
+        if let Some(path) = &self.status_path {
+            if !path.starts_with('/') {
+                bail!("--status-path must start with /");
+            }
+        }
+        Ok(Config {
+            listen,
+            backends,
+            backend_conns: self.backend_conns,
+            max_backend_conns: self.max_backend_conns,
+            queue: self.queue,
+            queue_timeout: self.queue_timeout.0,
+            busy_page,
+            retry_after: self.retry_after,
+            max_conns_per_ip: self.max_conns_per_ip,
+            max_conns: self.max_conns.max(1),
+            header_timeout: self.header_timeout.0,
+            keepalive_timeout: self.keepalive_timeout.0,
+            send_timeout: self.send_timeout.0,
+            backend_timeout: self.backend_timeout.0,
+            connect_timeout: self.connect_timeout.0,
+            health_interval: self.health_interval.0.max(Duration::from_millis(10)),
+            max_body: self.max_body,
+            monitor_listen,
+            status_path: self.status_path.clone(),
+            shutdown_timeout: self.shutdown_timeout.0,
+            limits: h1::Limits::default(),
+        })
+    }
+}
