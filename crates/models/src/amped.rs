@@ -28,6 +28,11 @@
 //! a helper and costs two thread handoffs (two channel operations and
 //! usually one eventfd write and wake-up).
 //!
+//! **CGI**: a script is started by a helper (`Pipeline::handle_request`:
+//! `stat`, then `posix_spawn`, which waits for the `exec`); the reply hands
+//! the running script to the connection, and the loop streams its pipes
+//! exactly as `event` does (non-blocking, in the loop's epoll set).
+//!
 //! One blocking step stays in the loop: `sendfile` of a large file (too big
 //! for the cache) reads pages that may not be in memory. Flash's helpers
 //! faulted the pages in first; that would need the pipeline to expose the
@@ -98,8 +103,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
                 for Job { worker, token, request } in queue.iter() {
                     // The loop cannot answer a request whose helper died, so
                     // a panic (a bug) costs that connection only.
-                    let reply =
-                        catch_unwind(AssertUnwindSafe(|| pipeline.handle(&request.head, request.keep_alive)));
+                    let reply = catch_unwind(AssertUnwindSafe(|| pipeline.handle_request(&request)));
                     if reply.is_err() {
                         pipeline.error_log.error(format_args!("helper: the pipeline panicked"));
                     }

@@ -22,6 +22,13 @@
 //! page cache blocks the whole loop — every other connection of that loop
 //! waits for that one disk read. More workers only dilute the stall.
 //!
+//! **CGI**: a script's pipes (and its pidfd) join the loop's epoll set,
+//! edge-triggered, under the connection's token when it starts
+//! (`Connection::new_pipes`); any event for that token drives the
+//! connection, which moves whatever can move (`Want::Pipes`). The script
+//! is started inline (`posix_spawn`: the loop waits for its `exec`, as for
+//! a disk read; `amped` starts scripts on its helpers instead).
+//!
 //! `amped` reuses this loop: with [`Helpers`] it drives connections in
 //! split mode and sends parsed requests away instead of running them.
 
@@ -131,6 +138,11 @@ const LISTENER: u64 = u32::MAX as u64;
 const STOP: u64 = u32::MAX as u64 - 1;
 const WAKER: u64 = u32::MAX as u64 - 2;
 const MAX_SLOTS: u32 = u32::MAX - 3;
+/// Set in the token of a CGI pipe registered for a connection, so that its
+/// events never pass for the socket's (a pipe's hang-up is not the client's).
+/// Generations are 31 bits to leave it free.
+const PIPE: u64 = 1 << 63;
+const GENERATION_MASK: u32 = u32::MAX >> 1;
 
 /// Connections accepted per listener event: the rest wait for the next
 /// round, so a connection storm cannot starve the open connections.
@@ -150,6 +162,8 @@ enum Waits {
     /// Its request is with a helper; its socket is left alone meanwhile
     /// (further pipelined requests wait in its buffer, in order).
     Helper,
+    /// A CGI script runs: any event on its token (socket or pipe) drives it.
+    Pipes,
 }
 
 #[derive(Debug)]
@@ -209,7 +223,7 @@ impl Slab {
         self.get(token)?;
         let slot = token as u32;
         let entry = &mut self.slots[slot as usize];
-        entry.0 = entry.0.wrapping_add(1);
+        entry.0 = entry.0.wrapping_add(1) & GENERATION_MASK;
         self.free.push(slot);
         self.live -= 1;
         entry.1.take()
@@ -400,6 +414,14 @@ impl Loop {
     }
 
     fn ready(&mut self, token: u64, event: Event) {
+        if token & PIPE != 0 {
+            // A script's pipe: it matters only while a script runs (events
+            // of an earlier script's pipes may still be queued).
+            if self.conns.get(token & !PIPE).is_some_and(|c| c.waits == Waits::Pipes) {
+                self.drive(token & !PIPE);
+            }
+            return;
+        }
         // None: the connection closed earlier in this batch.
         let Some(c) = self.conns.get_mut(token) else { return };
         c.readable |= event.is_readable();
@@ -411,6 +433,7 @@ impl Loop {
                 self.conns.remove(token);
             }
             Waits::Helper => {}
+            Waits::Pipes => self.drive(token),
             Waits::Read if c.readable => self.drive(token),
             Waits::Write if c.writable => self.drive(token),
             Waits::Read | Waits::Write => {}
@@ -450,6 +473,17 @@ impl Loop {
             }
             Want::Write(deadline) => {
                 (c.waits, c.writable) = (Waits::Write, false);
+                self.timers.set(c, token, deadline);
+            }
+            Want::Pipes(deadline) => {
+                c.waits = Waits::Pipes;
+                // Once per script, edge-triggered like the socket; closing a
+                // pipe removes it from the set.
+                for (fd, interest) in c.conn.new_pipes() {
+                    if let Err(e) = self.poller.add(fd, token | PIPE, interest, Trigger::Edge) {
+                        self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
+                    }
+                }
                 self.timers.set(c, token, deadline);
             }
             Want::Close => {

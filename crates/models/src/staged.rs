@@ -19,8 +19,15 @@
 //!   split mode until a head is parsed (`Want::Process`) and sends the
 //!   request to *data*, which runs `Pipeline::handle` (resolve, cache or
 //!   disk) and `deliver`s the reply; a *write* thread drives the connection
-//!   to send it. `cgi` is parsed and reserved for the CGI stage: no thread
-//!   is started for it and nothing is routed to it yet.
+//!   to send it.
+//! * **CGI.** *read* sends a request for a script to the *cgi* stage
+//!   instead of *data* (paper 000's TBW has the same split). A cgi thread
+//!   starts the script and then owns the connection for the script's whole
+//!   run, moving bytes between the socket and the script's pipes and
+//!   blocking in `poll` when none can move (`Connection::wait_blocking`),
+//!   so `--stage-threads cgi=N` caps the scripts running at once; more wait
+//!   in the cgi queue. When the script is done the connection goes on as
+//!   usual (parked, or back to *read* for a pipelined request).
 //! * **Log.** Connections hand their finished responses' access-log
 //!   records over (`Connection::defer_log`) instead of formatting and
 //!   appending them; whoever drove the connection (mostly *write*; *read*
@@ -64,7 +71,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Want};
+use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Want, BLOCKING_TICK};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 
 use crate::{accept, Caps, ModelEnv, ModelInfo};
@@ -72,7 +79,7 @@ use crate::{accept, Caps, ModelEnv, ModelInfo};
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "staged",
     paper_name: "TBW",
-    summary: "a thread pool and a queue per stage: read, data, write, log (--stage-threads)",
+    summary: "a thread pool and a queue per stage: read, data, cgi, write, log (--stage-threads)",
     caps: Caps { forks: false, event_driven: true, staged: true },
     run,
 };
@@ -91,7 +98,7 @@ const WAKER_TOKEN: u64 = u64::MAX;
 struct StageThreads {
     read: usize,
     data: usize,
-    /// Reserved for the CGI stage; unused until it exists.
+    /// Runs scripts, one connection per thread while its script runs.
     cgi: usize,
     write: usize,
     log: usize,
@@ -287,7 +294,9 @@ impl Shared {
             Want::Close => return, // dropping it closes the socket
             Want::Read(deadline) => Park::Wait { c, dir: Dir::Read, deadline, stopped },
             Want::Write(deadline) => Park::Wait { c, dir: Dir::Write, deadline, stopped },
-            Want::Process => Park::Now(c),
+            // Back to read, which routes both: a request to its stage, a
+            // running script to the cgi stage.
+            Want::Process | Want::Pipes(_) => Park::Now(c),
         };
         // Fails only if the parking thread died; the connection then closes.
         if self.park.send(parcel).is_ok() {
@@ -304,7 +313,17 @@ fn forward_log(c: &mut Conn, log: &Tx<LogRecord>) {
     }
 }
 
-fn read_stage(shared: &Shared, inbox: Rx<Box<Conn>>, data: Tx<(Box<Conn>, Request)>, log: Tx<LogRecord>) {
+/// Work for the cgi stage: a request whose script is to start, or a
+/// connection whose script runs (`None`).
+type CgiWork = (Box<Conn>, Option<Request>);
+
+fn read_stage(
+    shared: &Shared,
+    inbox: Rx<Box<Conn>>,
+    data: Tx<(Box<Conn>, Request)>,
+    cgi: Tx<CgiWork>,
+    log: Tx<LogRecord>,
+) {
     while let Some(mut c) = inbox.recv() {
         let stopping = shared.stopping();
         // Error replies (400, 431...) are written here, inline: they are rare
@@ -314,19 +333,48 @@ fn read_stage(shared: &Shared, inbox: Rx<Box<Conn>>, data: Tx<(Box<Conn>, Reques
         match want {
             Want::Process => match c.conn.take_request() {
                 // `Err`: tearing down; the connection closes.
+                Some(request) if shared.pipeline.is_cgi(&request.head) => drop(cgi.send((c, Some(request)))),
                 Some(request) => drop(data.send((c, request))),
                 // Cannot happen: only this thread holds the connection and
                 // `Process` means a request is ready. Close rather than panic.
                 None => shared.pipeline.error_log.error(format_args!("staged: no request to take")),
             },
+            Want::Pipes(_) => drop(cgi.send((c, None))),
             other => shared.settle(c, other, stopping),
         }
     }
 }
 
+/// Starts scripts and streams their I/O, blocking on the connection's
+/// descriptors (in `poll`) while nothing can move.
+fn cgi_stage(shared: &Shared, inbox: Rx<CgiWork>, log: Tx<LogRecord>) {
+    let p = &*shared.pipeline;
+    while let Some((mut c, request)) = inbox.recv() {
+        if let Some(request) = request {
+            let reply = p.handle_request(&request);
+            c.conn.deliver(reply, p);
+        }
+        let (want, stopping) = loop {
+            let stopping = shared.stopping();
+            let want = c.conn.drive_split(&c.stream, p, stopping);
+            forward_log(&mut c, &log);
+            let Want::Pipes(deadline) = want else { break (want, stopping) };
+            c.conn.wait_blocking(&c.stream, deadline.min(Instant::now() + BLOCKING_TICK));
+            if Instant::now() >= deadline {
+                let respond = c.conn.timed_out(p);
+                forward_log(&mut c, &log);
+                if !respond {
+                    break (Want::Close, stopping);
+                }
+            }
+        };
+        shared.settle(c, want, stopping);
+    }
+}
+
 fn data_stage(shared: &Shared, inbox: Rx<(Box<Conn>, Request)>, write: Tx<Box<Conn>>) {
     while let Some((mut c, request)) = inbox.recv() {
-        let reply = shared.pipeline.handle(&request.head, request.keep_alive);
+        let reply = shared.pipeline.handle_request(&request);
         // The read stage took this request from this connection just before
         // queueing both, so `deliver` finds it waiting for its reply.
         c.conn.deliver(reply, &shared.pipeline);
@@ -334,12 +382,15 @@ fn data_stage(shared: &Shared, inbox: Rx<(Box<Conn>, Request)>, write: Tx<Box<Co
     }
 }
 
-fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>, log: Tx<LogRecord>) {
+fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>, cgi: Tx<CgiWork>, log: Tx<LogRecord>) {
     while let Some(mut c) = inbox.recv() {
         let stopping = shared.stopping();
         let want = c.conn.drive_split(&c.stream, &shared.pipeline, stopping);
         forward_log(&mut c, &log);
-        shared.settle(c, want, stopping);
+        match want {
+            Want::Pipes(_) => drop(cgi.send((c, None))),
+            other => shared.settle(c, other, stopping),
+        }
     }
 }
 
@@ -486,11 +537,13 @@ fn run(env: ModelEnv) -> io::Result<()> {
         StageStats::new("data", threads.data),
         StageStats::new("write", threads.write),
         StageStats::new("log", threads.log),
+        StageStats::new("cgi", threads.cgi),
     ];
     let (read_tx, read_rx) = queue(&stats[0], depth);
     let (data_tx, data_rx) = queue(&stats[1], depth);
     let (write_tx, write_rx) = queue(&stats[2], depth);
     let (log_tx, log_rx) = queue(&stats[3], depth);
+    let (cgi_tx, cgi_rx) = queue::<CgiWork>(&stats[4], depth);
     let (park_tx, park_rx) = unbounded();
     let shared = Arc::new(Shared {
         pipeline,
@@ -510,9 +563,15 @@ fn run(env: ModelEnv) -> io::Result<()> {
         let (shared, inbox) = (shared.clone(), log_rx.clone());
         stages.push(spawn(format!("staged-log-{i}"), move || log_stage(&shared, inbox))?);
     }
+    // Only if CGI is on: otherwise nothing is ever routed there.
+    let cgi_threads = if shared.pipeline.settings.cgi.is_some() { threads.cgi } else { 0 };
+    for i in 0..cgi_threads {
+        let (shared, inbox, log) = (shared.clone(), cgi_rx.clone(), log_tx.clone());
+        stages.push(spawn(format!("staged-cgi-{i}"), move || cgi_stage(&shared, inbox, log))?);
+    }
     for i in 0..threads.write {
-        let (shared, inbox, log) = (shared.clone(), write_rx.clone(), log_tx.clone());
-        stages.push(spawn(format!("staged-write-{i}"), move || write_stage(&shared, inbox, log))?);
+        let (shared, inbox, cgi, log) = (shared.clone(), write_rx.clone(), cgi_tx.clone(), log_tx.clone());
+        stages.push(spawn(format!("staged-write-{i}"), move || write_stage(&shared, inbox, cgi, log))?);
     }
     for i in 0..threads.data {
         let (shared, inbox, write) = (shared.clone(), data_rx.clone(), write_tx.clone());
@@ -520,11 +579,12 @@ fn run(env: ModelEnv) -> io::Result<()> {
     }
     for i in 0..threads.read {
         let (shared, inbox, data, log) = (shared.clone(), read_rx.clone(), data_tx.clone(), log_tx.clone());
-        stages.push(spawn(format!("staged-read-{i}"), move || read_stage(&shared, inbox, data, log))?);
+        let cgi = cgi_tx.clone();
+        stages.push(spawn(format!("staged-read-{i}"), move || read_stage(&shared, inbox, data, cgi, log))?);
     }
     // From here on only the threads hold the queues (plus the acceptor's
     // and the parking thread's senders), so each stage ends after the one before it.
-    drop((data_tx, read_rx, data_rx, write_rx, log_rx));
+    drop((data_tx, read_rx, data_rx, write_rx, log_rx, cgi_tx, cgi_rx));
     // Started last: it runs until the stop, so nothing may fail after it.
     let parker = {
         let (shared, stop, read) = (shared.clone(), shutdown.clone(), read_tx.clone());
@@ -572,10 +632,9 @@ fn run(env: ModelEnv) -> io::Result<()> {
         ));
     }
     p.error_log.info(format_args!(
-        "parking: {} waits, {} timed out; stage cgi: {} threads reserved, no CGI stage yet",
+        "parking: {} waits, {} timed out",
         shared.parks.load(Ordering::Relaxed),
         shared.expired.load(Ordering::Relaxed),
-        threads.cgi,
     ));
     result.and(parked)
 }

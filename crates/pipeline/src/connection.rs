@@ -2,13 +2,22 @@
 
 use std::io::{self, Read};
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use h1::{BodyFraming, Parsed, RequestHead};
+use h1::{BodyFraming, ChunkedDecoder, Parsed, RequestHead};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::net::SendFlags;
+use transport::poller::Interest;
 use transport::{Progress, Shutdown};
 
+use crate::cgi_stream::{CgiRun, Step};
 use crate::reply::{self, Reply};
 use crate::{LogRecord, Pipeline};
+
+/// Internal redirects one request may take (Apache's `LimitInternalRecursion 10`).
+const MAX_REDIRECTS: u8 = 10;
 
 /// Who is on the other end.
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +39,22 @@ pub enum Want {
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
     Process,
+    /// A CGI script runs for this connection: call `drive` again when the
+    /// socket or one of its pipes is ready — [`Connection::waiting`] says
+    /// exactly which and how, [`Connection::new_pipes`] hands out the pipes
+    /// once for pollers that register descriptors for good (edge-triggered),
+    /// [`Connection::wait_blocking`] does the waiting for a blocking thread —
+    /// or `timed_out` at the deadline (the script is then killed).
+    Pipes(Instant),
+}
+
+/// What a connection in [`Want::Pipes`] waits for.
+#[derive(Debug)]
+pub struct Waiting<'a> {
+    /// The client socket's readiness, if it is needed.
+    pub socket: Option<Interest>,
+    /// The script's pipes (and its pidfd), each with its readiness.
+    pub pipes: Vec<(BorrowedFd<'a>, Interest)>,
 }
 
 /// A parsed request on its way through the pipeline, for models that run
@@ -40,6 +65,12 @@ pub struct Request {
     pub head: RequestHead,
     /// The connection's keep-alive decision, for the `Connection` header.
     pub keep_alive: bool,
+    /// The client (CGI's `REMOTE_ADDR`).
+    pub peer: SocketAddr,
+    /// The address the connection came in on (CGI's `SERVER_PORT`).
+    pub local: Option<SocketAddr>,
+    /// Internal redirects (CGI `Location: /path`) taken so far.
+    pub(crate) redirects: u8,
 }
 
 /// Read buffer size, allocated when input is expected; it doubles up to what
@@ -70,6 +101,8 @@ pub struct Connection {
     defer_log: bool,
     /// Records kept back for [`Connection::take_log`].
     deferred_log: Vec<LogRecord>,
+    /// A script was started whose pipes [`Connection::new_pipes`] has not handed out.
+    cgi_new: bool,
 }
 
 #[derive(Debug)]
@@ -87,6 +120,23 @@ enum Phase {
     /// Closing after an error: our side is shut, input is drained for a
     /// while so the client reads the response instead of a reset (RFC 9112 §9.6).
     Linger { deadline: Instant },
+    /// Receiving a chunked body for a CGI script, which must know its
+    /// length before it starts (RFC 3875 §4.1.2, bad-input K5).
+    CgiBody(Box<Collect>),
+    /// A CGI script runs: its I/O is streamed.
+    Cgi(Box<(CgiRun, Plan)>),
+}
+
+/// A chunked request body being collected for a script.
+#[derive(Debug)]
+struct Collect {
+    request: Request,
+    plan: Plan,
+    decoder: ChunkedDecoder,
+    body: Vec<u8>,
+    /// `100 Continue` still to send, if the client waits for it.
+    interim: &'static [u8],
+    deadline: Instant,
 }
 
 /// What the connection decided about a request before the pipeline ran.
@@ -97,6 +147,19 @@ struct Plan {
     discard: u64,
     /// Input may still be arriving that we will not read.
     unread: bool,
+    /// The request is for a CGI script.
+    cgi: Option<CgiPlan>,
+}
+
+/// How a CGI request's body reaches the script.
+#[derive(Debug)]
+struct CgiPlan {
+    keep_alive: bool,
+    expect_continue: bool,
+    /// `Content-Length` bytes not yet received (streamed to the script).
+    remaining: u64,
+    /// A de-chunked body, received in full.
+    collected: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -126,6 +189,7 @@ impl Connection {
             idle_deadline: now + pipeline.settings.header_timeout,
             defer_log: false,
             deferred_log: Vec::new(),
+            cgi_new: false,
         }
     }
 
@@ -187,22 +251,112 @@ impl Connection {
         self.respond_planned(*plan, reply, p);
     }
 
+    /// While [`Want::Pipes`]: what the connection waits for, exactly (for
+    /// `poll` and other level-triggered waits).
+    pub fn waiting(&self) -> Waiting<'_> {
+        match &self.phase {
+            Phase::Cgi(cgi) => {
+                let (socket, pipes) = cgi.0.waiting();
+                Waiting { socket, pipes }
+            }
+            _ => Waiting { socket: None, pipes: Vec::new() },
+        }
+    }
+
+    /// The pipes of a script started since the last call, each with every
+    /// readiness it can report; empty otherwise. For edge-triggered pollers
+    /// that register a descriptor once: they are closed (and so leave any
+    /// epoll set) when the script's run ends.
+    pub fn new_pipes(&mut self) -> Vec<(BorrowedFd<'_>, Interest)> {
+        if !std::mem::take(&mut self.cgi_new) {
+            return Vec::new();
+        }
+        match &self.phase {
+            Phase::Cgi(cgi) => cgi.0.pipes(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// For blocking threads after [`Want::Pipes`]: waits until the socket
+    /// or a pipe is ready as [`waiting`](Self::waiting) says, or `until`.
+    pub fn wait_blocking(&self, sock: &TcpStream, until: Instant) {
+        let waiting = self.waiting();
+        let flags = |i: Interest| {
+            let mut f = PollFlags::empty();
+            if i.is_readable() {
+                f |= PollFlags::IN;
+            }
+            if i.is_writable() {
+                f |= PollFlags::OUT;
+            }
+            f
+        };
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(waiting.pipes.len() + 1);
+        if let Some(interest) = waiting.socket {
+            fds.push(PollFd::new(sock, flags(interest)));
+        }
+        for (fd, interest) in &waiting.pipes {
+            fds.push(PollFd::from_borrowed_fd(*fd, flags(*interest)));
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        let timeout = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos().into() };
+        // EINTR or an error: the caller drives again and finds out.
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+    }
+
     fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: bool) -> Want {
         loop {
             match &mut self.phase {
+                Phase::Ready(_) if inline => {
+                    if let Some(request) = self.take_request() {
+                        let reply = p.handle_request(&request);
+                        self.deliver(reply, p);
+                    }
+                }
                 Phase::Ready(_) | Phase::Processing(_) => return Want::Process,
+                Phase::CgiBody(_) => {
+                    if let Some(want) = self.collect_body(sock, p) {
+                        return want;
+                    }
+                }
+                Phase::Cgi(_) => {
+                    if let Some(want) = self.drive_cgi(sock, p) {
+                        return want;
+                    }
+                }
                 Phase::Head => {
                     if self.start < self.end {
                         match h1::parse_request(&self.buf[self.start..self.end], &p.settings.limits) {
                             Ok(Parsed::Complete { head, len }) => {
                                 self.start += len;
-                                let (request, plan) = self.plan(head, p, stopping);
-                                if inline {
-                                    let reply = p.handle(&request.head, request.keep_alive);
-                                    self.respond_planned(plan, reply, p);
-                                } else {
-                                    self.phase = Phase::Ready(Box::new((request, plan)));
+                                let (request, plan) = self.plan(head, sock, p, stopping);
+                                if plan.cgi.is_some() {
+                                    match request.head.framing {
+                                        // RFC 9110 §15.5.14
+                                        BodyFraming::Length(n) if n > p.settings.max_body => {
+                                            self.fail_planned(plan, 413, p);
+                                            continue;
+                                        }
+                                        BodyFraming::Chunked => {
+                                            self.phase = Phase::CgiBody(Box::new(Collect {
+                                                interim: if request.head.expect_continue {
+                                                    b"HTTP/1.1 100 Continue\r\n\r\n"
+                                                } else {
+                                                    b""
+                                                },
+                                                decoder: ChunkedDecoder::new(p.settings.max_body),
+                                                body: Vec::new(),
+                                                deadline: Instant::now() + p.settings.header_timeout,
+                                                request,
+                                                plan,
+                                            }));
+                                            continue;
+                                        }
+                                        _ => {}
+                                    }
                                 }
+                                // Inline, the pipeline runs at the top of the loop.
+                                self.phase = Phase::Ready(Box::new((request, plan)));
                                 continue;
                             }
                             // A client that keeps dribbling never lets a
@@ -295,6 +449,26 @@ impl Connection {
     /// there is something to send (a 408), so `drive` should be called
     /// again; `false` if the socket should just be closed.
     pub fn timed_out(&mut self, p: &Pipeline) -> bool {
+        match std::mem::replace(&mut self.phase, Phase::Head) {
+            Phase::Cgi(cgi) => {
+                let (mut run, plan) = *cgi;
+                // --cgi-timeout: the script made no progress; its whole
+                // process group goes (bad-input K12).
+                run.kill();
+                p.error_log.error(format_args!("cgi {}: timed out; killed", run.sp.process.name));
+                if !run.started {
+                    self.fail_planned(plan, 504, p);
+                    return true;
+                }
+                self.log_cgi(&run, plan, p);
+                return false;
+            }
+            Phase::CgiBody(collect) => {
+                self.fail_planned(collect.plan, 408, p);
+                return true;
+            }
+            other => self.phase = other,
+        }
         match self.phase {
             // A request had begun: say why it is refused (RFC 9110 §15.5.9).
             // An idle connection is closed silently, as nginx does, so
@@ -350,8 +524,11 @@ impl Connection {
 
     /// Decides, before the pipeline runs, what happens to the connection
     /// after this request.
-    fn plan(&self, head: RequestHead, p: &Pipeline, stopping: bool) -> (Request, Plan) {
+    fn plan(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
         let settings = &p.settings;
+        if p.is_cgi(&head) {
+            return self.plan_cgi(head, sock, p, stopping);
+        }
         // A body no handler wants is read and dropped to find the next
         // request (RFC 9112 §6.3). One too large, chunked, or whose sender
         // waits for 100-continue is not worth it: answer and close instead
@@ -379,11 +556,243 @@ impl Connection {
             user_agent: head.header_str("User-Agent").map(str::to_owned),
         });
         let unread = self.start < self.end || head.framing != BodyFraming::None;
-        let plan = Plan { log, discard: discard.unwrap_or(0), unread };
-        (Request { head, keep_alive }, plan)
+        let plan = Plan { log, discard: discard.unwrap_or(0), unread, cgi: None };
+        let peer = self.info.peer;
+        (Request { head, keep_alive, peer, local: None, redirects: 0 }, plan)
     }
 
-    fn respond_planned(&mut self, plan: Plan, reply: Reply, p: &Pipeline) {
+    /// [`plan`](Self::plan) for a script: its body is the script's input,
+    /// so it is read whole (a chunked one before the script starts), and
+    /// the connection can stay open after any body we accept.
+    fn plan_cgi(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
+        let settings = &p.settings;
+        let (body_ok, remaining) = match head.framing {
+            BodyFraming::None => (true, 0),
+            BodyFraming::Length(n) => (n <= settings.max_body, n),
+            BodyFraming::Chunked => (true, 0),
+        };
+        let keep_alive =
+            head.keep_alive && body_ok && !stopping && self.served + 1 < settings.max_keepalive_requests;
+        let log = self.log_record(&head, p);
+        let unread = self.start < self.end || head.framing != BodyFraming::None;
+        let cgi =
+            CgiPlan { keep_alive, expect_continue: head.expect_continue, remaining, collected: Vec::new() };
+        let plan = Plan { log, discard: 0, unread, cgi: Some(cgi) };
+        let request =
+            Request { head, keep_alive, peer: self.info.peer, local: sock.local_addr().ok(), redirects: 0 };
+        (request, plan)
+    }
+
+    fn log_record(&self, head: &RequestHead, p: &Pipeline) -> Option<LogRecord> {
+        p.access_log.is_enabled().then(|| LogRecord {
+            peer: self.info.peer.ip(),
+            request_line: Some(format!(
+                "{} {} {}",
+                head.method.as_str(),
+                head.target,
+                version_str(head.version)
+            )),
+            status: 0,
+            body_bytes: 0,
+            referer: head.header_str("Referer").map(str::to_owned),
+            user_agent: head.header_str("User-Agent").map(str::to_owned),
+        })
+    }
+
+    /// Answers a planned request with an error page and closes.
+    fn fail_planned(&mut self, plan: Plan, status: u16, p: &Pipeline) {
+        let log = plan.log.map(|log| LogRecord { status, ..log });
+        self.respond(reply::refuse(&p.settings, status), log, 0, true, p);
+    }
+
+    /// Collects a chunked body for a script. `Some` ends `drive`.
+    fn collect_body(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
+        let Phase::CgiBody(mut c) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            unreachable!("called in the CgiBody phase");
+        };
+        loop {
+            if !c.interim.is_empty() {
+                match rustix::net::send(sock, c.interim, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                    Ok(n) => c.interim = &c.interim[n..],
+                    Err(Errno::AGAIN | Errno::INTR) => {
+                        let deadline = c.deadline;
+                        self.phase = Phase::CgiBody(c);
+                        return Some(Want::Write(deadline));
+                    }
+                    Err(_) => return Some(Want::Close),
+                }
+                continue;
+            }
+            if self.start < self.end {
+                match c.decoder.decode(&self.buf[self.start..self.end], &mut c.body) {
+                    Ok(n) => {
+                        self.start += n;
+                        c.deadline = Instant::now() + p.settings.header_timeout;
+                    }
+                    Err(e) => {
+                        self.fail_planned(c.plan, e.status(), p);
+                        return None;
+                    }
+                }
+                if c.decoder.is_done() {
+                    let Collect { mut request, mut plan, body, .. } = *c;
+                    // The script sees a body of known length (§4.1.2).
+                    request.head.framing = BodyFraming::Length(body.len() as u64);
+                    request.head.expect_continue = false;
+                    plan.unread = self.start < self.end;
+                    if let Some(cgi) = plan.cgi.as_mut() {
+                        cgi.collected = body;
+                        cgi.expect_continue = false;
+                    }
+                    self.phase = Phase::Ready(Box::new((request, plan)));
+                    return None;
+                }
+            }
+            if Instant::now() >= c.deadline {
+                self.fail_planned(c.plan, 408, p);
+                return None;
+            }
+            match self.fill(sock) {
+                Ok(0) => return Some(Want::Close),
+                Ok(_) => {}
+                Err(e) if would_block(&e) => {
+                    let deadline = c.deadline;
+                    self.phase = Phase::CgiBody(c);
+                    return Some(Want::Read(deadline));
+                }
+                Err(_) => return Some(Want::Close),
+            }
+        }
+    }
+
+    /// Streams a script's I/O. `Some` ends `drive`.
+    fn drive_cgi(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
+        let Phase::Cgi(cgi) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            unreachable!("called in the Cgi phase");
+        };
+        let (mut run, plan) = *cgi;
+        match run.pump(sock, p) {
+            Step::Wait(deadline) => {
+                self.phase = Phase::Cgi(Box::new((run, plan)));
+                Some(Want::Pipes(deadline))
+            }
+            Step::Done { close } => {
+                let discard = plan.discard + run.body_remaining;
+                let unread = discard > 0 || self.start < self.end;
+                self.log_cgi(&run, plan, p);
+                drop(run);
+                if close {
+                    if !unread {
+                        return Some(Want::Close);
+                    }
+                    let _ = sock.shutdown(Direction::Write);
+                    self.phase = Phase::Linger { deadline: Instant::now() + p.settings.linger_timeout };
+                } else if discard > 0 {
+                    let deadline = Instant::now() + p.settings.header_timeout;
+                    self.phase = Phase::Discard { remaining: discard, deadline };
+                } else {
+                    self.await_next_head(p);
+                }
+                None
+            }
+            Step::Failed(status) => {
+                drop(run);
+                self.fail_planned(plan, status, p);
+                None
+            }
+            Step::Redirect(location) if run.sp.redirects + 1 >= MAX_REDIRECTS => {
+                p.error_log.error(format_args!(
+                    "cgi {}: more than {MAX_REDIRECTS} internal redirects (to {location})",
+                    run.sp.process.name
+                ));
+                drop(run);
+                self.fail_planned(plan, 500, p);
+                None
+            }
+            Step::Redirect(location) => {
+                // §6.2.2: answer as for a GET of that path, without the body.
+                let sp = &run.sp;
+                let mut head = sp.head.clone();
+                let (path, query) = match location.split_once('?') {
+                    Some((path, query)) => (path.to_string(), Some(query.to_string())),
+                    None => (location.clone(), None),
+                };
+                head.method = h1::Method::Get;
+                head.target = location;
+                head.path = path;
+                head.query = query;
+                head.framing = BodyFraming::None;
+                head.expect_continue = false;
+                head.headers.retain(|h| {
+                    !["content-length", "content-type", "transfer-encoding"]
+                        .iter()
+                        .any(|n| h.name.eq_ignore_ascii_case(n))
+                });
+                let keep_alive = plan.cgi.as_ref().is_some_and(|c| c.keep_alive);
+                let request = Request {
+                    head,
+                    keep_alive,
+                    peer: self.info.peer,
+                    local: sp.local,
+                    redirects: sp.redirects + 1,
+                };
+                // The first script's body is dropped, and what it did not read of
+                // the request's body is dropped after the new response.
+                let discard = plan.discard + run.body_remaining;
+                drop(run);
+                let cgi = CgiPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new() };
+                let plan = Plan { log: plan.log, discard, unread: plan.unread, cgi: Some(cgi) };
+                self.phase = Phase::Ready(Box::new((request, plan)));
+                None
+            }
+            Step::Abort => {
+                self.log_cgi(&run, plan, p);
+                Some(Want::Close)
+            }
+        }
+    }
+
+    fn log_cgi(&mut self, run: &CgiRun, plan: Plan, p: &Pipeline) {
+        if let Some(mut record) = plan.log {
+            record.status = run.status;
+            record.body_bytes = run.body_bytes;
+            self.served += 1;
+            if self.defer_log {
+                self.deferred_log.push(record);
+            } else {
+                p.access_log.record(&record);
+            }
+        } else {
+            self.served += 1;
+        }
+    }
+
+    fn respond_planned(&mut self, mut plan: Plan, mut reply: Reply, p: &Pipeline) {
+        if let Some(cgi_plan) = plan.cgi.take() {
+            let CgiPlan { keep_alive, expect_continue, mut remaining, collected } = cgi_plan;
+            let Some(spawned) = reply.cgi.take() else {
+                // The script did not start (404, 403, 503...): its body, if
+                // any, is dropped to find the next request.
+                plan.discard += remaining;
+                return self.respond_planned(plan, reply, p);
+            };
+            let buffered = if collected.is_empty() {
+                // The part of the body that arrived with the head.
+                let take = remaining.min((self.end - self.start) as u64) as usize;
+                let bytes = self.buf[self.start..self.start + take].to_vec();
+                self.start += take;
+                remaining -= take as u64;
+                bytes
+            } else {
+                collected
+            };
+            let run = CgiRun::new(spawned, keep_alive, buffered, remaining, expect_continue, p);
+            plan.cgi =
+                Some(CgiPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new() });
+            self.phase = Phase::Cgi(Box::new((run, plan)));
+            self.cgi_new = true;
+            return;
+        }
         let log = plan.log.map(|log| LogRecord { status: reply.status, ..log });
         let close = reply.close;
         self.respond(reply, log, if close { 0 } else { plan.discard }, close && plan.unread, p);
@@ -446,8 +855,13 @@ impl Connection {
     /// The connection dies mid-response: log what was sent (a 200 that was
     /// cut short still shows its real byte count).
     fn abort(&mut self, p: &Pipeline) {
-        if let Phase::Write(pending) = std::mem::replace(&mut self.phase, Phase::Head) {
-            self.log(p, &pending);
+        match std::mem::replace(&mut self.phase, Phase::Head) {
+            Phase::Write(pending) => self.log(p, &pending),
+            Phase::Cgi(cgi) => {
+                let (run, plan) = *cgi;
+                self.log_cgi(&run, plan, p);
+            }
+            _ => {}
         }
     }
 
@@ -509,6 +923,11 @@ pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
         let deadline = match conn.drive(&stream, p, stop.is_triggered()) {
             Want::Close => return,
             Want::Read(deadline) | Want::Write(deadline) => deadline,
+            Want::Pipes(deadline) => {
+                // A script runs: wait for it or the client, a tick at most.
+                conn.wait_blocking(&stream, deadline.min(Instant::now() + BLOCKING_TICK));
+                deadline
+            }
             Want::Process => unreachable!("drive runs the pipeline inline"),
         };
         if Instant::now() >= deadline && !conn.timed_out(p) {

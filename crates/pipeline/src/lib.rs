@@ -9,6 +9,8 @@
 //!   keep-alive, timeouts and lingering close. It works on blocking and
 //!   non-blocking sockets alike and reports what it waits for ([`Want`]), so
 //!   every concurrency model drives the same code.
+//! * [`cgi`]: CGI/1.1 scripts (RFC 3875) — the environment, the response
+//!   head, starting and reaping; the connection streams their I/O.
 //! * Pure helpers: [`resolve`] (safe paths), [`range`], [`conditional`],
 //!   [`multipart`], [`listing`].
 //!
@@ -17,6 +19,8 @@
 
 pub mod accesslog;
 mod cache;
+pub mod cgi;
+mod cgi_stream;
 pub mod conditional;
 mod connection;
 pub mod errorlog;
@@ -30,7 +34,10 @@ mod site;
 
 pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
-pub use connection::{refuse_overloaded, serve_blocking, ConnInfo, Connection, Request, Want, BLOCKING_TICK};
+pub use cgi::{CgiSettings, Scripts};
+pub use connection::{
+    refuse_overloaded, serve_blocking, ConnInfo, Connection, Request, Waiting, Want, BLOCKING_TICK,
+};
 pub use errorlog::ErrorLog;
 pub use reply::Reply;
 pub use settings::Settings;
@@ -51,6 +58,8 @@ pub struct Pipeline {
     pub access_log: Arc<AccessLog>,
     /// Diagnostics.
     pub error_log: Arc<ErrorLog>,
+    /// Running CGI scripts (count, reaping).
+    cgi_runtime: Arc<cgi::Runtime>,
 }
 
 impl Pipeline {
@@ -62,7 +71,7 @@ impl Pipeline {
         error_log: Arc<ErrorLog>,
     ) -> Pipeline {
         let cache = Cache::new(settings.cache_size, settings.max_cached_file);
-        Pipeline { settings, site, cache, access_log, error_log }
+        Pipeline { settings, site, cache, access_log, error_log, cgi_runtime: Arc::default() }
     }
 
     /// All request stages fused: resolve the target, load the resource
@@ -71,6 +80,82 @@ impl Pipeline {
     /// the `Connection` header.
     pub fn handle(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
         reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed")
+    }
+
+    /// Whether `head` names a CGI script (its normalised path is under the
+    /// CGI prefix). Cheap: no file system access.
+    pub fn is_cgi(&self, head: &h1::RequestHead) -> bool {
+        self.settings.cgi.as_ref().is_some_and(|cgi| {
+            head.path.starts_with('/')
+                && resolve::normalize(&head.path).is_ok_and(|path| cgi::route(&cgi.prefix, &path))
+        })
+    }
+
+    /// [`handle`](Self::handle) for a request taken from a [`Connection`]:
+    /// the same, except that a CGI script is started (which may block on
+    /// `stat` and `exec`, like a disk read) and handed to the connection in
+    /// the reply, which then streams its I/O.
+    pub fn handle_request(&self, req: &Request) -> Reply {
+        match &self.settings.cgi {
+            Some(cgi) if self.is_cgi(&req.head) => self.start_script(cgi, req),
+            _ => self.handle(&req.head, req.keep_alive),
+        }
+    }
+
+    fn start_script(&self, settings: &CgiSettings, req: &Request) -> Reply {
+        let head = &req.head;
+        let page = |status, extra: &[(&str, &str)]| {
+            reply::error_page(&self.settings, status, head.version, req.keep_alive, false, extra)
+        };
+        let Ok(path) = resolve::normalize(&head.path) else { return page(400, &[]) };
+        let (file, script_name, path_info) = match cgi::lookup(settings, &path) {
+            cgi::Lookup::Script { file, script_name, path_info } => (file, script_name, path_info),
+            cgi::Lookup::Missing => return page(404, &[]),
+            cgi::Lookup::Forbidden => return page(403, &[]),
+        };
+        let document_root = match &self.site {
+            Site::Dir(root) => Some(root.path()),
+            Site::Embedded(_) => None,
+        };
+        let env = cgi::build_env(&cgi::EnvInput {
+            head,
+            script_name: &script_name,
+            path_info: &path_info,
+            script_filename: &file,
+            document_root,
+            remote: req.peer,
+            local: req.local,
+            server_software: &self.settings.server_name,
+            path_env: &settings.path_env,
+        });
+        let body = matches!(head.framing, h1::BodyFraming::Length(1..));
+        match cgi::spawn(&self.cgi_runtime, settings, &file, env, body, script_name) {
+            Ok(process) => {
+                let spawned = cgi_stream::Spawned {
+                    process,
+                    head: head.clone(),
+                    local: req.local,
+                    redirects: req.redirects,
+                };
+                Reply {
+                    status: 0,
+                    out: Default::default(),
+                    head_len: 0,
+                    close: false,
+                    cgi: Some(Box::new(spawned)),
+                }
+            }
+            // RFC 9110 §15.6.4: overloaded, try again shortly.
+            Err(cgi::SpawnError::Busy) => page(503, &[("Retry-After", "1")]),
+            Err(cgi::SpawnError::Exec(e)) => match e.kind() {
+                std::io::ErrorKind::NotFound => page(404, &[]),
+                std::io::ErrorKind::PermissionDenied => page(403, &[]),
+                _ => {
+                    self.error_log.error(format_args!("cgi {path}: cannot start: {e}"));
+                    page(500, &[])
+                }
+            },
+        }
     }
 
     /// [`handle`](Self::handle), but only if the answer needs no disk I/O

@@ -20,6 +20,9 @@ pub struct Reply {
     pub head_len: u64,
     /// The connection must close after this response.
     pub close: bool,
+    /// A CGI script started for the request: `out` is empty, the
+    /// connection streams the script's response instead.
+    pub(crate) cgi: Option<Box<crate::cgi_stream::Spawned>>,
 }
 
 /// What a static resource allows; sent with 405 and OPTIONS (RFC 9110 §10.2.1).
@@ -41,7 +44,7 @@ const PATH_ESCAPES: &AsciiSet = &CONTROLS
     .add(b'}');
 
 /// Starts a response head with the headers every response carries.
-fn start(settings: &Settings, status: u16, version: Version, keep_alive: bool) -> ResponseHead {
+pub(crate) fn start(settings: &Settings, status: u16, version: Version, keep_alive: bool) -> ResponseHead {
     let mut head = ResponseHead::with_capacity(status, 256);
     head.date().header("Server", &settings.server_name);
     if !keep_alive {
@@ -61,7 +64,7 @@ fn finish(status: u16, head: ResponseHead, body: Vec<Chunk>, keep_alive: bool) -
     for chunk in body {
         out.push(chunk);
     }
-    Reply { status, out, head_len, close: !keep_alive }
+    Reply { status, out, head_len, close: !keep_alive, cgi: None }
 }
 
 /// A small HTML error page with exact framing. `extra` headers precede the body headers.
@@ -112,6 +115,15 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
     };
     if !req.method.is_known() {
         return Some(page(501, &[]));
+    }
+    if p.is_cgi(req) {
+        // Scripts are started by `Pipeline::handle_request`, which knows the
+        // connection; here a CGI path is refused rather than ever served as a file.
+        if blocking == Blocking::Avoid {
+            return None;
+        }
+        p.error_log.error(format_args!("{}: CGI request without its connection", req.path));
+        return Some(page(500, &[]));
     }
     if req.path == "*" {
         // The parser admits `*` only with OPTIONS: the server-wide question.

@@ -31,6 +31,8 @@ pub struct Settings {
     pub follow_symlinks: bool,
     /// The `Server` header value.
     pub server_name: String,
+    /// CGI (RFC 3875); `None`: off (the default).
+    pub cgi: Option<crate::CgiSettings>,
 }
 
 impl Default for Settings {
@@ -49,6 +51,7 @@ impl Default for Settings {
             browse: false,
             follow_symlinks: false,
             server_name: concat!("modus/", env!("CARGO_PKG_VERSION")).to_string(),
+            cgi: None,
         }
     }
 }

@@ -71,6 +71,28 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub helpers: Option<usize>,
 
+    /// Run CGI scripts: executable files in DIR, under --cgi-prefix [default: off;
+    /// with no ROOT, the bundled programs found next to the modus binary]
+    #[arg(long, value_name = "DIR")]
+    pub cgi_dir: Option<PathBuf>,
+
+    /// URL prefix of CGI scripts [default: /cgi-bin/]
+    #[arg(long, value_name = "PATH")]
+    pub cgi_prefix: Option<String>,
+
+    /// A CGI script making no progress this long is killed (504 if nothing was sent yet) [default: 60s]
+    #[arg(long, value_name = "DURATION")]
+    pub cgi_timeout: Option<Dur>,
+
+    /// Most CGI scripts running at once, per process; 503 beyond [default: 256]
+    #[arg(long, value_name = "N")]
+    pub max_cgi: Option<usize>,
+
+    /// PATH given to CGI scripts (their environment is otherwise only the request's)
+    /// [default: /usr/local/bin:/usr/bin:/bin]
+    #[arg(long, value_name = "DIRS")]
+    pub cgi_path: Option<String>,
+
     /// TOML file with any of these options (keys are the long flag names)
     #[arg(short, long, env = "MODUS_CONFIG", value_name = "FILE")]
     #[serde(skip)]
@@ -197,6 +219,10 @@ impl ServeOptions {
             max_ranges: Some(d.max_ranges),
             browse: Some(d.browse),
             follow_symlinks: Some(d.follow_symlinks),
+            cgi_prefix: Some(pipeline::CgiSettings::PREFIX.into()),
+            cgi_timeout: Some(Dur(pipeline::CgiSettings::TIMEOUT)),
+            max_cgi: Some(pipeline::CgiSettings::MAX_RUNNING),
+            cgi_path: Some(pipeline::CgiSettings::PATH.into()),
             ..ServeOptions::default()
         };
         self.layer_over(defaults);
@@ -242,6 +268,27 @@ impl ServeOptions {
             max_ranges: self.max_ranges.unwrap_or(d.max_ranges),
             browse: self.browse.unwrap_or(d.browse),
             follow_symlinks: self.follow_symlinks.unwrap_or(d.follow_symlinks),
+            cgi: self.cgi_dir.clone().map(|dir| self.cgi_settings(pipeline::Scripts::Dir(dir))),
+            ..d
+        }
+    }
+
+    /// CGI settings for `scripts` from the `--cgi-*` options. The prefix
+    /// always starts and ends with '/'.
+    pub fn cgi_settings(&self, scripts: pipeline::Scripts) -> pipeline::CgiSettings {
+        let d = pipeline::CgiSettings::new(scripts);
+        let mut prefix = self.cgi_prefix.clone().unwrap_or(d.prefix.clone());
+        if !prefix.starts_with('/') {
+            prefix.insert(0, '/');
+        }
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        pipeline::CgiSettings {
+            prefix,
+            timeout: self.cgi_timeout.map_or(d.timeout, |t| t.0),
+            max_running: self.max_cgi.unwrap_or(d.max_running).max(1),
+            path_env: self.cgi_path.clone().unwrap_or(d.path_env.clone()),
             ..d
         }
     }

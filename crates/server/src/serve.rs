@@ -78,7 +78,21 @@ impl Server {
             .with_context(|| format!("--listen {listen:?}"))?
             .next()
             .ok_or_else(|| anyhow!("--listen {listen:?} resolves to no address"))?;
-        let settings = options.settings();
+        let mut settings = options.settings();
+        if let Some(cgi) = &mut settings.cgi {
+            if let pipeline::Scripts::Dir(dir) = &mut cgi.scripts {
+                if !dir.is_dir() {
+                    bail!("--cgi-dir {} is not a directory", dir.display());
+                }
+                *dir =
+                    std::fs::canonicalize(&*dir).with_context(|| format!("--cgi-dir {}", dir.display()))?;
+            }
+            if pipeline::resolve::normalize(&cgi.prefix).ok().as_deref() != Some(cgi.prefix.as_str()) {
+                bail!("--cgi-prefix {:?} is not a plain URL path", cgi.prefix);
+            }
+        } else if options.root.is_none() {
+            settings.cgi = bundled_programs().map(|programs| options.cgi_settings(programs));
+        }
         let site = match &options.root {
             Some(root) => {
                 if !root.is_dir() {
@@ -117,6 +131,15 @@ impl Server {
             out.flush()?;
         }
         let root = options.root.as_ref().map_or("(embedded demo site)".into(), |r| r.display().to_string());
+        if let Some(cgi) = &self.pipeline.settings.cgi {
+            let from = match &cgi.scripts {
+                pipeline::Scripts::Dir(dir) => dir.display().to_string(),
+                pipeline::Scripts::Programs(p) => {
+                    p.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+                }
+            };
+            self.pipeline.error_log.info(format_args!("CGI: {} runs {from}", cgi.prefix));
+        }
         self.pipeline.error_log.info(format_args!(
             "modus {} serving {root} on http://{local}/ with model {}",
             env!("CARGO_PKG_VERSION"),
@@ -193,6 +216,21 @@ impl Server {
         }
         result
     }
+}
+
+/// The CGI programs built with modus (`crates/server/cgi/`), as the demo
+/// site's `/cgi-bin/{spin,echo,env}`: the `cgi-*` executables in the
+/// directory of the running `modus` binary, where cargo builds them and
+/// where `cargo install` puts them. `None` if none is there.
+fn bundled_programs() -> Option<pipeline::Scripts> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let programs: Vec<(String, std::path::PathBuf)> = ["spin", "echo", "env"]
+        .into_iter()
+        .map(|name| (name.to_string(), dir.join(format!("cgi-{name}"))))
+        .filter(|(_, path)| path.is_file())
+        .collect();
+    (!programs.is_empty()).then_some(pipeline::Scripts::Programs(programs))
 }
 
 /// Lifts the soft limit on open descriptors to the hard one (nginx's

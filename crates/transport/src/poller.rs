@@ -33,6 +33,16 @@ impl Interest {
     /// Both, e.g. one edge-triggered registration for a connection's whole life.
     pub const BOTH: Interest = Interest { readable: true, writable: true };
 
+    /// Whether input readiness is asked for.
+    pub fn is_readable(self) -> bool {
+        self.readable
+    }
+
+    /// Whether output readiness is asked for.
+    pub fn is_writable(self) -> bool {
+        self.writable
+    }
+
     fn flags(self) -> EventFlags {
         let mut flags = EventFlags::empty();
         if self.readable {

@@ -40,6 +40,8 @@ mod bad_input;
 #[cfg(any())]
 mod cache;
 #[cfg(any())]
+mod cgi;
+#[cfg(any())]
 mod clients;
 #[cfg(any())]
 mod conditional;
@@ -68,6 +70,7 @@ macro_rules! models {
             mod accesslog { include!("accesslog.rs"); }
             mod bad_input { include!("bad_input.rs"); }
             mod cache { include!("cache.rs"); }
+            mod cgi { include!("cgi.rs"); }
             mod clients { include!("clients.rs"); }
             mod conditional { include!("conditional.rs"); }
             mod keepalive { include!("keepalive.rs"); }

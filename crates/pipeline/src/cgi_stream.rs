@@ -1,0 +1,508 @@
+//! Moving bytes between a client and a running CGI script, without ever
+//! blocking: the request body from the socket to the script's stdin, its
+//! stdout (head parsed, then framed) to the socket, its stderr to the error
+//! log — all at once, so a script that prints before it reads its input
+//! cannot deadlock against us (bad-input K11).
+//!
+//! [`CgiRun::pump`] goes as far as every descriptor allows and says what it
+//! waits for; socket I/O uses `MSG_DONTWAIT`, so the same code runs on a
+//! blocking model's socket (which then `poll`s, see
+//! [`Connection::wait_blocking`](crate::Connection::wait_blocking)) and on
+//! an event loop's non-blocking one (which registers the pipes in epoll).
+//! Memory is bounded: at most [`OUT_HIGH`] bytes of output and
+//! [`IN_CHUNK`] bytes of body are held, so a 3 GB response streams in
+//! constant space.
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use h1::{RequestHead, Version};
+use rustix::io::Errno;
+use rustix::net::{RecvFlags, SendFlags};
+use transport::poller::Interest;
+
+use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
+use crate::{reply, Pipeline};
+
+/// A script started for a request, on its way from the pipeline (which
+/// may run on a helper thread) to the connection.
+#[derive(Debug)]
+pub(crate) struct Spawned {
+    pub process: CgiProcess,
+    /// The request, for a local redirect (§6.2.2).
+    pub head: RequestHead,
+    pub local: Option<SocketAddr>,
+    pub redirects: u8,
+}
+
+/// Output queued for the client beyond which the script's stdout is not
+/// read (it then blocks on its pipe: back-pressure, not buffering).
+const OUT_HIGH: usize = 64 << 10;
+/// One read from the script.
+const READ_SIZE: usize = 16 << 10;
+/// Body bytes read from the client per step.
+const IN_CHUNK: usize = 64 << 10;
+/// A partial stderr line is logged once it grows this long.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// How the script's body reaches the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    /// `Transfer-Encoding: chunked` (HTTP/1.1 without a script `Content-Length`).
+    Chunked,
+    /// The script's `Content-Length`: this many bytes are still due.
+    Length(u64),
+    /// HTTP/1.0 without a length: the close delimits the body.
+    Close,
+    /// HEAD, 204, 304: the script's body is read and dropped.
+    Drop,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Out {
+    /// Reading the script's header block.
+    Head,
+    Body(Framing),
+    /// The script closed stdout; its response is complete once sent.
+    Eof,
+    /// The script closed stdout without a valid head: answer once it has
+    /// exited (its status decides 500 or 502).
+    Failed(&'static str),
+}
+
+/// What [`CgiRun::pump`] reached.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Call again when a descriptor of [`CgiRun::waiting`] is ready, or at the deadline.
+    Wait(Instant),
+    /// The response is out and the script reaped.
+    Done { close: bool },
+    /// Nothing was sent: answer with this status and close.
+    Failed(u16),
+    /// `Location: /path`: answer as for a GET of that path.
+    Redirect(String),
+    /// The client is gone or the response cannot be completed: close.
+    Abort,
+}
+
+/// A script's run, seen from the connection.
+#[derive(Debug)]
+pub(crate) struct CgiRun {
+    pub sp: Box<Spawned>,
+    keep_alive: bool,
+    version: Version,
+    head_only: bool,
+    /// Body bytes still to come from the client (its `Content-Length`).
+    pub body_remaining: u64,
+    stdin_buf: Vec<u8>,
+    stdin_pos: usize,
+    out: Vec<u8>,
+    out_pos: usize,
+    script_head: Vec<u8>,
+    state: Out,
+    stderr_line: Vec<u8>,
+    /// The status sent (or to send).
+    pub status: u16,
+    /// The final response head has been queued: a failure can no longer be told.
+    pub started: bool,
+    /// Body bytes (payload) queued for the client.
+    pub body_bytes: u64,
+    close_after: bool,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+impl CgiRun {
+    /// `buffered`: body bytes already received (a de-chunked body, or the
+    /// part of a `Content-Length` body that came with the head);
+    /// `remaining`: what is still to be read from the socket.
+    pub fn new(
+        sp: Box<Spawned>,
+        keep_alive: bool,
+        buffered: Vec<u8>,
+        remaining: u64,
+        expect_continue: bool,
+        p: &Pipeline,
+    ) -> CgiRun {
+        let timeout = p.settings.cgi.as_ref().map_or(Duration::from_secs(60), |c| c.timeout);
+        let mut out = Vec::new();
+        if expect_continue && remaining > 0 {
+            // RFC 9110 §10.1.1: the script will read the body, so ask for it.
+            out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        CgiRun {
+            version: sp.head.version,
+            head_only: sp.head.method == h1::Method::Head,
+            sp,
+            keep_alive,
+            body_remaining: remaining,
+            stdin_buf: buffered,
+            stdin_pos: 0,
+            out,
+            out_pos: 0,
+            script_head: Vec::new(),
+            state: Out::Head,
+            stderr_line: Vec::new(),
+            status: 200,
+            started: false,
+            body_bytes: 0,
+            close_after: false,
+            deadline: Instant::now() + timeout,
+            timeout,
+        }
+    }
+
+    /// Every pipe of the script, with the readiness it can ever report: for
+    /// registering them once with an edge-triggered poller.
+    pub fn pipes(&self) -> Vec<(BorrowedFd<'_>, Interest)> {
+        let pr = &self.sp.process;
+        let mut v = Vec::with_capacity(4);
+        v.extend(pr.stdin.as_ref().map(|fd| (fd.as_fd(), Interest::WRITABLE)));
+        v.extend(pr.stdout.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
+        v.extend(pr.stderr.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
+        v.extend(pr.pidfd.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
+        v
+    }
+
+    /// What the last `pump` is waiting for, exactly (for level-triggered
+    /// `poll`): the socket's interest, and each pipe's.
+    pub fn waiting(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>) {
+        let pr = &self.sp.process;
+        let out_pending = self.out_pos < self.out.len();
+        let stdin_pending = self.stdin_pos < self.stdin_buf.len();
+        let need_body = pr.stdin.is_some() && !stdin_pending && self.body_remaining > 0;
+        let socket = match (need_body, out_pending) {
+            (true, true) => Some(Interest::BOTH),
+            (true, false) => Some(Interest::READABLE),
+            (false, true) => Some(Interest::WRITABLE),
+            (false, false) => None,
+        };
+        let mut fds = Vec::with_capacity(4);
+        if stdin_pending {
+            fds.extend(pr.stdin.as_ref().map(|fd| (fd.as_fd(), Interest::WRITABLE)));
+        }
+        if self.out.len() - self.out_pos < OUT_HIGH {
+            fds.extend(pr.stdout.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
+        }
+        fds.extend(pr.stderr.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
+        if pr.stdout.is_none() && !out_pending {
+            fds.extend(pr.pidfd.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
+        }
+        (socket, fds)
+    }
+
+    /// Moves every byte that can move now.
+    pub fn pump(&mut self, sock: &TcpStream, p: &Pipeline) -> Step {
+        let mut moved = false;
+        loop {
+            let mut progress = self.pump_stderr(p);
+            match self.pump_stdin(sock) {
+                Ok(true) => progress = true,
+                Ok(false) => {}
+                Err(()) => return Step::Abort,
+            }
+            if self.out_pos < self.out.len() {
+                match rustix::net::send(
+                    sock,
+                    &self.out[self.out_pos..],
+                    SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+                ) {
+                    Ok(n) => {
+                        self.out_pos += n;
+                        if self.out_pos == self.out.len() {
+                            self.out.clear();
+                            self.out_pos = 0;
+                        }
+                        progress = true;
+                    }
+                    Err(Errno::AGAIN | Errno::INTR) => {}
+                    Err(_) => return Step::Abort,
+                }
+            }
+            if self.out.len() - self.out_pos < OUT_HIGH {
+                match self.pump_stdout(p) {
+                    Ok(true) => progress = true,
+                    Ok(false) => {}
+                    Err(step) => return step,
+                }
+            }
+            if self.sp.process.stdout.is_none() && self.out_pos == self.out.len() {
+                // Everything the script said has been handled: wait for its exit.
+                let exited = self.sp.process.try_reap();
+                if exited.is_some() || self.sp.process.pidfd.is_none() {
+                    self.drain_stderr(p);
+                    return match std::mem::replace(&mut self.state, Out::Eof) {
+                        Out::Failed(why) => {
+                            let failed = exited.is_some_and(|s| !s.success());
+                            let status = if failed { 500 } else { 502 };
+                            let how = exited.map_or("?".into(), |s| s.to_string());
+                            p.error_log.error(format_args!(
+                                "cgi {}: {why} ({how}); answered {status}",
+                                self.sp.process.name
+                            ));
+                            Step::Failed(status)
+                        }
+                        _ => Step::Done { close: self.close_after || !self.keep_alive },
+                    };
+                }
+            }
+            if !progress {
+                break;
+            }
+            moved = true;
+        }
+        if moved {
+            // A timeout for a script that makes no progress (Apache's
+            // `Timeout`): progress on any side moves it.
+            self.deadline = Instant::now() + self.timeout;
+        }
+        Step::Wait(self.deadline)
+    }
+
+    /// Body to the script: buffered bytes first, then more from the socket
+    /// (never beyond the body, so a pipelined request stays unread).
+    /// `Err`: the client vanished mid-body.
+    fn pump_stdin(&mut self, sock: &TcpStream) -> Result<bool, ()> {
+        let Some(stdin) = &self.sp.process.stdin else { return Ok(false) };
+        let mut progress = false;
+        if self.stdin_pos < self.stdin_buf.len() {
+            match rustix::io::write(stdin, &self.stdin_buf[self.stdin_pos..]) {
+                Ok(n) => {
+                    self.stdin_pos += n;
+                    progress = true;
+                }
+                Err(Errno::AGAIN | Errno::INTR) => return Ok(false),
+                Err(_) => {
+                    // EPIPE: the script does not want (the rest of) its
+                    // input. What is left of the body is dropped by the
+                    // connection before the next request.
+                    self.sp.process.stdin = None;
+                    self.stdin_buf = Vec::new();
+                    self.stdin_pos = 0;
+                    return Ok(true);
+                }
+            }
+        }
+        if self.stdin_pos < self.stdin_buf.len() {
+            return Ok(progress);
+        }
+        self.stdin_buf.clear();
+        self.stdin_pos = 0;
+        if self.body_remaining == 0 {
+            // §4.2: the script sees end-of-file after exactly CONTENT_LENGTH bytes.
+            self.sp.process.stdin = None;
+            return Ok(true);
+        }
+        let want = self.body_remaining.min(IN_CHUNK as u64) as usize;
+        self.stdin_buf.resize(want, 0);
+        match rustix::net::recv(sock, &mut self.stdin_buf[..], RecvFlags::DONTWAIT) {
+            Ok((0, _)) => Err(()),
+            Ok((n, _)) => {
+                self.stdin_buf.truncate(n);
+                self.body_remaining -= n as u64;
+                Ok(true)
+            }
+            Err(Errno::AGAIN | Errno::INTR) => {
+                self.stdin_buf.clear();
+                Ok(progress)
+            }
+            Err(_) => Err(()),
+        }
+    }
+
+    /// The script's output: head, then body. `Err` ends the run.
+    fn pump_stdout(&mut self, p: &Pipeline) -> Result<bool, Step> {
+        let Some(stdout) = &self.sp.process.stdout else { return Ok(false) };
+        let mut buf = [0u8; READ_SIZE];
+        let n = match rustix::io::read(stdout, &mut buf) {
+            Ok(n) => n,
+            Err(Errno::AGAIN) => return Ok(false),
+            Err(Errno::INTR) => return Ok(true),
+            Err(_) => 0,
+        };
+        if n == 0 {
+            self.sp.process.stdout = None;
+            // The script is done talking; it gets no more input either.
+            self.sp.process.stdin = None;
+            self.state = match std::mem::replace(&mut self.state, Out::Eof) {
+                Out::Head if self.script_head.is_empty() => Out::Failed("no output"),
+                Out::Head => Out::Failed("output ended inside the header block"),
+                Out::Body(Framing::Chunked) => {
+                    self.out.extend_from_slice(b"0\r\n\r\n");
+                    Out::Eof
+                }
+                Out::Body(Framing::Length(due)) => {
+                    // Shorter than its Content-Length: only a close tells the client.
+                    self.close_after |= due > 0;
+                    Out::Eof
+                }
+                Out::Body(Framing::Close) => {
+                    self.close_after = true;
+                    Out::Eof
+                }
+                other => other,
+            };
+            return Ok(true);
+        }
+        let data = &buf[..n];
+        match self.state {
+            Out::Head => {
+                self.script_head.extend_from_slice(data);
+                let max = p.settings.limits.max_header_bytes;
+                match parse_head(&self.script_head, max) {
+                    Ok(None) => {}
+                    Ok(Some((response, len))) => {
+                        let rest = self.script_head.split_off(len);
+                        self.script_head = Vec::new();
+                        self.start_response(response, p)?;
+                        self.body(&rest);
+                    }
+                    Err(why) => {
+                        p.error_log.error(format_args!(
+                            "cgi {}: invalid response head: {why}; answered 502",
+                            self.sp.process.name
+                        ));
+                        self.drain_stderr(p);
+                        return Err(Step::Failed(502));
+                    }
+                }
+            }
+            Out::Body(_) => self.body(data),
+            Out::Eof | Out::Failed(_) => {}
+        }
+        Ok(true)
+    }
+
+    /// Plans the response from the script's head and queues our head.
+    fn start_response(&mut self, response: ScriptResponse, p: &Pipeline) -> Result<(), Step> {
+        let (status, content_length, fields) = match response {
+            ScriptResponse::LocalRedirect(location) => return Err(Step::Redirect(location)),
+            ScriptResponse::Document { status, content_length, fields } => (status, content_length, fields),
+        };
+        let no_body = self.head_only || status == 204 || status == 304;
+        let framing = match content_length {
+            _ if no_body => Framing::Drop,
+            Some(n) => Framing::Length(n),
+            None if self.version == Version::Http11 => Framing::Chunked,
+            // RFC 9112 §6.3: a 1.0 client reads to the close.
+            None => Framing::Close,
+        };
+        if framing == Framing::Close {
+            self.keep_alive = false;
+        }
+        let mut head = reply::start(&p.settings, status, self.version, self.keep_alive);
+        for (name, value) in &fields {
+            head.header(name, value);
+        }
+        match (framing, content_length) {
+            (Framing::Chunked, _) => {
+                head.header("Transfer-Encoding", "chunked");
+            }
+            (Framing::Length(n), _) => {
+                head.header_u64("Content-Length", n);
+            }
+            // A HEAD answer says what the GET would (RFC 9110 §9.3.2).
+            (Framing::Drop, Some(n)) if self.head_only => {
+                head.header_u64("Content-Length", n);
+            }
+            _ => {}
+        }
+        self.out.extend_from_slice(&head.finish());
+        self.status = status;
+        self.started = true;
+        self.state = Out::Body(framing);
+        Ok(())
+    }
+
+    /// Queues body bytes in the response's framing.
+    fn body(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        match &mut self.state {
+            Out::Body(Framing::Chunked) => {
+                self.out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                self.out.extend_from_slice(data);
+                self.out.extend_from_slice(b"\r\n");
+                self.body_bytes += data.len() as u64;
+            }
+            Out::Body(Framing::Length(due)) => {
+                let take = (*due).min(data.len() as u64);
+                *due -= take;
+                self.out.extend_from_slice(&data[..take as usize]);
+                self.body_bytes += take;
+                if take < data.len() as u64 {
+                    // More than it announced: the excess is not sent, and the
+                    // connection cannot be trusted to be in sync afterwards.
+                    self.close_after = true;
+                }
+            }
+            Out::Body(Framing::Close) => {
+                self.out.extend_from_slice(data);
+                self.body_bytes += data.len() as u64;
+            }
+            _ => {}
+        }
+    }
+
+    /// The script's stderr into the error log, a line at a time, each
+    /// tagged with the script's name.
+    fn pump_stderr(&mut self, p: &Pipeline) -> bool {
+        let Some(stderr) = &self.sp.process.stderr else { return false };
+        let mut buf = [0u8; 4096];
+        match rustix::io::read(stderr, &mut buf) {
+            Ok(0) | Err(Errno::BADF | Errno::IO) => {
+                self.sp.process.stderr = None;
+                self.flush_stderr(p, true);
+                true
+            }
+            Ok(n) => {
+                self.stderr_line.extend_from_slice(&buf[..n]);
+                self.flush_stderr(p, false);
+                true
+            }
+            Err(Errno::INTR) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// Logs what the script wrote to stderr before it ended.
+    fn drain_stderr(&mut self, p: &Pipeline) {
+        for _ in 0..64 {
+            if !self.pump_stderr(p) {
+                break;
+            }
+        }
+        self.flush_stderr(p, true);
+    }
+
+    fn flush_stderr(&mut self, p: &Pipeline, all: bool) {
+        while let Some(nl) = self.stderr_line.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.stderr_line.drain(..=nl).collect();
+            self.log_stderr(p, &line[..nl]);
+        }
+        if (all && !self.stderr_line.is_empty()) || self.stderr_line.len() >= MAX_STDERR_LINE {
+            let line = std::mem::take(&mut self.stderr_line);
+            self.log_stderr(p, &line);
+        }
+    }
+
+    fn log_stderr(&self, p: &Pipeline, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        // Escaped: a script must not forge log lines with control characters.
+        let text: String = String::from_utf8_lossy(line)
+            .chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> = if c.is_control() { c.escape_default().collect() } else { vec![c] };
+                escaped
+            })
+            .collect();
+        p.error_log.error(format_args!("cgi {}: {text}", self.sp.process.name));
+    }
+
+    /// The deadline passed: the script's group is killed.
+    pub fn kill(&mut self) {
+        self.sp.process.kill();
+    }
+}

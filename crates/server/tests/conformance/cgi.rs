@@ -1,0 +1,433 @@
+// CGI/1.1 (RFC 3875): meta-variables, bodies both ways, response heads,
+// faults and limits. Scripts are small `#!/bin/sh` programs written into a
+// temporary cgi directory, plus the bundled programs (`cgi-echo`,
+// `cgi-env`, `cgi-spin`, binaries of this package) linked into it.
+// (Included once per model.)
+
+use super::MODEL;
+use crate::common::*;
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+struct Cgi {
+    _root: Docroot,
+    dir: tempfile::TempDir,
+    srv: Server,
+}
+
+const SCRIPTS: &[(&str, &str)] = &[
+    ("hello", "printf 'Content-Type: text/plain\\n\\n'\necho \"hello $QUERY_STRING\"\n"),
+    ("cat", "printf 'Content-Type: application/octet-stream\\n\\n'\nexec cat\n"),
+    (
+        "status",
+        "printf 'Status: 404 Gone Fishing\\r\\nContent-Type: text/plain\\r\\nX-Custom: yes\\r\\n\\r\\nnope\\n'\n",
+    ),
+    ("redirect", "printf 'Location: http://example.org/elsewhere\\n\\n'\n"),
+    ("local", "printf 'Location: /hello.txt\\n\\n'\n"),
+    ("local-cgi", "printf 'Location: /cgi-bin/hello?from=local\\n\\n'\n"),
+    ("loop", "printf 'Location: /cgi-bin/loop\\n\\n'\n"),
+    ("badhead", "echo 'oops: this is not' >&2\necho 'not a header line'\necho\necho LEAKED-BODY\n"),
+    ("noct", "printf 'X-Only: 1\\n\\nLEAKED-BODY\\n'\n"),
+    ("fail", "echo 'fail: about to exit 3' >&2\nexit 3\n"),
+    ("silent", "exit 0\n"),
+    ("sleepy", "echo $$ > \"$PIDFILE_DIR/sleepy.pid\"\nexec sleep 30\n"),
+    ("stall", "printf 'Content-Type: text/plain\\n\\nstart\\n'\nexec sleep 30\n"),
+    ("big", "printf 'Content-Type: application/octet-stream\\n\\n'\nyes 0123456789abcde | head -c 3145728\n"),
+    ("eager", "printf 'Content-Type: text/plain\\n\\n'\nhead -c 200000 /dev/zero | tr '\\0' x\nexec cat >/dev/null\n"),
+];
+
+fn cgi_server(args: &[&str]) -> Cgi {
+    let root = Docroot::standard();
+    let dir = tempfile::Builder::new().prefix("modus-cgi-").tempdir().unwrap();
+    for (name, body) in SCRIPTS {
+        write_script(dir.path(), name, &format!("#!/bin/sh\n{body}"), 0o755);
+    }
+    write_script(dir.path(), "source.sh", "#!/bin/sh\necho SOURCE-MUST-NOT-LEAK\n", 0o644);
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    write_script(
+        dir.path(),
+        "sub/deeper",
+        "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\n'\nenv\n",
+        0o755,
+    );
+    for bin in ["env", "echo", "spin"] {
+        let exe = match bin {
+            "env" => env!("CARGO_BIN_EXE_cgi-env"),
+            "echo" => env!("CARGO_BIN_EXE_cgi-echo"),
+            _ => env!("CARGO_BIN_EXE_cgi-spin"),
+        };
+        std::os::unix::fs::symlink(exe, dir.path().join(bin)).unwrap();
+    }
+    let cgi_dir = dir.path().to_str().unwrap().to_string();
+    // Scripts read PIDFILE_DIR: nothing of ours leaks into their
+    // environment, so it comes from a variable the script sets itself.
+    let sleepy = dir.path().join("sleepy");
+    let text = std::fs::read_to_string(&sleepy).unwrap().replace("$PIDFILE_DIR", &cgi_dir);
+    write_script(dir.path(), "sleepy", &text, 0o755);
+    let mut all = vec!["--cgi-dir", cgi_dir.as_str()];
+    all.extend_from_slice(args);
+    let srv = serve(MODEL, &root, &all);
+    Cgi { _root: root, dir, srv }
+}
+
+fn write_script(dir: &Path, name: &str, text: &str, mode: u32) {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The `NAME=value` lines of `cgi-env`'s output.
+fn env_map(r: &Response) -> HashMap<String, String> {
+    r.body_str()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[track_caller]
+fn check_cgi(r: &Response) {
+    assert_eq!(r.version, "HTTP/1.1", "{}", r.describe());
+    assert!(r.header("date").is_some() && r.header("server").is_some(), "{}", r.describe());
+}
+
+#[test]
+fn meta_variables() {
+    let t = cgi_server(&[]);
+    let mut c = t.srv.client();
+    let r = c.request(
+        "GET",
+        "/cgi-bin/env/a%20b/c%C3%A9/?x=1&y=%41",
+        &["X-Custom: one", "X-Custom: two", "Accept: text/plain", "User-Agent: cgi-test"],
+    );
+    r.assert_status(200);
+    check_cgi(&r);
+    let env = env_map(&r);
+    let want = [
+        ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ("SERVER_PROTOCOL", "HTTP/1.1"),
+        ("SERVER_NAME", "localhost"),
+        ("REQUEST_METHOD", "GET"),
+        ("SCRIPT_NAME", "/cgi-bin/env"),
+        ("PATH_INFO", "/a b/cé/"),
+        ("QUERY_STRING", "x=1&y=%41"),
+        ("REMOTE_ADDR", "127.0.0.1"),
+        ("REQUEST_URI", "/cgi-bin/env/a%20b/c%C3%A9/?x=1&y=%41"),
+        ("HTTP_HOST", "localhost"),
+        ("HTTP_X_CUSTOM", "one, two"),
+        ("HTTP_ACCEPT", "text/plain"),
+        ("HTTP_USER_AGENT", "cgi-test"),
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    ];
+    for (name, value) in want {
+        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}\n{}", r.body_str());
+    }
+    assert_eq!(env["SERVER_PORT"], t.srv.addr().port().to_string());
+    assert!(env["REMOTE_PORT"].parse::<u16>().is_ok());
+    assert!(env["PATH_TRANSLATED"].ends_with("/root/a b/cé/"), "{}", env["PATH_TRANSLATED"]);
+    assert!(!env.contains_key("CONTENT_LENGTH") && !env.contains_key("CONTENT_TYPE"), "no body");
+    // A clean environment: nothing of the server's own leaks in.
+    for leaked in ["HOME", "USER", "CARGO", "RUST_BACKTRACE", "MODUS_LISTEN"] {
+        assert!(!env.contains_key(leaked), "{leaked} leaked into the script's environment");
+    }
+    // Keep-alive continues after a CGI response.
+    let r = c.request("GET", "/cgi-bin/env", &[]);
+    r.assert_status(200);
+    let env = env_map(&r);
+    assert_eq!(env["SCRIPT_NAME"], "/cgi-bin/env");
+    assert!(!env.contains_key("PATH_INFO") && !env.contains_key("PATH_TRANSLATED"), "{}", r.body_str());
+    assert_eq!(env["QUERY_STRING"], "", "QUERY_STRING is set even when empty (§4.1.7)");
+}
+
+#[test]
+fn script_in_a_subdirectory_and_script_name_split() {
+    let t = cgi_server(&[]);
+    let r = t.srv.client().request("GET", "/cgi-bin/sub/deeper/more/path", &[]);
+    r.assert_status(200);
+    let env = env_map(&r);
+    assert_eq!(env["SCRIPT_NAME"], "/cgi-bin/sub/deeper");
+    assert_eq!(env["PATH_INFO"], "/more/path");
+    // `..` is applied before the split (and can never leave the cgi dir).
+    let r = t.srv.client().request("GET", "/cgi-bin/sub/../env/x", &[]);
+    r.assert_status(200);
+    assert_eq!(env_map(&r)["SCRIPT_NAME"], "/cgi-bin/env");
+}
+
+#[test]
+fn httpoxy_underscores_and_credentials_are_not_exported() {
+    let t = cgi_server(&[]);
+    let r = t.srv.client().request(
+        "GET",
+        "/cgi-bin/env",
+        &[
+            "Proxy: http://evil.example:3128",
+            "X_Real_Ip: 6.6.6.6",
+            "X-Real-Ip: 127.0.0.1",
+            "Authorization: Basic dXNlcjpwYXNz",
+            "Proxy-Authorization: Basic dXNlcjpwYXNz",
+        ],
+    );
+    r.assert_status(200);
+    let env = env_map(&r);
+    assert!(!env.contains_key("HTTP_PROXY"), "httpoxy: {}", r.body_str());
+    assert_eq!(env["HTTP_X_REAL_IP"], "127.0.0.1", "a `_` name cannot spoof a `-` one");
+    assert!(!env.contains_key("HTTP_AUTHORIZATION") && !env.contains_key("HTTP_PROXY_AUTHORIZATION"));
+}
+
+#[test]
+fn post_with_content_length_streams_both_ways() {
+    let t = cgi_server(&[]);
+    let body = pseudo_random_bytes(150_000, 4);
+    let mut c = t.srv.client();
+    let mut req = format!(
+        "POST /cgi-bin/echo HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-test\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    c.send(&req);
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    check_cgi(&r);
+    assert_eq!(r.header_one("content-type"), "application/x-test");
+    assert_bytes_eq(&r.body, &body, "echoed body");
+    // The environment of a POST.
+    c.send("POST /cgi-bin/env HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+    let r = c.read_response("POST");
+    let env = env_map(&r);
+    assert_eq!(env["CONTENT_LENGTH"], "5");
+    assert_eq!(env["CONTENT_TYPE"], "text/plain");
+    assert!(!env.contains_key("HTTP_CONTENT_LENGTH"));
+    // The script never read its input: it is dropped, and the connection goes on.
+    let r = c.request("GET", "/hello.txt", &[]);
+    r.assert_status(200);
+    assert_eq!(r.body_str(), HELLO);
+}
+
+#[test]
+fn post_with_a_chunked_body_is_dechunked_with_content_length() {
+    let t = cgi_server(&[]);
+    let body = pseudo_random_bytes(120_000, 9);
+    let mut req =
+        b"POST /cgi-bin/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for piece in body.chunks(7_000) {
+        req.extend_from_slice(format!("{:x};ext=1\r\n", piece.len()).as_bytes());
+        req.extend_from_slice(piece);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\nX-Trailer: t\r\n\r\n");
+    let mut c = t.srv.client();
+    c.send(&req);
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    // cgi-echo answers with CONTENT_LENGTH as its Content-Length.
+    assert_eq!(r.content_length(), Some(body.len() as u64), "{}", r.describe());
+    assert_bytes_eq(&r.body, &body, "echoed chunked body");
+    let r = c.request("GET", "/cgi-bin/hello", &[]);
+    r.assert_status(200);
+}
+
+#[test]
+fn expect_100_continue_is_answered() {
+    let t = cgi_server(&[]);
+    let mut c = t.srv.client();
+    c.send(
+        "POST /cgi-bin/cat HTTP/1.1\r\nHost: localhost\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n",
+    );
+    let interim = c.read_response("POST");
+    assert_eq!(interim.status, 100, "{}", interim.describe());
+    c.send("hello world");
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "hello world");
+}
+
+#[test]
+fn a_script_that_prints_before_reading_does_not_deadlock() {
+    // 200 KB out before it reads 300 KB in: both pipes must move at once (K11).
+    let t = cgi_server(&[]);
+    let body = vec![b'y'; 300_000];
+    let mut req =
+        format!("POST /cgi-bin/eager HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n", body.len())
+            .into_bytes();
+    req.extend_from_slice(&body);
+    let mut c = t.srv.client();
+    let writer = {
+        let mut w = c.stream().try_clone().unwrap();
+        std::thread::spawn(move || std::io::Write::write_all(&mut w, &req))
+    };
+    let r = c.read_response("POST");
+    writer.join().unwrap().unwrap();
+    r.assert_status(200);
+    assert_eq!(r.body.len(), 200_000);
+}
+
+#[test]
+fn status_location_and_custom_headers() {
+    let t = cgi_server(&[]);
+    let r = t.srv.client().request("GET", "/cgi-bin/status", &[]);
+    r.assert_status(404);
+    assert_eq!(r.header_one("x-custom"), "yes");
+    assert_eq!(r.body_str(), "nope\n");
+    let r = t.srv.client().request("GET", "/cgi-bin/redirect", &[]);
+    r.assert_status(302);
+    assert_eq!(r.header_one("location"), "http://example.org/elsewhere");
+    // A local redirect is answered inside the server (§6.2.2).
+    let mut c = t.srv.client();
+    let r = c.request("GET", "/cgi-bin/local", &[]);
+    r.assert_status(200);
+    assert_eq!(r.body_str(), HELLO);
+    assert!(r.header("location").is_none());
+    let r = c.request("GET", "/cgi-bin/local-cgi", &[]);
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "hello from=local\n");
+    // A redirect loop ends after 10 hops.
+    let r = c.request("GET", "/cgi-bin/loop", &[]);
+    r.assert_status(500);
+}
+
+#[test]
+fn invalid_header_block_is_502_and_stderr_is_logged() {
+    let t = cgi_server(&[]);
+    for script in ["badhead", "noct"] {
+        let r = t.srv.client().request("GET", &format!("/cgi-bin/{script}"), &[]);
+        r.assert_status(502);
+        check_common(&r, "GET");
+        assert!(!r.body_str().contains("LEAKED-BODY"), "script output must not leak: {}", r.describe());
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !t.srv.stderr().contains("oops: this is not") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = t.srv.stderr();
+    assert!(log.contains("/cgi-bin/badhead") && log.contains("oops: this is not"), "{log}");
+}
+
+#[test]
+fn exit_without_output() {
+    let t = cgi_server(&[]);
+    let r = t.srv.client().request("GET", "/cgi-bin/fail", &[]);
+    r.assert_status(500);
+    check_common(&r, "GET");
+    let r = t.srv.client().request("GET", "/cgi-bin/silent", &[]);
+    r.assert_status(502);
+}
+
+#[test]
+fn only_executable_files_run_and_nothing_is_served_as_source() {
+    let t = cgi_server(&[]);
+    for (target, status) in [
+        ("/cgi-bin/source.sh", 403),
+        ("/cgi-bin/sub/", 403),
+        ("/cgi-bin/sub", 403),
+        ("/cgi-bin/", 403),
+        ("/cgi-bin", 403),
+        ("/cgi-bin/missing", 404),
+        ("/cgi-bin/..%2fsecret", 400),
+        ("/cgi-bin/%2e%2e/%2e%2e/secret", 400),
+    ] {
+        let r = t.srv.client().request("GET", target, &[]);
+        assert_eq!(r.status, status, "{target}\n{}", r.describe());
+        assert!(!r.body_str().contains("SOURCE-MUST-NOT-LEAK") && !r.body_str().contains(SECRET), "{target}");
+    }
+    assert!(t.dir.path().join("source.sh").exists());
+}
+
+#[test]
+fn timeout_kills_the_script() {
+    let t = cgi_server(&["--cgi-timeout", "1s"]);
+    let r = t.srv.client().request("GET", "/cgi-bin/sleepy", &[]);
+    r.assert_status(504);
+    check_common(&r, "GET");
+    let pid: u32 = std::fs::read_to_string(t.dir.path().join("sleepy.pid")).unwrap().trim().parse().unwrap();
+    // Killed, and reaped (at the latest when the next script starts).
+    t.srv.client().request("GET", "/cgi-bin/hello", &[]).assert_status(200);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = t.srv.client().request("GET", "/cgi-bin/hello", &[]);
+    }
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "script {pid} still exists (or is a zombie)");
+    // Output already sent: the connection is closed instead.
+    let mut c = t.srv.client();
+    c.send("GET /cgi-bin/stall HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let rest = c.read_to_end_expect_closed();
+    let text = String::from_utf8_lossy(&rest);
+    assert!(text.starts_with("HTTP/1.1 200 ") && text.contains("start"), "{text}");
+    assert!(!text.ends_with("0\r\n\r\n"), "a cut response must not look complete: {text}");
+}
+
+#[test]
+fn three_megabytes_streamed_chunked_and_close_delimited() {
+    let t = cgi_server(&[]);
+    let want: Vec<u8> = b"0123456789abcde\n".iter().copied().cycle().take(3 << 20).collect();
+    let mut c = t.srv.client();
+    let r = c.request("GET", "/cgi-bin/big", &[]);
+    r.assert_status(200);
+    assert_eq!(r.header_one("transfer-encoding"), "chunked");
+    assert_bytes_eq(&r.body, &want, "3 MB chunked");
+    // Still open afterwards.
+    c.request("GET", "/cgi-bin/hello", &[]).assert_status(200);
+    // HTTP/1.0: no chunked; the close delimits the body.
+    let mut c = t.srv.client();
+    c.send("GET /cgi-bin/big HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let r = c.read_response("GET");
+    r.assert_status(200);
+    assert!(r.header("transfer-encoding").is_none() && r.header("content-length").is_none());
+    assert_bytes_eq(&r.body, &want, "3 MB close-delimited");
+}
+
+#[test]
+fn keep_alive_and_head_after_cgi() {
+    let t = cgi_server(&[]);
+    let mut c = t.srv.client();
+    for i in 0..3 {
+        let r = c.request("GET", &format!("/cgi-bin/hello?n={i}"), &[]);
+        r.assert_status(200);
+        assert_eq!(r.body_str(), format!("hello n={i}\n"));
+        assert!(!r.connection_has("close"));
+        let r = c.request("HEAD", "/cgi-bin/hello", &[]);
+        r.assert_status(200);
+        assert!(r.body.is_empty());
+        c.request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+    // Pipelined: a CGI request and a static one in one write.
+    c.send("GET /cgi-bin/hello?a HTTP/1.1\r\nHost: localhost\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    assert_eq!(c.read_response("GET").body_str(), "hello a\n");
+    assert_eq!(c.read_response("GET").body_str(), HELLO);
+}
+
+#[test]
+fn concurrent_cgi_requests() {
+    let t = cgi_server(&[]);
+    let addr = t.srv.addr();
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for j in 0..4 {
+                    let r = c.request("GET", &format!("/cgi-bin/spin?ms=5&i={i}-{j}"), &[]);
+                    assert_eq!(r.status, 200, "{}", r.describe());
+                    assert!(r.body_str().starts_with("spun 5 ms"), "{}", r.describe());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn demo_site_bundles_the_programs() {
+    let srv = Server::builder(BIN).model(MODEL).start();
+    let r = srv.client().request("GET", "/cgi-bin/spin?ms=1", &[]);
+    r.assert_status(200);
+    assert!(r.body_str().starts_with("spun 1 ms"), "{}", r.describe());
+    let r = srv.client().request("GET", "/cgi-bin/env", &[]);
+    assert_eq!(env_map(&r)["GATEWAY_INTERFACE"], "CGI/1.1");
+    // Only the bundled programs: not the server binary next to them.
+    srv.client().request("GET", "/cgi-bin/modus", &[]).assert_status(404);
+}
