@@ -31,6 +31,7 @@
 #
 # Server CPU µs/request = (utime+stime of the server's process tree, /proc/PID/stat fields 14-17,
 # after − before) ÷ requests wrk completed.  For nginx that is master + worker.
+# Shared functions (CPU accounting, noise guard, wrk runs, report helpers) live in bench/lib.sh.
 # Exit status: 0 on success, 1 if any run saw socket errors or non-2xx/3xx answers (rows marked),
 # 2 on a setup failure.
 
@@ -57,158 +58,9 @@ RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/$STAMP}
 
 CLK_TCK=$(getconf CLK_TCK)
 
-log() { printf '[static.sh] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 2; }
-
-# ---------------------------------------------------------------- helpers
-
-# "10s" / "2m" / "1h" / "5" -> seconds (integer)
-to_seconds() {
-    local v=$1
-    case $v in
-        *ms) echo 1 ;;
-        *s) echo "${v%s}" ;;
-        *m) echo $(( ${v%m} * 60 )) ;;
-        *h) echo $(( ${v%h} * 3600 )) ;;
-        *) echo "$v" ;;
-    esac
-}
-
-# "500B" / "50KB" / "115K" / "2048" -> bytes
-to_bytes() {
-    local v=$1
-    case $v in
-        *KB|*kB|*K|*k) v=${v%B}; echo $(( ${v%[Kk]} * 1024 )) ;;
-        *MB|*M) v=${v%B}; echo $(( ${v%M} * 1024 * 1024 )) ;;
-        *B) echo "${v%B}" ;;
-        *) echo "$v" ;;
-    esac
-}
-
-# "500B" -> "500 B", "50KB" -> "50 KB"
-size_label() {
-    local v=$1
-    case $v in
-        *KB) echo "${v%KB} KB" ;;
-        *B) echo "${v%B} B" ;;
-        *) echo "$v" ;;
-    esac
-}
-
-# wrk latency ("812.00us", "1.23ms", "2.00s", "1.00m") -> milliseconds
-latency_ms() {
-    awk -v v="$1" 'BEGIN {
-        n = v + 0
-        if (v ~ /us$/) n = n / 1000
-        else if (v ~ /ms$/) n = n
-        else if (v ~ /m$/) n = n * 60000
-        else if (v ~ /h$/) n = n * 3600000
-        else if (v ~ /s$/) n = n * 1000
-        printf "%.3f", n
-    }'
-}
-
-# median of the arguments (numeric); "nan" if none
-median() {
-    if [ "$#" -eq 0 ]; then echo nan; return; fi
-    printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 }
-        END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-
-# first free TCP port on 127.0.0.1 at or above $1
-free_port() {
-    local p=$1
-    while [ "$p" -lt 65000 ]; do
-        if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then echo "$p"; return; fi
-        p=$((p + 1))
-    done
-    die "no free port"
-}
-
-# PIDs of a process and all its descendants
-pid_tree() {
-    local pid=$1 child
-    echo "$pid"
-    for child in $(ps -o pid= --ppid "$pid" 2>/dev/null || true); do
-        pid_tree "$child"
-    done
-}
-
-# clock ticks used by a process tree: utime+stime+cutime+cstime (fields 14-17) of every member.
-# Covers all threads (live and exited) of each process and children reaped by a member.
-tree_ticks() {
-    local total=0 pid stat rest
-    local -a f
-    for pid in $(pid_tree "$1"); do
-        stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
-        rest=${stat##*) }
-        read -r -a f <<<"$rest"
-        # f[0] is field 3 (state), so field 14 is f[11]
-        total=$((total + f[11] + f[12] + f[13] + f[14]))
-    done
-    echo "$total"
-}
-
-# clock ticks used by all user-space processes on the machine (kernel threads excluded).
-# Minus this script's own tree (servers, wrk, helpers) it measures other jobs competing for the CPUs.
-all_user_ticks() {
-    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '
-        { pid = $1; sub(/^.*\) /, "")
-          # now $1 = field 3 (state), $2 = field 4 (ppid), $12..$15 = fields 14..17
-          if (pid != 2 && $2 != 2) t += $12 + $13 + $14 + $15 }
-        END { print t + 0 }'
-}
-
-# Wait (up to QUIET_TIMEOUT s) until other jobs use less than NOISE_PCT % of a core over 1 s.
-wait_quiet() {
-    local waited=0 a0 o0 a1 o1 pct
-    while :; do
-        a0=$(all_user_ticks); o0=$(tree_ticks $$)
-        sleep 1
-        a1=$(all_user_ticks); o1=$(tree_ticks $$)
-        pct=$(( ((a1 - a0) - (o1 - o0)) * 100 / CLK_TCK ))
-        if [ "$pct" -lt "$NOISE_PCT" ]; then
-            if [ "$waited" -gt 0 ]; then log "quiet again after ${waited} s"; fi
-            return 0
-        fi
-        if [ "$waited" -ge "$QUIET_TIMEOUT" ] || [ "$SPENT_ON_NOISE" -ge "$NOISE_BUDGET" ]; then
-            log "other jobs still use ${pct}% of a core after ${waited} s; measuring anyway"
-            return 0
-        fi
-        if [ "$waited" -eq 0 ]; then log "other jobs use ${pct}% of a core; waiting up to ${QUIET_TIMEOUT} s for quiet"; fi
-        waited=$((waited + 1))
-        SPENT_ON_NOISE=$((SPENT_ON_NOISE + 1))
-    done
-}
-
-# "busy total" jiffies of one CPU from /proc/stat
-cpu_jiffies() {
-    awk -v c="cpu$1" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
-}
-
-# wait until PID exits (up to $2 seconds); returns 1 on timeout
-wait_exit() {
-    local pid=$1 limit=$2 i=0
-    while kill -0 "$pid" 2>/dev/null; do
-        # reap if it is our child
-        if [ "$i" -ge $((limit * 10)) ]; then return 1; fi
-        sleep 0.1
-        i=$((i + 1))
-    done
-    wait "$pid" 2>/dev/null || true
-}
-
-stop_pid() {
-    local pid=$1 name=$2
-    [ -n "$pid" ] || return 0
-    kill -0 "$pid" 2>/dev/null || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    if ! wait_exit "$pid" 10; then
-        log "$name (pid $pid) did not stop within 10 s of SIGTERM; sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null || true
-        wait_exit "$pid" 5 || true
-    fi
-}
+BENCH_TAG=static.sh
+# shellcheck source=bench/lib.sh
+source "$SCRIPT_DIR/lib.sh"   # log, die, units, CPU accounting, noise guard, wrk runs
 
 # ---------------------------------------------------------------- checks
 
@@ -247,18 +99,8 @@ trap 'exit 130' INT TERM
 
 # Deterministic ASCII content; the same files are served by both servers.
 declare -A FILE_OF=()
-for sz in $SIZES; do
-    bytes=$(to_bytes "$sz")
-    name="$sz.txt"
-    awk -v n="$bytes" 'BEGIN {
-        line = "modus static benchmark: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-        s = line "\n"
-        while (length(s) < n) s = s s
-        printf "%s", substr(s, 1, n)
-    }' >"$DOCROOT/$name"
-    [ "$(stat -c %s "$DOCROOT/$name")" -eq "$bytes" ] || die "could not create $name"
-    FILE_OF[$sz]=$name
-done
+# shellcheck disable=SC2086  # word splitting intended: space-separated list
+make_docroot "$DOCROOT" $SIZES
 
 # ---------------------------------------------------------------- servers
 
@@ -267,13 +109,7 @@ ALL_ARGS_MODUS=""
 NGINX_CMD=""
 
 start_modus() {
-    if [ -z "${MODUS_BIN:-}" ]; then
-        log "building modus (cargo build --release -p modus)"
-        (cd "$REPO" && cargo build --release -p modus) >"$RESULTS_DIR/cargo-build.log" 2>&1 \
-            || { tail -n 30 "$RESULTS_DIR/cargo-build.log" >&2; die "cargo build failed"; }
-        MODUS_BIN=$REPO/target/release/modus
-    fi
-    [ -x "$MODUS_BIN" ] || die "MODUS_BIN=$MODUS_BIN is not executable"
+    ensure_modus_bin
     local port extra
     local -a extra_args=()
     port=$(free_port 18080)
@@ -290,21 +126,10 @@ start_modus() {
         --access-log "${LOG_OF[modus]}" "${extra_args[@]}" \
         >"$RESULTS_DIR/modus.stdout" 2>"$RESULTS_DIR/modus.stderr" &
     MODUS_PID=$!
-    local i line=""
-    for i in $(seq 1 100); do
-        line=$(head -n 1 "$RESULTS_DIR/modus.stdout" 2>/dev/null || true)
-        case $line in listening\ on*) break ;; esac
-        kill -0 "$MODUS_PID" 2>/dev/null || { cat "$RESULTS_DIR/modus.stderr" >&2; die "modus exited at startup"; }
-        sleep 0.1
-    done
-    case $line in listening\ on*) ;; *) die "modus printed no 'listening on' line within 10 s" ;; esac
-    local addr
+    local line addr
+    line=$(wait_modus_listening "$MODUS_PID" "$RESULTS_DIR/modus.stdout" "$RESULTS_DIR/modus.stderr") || exit 2
     addr=$(awk '{ print $3 }' <<<"$line")
     PORT_OF[modus]=${addr##*:}
-    for i in $(seq 1 50); do
-        [ -n "$(ss -Htln "sport = :${PORT_OF[modus]}" 2>/dev/null)" ] && break
-        sleep 0.1
-    done
     PID_OF[modus]=$MODUS_PID
     log "modus: $line"
 }
@@ -402,14 +227,6 @@ declare -A RPS=() P99=() USR=() BUSY_S=() BUSY_L=() ERRS=() NOISY_OF=()
 CASES=()
 for sz in $SIZES; do for m in $MODES; do CASES+=("$sz/$m"); done; done
 
-run_wrk() { # run_wrk DURATION URL MODE OUTFILE
-    local dur=$1 url=$2 mode=$3 out=$4 limit
-    local -a hdr=()
-    [ "$mode" = close ] && hdr=(-H 'Connection: close')
-    limit=$(( $(to_seconds "$dur") + 30 ))
-    timeout "$limit" taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$dur" --latency "${hdr[@]}" "$url" >"$out" 2>&1
-}
-
 read -r -a SERVER_LIST <<<"$SERVERS"
 total_runs=$(( ROUNDS * ${#CASES[@]} * ${#SERVER_LIST[@]} ))
 run_no=0
@@ -435,56 +252,7 @@ for round in $(seq 1 "$ROUNDS"); do
             run_no=$((run_no + 1))
             url="http://127.0.0.1:${PORT_OF[$s]}/${FILE_OF[$sz]}"
             raw="$RESULTS_DIR/r$round-$sz-$mode-$s.txt"
-            attempt=0
-            while :; do
-                attempt=$((attempt + 1))
-                wait_quiet
-                if [ "$WARM_S" -gt 0 ]; then
-                    run_wrk "$WARMUP" "$url" "$mode" "$raw.warmup" || log "warm-up of $s $c exited non-zero"
-                fi
-                all_before=$(all_user_ticks); ours_before=$(tree_ticks $$)
-                t_before=$(tree_ticks "${PID_OF[$s]}")
-                read -r bs0 ts0 < <(cpu_jiffies "$SERVER_CPU")
-                read -r bl0 tl0 < <(cpu_jiffies "$LOAD_CPU")
-                wrk_rc=0
-                run_wrk "$DURATION" "$url" "$mode" "$raw" || wrk_rc=$?
-                t_after=$(tree_ticks "${PID_OF[$s]}")
-                all_after=$(all_user_ticks); ours_after=$(tree_ticks $$)
-                read -r bs1 ts1 < <(cpu_jiffies "$SERVER_CPU")
-                read -r bl1 tl1 < <(cpu_jiffies "$LOAD_CPU")
-                kill -0 "${PID_OF[$s]}" 2>/dev/null || die "$s died during $c (round $round)"
-
-                rps=$(awk '/^Requests\/sec:/ { print $2 }' "$raw")
-                p99raw=$(awk '$1 == "99%" { print $2 }' "$raw")
-                reqs=$(awk '/ requests in / { print $1 }' "$raw")
-                sockerr=$(awk '/Socket errors:/ { gsub(/,/, ""); print $4 + $6 + $8 + $10 }' "$raw")
-                non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "$raw")
-                sockerr=${sockerr:-0}; non2xx=${non2xx:-0}
-                if [ -z "$rps" ] || [ -z "$reqs" ] || [ -z "$p99raw" ] || [ "$wrk_rc" -ne 0 ]; then
-                    log "wrk failed for $s $c (round $round, rc=$wrk_rc); see $raw"
-                    rps=${rps:-0}; reqs=${reqs:-0}; p99raw=${p99raw:-0us}
-                    sockerr=$((sockerr + 1))
-                fi
-                p99=$(latency_ms "$p99raw")
-                dticks=$((t_after - t_before))
-                us_req=$(awk -v t="$dticks" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { if (n > 0) printf "%.2f", t / hz * 1e6 / n; else print "nan" }')
-                busy_s=$(awk -v b="$((bs1 - bs0))" -v t="$((ts1 - ts0))" 'BEGIN { if (t > 0) printf "%.0f", 100 * b / t; else print "nan" }')
-                # CPU used by other jobs during the run, in % of one core
-                other=$(awk -v t="$(( (all_after - all_before) - (ours_after - ours_before) ))" -v hz="$CLK_TCK" -v d="$DUR_S" \
-                    'BEGIN { v = 100 * t / hz / d; if (v < 0) v = 0; printf "%.0f", v }')
-                if [ "$other" -lt "$NOISE_PCT" ]; then break; fi
-                if [ "$attempt" -le "$RETRY_NOISY" ] && [ "$SPENT_ON_NOISE" -lt "$NOISE_BUDGET" ]; then
-                    SPENT_ON_NOISE=$((SPENT_ON_NOISE + DUR_S + WARM_S))
-                    log "other jobs used ${other}% of a core during $s $c (round $round): measuring again"
-                    RETRIED=$((RETRIED + 1))
-                    continue
-                fi
-                NOISY=$((NOISY + 1))
-                NOISY_OF[$s|$c]=$(( ${NOISY_OF[$s|$c]:-0} + 1 ))
-                log "warning: other jobs used ${other}% of a core during this run (noise)"
-                break
-            done
-            busy_l=$(awk -v b="$((bl1 - bl0))" -v t="$((tl1 - tl0))" 'BEGIN { if (t > 0) printf "%.0f", 100 * b / t; else print "nan" }')
+            measure_run "$s" "$c" "$round" "$url" "$raw" "${PID_OF[$s]}"
             lines=$(wc -l <"${LOG_OF[$s]}" 2>/dev/null || echo 0)
             : >"${LOG_OF[$s]}" 2>/dev/null || true   # keep the temp dir small; both logs opened for append
 
@@ -504,16 +272,6 @@ done
 ELAPSED=$(( $(date +%s) - T0 ))
 
 # ---------------------------------------------------------------- report
-
-fmt_int() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else printf "%.0f", v }'; }
-fmt_2() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else printf "%.2f", v }'; }
-fmt_1() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else printf "%.1f", v }'; }
-med_of() { # med_of ARRAYNAME KEY
-    local -n arr=$1
-    local vals=${arr[$2]:-}
-    # shellcheck disable=SC2086  # word splitting intended: space-separated list
-    if [ -z "$vals" ]; then echo nan; else median $vals; fi
-}
 
 has() { case " $SERVERS " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -563,14 +321,11 @@ UTIL=$WORK/util.md
 
 NGINX_VER=$({ "$NGINX_BIN" -v 2>&1 || true; } | sed -n '1s/^nginx version: //p')
 WRK_VER=$({ wrk -v 2>&1 || true; } | awk 'NR == 1 { print $2 }')   # wrk -v exits 1
-MODUS_VER=unknown
+MODUS_VER="modus not run"
 if has modus; then
-    MODUS_VER=$("$MODUS_BIN" --version 2>/dev/null | head -n 1 || true)
-    MODUS_VER=${MODUS_VER:-unknown}
+    MODUS_VER=$({ "$MODUS_BIN" --version 2>/dev/null || true; } | head -n 1)
+    MODUS_VER=${MODUS_VER:-modus (version unknown)}
 fi
-GIT_REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo "no commit")
-GIT_DIRTY=""
-if [ -n "$(git -C "$REPO" status --porcelain 2>/dev/null | head -n 1)" ]; then GIT_DIRTY=" (dirty tree)"; fi
 CMDLINE="DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS CONNS=$CONNS SIZES='$SIZES' MODES='$MODES' SERVERS='$SERVERS'"
 [ -n "$MODUS_ARGS" ] && CMDLINE="$CMDLINE MODUS_ARGS='$MODUS_ARGS'"
 CMDLINE="$CMDLINE bench/static.sh"
@@ -578,9 +333,9 @@ wrk_cmd="taskset -c $LOAD_CPU wrk -t1 -c$CONNS -d$DURATION --latency [-H 'Connec
 
 BLOCK=$WORK/block.md
 {
-    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') — \`nproc\` $(nproc), kernel $(uname -r), $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') — $(machine_label)"
     echo
-    echo "- $NGINX_VER; wrk $WRK_VER; modus: $MODUS_VER, git $GIT_REV$GIT_DIRTY"
+    echo "- $NGINX_VER; wrk $WRK_VER; $MODUS_VER, git $(git_rev_label)"
     echo "- command: \`$CMDLINE\` ($ELAPSED s)"
     if has modus; then echo "- modus: \`taskset -c $SERVER_CPU modus $ALL_ARGS_MODUS\`"; fi
     if has nginx; then echo "- nginx: \`$NGINX_CMD\` — 1 worker (+ master), \`sendfile on; tcp_nopush on; keepalive_requests 100000000;\`, access log on (combined format, unbuffered)"; fi
@@ -629,12 +384,7 @@ EOF
     if ! grep -q '<!-- static:begin -->' "$BENCH_MD"; then
         printf '\n<!-- static:begin -->\n<!-- static:end -->\n' >>"$BENCH_MD"
     fi
-    awk -v f="$BLOCK" '
-        /<!-- static:begin -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
-        /<!-- static:end -->/ { skip = 0 }
-        !skip { print }
-    ' "$BENCH_MD" >"$WORK/bench.md"
-    cat "$WORK/bench.md" >"$BENCH_MD"
+    replace_md_block "$BENCH_MD" static "$BLOCK"
     log "updated $BENCH_MD"
 fi
 
