@@ -42,8 +42,10 @@ use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread;
+use std::time::Instant;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
+use pipeline::stats::QueueStat;
 use pipeline::{Reply, Request};
 use transport::poller::Waker;
 
@@ -63,6 +65,7 @@ const STACK_SIZE: usize = 256 << 10;
 
 /// A request on its way to a helper, with the loop to answer.
 struct Job {
+    queued: Instant,
     worker: usize,
     token: u64,
     request: Request,
@@ -83,13 +86,14 @@ fn run(env: ModelEnv) -> io::Result<()> {
     // request with the helpers, so the queues never hold more entries than
     // there are connections. A bounded queue could block the loop.
     let (jobs, queue) = unbounded::<Job>();
+    let waiting = env.pipeline.stats.queue("helpers", env.tuning.helpers.max(1));
     let mut mailboxes = Vec::with_capacity(workers);
     let mut handoffs = Vec::with_capacity(workers);
     for worker in 0..workers {
         let (replies, inbox) = unbounded();
         let waker = Arc::new(Waker::new()?);
         mailboxes.push(Mailbox { replies, waker: waker.clone() });
-        handoffs.push(Some(Handoff { worker, jobs: jobs.clone(), inbox, waker }));
+        handoffs.push(Some(Handoff { worker, jobs: jobs.clone(), inbox, waker, waiting: waiting.clone() }));
     }
     // From here on only the loops send jobs: when they are gone, the
     // queue disconnects and the helpers finish.
@@ -98,9 +102,13 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let mut helpers = Vec::new();
     for i in 0..env.tuning.helpers.max(1) {
         let (queue, mailboxes, pipeline) = (queue.clone(), mailboxes.clone(), env.pipeline.clone());
+        let waiting = waiting.clone();
         let helper =
             thread::Builder::new().name(format!("helper-{i}")).stack_size(STACK_SIZE).spawn(move || {
-                for Job { worker, token, request } in queue.iter() {
+                let me = pipeline.stats.worker(format!("helper-{i}"));
+                for Job { queued, worker, token, request } in queue.iter() {
+                    waiting.pop(queued.elapsed());
+                    me.busy();
                     // The loop cannot answer a request whose helper died, so
                     // a panic (a bug) costs that connection only.
                     let reply = catch_unwind(AssertUnwindSafe(|| pipeline.handle_request(&request)));
@@ -112,6 +120,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
                     if mailbox.replies.send((token, reply.ok())).is_ok() {
                         mailbox.waker.wake();
                     }
+                    me.idle();
                 }
             })?;
         helpers.push(helper);
@@ -135,6 +144,7 @@ struct Handoff {
     jobs: Sender<Job>,
     inbox: Receiver<Done>,
     waker: Arc<Waker>,
+    waiting: Arc<QueueStat>,
 }
 
 impl Helpers for Handoff {
@@ -143,7 +153,13 @@ impl Helpers for Handoff {
     }
 
     fn submit(&mut self, token: u64, request: Request) -> bool {
-        self.jobs.send(Job { worker: self.worker, token, request }).is_ok()
+        self.waiting.push();
+        let sent =
+            self.jobs.send(Job { queued: Instant::now(), worker: self.worker, token, request }).is_ok();
+        if !sent {
+            self.waiting.unpush();
+        }
+        sent
     }
 
     fn finished(&mut self) -> Option<Done> {

@@ -307,6 +307,8 @@ impl Loop {
 
     fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(EVENTS);
+        let name = thread::current().name().unwrap_or("event").to_string();
+        let me = self.pipeline.stats.worker(name);
         // A stop that fired before the registration is still seen: the pipe
         // stays readable.
         while !(self.stopping && self.conns.live == 0) {
@@ -316,7 +318,9 @@ impl Loop {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            me.idle();
             self.poller.wait(&mut events, timeout)?;
+            me.busy();
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept(),

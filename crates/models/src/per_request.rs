@@ -40,6 +40,8 @@ fn run(env: ModelEnv) -> io::Result<()> {
         let (shared, stop) = (pipeline.clone(), shutdown.clone());
         let spawned = thread::Builder::new().stack_size(STACK_SIZE).spawn(move || {
             let _guard = guard;
+            let me = shared.stats.worker(format!("conn-{:?}", thread::current().id()));
+            me.busy();
             serve_blocking(stream, &shared, &stop);
         });
         if let Err(e) = spawned {

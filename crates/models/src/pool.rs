@@ -5,10 +5,13 @@
 //! without its event add-on.
 
 use std::io;
+use std::net::TcpStream;
 use std::thread;
+use std::time::Instant;
 
 use crossbeam_channel::bounded;
 use pipeline::serve_blocking;
+use pipeline::stats::Phase;
 
 use crate::{accept, Caps, ModelEnv, ModelInfo};
 
@@ -28,19 +31,33 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let ModelEnv { listener, pipeline, shutdown, tuning } = env;
     // Bounded: when every thread is busy and the queue is full, the
     // acceptor blocks and further clients wait in the kernel's backlog.
-    let (queue, jobs) = bounded(tuning.queue.max(1));
-    let mut workers = Vec::with_capacity(tuning.threads);
-    for i in 0..tuning.threads.max(1) {
+    let (queue, jobs) = bounded::<(TcpStream, Instant)>(tuning.queue.max(1));
+    let threads = tuning.threads.max(1);
+    let waiting = pipeline.stats.queue("accept", threads);
+    let mut workers = Vec::with_capacity(threads);
+    for i in 0..threads {
         let (jobs, pipeline, shutdown) = (jobs.clone(), pipeline.clone(), shutdown.clone());
+        let waiting = waiting.clone();
         let worker =
             thread::Builder::new().name(format!("pool-{i}")).stack_size(STACK_SIZE).spawn(move || {
-                for stream in jobs.iter() {
+                let me = pipeline.stats.worker(format!("pool-{i}"));
+                for (stream, queued) in jobs.iter() {
+                    let waited = queued.elapsed();
+                    waiting.pop(waited);
+                    if pipeline.stats.timing {
+                        pipeline.stats.record(Phase::Queue, waited);
+                    }
+                    me.busy();
                     serve_blocking(stream, &pipeline, &shutdown);
+                    me.idle();
                 }
             })?;
         workers.push(worker);
     }
-    let result = accept::run(&listener, &shutdown, &pipeline, |stream| queue.send(stream).is_ok());
+    let result = accept::run(&listener, &shutdown, &pipeline, |stream| {
+        waiting.push();
+        queue.send((stream, Instant::now())).is_ok()
+    });
     // Refuse new connections at once; queued ones are still served.
     drop(listener);
     drop(queue);

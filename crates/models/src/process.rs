@@ -443,6 +443,7 @@ impl Master {
                 child.status.leaving.store(true, Ordering::Relaxed);
                 child.status.send();
                 child.pipeline.access_log.flush();
+                child.pipeline.stats.flush();
                 if outcome.is_ok() {
                     0
                 } else {
@@ -703,6 +704,7 @@ fn housekeeping(signals: &SignalFd, pipeline: &Pipeline, stop: &Shutdown, status
             }
         }
         pipeline.access_log.flush();
+        pipeline.stats.flush();
         if sent != Some(status.snapshot()) {
             if let Some(report) = status.send() {
                 sent = Some(report);

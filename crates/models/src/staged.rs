@@ -71,6 +71,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use pipeline::stats::{Phase, Worker};
 use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Want, BLOCKING_TICK};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 
@@ -142,49 +143,9 @@ impl StageThreads {
 
 /// One stage's queue as paper 000's figure 8 sees it: what went through and
 /// how long it waited (enqueue to dequeue, including time a producer was
-/// held back by a full queue). Atomics, so a status page can read them live.
-#[derive(Debug)]
-pub struct StageStats {
-    /// `read`, `data`, `write` or `log`.
-    pub name: &'static str,
-    /// Threads serving the stage.
-    pub threads: usize,
-    /// Items put into the queue.
-    pub enqueued: AtomicU64,
-    /// Items taken out by the stage's threads.
-    pub dequeued: AtomicU64,
-    /// Total time items waited, in nanoseconds.
-    pub wait_ns: AtomicU64,
-    /// The longest single wait, in nanoseconds.
-    pub max_wait_ns: AtomicU64,
-}
-
-impl StageStats {
-    fn new(name: &'static str, threads: usize) -> Arc<StageStats> {
-        let zero = || AtomicU64::new(0);
-        Arc::new(StageStats {
-            name,
-            threads,
-            enqueued: zero(),
-            dequeued: zero(),
-            wait_ns: zero(),
-            max_wait_ns: zero(),
-        })
-    }
-
-    /// Items in the queue now.
-    pub fn waiting(&self) -> u64 {
-        // Dequeued first: both only grow, so the difference never underflows.
-        let dequeued = self.dequeued.load(Ordering::Relaxed);
-        self.enqueued.load(Ordering::Relaxed).saturating_sub(dequeued)
-    }
-
-    /// The mean wait so far.
-    pub fn mean_wait(&self) -> Duration {
-        let n = self.dequeued.load(Ordering::Relaxed).max(1);
-        Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed) / n)
-    }
-}
+/// held back by a full queue). Registered with the pipeline's stats, so the
+/// status page reads it live.
+type StageStats = pipeline::stats::QueueStat;
 
 /// The producing end of a stage's queue; items carry their enqueue time.
 struct Tx<T> {
@@ -202,10 +163,8 @@ impl<T> Tx<T> {
     /// Enqueues, waiting while the queue is full. `Err` only once the
     /// stage's threads are gone (tearing down): the item is dropped.
     fn send(&self, item: T) -> Result<(), ()> {
-        self.stats.enqueued.fetch_add(1, Ordering::Relaxed);
-        self.tx.send((Instant::now(), item)).map_err(|_| {
-            self.stats.enqueued.fetch_sub(1, Ordering::Relaxed);
-        })
+        self.stats.push();
+        self.tx.send((Instant::now(), item)).map_err(|_| self.stats.unpush())
     }
 }
 
@@ -225,11 +184,19 @@ impl<T> Rx<T> {
     /// The next item; `None` once every producer is gone and the queue is empty.
     fn recv(&self) -> Option<T> {
         let (since, item) = self.rx.recv().ok()?;
-        let waited = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.stats.dequeued.fetch_add(1, Ordering::Relaxed);
-        self.stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
-        self.stats.max_wait_ns.fetch_max(waited, Ordering::Relaxed);
+        self.stats.pop(since.elapsed());
         Some(item)
+    }
+
+    /// [`recv`](Self::recv), showing the thread idle on the scoreboard
+    /// while it waits and busy once it has an item.
+    fn recv_as(&self, me: &Worker) -> Option<T> {
+        me.idle();
+        let item = self.recv();
+        if item.is_some() {
+            me.busy();
+        }
+        item
     }
 }
 
@@ -324,7 +291,8 @@ fn read_stage(
     cgi: Tx<CgiWork>,
     log: Tx<LogRecord>,
 ) {
-    while let Some(mut c) = inbox.recv() {
+    let me = scoreboard(shared);
+    while let Some(mut c) = inbox.recv_as(&me) {
         let stopping = shared.stopping();
         // Error replies (400, 431...) are written here, inline: they are rare
         // and short, and a blocked one is parked for the write stage.
@@ -349,7 +317,8 @@ fn read_stage(
 /// descriptors (in `poll`) while nothing can move.
 fn cgi_stage(shared: &Shared, inbox: Rx<CgiWork>, log: Tx<LogRecord>) {
     let p = &*shared.pipeline;
-    while let Some((mut c, request)) = inbox.recv() {
+    let me = scoreboard(shared);
+    while let Some((mut c, request)) = inbox.recv_as(&me) {
         if let Some(request) = request {
             let reply = p.handle_request(&request);
             c.conn.deliver(reply, p);
@@ -373,7 +342,8 @@ fn cgi_stage(shared: &Shared, inbox: Rx<CgiWork>, log: Tx<LogRecord>) {
 }
 
 fn data_stage(shared: &Shared, inbox: Rx<(Box<Conn>, Request)>, write: Tx<Box<Conn>>) {
-    while let Some((mut c, request)) = inbox.recv() {
+    let me = scoreboard(shared);
+    while let Some((mut c, request)) = inbox.recv_as(&me) {
         let reply = shared.pipeline.handle_request(&request);
         // The read stage took this request from this connection just before
         // queueing both, so `deliver` finds it waiting for its reply.
@@ -383,7 +353,8 @@ fn data_stage(shared: &Shared, inbox: Rx<(Box<Conn>, Request)>, write: Tx<Box<Co
 }
 
 fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>, cgi: Tx<CgiWork>, log: Tx<LogRecord>) {
-    while let Some(mut c) = inbox.recv() {
+    let me = scoreboard(shared);
+    while let Some(mut c) = inbox.recv_as(&me) {
         let stopping = shared.stopping();
         let want = c.conn.drive_split(&c.stream, &shared.pipeline, stopping);
         forward_log(&mut c, &log);
@@ -395,8 +366,14 @@ fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>, cgi: Tx<CgiWork>, log: Tx<
 }
 
 fn log_stage(shared: &Shared, inbox: Rx<LogRecord>) {
-    while let Some(record) = inbox.recv() {
-        shared.pipeline.access_log.record(&record);
+    let me = scoreboard(shared);
+    let p = &*shared.pipeline;
+    while let Some(record) = inbox.recv_as(&me) {
+        let start = p.stats.timing.then(Instant::now);
+        p.access_log.record(&record);
+        if let Some(start) = start {
+            p.stats.record(Phase::Log, start.elapsed());
+        }
     }
 }
 
@@ -524,6 +501,12 @@ fn parking(
     }
 }
 
+/// This stage thread's line on the scoreboard.
+fn scoreboard(shared: &Shared) -> Worker {
+    let name = thread::current().name().unwrap_or("staged").to_string();
+    shared.pipeline.stats.worker(name)
+}
+
 fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
     thread::Builder::new().name(name).stack_size(STACK_SIZE).spawn(body)
 }
@@ -532,12 +515,13 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let ModelEnv { listener, pipeline, shutdown, tuning } = env;
     let threads = StageThreads::parse(&tuning.stage_threads)?;
     let depth = tuning.queue.max(1);
+    let stats_of = &pipeline.stats;
     let stats = [
-        StageStats::new("read", threads.read),
-        StageStats::new("data", threads.data),
-        StageStats::new("write", threads.write),
-        StageStats::new("log", threads.log),
-        StageStats::new("cgi", threads.cgi),
+        stats_of.queue("read", threads.read),
+        stats_of.queue("data", threads.data),
+        stats_of.queue("write", threads.write),
+        stats_of.queue("log", threads.log),
+        stats_of.queue("cgi", threads.cgi),
     ];
     let (read_tx, read_rx) = queue(&stats[0], depth);
     let (data_tx, data_rx) = queue(&stats[1], depth);
@@ -628,7 +612,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
             s.dequeued.load(Ordering::Relaxed),
             s.mean_wait(),
             Duration::from_nanos(s.max_wait_ns.load(Ordering::Relaxed)),
-            s.waiting(),
+            s.len(),
         ));
     }
     p.error_log.info(format_args!(

@@ -461,6 +461,11 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
+    /// Scripts running now.
+    pub(crate) fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
     /// Reaps whatever in the graveyard has exited. Killed processes die in
     /// microseconds, so this runs at the next spawn or end of a script.
     fn sweep(&self) {

@@ -14,6 +14,7 @@ use transport::{Progress, Shutdown};
 
 use crate::cgi_stream::{CgiRun, Step};
 use crate::reply::{self, Reply};
+use crate::stats::{ConnState, Phase as TimedPhase, Stats, TraceRow};
 use crate::{LogRecord, Pipeline};
 
 /// Internal redirects one request may take (Apache's `LimitInternalRecursion 10`).
@@ -103,6 +104,42 @@ pub struct Connection {
     deferred_log: Vec<LogRecord>,
     /// A script was started whose pipes [`Connection::new_pipes`] has not handed out.
     cgi_new: bool,
+    /// Where the connection counts in the `connections` gauge.
+    gauge: ConnState,
+    stats: std::sync::Arc<Stats>,
+    /// The current request's timestamps (timing on).
+    tm: Timing,
+    /// The model runs the pipeline elsewhere (`drive_split`).
+    split: bool,
+    /// Numbered per process, for the trace.
+    conn_id: u64,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.stats.move_conn(self.gauge, ConnState::None);
+    }
+}
+
+/// One request's timestamps and phase durations.
+#[derive(Debug, Default)]
+struct Timing {
+    /// Connection start or the previous response's end: the wait begins.
+    idle_since: Option<Instant>,
+    /// The request's first byte was seen.
+    first: Option<Instant>,
+    /// The head was parsed; the pipeline may start.
+    service_start: Option<Instant>,
+    /// `take_request` (split mode).
+    taken: Option<Instant>,
+    /// The response began to be written.
+    write_start: Option<Instant>,
+    /// The CGI script started.
+    cgi_start: Option<Instant>,
+    phases: [Option<Duration>; 11],
+    data: &'static str,
+    /// Sampled for the trace: the path is kept.
+    trace_path: Option<String>,
 }
 
 #[derive(Debug)]
@@ -190,7 +227,72 @@ impl Connection {
             defer_log: false,
             deferred_log: Vec::new(),
             cgi_new: false,
+            gauge: ConnState::None,
+            stats: pipeline.stats.clone(),
+            tm: Timing { idle_since: pipeline.stats.timing.then_some(now), ..Timing::default() },
+            split: false,
+            conn_id: pipeline.stats.next_conn_id(),
         }
+    }
+
+    /// Moves the connection in the `connections` gauge after a `drive`.
+    fn set_gauge(&mut self, want: &Want) {
+        let state = match want {
+            Want::Close => ConnState::None,
+            Want::Read(_)
+                if matches!(self.phase, Phase::Head) && self.start == self.end && self.served > 0 =>
+            {
+                ConnState::KeepAlive
+            }
+            Want::Read(_) => ConnState::Reading,
+            Want::Write(_) | Want::Pipes(_) | Want::Process => ConnState::Writing,
+        };
+        self.set_state(state);
+    }
+
+    /// Moves the connection in the gauge as it changes state inside a
+    /// `drive` (a blocking thread may stay in one for a long time).
+    fn set_state(&mut self, state: ConnState) {
+        if state != self.gauge {
+            self.stats.move_conn(self.gauge, state);
+            self.gauge = state;
+        }
+    }
+
+    /// A request ended (sent, or the connection died under it): counts it,
+    /// records its phases and maybe a trace row, and starts the next wait.
+    fn finish_request(&mut self, status: u16, bytes: u64, log_took: Option<Duration>) {
+        let stats = &*self.stats;
+        stats.count_response(status, bytes);
+        if !stats.timing {
+            return;
+        }
+        let end = Instant::now();
+        let tm = &mut self.tm;
+        tm.phases[TimedPhase::Log as usize] = log_took;
+        if let Some(first) = tm.first {
+            tm.phases[TimedPhase::Total as usize] = Some(end - first);
+        }
+        for phase in TimedPhase::ALL {
+            if let Some(d) = tm.phases[phase as usize] {
+                stats.record(phase, d);
+            }
+        }
+        if let Some(path) = tm.trace_path.take() {
+            let arrival = tm.first.unwrap_or(end);
+            stats.trace_row(&TraceRow {
+                conn: self.conn_id,
+                arrival,
+                service_start: tm.service_start.unwrap_or(arrival),
+                service_end: end,
+                phases: &tm.phases,
+                data: tm.data,
+                status,
+                bytes,
+                path: &path,
+            });
+        }
+        self.tm = Timing { idle_since: Some(end), ..Timing::default() };
     }
 
     /// Keeps this connection's access-log records for the caller instead of
@@ -232,6 +334,9 @@ impl Connection {
         match std::mem::replace(&mut self.phase, Phase::Head) {
             Phase::Ready(ready) => {
                 let (request, plan) = *ready;
+                if self.stats.timing {
+                    self.tm.taken = Some(Instant::now());
+                }
                 self.phase = Phase::Processing(Box::new(plan));
                 Some(request)
             }
@@ -248,6 +353,23 @@ impl Connection {
         let Phase::Processing(plan) = std::mem::replace(&mut self.phase, Phase::Head) else {
             panic!("deliver without a request taken");
         };
+        if let Some(taken) = self.tm.taken.take() {
+            let took = reply.data.took;
+            let (phase, name) = if reply.cgi.is_some() {
+                (TimedPhase::CgiSpawn, "cgi")
+            } else if reply.data.hit {
+                (TimedPhase::DataHit, "hit")
+            } else {
+                (TimedPhase::DataMiss, "miss")
+            };
+            self.tm.phases[phase as usize] = Some(took);
+            self.tm.data = name;
+            if self.split {
+                // Time between handing the request out and getting the
+                // reply back, not spent in the pipeline: queues.
+                self.tm.phases[TimedPhase::Queue as usize] = Some(taken.elapsed().saturating_sub(took));
+            }
+        }
         self.respond_planned(*plan, reply, p);
     }
 
@@ -305,6 +427,13 @@ impl Connection {
     }
 
     fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: bool) -> Want {
+        self.split = !inline;
+        let want = self.run_phases(sock, p, stopping, inline);
+        self.set_gauge(&want);
+        want
+    }
+
+    fn run_phases(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: bool) -> Want {
         loop {
             match &mut self.phase {
                 Phase::Ready(_) if inline => {
@@ -326,9 +455,29 @@ impl Connection {
                 }
                 Phase::Head => {
                     if self.start < self.end {
+                        let parse_start = if p.stats.timing {
+                            let now = Instant::now();
+                            if self.tm.first.is_none() {
+                                self.tm.first = Some(now);
+                                self.tm.phases[TimedPhase::Wait as usize] =
+                                    self.tm.idle_since.map(|t| now.saturating_duration_since(t));
+                            }
+                            Some(now)
+                        } else {
+                            None
+                        };
                         match h1::parse_request(&self.buf[self.start..self.end], &p.settings.limits) {
                             Ok(Parsed::Complete { head, len }) => {
                                 self.start += len;
+                                if let (Some(t0), Some(first)) = (parse_start, self.tm.first) {
+                                    let now = Instant::now();
+                                    self.tm.phases[TimedPhase::Read as usize] = Some(t0 - first);
+                                    self.tm.phases[TimedPhase::Parse as usize] = Some(now - t0);
+                                    self.tm.service_start = Some(now);
+                                    if p.stats.sample() {
+                                        self.tm.trace_path = Some(head.path.clone());
+                                    }
+                                }
                                 let (request, plan) = self.plan(head, sock, p, stopping);
                                 if plan.cgi.is_some() {
                                     match request.head.framing {
@@ -380,6 +529,7 @@ impl Connection {
                     match self.fill(sock) {
                         Ok(0) => return Want::Close,
                         Ok(_) if was_empty && self.served > 0 => {
+                            self.set_state(ConnState::Reading);
                             self.head_deadline = Instant::now() + p.settings.header_timeout;
                         }
                         Ok(_) => {}
@@ -753,6 +903,10 @@ impl Connection {
     }
 
     fn log_cgi(&mut self, run: &CgiRun, plan: Plan, p: &Pipeline) {
+        if let Some(start) = self.tm.cgi_start.take() {
+            self.tm.phases[TimedPhase::CgiRun as usize] = Some(start.elapsed());
+        }
+        let mut log_took = None;
         if let Some(mut record) = plan.log {
             record.status = run.status;
             record.body_bytes = run.body_bytes;
@@ -760,11 +914,14 @@ impl Connection {
             if self.defer_log {
                 self.deferred_log.push(record);
             } else {
+                let t0 = p.stats.timing.then(Instant::now);
                 p.access_log.record(&record);
+                log_took = t0.map(|t| t.elapsed());
             }
         } else {
             self.served += 1;
         }
+        self.finish_request(run.status, run.body_bytes, log_took);
     }
 
     fn respond_planned(&mut self, mut plan: Plan, mut reply: Reply, p: &Pipeline) {
@@ -791,6 +948,9 @@ impl Connection {
                 Some(CgiPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new() });
             self.phase = Phase::Cgi(Box::new((run, plan)));
             self.cgi_new = true;
+            if self.stats.timing {
+                self.tm.cgi_start = Some(Instant::now());
+            }
             return;
         }
         let log = plan.log.map(|log| LogRecord { status: reply.status, ..log });
@@ -812,7 +972,12 @@ impl Connection {
     }
 
     fn respond(&mut self, reply: Reply, log: Option<LogRecord>, discard: u64, linger: bool, p: &Pipeline) {
-        let deadline = Instant::now() + p.settings.send_timeout;
+        let now = Instant::now();
+        if p.stats.timing {
+            self.tm.write_start = Some(now);
+        }
+        self.set_state(ConnState::Writing);
+        let deadline = now + p.settings.send_timeout;
         self.phase = Phase::Write(Box::new(Pending { reply, log, discard, linger, sent_mark: 0, deadline }));
     }
 
@@ -845,6 +1010,7 @@ impl Connection {
             // clients then cost a few hundred bytes each, not 4 KiB.
             self.buf = Box::default();
             (self.start, self.end) = (0, 0);
+            self.set_state(ConnState::KeepAlive);
         }
         let now = Instant::now();
         self.phase = Phase::Head;
@@ -866,14 +1032,21 @@ impl Connection {
     }
 
     fn log(&mut self, p: &Pipeline, pending: &Pending) {
+        if let Some(start) = self.tm.write_start.take() {
+            self.tm.phases[TimedPhase::Write as usize] = Some(start.elapsed());
+        }
+        let mut log_took = None;
         if let Some(mut record) = pending.log.clone() {
             record.body_bytes = pending.reply.out.bytes_sent().saturating_sub(pending.reply.head_len);
             if self.defer_log {
                 self.deferred_log.push(record);
             } else {
+                let t0 = p.stats.timing.then(Instant::now);
                 p.access_log.record(&record);
+                log_took = t0.map(|t| t.elapsed());
             }
         }
+        self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), log_took);
     }
 }
 

@@ -31,6 +31,7 @@ mod reply;
 pub mod resolve;
 mod settings;
 mod site;
+pub mod stats;
 
 pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
@@ -42,6 +43,7 @@ pub use errorlog::ErrorLog;
 pub use reply::Reply;
 pub use settings::Settings;
 pub use site::{EmbeddedFile, Site};
+pub use stats::Stats;
 
 use std::sync::Arc;
 
@@ -60,6 +62,8 @@ pub struct Pipeline {
     pub error_log: Arc<ErrorLog>,
     /// Running CGI scripts (count, reaping).
     cgi_runtime: Arc<cgi::Runtime>,
+    /// Per-phase timing, counters, queues, scoreboard, trace.
+    pub stats: Arc<Stats>,
 }
 
 impl Pipeline {
@@ -71,7 +75,30 @@ impl Pipeline {
         error_log: Arc<ErrorLog>,
     ) -> Pipeline {
         let cache = Cache::new(settings.cache_size, settings.max_cached_file);
-        Pipeline { settings, site, cache, access_log, error_log, cgi_runtime: Arc::default() }
+        let stats = Arc::default();
+        Pipeline { settings, site, cache, access_log, error_log, cgi_runtime: Arc::default(), stats }
+    }
+
+    /// Replaces the (default: timing on, no trace) statistics.
+    pub fn with_stats(mut self, stats: Stats) -> Pipeline {
+        self.stats = Arc::new(stats);
+        self
+    }
+
+    /// CGI scripts running in this process now.
+    pub fn cgi_running(&self) -> usize {
+        self.cgi_runtime.running()
+    }
+
+    /// Runs `f`, stamping the reply with how long it took (timing on).
+    fn timed(&self, f: impl FnOnce() -> Reply) -> Reply {
+        if !self.stats.timing {
+            return f();
+        }
+        let start = std::time::Instant::now();
+        let mut reply = f();
+        reply.data.took = start.elapsed();
+        reply
     }
 
     /// All request stages fused: resolve the target, load the resource
@@ -79,7 +106,9 @@ impl Pipeline {
     /// the response. `keep_alive` is the connection's decision, echoed in
     /// the `Connection` header.
     pub fn handle(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
-        reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed")
+        self.timed(|| {
+            reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed")
+        })
     }
 
     /// Whether `head` names a CGI script (its normalised path is under the
@@ -97,7 +126,7 @@ impl Pipeline {
     /// the reply, which then streams its I/O.
     pub fn handle_request(&self, req: &Request) -> Reply {
         match &self.settings.cgi {
-            Some(cgi) if self.is_cgi(&req.head) => self.start_script(cgi, req),
+            Some(cgi) if self.is_cgi(&req.head) => self.timed(|| self.start_script(cgi, req)),
             _ => self.handle(&req.head, req.keep_alive),
         }
     }
@@ -143,6 +172,7 @@ impl Pipeline {
                     head_len: 0,
                     close: false,
                     cgi: Some(Box::new(spawned)),
+                    data: Default::default(),
                 }
             }
             // RFC 9110 §15.6.4: overloaded, try again shortly.
@@ -164,6 +194,12 @@ impl Pipeline {
     /// request alone. `None` means "ask a thread that may block" — Flash's
     /// split between its event loop and its helpers.
     pub fn handle_in_memory(&self, head: &h1::RequestHead, keep_alive: bool) -> Option<Reply> {
-        reply::handle(self, head, keep_alive, reply::Blocking::Avoid)
+        if !self.stats.timing {
+            return reply::handle(self, head, keep_alive, reply::Blocking::Avoid);
+        }
+        let start = std::time::Instant::now();
+        let mut reply = reply::handle(self, head, keep_alive, reply::Blocking::Avoid)?;
+        reply.data.took = start.elapsed();
+        Some(reply)
     }
 }

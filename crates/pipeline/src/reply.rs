@@ -23,6 +23,17 @@ pub struct Reply {
     /// A CGI script started for the request: `out` is empty, the
     /// connection streams the script's response instead.
     pub(crate) cgi: Option<Box<crate::cgi_stream::Spawned>>,
+    /// How the pipeline got the answer, and how long it took (timing on).
+    pub(crate) data: DataPhase,
+}
+
+/// The data phase of a reply, for the per-phase statistics.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DataPhase {
+    /// Served from memory (cache hit, embedded file).
+    pub hit: bool,
+    /// Time in the pipeline (zero with timing off).
+    pub took: std::time::Duration,
 }
 
 /// What a static resource allows; sent with 405 and OPTIONS (RFC 9110 §10.2.1).
@@ -64,7 +75,7 @@ fn finish(status: u16, head: ResponseHead, body: Vec<Chunk>, keep_alive: bool) -
     for chunk in body {
         out.push(chunk);
     }
-    Reply { status, out, head_len, close: !keep_alive, cgi: None }
+    Reply { status, out, head_len, close: !keep_alive, cgi: None, data: DataPhase::default() }
 }
 
 /// A small HTML error page with exact framing. `extra` headers precede the body headers.
@@ -134,11 +145,23 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
         Err(PathError::BadRequest) => return Some(page(400, &[])),
         Err(PathError::NotFound) => return Some(page(404, &[])),
     };
-    let found = p.site.lookup(&path, &p.cache, settings, blocking)?;
+    let (found, hit) = p.site.lookup(&path, &p.cache, settings, blocking)?;
+    let mut reply = answer(p, req, keep_alive, &path, found);
+    reply.data.hit = hit;
+    Some(reply)
+}
+
+/// The reply for what the lookup found.
+fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: Found) -> Reply {
+    let settings = &p.settings;
+    let is_head = req.method == Method::Head;
+    let page = |status, extra: &[(&str, &str)]| {
+        error_page(settings, status, req.version, keep_alive, is_head, extra)
+    };
     if !matches!(found, Found::Resource(_) | Found::Listing(_)) {
-        return Some(match found {
+        return match found {
             Found::AddSlash => {
-                let mut location = utf8_percent_encode(&path, PATH_ESCAPES).to_string();
+                let mut location = utf8_percent_encode(path, PATH_ESCAPES).to_string();
                 location.push('/');
                 if let Some(query) = &req.query {
                     location.push('?');
@@ -152,14 +175,14 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
                 page(500, &[])
             }
             _ => page(404, &[]),
-        });
+        };
     }
     match req.method {
         Method::Get | Method::Head => {}
-        Method::Options => return Some(no_content_allow(settings, req, keep_alive)),
-        _ => return Some(page(405, &[("Allow", ALLOW)])),
+        Method::Options => return no_content_allow(settings, req, keep_alive),
+        _ => return page(405, &[("Allow", ALLOW)]),
     }
-    Some(match found {
+    match found {
         Found::Resource(resource) => respond(settings, req, &resource, keep_alive),
         Found::Listing(html) => {
             let mut head = start(settings, 200, req.version, keep_alive);
@@ -170,7 +193,7 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
             finish(200, head, body, keep_alive)
         }
         _ => unreachable!("only resources and listings get here"),
-    })
+    }
 }
 
 fn no_content_allow(settings: &Settings, req: &RequestHead, keep_alive: bool) -> Reply {

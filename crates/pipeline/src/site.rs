@@ -143,7 +143,8 @@ impl Site {
         Site::Embedded(Embedded { files: map, dirs })
     }
 
-    /// Finds what `path` names. With [`Blocking::Avoid`], `None` means the
+    /// Finds what `path` names, and whether it came from memory (a cache
+    /// hit or an embedded file). With [`Blocking::Avoid`], `None` means the
     /// answer needs the disk beyond one `stat` of a cached file.
     pub(crate) fn lookup(
         &self,
@@ -151,25 +152,25 @@ impl Site {
         cache: &Cache,
         settings: &Settings,
         blocking: Blocking,
-    ) -> Option<Found> {
+    ) -> Option<(Found, bool)> {
         Some(match self {
             Site::Embedded(site) => {
                 let key = if path.ends_with('/') { format!("{path}index.html") } else { path.to_string() };
                 match site.files.get(key.as_str()) {
-                    Some(entry) => Found::Resource(Resource::Cached(entry.clone())),
-                    None if site.dirs.contains(path) => Found::AddSlash,
-                    None => Found::Missing,
+                    Some(entry) => (Found::Resource(Resource::Cached(entry.clone())), true),
+                    None if site.dirs.contains(path) => (Found::AddSlash, false),
+                    None => (Found::Missing, false),
                 }
             }
             Site::Dir(root) => {
                 // The hot path: a cached file still the same on disk costs one `stat`.
                 if let Some(entry) = cached(root, path, cache) {
-                    return Some(Found::Resource(Resource::Cached(entry)));
+                    return Some((Found::Resource(Resource::Cached(entry)), true));
                 }
                 if blocking == Blocking::Avoid {
                     return None;
                 }
-                lookup_dir(root, path, cache, settings)
+                (lookup_dir(root, path, cache, settings), false)
             }
         })
     }

@@ -93,6 +93,22 @@ pub struct ServeOptions {
     #[arg(long, value_name = "DIRS")]
     pub cgi_path: Option<String>,
 
+    /// Serve /status, /status.json and /metrics on ADDR (off by default; use loopback)
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+
+    /// Take no per-phase timestamps (counters stay on)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub no_timing: Option<bool>,
+
+    /// Write one CSV row per sampled request to FILE (see --trace-sample)
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+
+    /// Fraction of requests written to --trace [default: 0.01]
+    #[arg(long, value_name = "FRACTION")]
+    pub trace_sample: Option<f64>,
+
     /// TOML file with any of these options (keys are the long flag names)
     #[arg(short, long, env = "MODUS_CONFIG", value_name = "FILE")]
     #[serde(skip)]
@@ -223,6 +239,8 @@ impl ServeOptions {
             cgi_timeout: Some(Dur(pipeline::CgiSettings::TIMEOUT)),
             max_cgi: Some(pipeline::CgiSettings::MAX_RUNNING),
             cgi_path: Some(pipeline::CgiSettings::PATH.into()),
+            no_timing: Some(false),
+            trace_sample: Some(0.01),
             ..ServeOptions::default()
         };
         self.layer_over(defaults);

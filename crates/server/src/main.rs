@@ -1,5 +1,6 @@
 //! `modus`: one web server, every classic concurrency architecture.
 
+mod admin;
 mod config;
 mod serve;
 

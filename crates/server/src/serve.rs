@@ -64,6 +64,8 @@ struct Server {
     model: &'static models::ModelInfo,
     pipeline: Arc<Pipeline>,
     addr: SocketAddr,
+    /// `--admin`, bound.
+    admin: Option<std::net::TcpListener>,
 }
 
 impl Server {
@@ -109,11 +111,38 @@ impl Server {
         let errors = options.error_log.as_deref().unwrap_or("-");
         let error_log =
             ErrorLog::open(LogTarget::parse(errors)).with_context(|| format!("--error-log {errors}"))?;
-        let pipeline = Pipeline::new(settings, site, Arc::new(access_log), Arc::new(error_log));
-        Ok(Server { model, pipeline: Arc::new(pipeline), addr })
+        let mut stats = pipeline::Stats::new(!options.no_timing.unwrap_or(false));
+        if let Some(path) = &options.trace {
+            let sample = options.trace_sample.unwrap_or(0.01);
+            if !(0.0..=1.0).contains(&sample) {
+                bail!("--trace-sample {sample} is not between 0 and 1");
+            }
+            stats = stats.with_trace(path, sample).with_context(|| format!("--trace {}", path.display()))?;
+        }
+        let admin = match &options.admin {
+            None => None,
+            Some(_) if model.caps.forks => bail!(
+                "--admin is not available with the process models (prefork, worker, perchild) yet: \
+                 their children's statistics are not sent to the master"
+            ),
+            Some(spec) => {
+                let addr = spec
+                    .to_socket_addrs()
+                    .with_context(|| format!("--admin {spec:?}"))?
+                    .next()
+                    .ok_or_else(|| anyhow!("--admin {spec:?} resolves to no address"))?;
+                Some(
+                    std::net::TcpListener::bind(addr)
+                        .with_context(|| format!("--admin: listening on {addr}"))?,
+                )
+            }
+        };
+        let pipeline =
+            Pipeline::new(settings, site, Arc::new(access_log), Arc::new(error_log)).with_stats(stats);
+        Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin })
     }
 
-    fn run(self, options: &ServeOptions) -> anyhow::Result<()> {
+    fn run(mut self, options: &ServeOptions) -> anyhow::Result<()> {
         raise_open_file_limit(&self.pipeline);
         let listener = transport::listener::bind(self.addr, false)
             .with_context(|| format!("listening on {}", self.addr))?;
@@ -124,10 +153,19 @@ impl Server {
         transport::listener::set_accepted_defaults(&listener, pipeline::BLOCKING_TICK)?;
         let local = listener.local_addr()?;
         let shutdown = Shutdown::new()?;
+        let admin_addr = match &self.admin {
+            Some(admin) => format!(" admin={}", admin.local_addr()?),
+            None => String::new(),
+        };
         // The first stdout line is the contract with scripts and tests: the real address.
         {
             let mut out = std::io::stdout().lock();
-            writeln!(out, "listening on {local} model={} pid={}", self.model.name, std::process::id())?;
+            writeln!(
+                out,
+                "listening on {local} model={} pid={}{admin_addr}",
+                self.model.name,
+                std::process::id()
+            )?;
             out.flush()?;
         }
         let root = options.root.as_ref().map_or("(embedded demo site)".into(), |r| r.display().to_string());
@@ -159,20 +197,29 @@ impl Server {
             // shutdown themselves.
             let result = (self.model.run)(env);
             self.pipeline.access_log.flush();
+            self.pipeline.stats.flush();
             return result.context("serving");
         }
 
         let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR1])?;
         let signal_handle = signals.handle();
-        let access_log = self.pipeline.access_log.clone();
+        let flushed = self.pipeline.clone();
         let flusher_stop = shutdown.clone();
         thread::Builder::new().name("log-flush".into()).spawn(move || {
             // At least once a second, as the access log promises.
             while !flusher_stop.is_triggered() {
                 thread::sleep(Duration::from_millis(500));
-                access_log.flush();
+                flushed.access_log.flush();
+                flushed.stats.flush();
             }
         })?;
+        if let Some(listener) = self.admin.take() {
+            let info = admin_info(self.model, options);
+            let (pipeline, stop) = (self.pipeline.clone(), shutdown.clone());
+            thread::Builder::new()
+                .name("admin".into())
+                .spawn(move || crate::admin::run(listener, pipeline, info, stop))?;
+        }
 
         let (done_tx, done_rx) = mpsc::channel();
         let run = self.model.run;
@@ -211,11 +258,49 @@ impl Server {
             }
         };
         self.pipeline.access_log.flush();
+        self.pipeline.stats.flush();
         if result.is_ok() && !shutdown.is_triggered() {
             bail!("the {} model stopped unexpectedly", self.model.name);
         }
         result
     }
+}
+
+/// The model and the settings the status page shows.
+fn admin_info(model: &'static models::ModelInfo, options: &ServeOptions) -> crate::admin::Info {
+    let t = options.tuning();
+    let mut settings: Vec<(&'static str, String)> =
+        vec![("listen", options.listen.clone().unwrap_or_default())];
+    let caps = model.caps;
+    if caps.event_driven {
+        settings.push(("workers", t.workers.to_string()));
+        if model.name == "amped" {
+            settings.push(("helpers", t.helpers.to_string()));
+        }
+    } else if caps.staged {
+        settings.push(("stage-threads", t.stage_threads.clone()));
+        settings.push(("queue", t.queue.to_string()));
+    } else if model.name == "per-request" {
+        settings.push(("max-threads", t.max_threads.to_string()));
+    } else {
+        settings.push(("threads", t.threads.to_string()));
+        settings.push(("queue", t.queue.to_string()));
+    }
+    let s = options.settings();
+    settings.push(("keepalive-timeout", format!("{:?}", s.keepalive_timeout)));
+    settings.push(("max-keepalive-requests", s.max_keepalive_requests.to_string()));
+    settings.push(("cache-size", s.cache_size.to_string()));
+    settings.push((
+        "root",
+        options.root.as_ref().map_or("(embedded demo site)".into(), |r| r.display().to_string()),
+    ));
+    if let Some(trace) = &options.trace {
+        settings.push((
+            "trace",
+            format!("{} (sample {})", trace.display(), options.trace_sample.unwrap_or(0.01)),
+        ));
+    }
+    crate::admin::Info { model: model.name, paper_name: model.paper_name, settings }
 }
 
 /// The CGI programs built with modus (`crates/server/cgi/`), as the demo

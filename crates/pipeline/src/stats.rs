@@ -1,0 +1,817 @@
+//! Measurements every model exposes: per-phase timing, request counters,
+//! connection states, queues, a scoreboard, and a sampled request trace.
+//!
+//! # Aggregation: sharded log-linear histograms of atomics
+//!
+//! Every duration goes into a fixed log-linear histogram (HdrHistogram's
+//! layout with 3 significant bits: 8 sub-buckets per power of two, so a
+//! bucket is at most 12.5% wide; nanoseconds from 0 to ~73 minutes in 328
+//! buckets). Recording is one `fetch_add(Relaxed)` on the bucket and one on
+//! the phase's sum: no lock, no allocation, no system call. Writers spread
+//! over [`SHARDS`] separately allocated shards (a thread picks one, round
+//! robin, the first time it records), so threads seldom share a cache line;
+//! readers (the admin page, once a second) add the shards up.
+//!
+//! Why not `hdrhistogram` per thread: recording would then need the thread
+//! to own its histogram (a thread-local registry merged under a lock on
+//! read, with care for threads that exit), and the precision it adds over
+//! 3 bits is not needed for a breakdown of where time goes. Fixed buckets
+//! also make the Prometheus histogram exact: its `le` bounds are octave
+//! boundaries, which are bucket boundaries.
+//!
+//! Clocks are `Instant` (`CLOCK_MONOTONIC`, a vDSO call). With timing off
+//! (`--no-timing`) the connection takes no timestamps at all; counters
+//! (status, bytes, connection states) stay on, as they cost one atomic add.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Writer shards. A power of two; more than the cores of a typical box.
+pub const SHARDS: usize = 16;
+
+/// Sub-buckets per power of two (3 significant bits).
+const SUB: usize = 8;
+/// Values are clamped below `2^MAX_EXP` ns (~73 minutes).
+const MAX_EXP: u32 = 42;
+/// Buckets per histogram.
+pub const BUCKETS: usize = (MAX_EXP as usize - 3 + 1) * SUB;
+
+/// Where a request's time goes (paper 003's breakdown, plus queueing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Phase {
+    /// Accept (or the previous response's end) → the request's first byte.
+    Wait,
+    /// First byte → the head is complete.
+    Read,
+    /// Parsing the complete head.
+    Parse,
+    /// Resolve + data from memory (cache hit, embedded file).
+    DataHit,
+    /// Resolve + data from the disk (cache miss, error pages, listings).
+    DataMiss,
+    /// Starting a CGI script (`stat`, `fork`/`exec`).
+    CgiSpawn,
+    /// A CGI script's run, its output streamed to the client.
+    CgiRun,
+    /// Writing the response.
+    Write,
+    /// Writing the access-log line.
+    Log,
+    /// Waiting in a model's queue (accept queue, stage or helper queues).
+    Queue,
+    /// The whole request: first byte → logged.
+    Total,
+}
+
+impl Phase {
+    /// Every phase, in order.
+    pub const ALL: [Phase; 11] = [
+        Phase::Wait,
+        Phase::Read,
+        Phase::Parse,
+        Phase::DataHit,
+        Phase::DataMiss,
+        Phase::CgiSpawn,
+        Phase::CgiRun,
+        Phase::Write,
+        Phase::Log,
+        Phase::Queue,
+        Phase::Total,
+    ];
+
+    /// Its name in JSON, Prometheus labels and the trace header.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Wait => "wait",
+            Phase::Read => "read",
+            Phase::Parse => "parse",
+            Phase::DataHit => "data_hit",
+            Phase::DataMiss => "data_miss",
+            Phase::CgiSpawn => "cgi_spawn",
+            Phase::CgiRun => "cgi_run",
+            Phase::Write => "write",
+            Phase::Log => "log",
+            Phase::Queue => "queue",
+            Phase::Total => "total",
+        }
+    }
+}
+
+const PHASES: usize = Phase::ALL.len();
+
+/// What a connection is doing, for the `connections` gauge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum ConnState {
+    /// Not counted (before the first `drive`, or closed).
+    None,
+    /// Reading a request head (or body).
+    Reading,
+    /// Running the request or writing its response (CGI included).
+    Writing,
+    /// Idle between requests.
+    KeepAlive,
+}
+
+impl ConnState {
+    /// The counted states.
+    pub const COUNTED: [ConnState; 3] = [ConnState::Reading, ConnState::Writing, ConnState::KeepAlive];
+
+    /// Its name in JSON and Prometheus labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnState::None => "none",
+            ConnState::Reading => "reading",
+            ConnState::Writing => "writing",
+            ConnState::KeepAlive => "keepalive",
+        }
+    }
+}
+
+/// Bucket of a value in nanoseconds.
+pub fn bucket_of(ns: u64) -> usize {
+    let v = ns.min((1u64 << MAX_EXP) - 1);
+    if v < SUB as u64 {
+        return v as usize;
+    }
+    let e = 63 - v.leading_zeros(); // ≥ 3
+    ((e - 3 + 1) as usize) * SUB + ((v >> (e - 3)) as usize & (SUB - 1))
+}
+
+/// The bucket's range `[low, high)` in nanoseconds.
+pub fn bucket_range(i: usize) -> (u64, u64) {
+    if i < SUB {
+        return (i as u64, i as u64 + 1);
+    }
+    let e = (i / SUB - 1 + 3) as u32;
+    let width = 1u64 << (e - 3);
+    let low = (SUB as u64 + (i % SUB) as u64) << (e - 3);
+    (low, low + width)
+}
+
+/// Status codes counted one by one (100..=599).
+const CODES: usize = 500;
+
+/// One writer shard.
+struct Shard {
+    buckets: Box<[AtomicU64]>, // PHASES × BUCKETS
+    sum_ns: [AtomicU64; PHASES],
+    status: Box<[AtomicU64]>, // CODES
+    bytes: AtomicU64,
+    conns: [AtomicI64; 4],
+}
+
+impl Shard {
+    fn new() -> Shard {
+        Shard {
+            buckets: (0..PHASES * BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: Default::default(),
+            status: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
+            bytes: AtomicU64::new(0),
+            conns: Default::default(),
+        }
+    }
+}
+
+thread_local! {
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+fn shard_index() -> usize {
+    SHARD.with(|s| {
+        let i = s.get();
+        if i != usize::MAX {
+            return i;
+        }
+        let i = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        s.set(i);
+        i
+    })
+}
+
+/// A model's queue: length, items through, waits (staged's stages, pool's
+/// accept queue, amped's helper queue).
+#[derive(Debug)]
+pub struct QueueStat {
+    /// Its name (`accept`, `read`, `data`...).
+    pub name: &'static str,
+    /// Threads taking from it.
+    pub threads: usize,
+    /// Items ever put in.
+    pub enqueued: AtomicU64,
+    /// Items ever taken out.
+    pub dequeued: AtomicU64,
+    /// Total time items waited, in nanoseconds.
+    pub wait_ns: AtomicU64,
+    /// The longest single wait, in nanoseconds.
+    pub max_wait_ns: AtomicU64,
+}
+
+impl QueueStat {
+    /// Items in the queue now.
+    pub fn len(&self) -> u64 {
+        self.enqueued.load(Ordering::Relaxed).saturating_sub(self.dequeued.load(Ordering::Relaxed))
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The mean wait so far.
+    pub fn mean_wait(&self) -> Duration {
+        let n = self.dequeued.load(Ordering::Relaxed).max(1);
+        Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed) / n)
+    }
+
+    /// Counts an item put in.
+    pub fn push(&self) {
+        self.enqueued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Undoes [`push`](Self::push) for an item that did not go in.
+    pub fn unpush(&self) {
+        self.enqueued.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Counts an item taken out after waiting `waited`.
+    pub fn pop(&self, waited: Duration) {
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.dequeued.fetch_add(1, Ordering::Relaxed);
+        self.wait_ns.fetch_add(ns, Ordering::Relaxed);
+        self.max_wait_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+}
+
+/// What a worker is doing, mod_status style.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WorkerState {
+    /// Waiting for work.
+    Idle = 0,
+    /// Serving a connection or a request.
+    Busy = 1,
+    /// Gone.
+    Dead = 2,
+}
+
+/// One worker's line on the scoreboard.
+#[derive(Debug)]
+pub struct Slot {
+    /// Thread (or loop) name.
+    pub name: String,
+    state: AtomicU8,
+    /// Connections or requests taken.
+    pub served: AtomicU64,
+    /// When the state last changed, ns since the stats' start.
+    since_ns: AtomicU64,
+    epoch: Instant,
+}
+
+impl Slot {
+    /// Sets the state (one store and a clock read).
+    pub fn set(&self, state: WorkerState) {
+        if state == WorkerState::Busy {
+            self.served.fetch_add(1, Ordering::Relaxed);
+        }
+        self.state.store(state as u8, Ordering::Relaxed);
+        self.since_ns.store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// The state now.
+    pub fn state(&self) -> WorkerState {
+        match self.state.load(Ordering::Relaxed) {
+            0 => WorkerState::Idle,
+            1 => WorkerState::Busy,
+            _ => WorkerState::Dead,
+        }
+    }
+
+    /// How long it has been in that state.
+    pub fn for_how_long(&self) -> Duration {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        Duration::from_nanos(now.saturating_sub(self.since_ns.load(Ordering::Relaxed)))
+    }
+}
+
+/// A registered worker; its slot leaves the scoreboard when this is dropped.
+#[derive(Debug)]
+pub struct Worker(Arc<Slot>);
+
+impl Worker {
+    /// Marks the worker busy.
+    pub fn busy(&self) {
+        self.0.set(WorkerState::Busy);
+    }
+
+    /// Marks the worker idle.
+    pub fn idle(&self) {
+        self.0.set(WorkerState::Idle);
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.0.set(WorkerState::Dead);
+    }
+}
+
+/// A sampled request trace (`--trace FILE.csv`).
+#[derive(Debug)]
+struct Trace {
+    file: File,
+    buf: Mutex<Vec<u8>>,
+    /// Sample when a 64-bit random number is below this.
+    threshold: u64,
+}
+
+/// The header row of the trace CSV.
+pub const TRACE_HEADER: &str = "conn,arrival_us,service_start_us,service_end_us,wait_us,read_us,parse_us,\
+data_us,data,cgi_us,write_us,log_us,queue_us,status,bytes,path,worker\n";
+
+/// Everything measured in one process. The pipeline holds it in an `Arc`.
+pub struct Stats {
+    /// Per-request timestamps are taken (off: `--no-timing`).
+    pub timing: bool,
+    shards: Box<[Shard]>,
+    epoch: Instant,
+    started: SystemTime,
+    next_conn: AtomicU64,
+    queues: Mutex<Vec<Arc<QueueStat>>>,
+    slots: Mutex<Vec<Weak<Slot>>>,
+    trace: Option<Trace>,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats").field("timing", &self.timing).finish_non_exhaustive()
+    }
+}
+
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats::new(true)
+    }
+}
+
+impl Stats {
+    /// Empty stats; `timing` turns per-phase timestamps on.
+    pub fn new(timing: bool) -> Stats {
+        Stats {
+            timing,
+            shards: (0..SHARDS).map(|_| Shard::new()).collect(),
+            epoch: Instant::now(),
+            started: SystemTime::now(),
+            next_conn: AtomicU64::new(0),
+            queues: Mutex::new(Vec::new()),
+            slots: Mutex::new(Vec::new()),
+            trace: None,
+        }
+    }
+
+    /// Writes a sampled trace of requests to `path` (truncated, with a
+    /// header row); `sample` is the fraction of requests traced (0..=1).
+    pub fn with_trace(mut self, path: &Path, sample: f64) -> io::Result<Stats> {
+        let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
+        file.write_all(TRACE_HEADER.as_bytes())?;
+        let file = std::fs::OpenOptions::new().append(true).open(path)?;
+        let sample = sample.clamp(0.0, 1.0);
+        let threshold = if sample >= 1.0 { u64::MAX } else { (sample * u64::MAX as f64) as u64 };
+        self.trace = Some(Trace { file, buf: Mutex::new(Vec::with_capacity(64 << 10)), threshold });
+        Ok(self)
+    }
+
+    /// The monotonic origin of every timestamp (the trace's time zero).
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// Time since the stats were made.
+    pub fn uptime(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// Wall-clock time the stats were made.
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
+    fn shard(&self) -> &Shard {
+        &self.shards[shard_index()]
+    }
+
+    /// Records one duration.
+    pub fn record(&self, phase: Phase, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let s = self.shard();
+        s.buckets[phase as usize * BUCKETS + bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        s.sum_ns[phase as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Counts a response and its bytes on the wire (head and body).
+    pub fn count_response(&self, status: u16, bytes: u64) {
+        let s = self.shard();
+        let i = (status as usize).clamp(100, 599) - 100;
+        s.status[i].fetch_add(1, Ordering::Relaxed);
+        s.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Moves a connection between states of the `connections` gauge.
+    pub fn move_conn(&self, from: ConnState, to: ConnState) {
+        if from == to {
+            return;
+        }
+        let s = self.shard();
+        if from != ConnState::None {
+            s.conns[from as usize].fetch_sub(1, Ordering::Relaxed);
+        }
+        if to != ConnState::None {
+            s.conns[to as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A new connection number (for the trace).
+    pub fn next_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Registers a queue for the status page.
+    pub fn queue(&self, name: &'static str, threads: usize) -> Arc<QueueStat> {
+        let q = Arc::new(QueueStat {
+            name,
+            threads,
+            enqueued: AtomicU64::new(0),
+            dequeued: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+            max_wait_ns: AtomicU64::new(0),
+        });
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues.retain(|old| old.name != name);
+        queues.push(q.clone());
+        q
+    }
+
+    /// Registers a worker on the scoreboard, idle.
+    pub fn worker(&self, name: String) -> Worker {
+        let slot = Arc::new(Slot {
+            name,
+            state: AtomicU8::new(WorkerState::Idle as u8),
+            served: AtomicU64::new(0),
+            since_ns: AtomicU64::new(self.epoch.elapsed().as_nanos() as u64),
+            epoch: self.epoch,
+        });
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|w| w.strong_count() > 0);
+        slots.push(Arc::downgrade(&slot));
+        Worker(slot)
+    }
+
+    /// Whether this request should be traced (a cheap thread-local draw).
+    pub fn sample(&self) -> bool {
+        let Some(trace) = &self.trace else { return false };
+        if trace.threshold == u64::MAX {
+            return true;
+        }
+        RNG.with(|r| {
+            let mut x = r.get();
+            if x == 0 {
+                // Seed from the thread's stack address and the clock.
+                x = ((&x as *const u64 as u64) ^ self.epoch.elapsed().as_nanos() as u64) | 1;
+            }
+            // xorshift64*
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            r.set(x);
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d) < trace.threshold
+        })
+    }
+
+    /// Appends a trace row (see [`TRACE_HEADER`]); written in whole rows.
+    pub fn trace_row(&self, row: &TraceRow<'_>) {
+        let Some(trace) = &self.trace else { return };
+        let us = |t: Instant| t.saturating_duration_since(self.epoch).as_micros();
+        let d =
+            |d: Option<Duration>| d.map_or(String::new(), |d| format!("{:.1}", d.as_nanos() as f64 / 1e3));
+        let mut path = String::with_capacity(row.path.len() + 2);
+        path.push('"');
+        for c in row.path.chars() {
+            if c == '"' {
+                path.push('"');
+            }
+            if !c.is_control() {
+                path.push(c);
+            }
+        }
+        path.push('"');
+        let thread = std::thread::current();
+        let line = format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}/{}\n",
+            row.conn,
+            us(row.arrival),
+            us(row.service_start),
+            us(row.service_end),
+            d(row.phases[Phase::Wait as usize]),
+            d(row.phases[Phase::Read as usize]),
+            d(row.phases[Phase::Parse as usize]),
+            d(row.phases[Phase::DataHit as usize]
+                .or(row.phases[Phase::DataMiss as usize])
+                .or(row.phases[Phase::CgiSpawn as usize])),
+            row.data,
+            d(row.phases[Phase::CgiRun as usize]),
+            d(row.phases[Phase::Write as usize]),
+            d(row.phases[Phase::Log as usize]),
+            d(row.phases[Phase::Queue as usize]),
+            row.status,
+            row.bytes,
+            path,
+            std::process::id(),
+            thread.name().unwrap_or("main"),
+        );
+        let mut buf = trace.buf.lock().unwrap_or_else(|e| e.into_inner());
+        buf.extend_from_slice(line.as_bytes());
+        if buf.len() >= 32 << 10 {
+            Self::flush_buf(&trace.file, &mut buf);
+        }
+    }
+
+    fn flush_buf(mut file: &File, buf: &mut Vec<u8>) {
+        // One write of whole rows to an O_APPEND file: rows from several
+        // processes do not interleave.
+        let _ = file.write_all(buf);
+        buf.clear();
+    }
+
+    /// Writes buffered trace rows out (the log flusher calls it).
+    pub fn flush(&self) {
+        if let Some(trace) = &self.trace {
+            let mut buf = trace.buf.lock().unwrap_or_else(|e| e.into_inner());
+            if !buf.is_empty() {
+                Self::flush_buf(&trace.file, &mut buf);
+            }
+        }
+    }
+
+    /// Adds the shards up.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut snap = Snapshot {
+            uptime: self.uptime(),
+            phases: (0..PHASES).map(|_| Hist { counts: vec![0; BUCKETS], sum_ns: 0 }).collect(),
+            status: vec![0; CODES],
+            bytes: 0,
+            conns: [0; 4],
+            queues: Vec::new(),
+            workers: Vec::new(),
+        };
+        for s in self.shards.iter() {
+            for p in 0..PHASES {
+                let h = &mut snap.phases[p];
+                for (b, c) in h.counts.iter_mut().enumerate() {
+                    *c += s.buckets[p * BUCKETS + b].load(Ordering::Relaxed);
+                }
+                h.sum_ns += s.sum_ns[p].load(Ordering::Relaxed);
+            }
+            for (i, c) in snap.status.iter_mut().enumerate() {
+                *c += s.status[i].load(Ordering::Relaxed);
+            }
+            snap.bytes += s.bytes.load(Ordering::Relaxed);
+            for (i, c) in snap.conns.iter_mut().enumerate() {
+                *c += s.conns[i].load(Ordering::Relaxed);
+            }
+        }
+        for q in self.queues.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            snap.queues.push(QueueSnap {
+                name: q.name,
+                threads: q.threads,
+                len: q.len(),
+                items: q.dequeued.load(Ordering::Relaxed),
+                mean_wait: q.mean_wait(),
+                max_wait: Duration::from_nanos(q.max_wait_ns.load(Ordering::Relaxed)),
+            });
+        }
+        for w in self.slots.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if let Some(slot) = w.upgrade() {
+                if slot.state() != WorkerState::Dead {
+                    snap.workers.push(WorkerSnap {
+                        name: slot.name.clone(),
+                        busy: slot.state() == WorkerState::Busy,
+                        served: slot.served.load(Ordering::Relaxed),
+                        for_how_long: slot.for_how_long(),
+                    });
+                }
+            }
+        }
+        snap
+    }
+}
+
+/// One trace row's data.
+#[derive(Debug)]
+pub struct TraceRow<'a> {
+    /// Connection number (per process).
+    pub conn: u64,
+    /// The request's first byte.
+    pub arrival: Instant,
+    /// The pipeline started on it.
+    pub service_start: Instant,
+    /// The response was out and logged.
+    pub service_end: Instant,
+    /// Durations by [`Phase`], where measured.
+    pub phases: &'a [Option<Duration>; 11],
+    /// `hit`, `miss`, `cgi` or empty.
+    pub data: &'a str,
+    /// Response status.
+    pub status: u16,
+    /// Bytes on the wire.
+    pub bytes: u64,
+    /// The request path.
+    pub path: &'a str,
+}
+
+/// A histogram read out of the shards.
+#[derive(Clone, Debug)]
+pub struct Hist {
+    /// Count per bucket (see [`bucket_range`]).
+    pub counts: Vec<u64>,
+    /// Sum of the values, in nanoseconds.
+    pub sum_ns: u64,
+}
+
+impl Hist {
+    /// Values recorded.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The mean.
+    pub fn mean(&self) -> Duration {
+        Duration::from_nanos(self.sum_ns.checked_div(self.count()).unwrap_or(0))
+    }
+
+    /// The `q` quantile (0..=1): the midpoint of the bucket it falls in
+    /// (within 6.25% of the true value).
+    pub fn quantile(&self, q: f64) -> Duration {
+        let n = self.count();
+        if n == 0 {
+            return Duration::ZERO;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                let (lo, hi) = bucket_range(i);
+                return Duration::from_nanos(lo + (hi - lo) / 2);
+            }
+        }
+        Duration::ZERO
+    }
+
+    /// Values below `ns` (exact when `ns` is a bucket boundary, e.g. a power of two).
+    pub fn count_below(&self, ns: u64) -> u64 {
+        self.counts.iter().enumerate().filter(|(i, _)| bucket_range(*i).1 <= ns).map(|(_, c)| c).sum()
+    }
+}
+
+/// A queue's numbers.
+#[derive(Clone, Debug)]
+pub struct QueueSnap {
+    /// Its name.
+    pub name: &'static str,
+    /// Threads taking from it.
+    pub threads: usize,
+    /// Items in it now.
+    pub len: u64,
+    /// Items taken so far.
+    pub items: u64,
+    /// Mean wait.
+    pub mean_wait: Duration,
+    /// Longest wait.
+    pub max_wait: Duration,
+}
+
+/// A worker's line.
+#[derive(Clone, Debug)]
+pub struct WorkerSnap {
+    /// Thread or loop name.
+    pub name: String,
+    /// Busy (else idle).
+    pub busy: bool,
+    /// Connections or requests taken.
+    pub served: u64,
+    /// Time in the current state.
+    pub for_how_long: Duration,
+}
+
+/// Everything, added up, at one moment.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Time since start.
+    pub uptime: Duration,
+    /// By [`Phase`] (index = `phase as usize`).
+    pub phases: Vec<Hist>,
+    /// Responses by status code (index = code − 100).
+    pub status: Vec<u64>,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Connections by [`ConnState`] (index = `state as usize`).
+    pub conns: [i64; 4],
+    /// Queues.
+    pub queues: Vec<QueueSnap>,
+    /// The scoreboard.
+    pub workers: Vec<WorkerSnap>,
+}
+
+impl Snapshot {
+    /// A phase's histogram.
+    pub fn phase(&self, p: Phase) -> &Hist {
+        &self.phases[p as usize]
+    }
+
+    /// Responses so far.
+    pub fn requests(&self) -> u64 {
+        self.status.iter().sum()
+    }
+
+    /// `(code, count)` for every code seen.
+    pub fn by_status(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.status.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| (i as u16 + 100, *c))
+    }
+
+    /// Connections in a state.
+    pub fn conns(&self, s: ConnState) -> i64 {
+        self.conns[s as usize].max(0)
+    }
+
+    /// Open connections.
+    pub fn conns_open(&self) -> i64 {
+        ConnState::COUNTED.iter().map(|s| self.conns(*s)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_contiguous_and_narrow() {
+        let mut prev_high = 0;
+        for i in 0..BUCKETS {
+            let (lo, hi) = bucket_range(i);
+            assert_eq!(lo, prev_high, "bucket {i}");
+            assert_eq!(bucket_of(lo), i);
+            assert_eq!(bucket_of(hi - 1), i);
+            if lo >= 8 {
+                assert!((hi - lo) * 8 <= lo, "≤ 12.5% wide");
+            }
+            prev_high = hi;
+        }
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn quantiles_and_counts() {
+        let s = Stats::new(true);
+        for us in 1..=100u64 {
+            s.record(Phase::Write, Duration::from_micros(us));
+        }
+        s.count_response(200, 10);
+        s.count_response(404, 5);
+        s.move_conn(ConnState::None, ConnState::Reading);
+        s.move_conn(ConnState::Reading, ConnState::KeepAlive);
+        let snap = s.snapshot();
+        let h = snap.phase(Phase::Write);
+        assert_eq!(h.count(), 100);
+        let p50 = h.quantile(0.5).as_nanos() as f64;
+        assert!((p50 - 50_000.0).abs() / 50_000.0 < 0.07, "{p50}");
+        assert!((h.mean().as_micros() as i64 - 50).abs() <= 1);
+        assert_eq!(h.count_below(1 << 17), 100); // 131 µs
+        assert_eq!(snap.requests(), 2);
+        assert_eq!(snap.by_status().collect::<Vec<_>>(), vec![(200, 1), (404, 1)]);
+        assert_eq!(snap.bytes, 15);
+        assert_eq!(snap.conns(ConnState::KeepAlive), 1);
+        assert_eq!(snap.conns_open(), 1);
+    }
+
+    #[test]
+    fn scoreboard_forgets_dropped_workers() {
+        let s = Stats::new(true);
+        let a = s.worker("a".into());
+        let b = s.worker("b".into());
+        a.busy();
+        drop(b);
+        let snap = s.snapshot();
+        assert_eq!(snap.workers.len(), 1);
+        assert!(snap.workers[0].busy);
+        assert_eq!(snap.workers[0].served, 1);
+    }
+}

@@ -1,0 +1,494 @@
+//! `--admin ADDR`: a small listener on a thread of its own (not run by the
+//! model, so it answers even when the model is saturated) serving
+//! `/status` (HTML, refreshes itself), `/status.json` and `/metrics`
+//! (Prometheus text exposition format 0.0.4).
+//!
+//! Requests are parsed with the server's own `h1` parser, one at a time,
+//! each on a fresh connection that is closed after the response.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pipeline::stats::{ConnState, Phase, Snapshot, BUCKETS};
+use pipeline::Pipeline;
+use serde_json::{json, Map, Value};
+use transport::{Shutdown, Wake};
+
+/// What the admin pages show about the server besides its stats.
+pub struct Info {
+    pub model: &'static str,
+    pub paper_name: &'static str,
+    /// Settings worth showing, in order.
+    pub settings: Vec<(&'static str, String)>,
+}
+
+/// Rates are computed over this many one-second samples.
+const WINDOW: usize = 5;
+
+/// Serves until `stop` fires.
+pub fn run(listener: TcpListener, pipeline: Arc<Pipeline>, info: Info, stop: Shutdown) {
+    let mut samples: VecDeque<(Instant, u64, u64)> = VecDeque::with_capacity(WINDOW + 1);
+    let mut next_sample = Instant::now();
+    let _ = listener.set_nonblocking(true);
+    loop {
+        let now = Instant::now();
+        if now >= next_sample {
+            let snap = pipeline.stats.snapshot();
+            samples.push_back((now, snap.requests(), snap.bytes));
+            if samples.len() > WINDOW + 1 {
+                samples.pop_front();
+            }
+            next_sample = now + Duration::from_secs(1);
+        }
+        match stop.wait_readable(&listener, Some(next_sample.saturating_duration_since(Instant::now()))) {
+            Ok(Wake::Stop) | Err(_) => return,
+            Ok(Wake::Timeout) => continue,
+            Ok(Wake::Ready) => {}
+        }
+        while let Ok((stream, _)) = listener.accept() {
+            let rates = rates(&samples);
+            answer(stream, &pipeline, &info, rates);
+        }
+    }
+}
+
+/// (requests/s, bytes/s) over the sampled window.
+fn rates(samples: &VecDeque<(Instant, u64, u64)>) -> (f64, f64) {
+    match (samples.front(), samples.back()) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            let dt = (b.0 - a.0).as_secs_f64();
+            ((b.1 - a.1) as f64 / dt, (b.2 - a.2) as f64 / dt)
+        }
+        _ => (0.0, 0.0),
+    }
+}
+
+fn answer(stream: TcpStream, p: &Pipeline, info: &Info, rates: (f64, f64)) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let mut buf = vec![0u8; 8192];
+    let mut len = 0;
+    let head = loop {
+        match (&stream).read(&mut buf[len..]) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => len += n,
+        }
+        match h1::parse_request(&buf[..len], &h1::Limits::default()) {
+            Ok(h1::Parsed::Complete { head, .. }) => break head,
+            Ok(h1::Parsed::Partial) if len < buf.len() => continue,
+            _ => return respond(&stream, 400, "text/plain", b"bad request\n".to_vec(), false),
+        }
+    };
+    let is_head = head.method == h1::Method::Head;
+    if !matches!(head.method, h1::Method::Get | h1::Method::Head) {
+        return respond(&stream, 405, "text/plain", b"GET or HEAD\n".to_vec(), is_head);
+    }
+    let snap = p.stats.snapshot();
+    match head.path.as_str() {
+        "/" | "/status" => respond(
+            &stream,
+            200,
+            "text/html; charset=utf-8",
+            html(p, info, &snap, rates).into_bytes(),
+            is_head,
+        ),
+        "/status.json" => {
+            let body = serde_json::to_vec_pretty(&json_status(p, info, &snap, rates)).expect("json");
+            respond(&stream, 200, "application/json", body, is_head)
+        }
+        "/metrics" => respond(
+            &stream,
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics(p, info, &snap).into_bytes(),
+            is_head,
+        ),
+        _ => respond(
+            &stream,
+            404,
+            "text/plain",
+            b"not found: try /status, /status.json, /metrics\n".to_vec(),
+            is_head,
+        ),
+    }
+}
+
+fn respond(mut stream: &TcpStream, status: u16, content_type: &str, body: Vec<u8>, is_head: bool) {
+    let mut head = h1::ResponseHead::with_capacity(status, 256);
+    head.date()
+        .header("Content-Type", content_type)
+        .header("Cache-Control", "no-store")
+        .header("Connection", "close")
+        .header_u64("Content-Length", body.len() as u64);
+    let mut out = head.finish();
+    if !is_head {
+        out.extend_from_slice(&body);
+    }
+    let _ = stream.write_all(&out);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    // Drain what the client still sends so the close is not a reset.
+    let mut sink = [0u8; 1024];
+    while matches!(stream.read(&mut sink), Ok(1..)) {}
+}
+
+fn us(d: Duration) -> f64 {
+    (d.as_nanos() as f64 / 1e3 * 10.0).round() / 10.0
+}
+
+/// The JSON document (also the data behind the HTML page).
+pub fn json_status(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)) -> Value {
+    let total = snap.phase(Phase::Total);
+    let mut phases = Map::new();
+    for phase in Phase::ALL {
+        let h = snap.phase(phase);
+        phases.insert(
+            phase.name().into(),
+            json!({
+                "count": h.count(),
+                "p50": us(h.quantile(0.5)),
+                "p99": us(h.quantile(0.99)),
+                "mean": us(h.mean()),
+                "sum": us(Duration::from_nanos(h.sum_ns)),
+            }),
+        );
+    }
+    let mut queues = Map::new();
+    for q in &snap.queues {
+        queues.insert(
+            q.name.into(),
+            json!({
+                "length": q.len,
+                "threads": q.threads,
+                "items": q.items,
+                "mean_wait_us": us(q.mean_wait),
+                "max_wait_us": us(q.max_wait),
+            }),
+        );
+    }
+    let busy = snap.workers.iter().filter(|w| w.busy).count();
+    let scoreboard: Vec<Value> = snap
+        .workers
+        .iter()
+        .map(|w| {
+            json!({
+                "name": w.name,
+                "state": if w.busy { "busy" } else { "idle" },
+                "served": w.served,
+                "for_ms": w.for_how_long.as_millis() as u64,
+            })
+        })
+        .collect();
+    let mut by_status = Map::new();
+    for (code, n) in snap.by_status() {
+        by_status.insert(code.to_string(), n.into());
+    }
+    let mut connections = Map::new();
+    for s in ConnState::COUNTED {
+        connections.insert(s.name().into(), snap.conns(s).into());
+    }
+    let (hits, misses, bytes) = p.cache.stats();
+    let settings: Map<String, Value> =
+        info.settings.iter().map(|(k, v)| ((*k).to_string(), Value::String(v.clone()))).collect();
+    json!({
+        "model": info.model,
+        "paper_name": info.paper_name,
+        "pid": std::process::id(),
+        "settings": settings,
+        "timing": p.stats.timing,
+        "uptime_s": snap.uptime.as_secs_f64(),
+        "requests_total": snap.requests(),
+        "requests_by_status": by_status,
+        "bytes_total": snap.bytes,
+        "rate": { "requests_per_s": rates.0, "bytes_per_s": rates.1 },
+        "connections_open": snap.conns_open(),
+        "connections": connections,
+        "latency_us": {
+            "count": total.count(),
+            "p50": us(total.quantile(0.5)),
+            "p90": us(total.quantile(0.9)),
+            "p99": us(total.quantile(0.99)),
+            "p999": us(total.quantile(0.999)),
+            "mean": us(total.mean()),
+        },
+        "phases_us": phases,
+        "queues": queues,
+        "workers": { "busy": busy, "idle": snap.workers.len() - busy, "scoreboard": scoreboard },
+        "cache": { "hits": hits, "misses": misses, "bytes": bytes },
+        "cgi": { "running": p.cgi_running() },
+    })
+}
+
+/// Prometheus text exposition format (0.0.4). Histogram buckets are octave
+/// boundaries (2^k ns), which are exact boundaries of the stats' buckets.
+pub fn metrics(p: &Pipeline, info: &Info, snap: &Snapshot) -> String {
+    let mut out = String::with_capacity(16 << 10);
+    let w = &mut out;
+    let _ = writeln!(w, "# HELP modus_info The server's concurrency model.");
+    let _ = writeln!(w, "# TYPE modus_info gauge");
+    let _ = writeln!(w, "modus_info{{model=\"{}\",paper_name=\"{}\"}} 1", info.model, info.paper_name);
+    let _ = writeln!(w, "# HELP modus_uptime_seconds Time since the server started.");
+    let _ = writeln!(w, "# TYPE modus_uptime_seconds gauge");
+    let _ = writeln!(w, "modus_uptime_seconds {}", snap.uptime.as_secs_f64());
+    let _ = writeln!(w, "# HELP modus_requests_total Responses sent, by status code.");
+    let _ = writeln!(w, "# TYPE modus_requests_total counter");
+    for (code, n) in snap.by_status() {
+        let _ = writeln!(w, "modus_requests_total{{status=\"{code}\"}} {n}");
+    }
+    let _ = writeln!(w, "# HELP modus_sent_bytes_total Bytes of responses written (heads and bodies).");
+    let _ = writeln!(w, "# TYPE modus_sent_bytes_total counter");
+    let _ = writeln!(w, "modus_sent_bytes_total {}", snap.bytes);
+    let _ = writeln!(
+        w,
+        "# HELP modus_request_duration_seconds From a request's first byte to its response logged."
+    );
+    let _ = writeln!(w, "# TYPE modus_request_duration_seconds histogram");
+    histogram(w, "modus_request_duration_seconds", "", snap.phase(Phase::Total));
+    let _ = writeln!(w, "# HELP modus_phase_duration_seconds Time per request phase.");
+    let _ = writeln!(w, "# TYPE modus_phase_duration_seconds histogram");
+    for phase in Phase::ALL {
+        if phase != Phase::Total {
+            histogram(
+                w,
+                "modus_phase_duration_seconds",
+                &format!("phase=\"{}\",", phase.name()),
+                snap.phase(phase),
+            );
+        }
+    }
+    let _ = writeln!(w, "# HELP modus_queue_length Items waiting in a model's queue.");
+    let _ = writeln!(w, "# TYPE modus_queue_length gauge");
+    for q in &snap.queues {
+        let _ = writeln!(w, "modus_queue_length{{stage=\"{}\"}} {}", q.name, q.len);
+    }
+    let _ = writeln!(w, "# HELP modus_queue_items_total Items taken out of a model's queue.");
+    let _ = writeln!(w, "# TYPE modus_queue_items_total counter");
+    for q in &snap.queues {
+        let _ = writeln!(w, "modus_queue_items_total{{stage=\"{}\"}} {}", q.name, q.items);
+    }
+    let _ = writeln!(w, "# HELP modus_connections Open client connections, by state.");
+    let _ = writeln!(w, "# TYPE modus_connections gauge");
+    for s in ConnState::COUNTED {
+        let _ = writeln!(w, "modus_connections{{state=\"{}\"}} {}", s.name(), snap.conns(s));
+    }
+    let busy = snap.workers.iter().filter(|x| x.busy).count();
+    let _ = writeln!(w, "# HELP modus_workers Workers (threads, loops), by state.");
+    let _ = writeln!(w, "# TYPE modus_workers gauge");
+    let _ = writeln!(w, "modus_workers{{state=\"busy\"}} {busy}");
+    let _ = writeln!(w, "modus_workers{{state=\"idle\"}} {}", snap.workers.len() - busy);
+    let (hits, misses, bytes) = p.cache.stats();
+    let _ = writeln!(w, "# HELP modus_cache_hits_total File cache hits.");
+    let _ = writeln!(w, "# TYPE modus_cache_hits_total counter");
+    let _ = writeln!(w, "modus_cache_hits_total {hits}");
+    let _ = writeln!(w, "# HELP modus_cache_misses_total File cache misses.");
+    let _ = writeln!(w, "# TYPE modus_cache_misses_total counter");
+    let _ = writeln!(w, "modus_cache_misses_total {misses}");
+    let _ = writeln!(w, "# HELP modus_cache_bytes Bytes of files held by the cache.");
+    let _ = writeln!(w, "# TYPE modus_cache_bytes gauge");
+    let _ = writeln!(w, "modus_cache_bytes {bytes}");
+    let _ = writeln!(w, "# HELP modus_cgi_running CGI scripts running.");
+    let _ = writeln!(w, "# TYPE modus_cgi_running gauge");
+    let _ = writeln!(w, "modus_cgi_running {}", p.cgi_running());
+    out
+}
+
+/// Octave bounds from 1 µs (2^10 ns) to ~69 s (2^36 ns).
+const LE_EXPONENTS: std::ops::RangeInclusive<u32> = 10..=36;
+
+fn histogram(w: &mut String, name: &str, labels: &str, h: &pipeline::stats::Hist) {
+    debug_assert_eq!(h.counts.len(), BUCKETS);
+    for k in LE_EXPONENTS {
+        let le = (1u64 << k) as f64 / 1e9;
+        let _ = writeln!(w, "{name}_bucket{{{labels}le=\"{le}\"}} {}", h.count_below(1 << k));
+    }
+    let count = h.count();
+    let _ = writeln!(w, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
+    let labels = labels.trim_end_matches(',');
+    let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+    let _ = writeln!(w, "{name}_sum{braces} {}", h.sum_ns as f64 / 1e9);
+    let _ = writeln!(w, "{name}_count{braces} {count}");
+}
+
+fn esc(s: &str) -> String {
+    pipeline::listing::html_escape(s).into_owned()
+}
+
+fn fmt_us(v: &Value) -> String {
+    let us = v.as_f64().unwrap_or(0.0);
+    if us >= 1e6 {
+        format!("{:.2} s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+fn fmt_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut b = b;
+    let mut i = 0;
+    while b >= 1000.0 && i < UNITS.len() - 1 {
+        b /= 1000.0;
+        i += 1;
+    }
+    format!("{b:.1} {}", UNITS[i])
+}
+
+/// Colours of the phases in the stacked bar.
+const COLOURS: [&str; 10] = [
+    "#9e9e9e", "#42a5f5", "#7e57c2", "#66bb6a", "#ef6c00", "#ec407a", "#ab47bc", "#26a69a", "#8d6e63",
+    "#fdd835",
+];
+
+/// The status page: server-rendered (works without JavaScript), refreshed
+/// every 2 s by a meta refresh; no external assets.
+pub fn html(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)) -> String {
+    let j = json_status(p, info, snap, rates);
+    let mut h = String::with_capacity(16 << 10);
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+<meta http-equiv=\"refresh\" content=\"2\"><title>modus status: {model}</title><style>\
+body{{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:60em;padding:.8em;color:#222}}\
+h1{{font-size:1.4em;margin:.2em 0}}h2{{font-size:1.1em;margin:1.2em 0 .4em}}\
+.cards{{display:grid;grid-template-columns:repeat(auto-fit,minmax(9em,1fr));gap:.5em}}\
+.card{{background:#f3f5f8;border-radius:.4em;padding:.5em .7em}}.card b{{display:block;font-size:1.3em}}\
+table{{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}}\
+td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:first-child,th:first-child{{text-align:left}}\
+.bar{{display:flex;height:1.6em;border-radius:.3em;overflow:hidden;background:#eee}}.bar span{{display:block}}\
+.legend span{{display:inline-block;margin:.2em .8em .2em 0}}.legend i{{display:inline-block;width:.8em;height:.8em;margin-right:.3em;border-radius:.2em}}\
+.wrap{{overflow-x:auto}}.busy{{color:#c62828}}.idle{{color:#2e7d32}}small{{color:#666}}\
+</style></head><body><h1>modus — <span id=\"model\">{model}</span> <small>({paper})</small></h1>\
+<small>pid {pid} · up {up:.0} s · timing {timing} · refreshes every 2 s</small>",
+        model = esc(info.model),
+        paper = esc(info.paper_name),
+        pid = std::process::id(),
+        up = snap.uptime.as_secs_f64(),
+        timing = if p.stats.timing { "on" } else { "off (--no-timing)" },
+    );
+    let lat = &j["latency_us"];
+    let cards = [
+        ("requests", j["requests_total"].to_string()),
+        ("requests/s", format!("{:.1}", rates.0)),
+        ("bytes/s", fmt_bytes(rates.1)),
+        ("sent", fmt_bytes(snap.bytes as f64)),
+        ("p50", fmt_us(&lat["p50"])),
+        ("p99", fmt_us(&lat["p99"])),
+        ("p99.9", fmt_us(&lat["p999"])),
+        ("connections", j["connections_open"].to_string()),
+    ];
+    h.push_str("<div class=\"cards\">");
+    for (k, v) in cards {
+        let _ = write!(h, "<div class=\"card\">{k}<b id=\"{}\">{v}</b></div>", k.replace(['/', '.'], "_"));
+    }
+    h.push_str("</div>");
+
+    // Where the time goes: mean per request of each phase, stacked.
+    h.push_str("<h2>Where a request's time goes</h2>");
+    let requests = snap.phase(Phase::Total).count().max(1) as f64;
+    let parts: Vec<(Phase, f64)> = Phase::ALL
+        .iter()
+        .filter(|ph| **ph != Phase::Total)
+        .map(|ph| (*ph, snap.phase(*ph).sum_ns as f64 / requests))
+        .collect();
+    let sum: f64 = parts.iter().map(|x| x.1).sum();
+    h.push_str("<div class=\"bar\" role=\"img\" aria-label=\"phase breakdown\">");
+    for (i, (ph, v)) in parts.iter().enumerate() {
+        if sum > 0.0 && *v > 0.0 {
+            let _ = write!(
+                h,
+                "<span style=\"width:{:.2}%;background:{}\" title=\"{} {:.1} µs\"></span>",
+                v / sum * 100.0,
+                COLOURS[i % COLOURS.len()],
+                ph.name(),
+                v / 1e3
+            );
+        }
+    }
+    h.push_str("</div><div class=\"legend\">");
+    for (i, (ph, v)) in parts.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<span><i style=\"background:{}\"></i>{} {:.1} µs</span>",
+            COLOURS[i % COLOURS.len()],
+            ph.name(),
+            v / 1e3
+        );
+    }
+    h.push_str("</div><div class=\"wrap\"><table><tr><th>phase</th><th>count</th><th>mean</th><th>p50</th><th>p99</th></tr>");
+    for ph in Phase::ALL {
+        let v = &j["phases_us"][ph.name()];
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ph.name(),
+            v["count"],
+            fmt_us(&v["mean"]),
+            fmt_us(&v["p50"]),
+            fmt_us(&v["p99"])
+        );
+    }
+    h.push_str("</table></div>");
+
+    h.push_str("<h2>Responses</h2><div class=\"wrap\"><table><tr><th>status</th><th>count</th></tr>");
+    for (code, n) in snap.by_status() {
+        let _ = write!(h, "<tr><td>{code} {}</td><td>{n}</td></tr>", h1::reason_phrase(code));
+    }
+    h.push_str("</table></div>");
+
+    h.push_str("<h2>Connections, cache, CGI</h2><div class=\"cards\">");
+    for s in ConnState::COUNTED {
+        let _ = write!(h, "<div class=\"card\">{}<b>{}</b></div>", s.name(), snap.conns(s));
+    }
+    let (hits, misses, bytes) = p.cache.stats();
+    let rate = if hits + misses > 0 { hits as f64 * 100.0 / (hits + misses) as f64 } else { 0.0 };
+    let _ = write!(
+        h,
+        "<div class=\"card\">cache hit rate<b>{rate:.1}%</b></div><div class=\"card\">cache hits / misses<b>{hits} / {misses}</b></div>\
+<div class=\"card\">cache holds<b>{}</b></div><div class=\"card\">CGI running<b>{}</b></div></div>",
+        fmt_bytes(bytes as f64),
+        p.cgi_running()
+    );
+
+    if !snap.queues.is_empty() {
+        h.push_str("<h2>Queues</h2><div class=\"wrap\"><table><tr><th>queue</th><th>threads</th><th>length</th><th>items</th><th>mean wait</th><th>max wait</th></tr>");
+        for q in &snap.queues {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1?}</td><td>{:.1?}</td></tr>",
+                q.name, q.threads, q.len, q.items, q.mean_wait, q.max_wait
+            );
+        }
+        h.push_str("</table></div>");
+    }
+
+    let busy = snap.workers.iter().filter(|w| w.busy).count();
+    let _ = write!(
+        h,
+        "<h2>Workers: <span class=\"busy\">{busy} busy</span>, <span class=\"idle\">{} idle</span></h2>",
+        snap.workers.len() - busy
+    );
+    h.push_str("<div class=\"wrap\"><table><tr><th>worker</th><th>state</th><th>taken</th><th>for</th></tr>");
+    for w in &snap.workers {
+        let (class, state) = if w.busy { ("busy", "busy") } else { ("idle", "idle") };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"{class}\">{state}</td><td>{}</td><td>{:.1?}</td></tr>",
+            esc(&w.name),
+            w.served,
+            w.for_how_long
+        );
+    }
+    h.push_str("</table></div><h2>Settings</h2><div class=\"wrap\"><table>");
+    for (k, v) in &info.settings {
+        let _ = write!(h, "<tr><td>{k}</td><td>{}</td></tr>", esc(v));
+    }
+    h.push_str("</table></div><p><small><a href=\"/status.json\">/status.json</a> · <a href=\"/metrics\">/metrics</a></small></p></body></html>\n");
+    h
+}
