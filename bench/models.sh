@@ -8,11 +8,14 @@
 #   bench/models.sh idle                # PSS per idle keep-alive connection, 10,000 of them open
 #   SERVERS='event nginx' bench/models.sh idle
 #   bench/models.sh syscalls            # syscalls per keep-alive 500 B request (strace -c -f), evidence
+#   bench/models.sh cgi                 # CGI (issue 4): spin?ms=10 and a trivial script at 8 and 50 clients,
+#                                       # modus models vs Apache mod_cgi/mod_cgid and lighttpd mod_cgi
 #
 # Servers (SERVERS, any subset, in this order by default):
 #   modus models: per-request pool staged prefork worker perchild event amped
 #   peers:        nginx lighttpd h2o apache-prefork apache-worker apache-event
-# Idle mode default: event amped pool nginx lighttpd h2o.
+# Idle mode default: event amped pool nginx lighttpd h2o. CGI mode default: every modus model, lighttpd and
+# the three Apache MPMs (nginx and h2o run no CGI).
 #
 # Environment knobs (defaults in brackets):
 #   DURATION ROUNDS WARMUP CONNS SIZES MODES   as in bench/static.sh [10s 3 1s 50 "500B 50KB 115KB" "keepalive close"]
@@ -21,6 +24,8 @@
 #   MODUS_BIN   modus binary; unset = cargo build --release -p modus
 #   MODUS_ARGS  extra arguments for every `modus serve` [""]
 #   IDLE_CONNS  idle keep-alive connections (idle mode) [10000]
+#   CGI_CASES   CGI mode: SCRIPT/CONNECTIONS cases ["spin10/8 spin10/50 spin0/8 spin0/50"];
+#               spinN = the bundled cgi-spin computing N ms of CPU (the papers' CGI workload); spin0 = trivial
 #   SERVER_CPU LOAD_CPU NOISE_PCT QUIET_TIMEOUT RETRY_NOISY NOISE_BUDGET   as in bench/static.sh [0 1 5 60 2 900]
 #   BENCH_MD    markdown file to update, "off" to skip  [<repo>/BENCHMARKS.md]
 #   RESULTS_DIR raw output directory                    [<repo>/bench/results/models-<timestamp>]
@@ -43,7 +48,7 @@ BENCH_TAG=models.sh
 source "$SCRIPT_DIR/lib.sh"
 
 ACTION=${1:-bench}
-case $ACTION in bench|idle|syscalls) ;; *) die "unknown action '$ACTION' (bench, idle, syscalls)";; esac
+case $ACTION in bench|idle|syscalls|cgi) ;; *) die "unknown action '$ACTION' (bench, idle, syscalls, cgi)";; esac
 
 MODUS_MODELS="per-request pool staged prefork worker perchild event amped"
 PEERS="nginx lighttpd h2o apache-prefork apache-worker apache-event"
@@ -59,10 +64,12 @@ MODES=${MODES:-keepalive close}
 case $ACTION in
     idle) SERVERS=${SERVERS:-event amped pool nginx lighttpd h2o} ;;
     syscalls) SERVERS=${SERVERS:-event pool prefork worker nginx lighttpd h2o apache-event} ;;
+    cgi) SERVERS=${SERVERS:-$MODUS_MODELS lighttpd apache-prefork apache-worker apache-event} ;;
     *) SERVERS=${SERVERS:-$MODUS_MODELS $PEERS} ;;
 esac
 MODUS_ARGS=${MODUS_ARGS:-}
 IDLE_CONNS=${IDLE_CONNS:-10000}
+CGI_CASES=${CGI_CASES:-spin10/8 spin10/50 spin0/8 spin0/50}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 NOISE_PCT=${NOISE_PCT:-5}
@@ -89,9 +96,9 @@ need wrk wrk; need curl curl; need taskset util-linux; need setsid util-linux
 for s in $SERVERS; do
     case $s in
         per-request|pool|staged|prefork|worker|perchild|event|amped) ;;
-        nginx) need nginx nginx ;;
+        nginx) [ "$ACTION" != cgi ] || die "nginx runs no CGI"; need nginx nginx ;;
         lighttpd) need lighttpd lighttpd ;;
-        h2o) need h2o h2o ;;
+        h2o) [ "$ACTION" != cgi ] || die "h2o runs no CGI here"; need h2o h2o ;;
         apache-prefork|apache-worker|apache-event)
             [ -x "$APACHE_BIN" ] && [ -r "$APACHE_MODS/mod_mpm_${s#apache-}.so" ] || missing+=(apache2) ;;
         *) die "SERVERS: unknown server '$s' (models: $MODUS_MODELS; peers: $PEERS)" ;;
@@ -117,6 +124,7 @@ mkdir -p "$RESULTS_DIR"
 WORK=$(mktemp -d /tmp/modus-models.XXXXXX)
 chmod 755 "$WORK"   # Apache's children run as www-data and must reach the docroot
 DOCROOT=$WORK/www
+CGI_DIR=$WORK/cgi-bin   # cgi mode: the bundled cgi-spin, copied so Apache's www-data children may run it
 
 declare -A PORT_OF=() PID_OF=() LOG_OF=() CMD_OF=() SET_OF=()
 STARTED=()
@@ -187,6 +195,7 @@ start_modus_model() {
     args="$(modus_model_args "$model") --max-keepalive-requests 100000000"
     args=${args# }
     [ "$ACTION" = idle ] && args="$args --keepalive-timeout ${IDLE_TIMEOUT_S}s"
+    [ "$ACTION" = cgi ] && args="$args --cgi-dir $CGI_DIR"
     [ -n "$MODUS_ARGS" ] && args="$args $MODUS_ARGS"
     read -r -a argv <<<"$args"
     LOG_OF[$model]=$WORK/$model-access.log
@@ -198,7 +207,7 @@ start_modus_model() {
     line=$(wait_modus_listening "${PID_OF[$model]}" "$RESULTS_DIR/$model.stdout" "$RESULTS_DIR/$model.stderr") || exit 2
     addr=$(awk '{ print $3 }' <<<"$line")
     PORT_OF[$model]=${addr##*:}
-    CMD_OF[$model]="taskset -c $SERVER_CPU modus serve DOCROOT --listen 127.0.0.1:PORT --model $model --access-log FILE $args"
+    CMD_OF[$model]="taskset -c $SERVER_CPU modus serve DOCROOT --listen 127.0.0.1:PORT --model $model --access-log FILE ${args//$CGI_DIR/WORK\/cgi-bin}"
     SET_OF[$model]=$(modus_model_note "$model")
 }
 
@@ -257,9 +266,15 @@ start_lighttpd() {
     port=$(free_port 18500)
     [ "$ACTION" = idle ] && idle=$IDLE_TIMEOUT_S
     LOG_OF[lighttpd]=$WORK/lighttpd-access.log
+    local cgi_conf="" modules='"mod_accesslog"'
+    if [ "$ACTION" = cgi ]; then
+        modules='"mod_alias", "mod_cgi", "mod_accesslog"'
+        cgi_conf="alias.url = ( \"/cgi-bin/\" => \"$CGI_DIR/\" )
+\$HTTP[\"url\"] =~ \"^/cgi-bin/\" { cgi.assign = ( \"\" => \"\" ) }"
+    fi
     cat >"$conf" <<EOF
 # generated by bench/models.sh
-server.modules = ( "mod_accesslog" )
+server.modules = ( $modules )
 server.document-root = "$DOCROOT"
 server.bind = "127.0.0.1"
 server.port = $port
@@ -270,6 +285,7 @@ server.max-keep-alive-idle = $idle
 server.max-fds = 20000
 server.max-connections = 10240
 mimetype.assign = ( ".txt" => "text/plain", "" => "application/octet-stream" )
+$cgi_conf
 EOF
     cp "$conf" "$RESULTS_DIR/lighttpd.conf"
     lighttpd -tt -f "$conf" >"$RESULTS_DIR/lighttpd-check.txt" 2>&1 || { cat "$RESULTS_DIR/lighttpd-check.txt" >&2; die "lighttpd -tt failed"; }
@@ -279,7 +295,7 @@ EOF
     wait_http "$port" "${PID_OF[lighttpd]}" lighttpd "$WORK/lighttpd-error.log"
     PORT_OF[lighttpd]=$port
     CMD_OF[lighttpd]="taskset -c $SERVER_CPU lighttpd -D -f WORK/lighttpd.conf"
-    SET_OF[lighttpd]="1 process (default); mod_accesslog (CLF); server.max-keep-alive-requests = 100000000; server.max-keep-alive-idle = $idle; server.max-fds = 20000; server.max-connections = 10240; network backend: default (sendfile)"
+    SET_OF[lighttpd]="1 process (default); mod_accesslog (CLF);$([ "$ACTION" = cgi ] && echo ' mod_cgi (fork+exec per request) under /cgi-bin/;') server.max-keep-alive-requests = 100000000; server.max-keep-alive-idle = $idle; server.max-fds = 20000; server.max-connections = 10240; network backend: default (sendfile)"
 }
 
 start_h2o() {
@@ -335,8 +351,20 @@ start_apache() {
     chmod 755 "$dir"
     conf=$dir/httpd.conf
     LOG_OF[$name]=$dir/access.log
-    local run_user=""
+    local run_user="" cgi_conf="" cgi_mod=cgi
     if [ "$(id -u)" -eq 0 ]; then run_user=$'User www-data\nGroup www-data'; fi
+    if [ "$ACTION" = cgi ]; then
+        # Debian's choice: mod_cgi under prefork, mod_cgid (a fork server) under the threaded MPMs
+        [ "$mpm" = prefork ] || cgi_mod=cgid
+        cgi_conf="LoadModule alias_module $APACHE_MODS/mod_alias.so
+LoadModule ${cgi_mod}_module $APACHE_MODS/mod_${cgi_mod}.so
+ScriptAlias /cgi-bin/ $CGI_DIR/
+<Directory $CGI_DIR>
+    AllowOverride None
+    Options +ExecCGI
+    Require all granted
+</Directory>"
+    fi
     cat >"$conf" <<EOF
 # generated by bench/models.sh
 ServerRoot $dir
@@ -371,6 +399,7 @@ DocumentRoot $DOCROOT
     Options None
     Require all granted
 </Directory>
+$cgi_conf
 EOF
     cp "$conf" "$RESULTS_DIR/$name.conf"
     "$APACHE_BIN" -t -f "$conf" >"$RESULTS_DIR/$name-check.txt" 2>&1 || { cat "$RESULTS_DIR/$name-check.txt" >&2; die "$name: apache2 -t failed"; }
@@ -381,7 +410,7 @@ EOF
     wait_http "$port" "${PID_OF[$name]}" "$name" "$dir/error.log"
     PORT_OF[$name]=$port
     CMD_OF[$name]="setsid taskset -c $SERVER_CPU apache2 -f WORK/$name/httpd.conf -DFOREGROUND"
-    SET_OF[$name]="mpm_$mpm: $(apache_sizing "$mpm" | paste -sd ';' | sed 's/;/; /g'); KeepAlive On; MaxKeepAliveRequests 0 (unlimited); KeepAliveTimeout $kt; EnableSendfile On; CustomLog combined"
+    SET_OF[$name]="mpm_$mpm: $(apache_sizing "$mpm" | paste -sd ';' | sed 's/;/; /g');$([ "$ACTION" = cgi ] && echo " mod_$cgi_mod + ScriptAlias /cgi-bin/;") KeepAlive On; MaxKeepAliveRequests 0 (unlimited); KeepAliveTimeout $kt; EnableSendfile On; CustomLog combined"
 }
 
 start_server() {
@@ -860,8 +889,149 @@ report_bench() {
     fi
 }
 
+# ---------------------------------------------------------------- cgi mode
+
+cgi_label() { # cgi_label CASE -> "spin 10 ms ×8"
+    local script=${1%/*} conns=${1#*/} ms
+    ms=${script#spin}
+    if [ "$ms" = 0 ]; then echo "trivial ×$conns"; else echo "spin $ms ms ×$conns"; fi
+}
+
+run_cgi() {
+    local s c ms conns url raw round body
+    ensure_modus_bin
+    mkdir -p "$CGI_DIR"
+    cp "$(dirname "$MODUS_BIN")/cgi-spin" "$CGI_DIR/spin" || die "no cgi-spin next to $MODUS_BIN"
+    chmod 755 "$CGI_DIR" "$CGI_DIR/spin"
+    for s in $SERVERS; do start_server "$s"; done
+    for s in $SERVERS; do
+        url="http://127.0.0.1:${PORT_OF[$s]}/cgi-bin/spin?ms=1"
+        body=$(curl -sS --max-time 10 "$url") || die "$s: GET $url failed"
+        case $body in "spun 1 ms"*) ;; *) die "$s: GET $url answered: $body" ;; esac
+    done
+    log "pre-flight ok: every server runs the script"
+
+    CSV=$RESULTS_DIR/runs.csv
+    echo "round,case,server,req_per_s,p99_ms,requests,socket_errors,non_2xx_3xx,server_ticks,server_us_per_req,cpu${SERVER_CPU}_busy_pct,cpu${LOAD_CPU}_busy_pct,other_jobs_pct" >"$CSV"
+    declare -gA RPS=() P99=() USR=() BUSY_S=() BUSY_L=() ERRS=() NOISY_OF=()
+    read -r -a CASES <<<"$CGI_CASES"
+    read -r -a SERVER_LIST <<<"$SERVERS"
+    total_runs=$(( ROUNDS * ${#CASES[@]} * ${#SERVER_LIST[@]} ))
+    run_no=0; NOISY=0; RETRIED=0; SPENT_ON_NOISE=0
+    local T0 i
+    T0=$(date +%s)
+    log "measuring: $total_runs runs of $DURATION (+$WARMUP warm-up) — about $(( total_runs * (DUR_S + WARM_S + 1) / 60 + 1 )) min"
+    for round in $(seq 1 "$ROUNDS"); do
+        local order=("${SERVER_LIST[@]}")
+        if [ $((round % 2)) -eq 0 ]; then
+            order=()
+            for ((i = ${#SERVER_LIST[@]} - 1; i >= 0; i--)); do order+=("${SERVER_LIST[$i]}"); done
+        fi
+        for c in "${CASES[@]}"; do
+            ms=${c%/*}; ms=${ms#spin}; conns=${c#*/}
+            for s in "${order[@]}"; do
+                run_no=$((run_no + 1))
+                url="http://127.0.0.1:${PORT_OF[$s]}/cgi-bin/spin?ms=$ms"
+                raw="$RESULTS_DIR/r$round-spin$ms-c$conns-$s.txt"
+                CONNS=$conns measure_run "$s" "$c" "$round" "$url" "$raw" "${PID_OF[$s]}"
+                : >"${LOG_OF[$s]}" 2>/dev/null || true
+                key="$s|$c"
+                RPS[$key]="${RPS[$key]:-} $rps"
+                P99[$key]="${P99[$key]:-} $p99"
+                USR[$key]="${USR[$key]:-} $us_req"
+                BUSY_S[$key]="${BUSY_S[$key]:-} $busy_s"
+                BUSY_L[$key]="${BUSY_L[$key]:-} $busy_l"
+                ERRS[$key]=$(( ${ERRS[$key]:-0} + sockerr + non2xx ))
+                echo "$round,$c,$s,$rps,$p99,$reqs,$sockerr,$non2xx,$dticks,$us_req,$busy_s,$busy_l,$other" >>"$CSV"
+                log "[$run_no/$total_runs] round $round $(cgi_label "$c") $s: $rps req/s, p99 $p99 ms, $us_req µs/req CPU" \
+                    "(server + scripts), errors $sockerr, non-2xx/3xx $non2xx"
+            done
+        done
+    done
+    ELAPSED=$(( $(date +%s) - T0 ))
+    report_cgi
+}
+
+report_cgi() {
+    local c s any_err=0 hdr="| server |" sep="|---|"
+    for c in "${CASES[@]}"; do hdr="$hdr $(cgi_label "$c") |"; sep="$sep---:|"; done
+    cgi_table() { # cgi_table ARRAY FORMATTER
+        local arr=$1 fmt=$2 cells mark
+        echo "$hdr"; echo "$sep"
+        for s in "${SERVER_LIST[@]}"; do
+            cells="| $s |"
+            for c in "${CASES[@]}"; do
+                mark=""
+                [ "${NOISY_OF[$s|$c]:-0}" -gt 0 ] && mark=" †"
+                [ "${ERRS[$s|$c]:-0}" -gt 0 ] && { mark="$mark **E${ERRS[$s|$c]}**"; any_err=1; }
+                cells="$cells $("$fmt" "$(med_of "$arr" "$s|$c")")$mark |"
+            done
+            echo "$cells"
+        done
+    }
+    local TGT=$WORK/cgi-targets.md
+    {
+        echo "| case | best modus model (req/s) | best peer (req/s) | ratio | ≥ 1.2× |"
+        echo "|---|---|---|---:|---|"
+        for c in "${CASES[@]}"; do
+            local bm="" bm_r=0 bp="" bp_r=0 r
+            for s in "${SERVER_LIST[@]}"; do
+                r=$(med_of RPS "$s|$c")
+                if is_modus "$s"; then
+                    if awk -v a="$r" -v b="$bm_r" 'BEGIN { exit !(a > b) }'; then bm=$s; bm_r=$r; fi
+                elif awk -v a="$r" -v b="$bp_r" 'BEGIN { exit !(a > b) }'; then bp=$s; bp_r=$r; fi
+            done
+            [ -n "$bm" ] && [ -n "$bp" ] || continue
+            echo "| $(cgi_label "$c") | $bm ($(fmt_int "$bm_r")) | $bp ($(fmt_int "$bp_r")) | $(awk -v a="$bm_r" -v b="$bp_r" 'BEGIN { printf "%.2f", a / b }') | $(awk -v a="$bm_r" -v b="$bp_r" 'BEGIN { print (a >= 1.2 * b) ? "met" : "**not met**" }') |"
+        done
+    } >"$TGT"
+    local CMDLINE="DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS CGI_CASES='$CGI_CASES' SERVERS='$SERVERS'"
+    [ -n "$MODUS_ARGS" ] && CMDLINE="$CMDLINE MODUS_ARGS='$MODUS_ARGS'"
+    CMDLINE="$CMDLINE bench/models.sh cgi"
+    local BLOCK=$WORK/cgi-block.md
+    {
+        echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') — $(machine_label)"
+        echo
+        echo "- $(versions_line); modus git $(git_rev_label)"
+        echo "- command: \`$CMDLINE\` ($ELAPSED s)"
+        echo "- load: \`taskset -c $LOAD_CPU wrk -t1 -cN -d$DURATION --latency URL\` (keep-alive), N = the clients in the column; $ROUNDS round(s), servers interleaved per case, medians"
+        echo "- script: the bundled \`cgi-spin\` (\`/cgi-bin/spin?ms=N\` burns N ms of CPU time, then prints 40 bytes; \`ms=0\` is the trivial script), one copy served by every server; a script inherits the server's CPU pinning, so scripts and server share CPU $SERVER_CPU"
+        echo "- servers (pinned to CPU $SERVER_CPU; WORK is a temp dir):"
+        settings_list | sed 's/^/  /'
+        echo "- raw output: \`bench/results/$(basename "$RESULTS_DIR")/\` (git-ignored)"
+        echo
+        echo "**Requests/s** (median)"
+        echo
+        cgi_table RPS fmt_int
+        echo
+        echo "**CPU µs per request**, server and its scripts (utime+stime+cutime+cstime of the server's process tree ÷ requests; a 10 ms spin is ≥ 10,000 of it)"
+        echo
+        cgi_table USR fmt_1
+        echo
+        echo "**p99 latency, ms**"
+        echo
+        cgi_table P99 fmt_2
+        echo
+        if [ "$NOISY" -gt 0 ]; then echo "† at least one run of this cell had other jobs using ≥ $NOISE_PCT % of a core ($NOISY of $total_runs runs)."; echo; fi
+        if [ "$any_err" -ne 0 ]; then echo "**E*n*: wrk saw *n* socket errors or non-2xx/3xx answers in this cell — see \`runs.csv\`.**"; echo; fi
+        echo "**Target: the best modus model ≥ 1.2× the best peer**"
+        echo
+        cat "$TGT"
+    } >"$BLOCK"
+    cp "$BLOCK" "$RESULTS_DIR/summary.md"
+    if [ "$BENCH_MD" != off ]; then
+        replace_md_block "$BENCH_MD" cgi "$BLOCK"
+        log "updated $BENCH_MD"
+    fi
+    echo
+    cat "$BLOCK"
+    log "raw results in $RESULTS_DIR"
+    [ "$any_err" -eq 0 ] || { log "FAILED: some runs reported errors (cells marked E)"; return 1; }
+}
+
 case $ACTION in
     bench) run_bench ;;
     idle) run_idle ;;
     syscalls) run_syscalls ;;
+    cgi) run_cgi ;;
 esac

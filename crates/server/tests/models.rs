@@ -146,3 +146,61 @@ fn staged_reports_its_queues() {
         assert!(line.contains("mean wait") && line.contains("queue now 0"), "{line}");
     }
 }
+
+/// `--max-cgi` caps the scripts one process runs at once: beyond it a
+/// request gets 503 with `Retry-After` at once (no queueing behind a script
+/// that may run for minutes), and service resumes when a script ends. Every
+/// model with several connections per process; a prefork child serves one
+/// connection at a time, so there the cap is `--max-clients`.
+#[test]
+fn max_cgi_answers_503_beyond_the_cap() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Docroot::standard();
+    let dir = tempfile::Builder::new().prefix("modus-maxcgi-").tempdir().unwrap();
+    for (name, text) in [
+        ("stall", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nstart\\n'\nexec sleep 30\n"),
+        ("hello", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nhello\\n'\n"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let cgi_dir = dir.path().to_str().unwrap();
+    let one_process: &[(&str, &[&str])] = &[
+        ("per-request", &[]),
+        ("pool", &[]),
+        ("staged", &[]),
+        ("event", &[]),
+        ("amped", &[]),
+        ("worker", &["--threads-per-child", "8", "--max-clients", "8"]),
+        ("perchild", &["--processes", "1"]),
+    ];
+    for (model, extra) in one_process {
+        let mut args = vec!["--cgi-dir", cgi_dir, "--max-cgi", "1", "--cgi-timeout", "2s"];
+        args.extend_from_slice(extra);
+        let srv = Server::start(BIN, model, root.path(), &args);
+        // The only slot: a script that printed its head and then stalls.
+        let mut holder = srv.client();
+        holder.send("GET /cgi-bin/stall HTTP/1.1\r\nHost: x\r\n\r\n");
+        holder.wait_for_bytes(12);
+        let refused = srv.client().request("GET", "/cgi-bin/hello", &[]);
+        refused.assert_status(503);
+        assert_eq!(refused.header("Retry-After"), Some("1"), "{model}\n{}", refused.describe());
+        // Static files are not capped.
+        srv.client().request("GET", "/hello.txt", &[]).assert_status(200);
+        // The stalled script is killed by --cgi-timeout; its slot comes back.
+        drop(holder);
+        let mut served = false;
+        for _ in 0..200 {
+            let r = srv.client().request("GET", "/cgi-bin/hello", &[]);
+            if r.status == 200 {
+                assert_eq!(r.body_str(), "hello\n", "{model}");
+                served = true;
+                break;
+            }
+            r.assert_status(503);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(served, "{model}: the slot of a finished script never came back");
+    }
+}

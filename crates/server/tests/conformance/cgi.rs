@@ -35,14 +35,19 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("sleepy", "echo $$ > \"$PIDFILE_DIR/sleepy.pid\"\nexec sleep 30\n"),
     ("stall", "printf 'Content-Type: text/plain\\n\\nstart\\n'\nexec sleep 30\n"),
     ("big", "printf 'Content-Type: application/octet-stream\\n\\n'\nyes 0123456789abcde | head -c 3145728\n"),
+    ("mark", "touch \"$PIDFILE_DIR/mark.ran\"\nprintf 'Content-Type: text/plain\\n\\nran\\n'\nexec cat >/dev/null\n"),
     ("eager", "printf 'Content-Type: text/plain\\n\\n'\nhead -c 200000 /dev/zero | tr '\\0' x\nexec cat >/dev/null\n"),
 ];
 
 fn cgi_server(args: &[&str]) -> Cgi {
     let root = Docroot::standard();
     let dir = tempfile::Builder::new().prefix("modus-cgi-").tempdir().unwrap();
+    let cgi_dir = dir.path().to_str().unwrap().to_string();
+    // Scripts that leave evidence write it to PIDFILE_DIR: nothing of ours
+    // leaks into their environment, so the path is written into the script.
     for (name, body) in SCRIPTS {
-        write_script(dir.path(), name, &format!("#!/bin/sh\n{body}"), 0o755);
+        let text = format!("#!/bin/sh\n{body}").replace("$PIDFILE_DIR", &cgi_dir);
+        write_script(dir.path(), name, &text, 0o755);
     }
     write_script(dir.path(), "source.sh", "#!/bin/sh\necho SOURCE-MUST-NOT-LEAK\n", 0o644);
     std::fs::create_dir(dir.path().join("sub")).unwrap();
@@ -60,12 +65,6 @@ fn cgi_server(args: &[&str]) -> Cgi {
         };
         std::os::unix::fs::symlink(exe, dir.path().join(bin)).unwrap();
     }
-    let cgi_dir = dir.path().to_str().unwrap().to_string();
-    // Scripts read PIDFILE_DIR: nothing of ours leaks into their
-    // environment, so it comes from a variable the script sets itself.
-    let sleepy = dir.path().join("sleepy");
-    let text = std::fs::read_to_string(&sleepy).unwrap().replace("$PIDFILE_DIR", &cgi_dir);
-    write_script(dir.path(), "sleepy", &text, 0o755);
     let mut all = vec!["--cgi-dir", cgi_dir.as_str()];
     all.extend_from_slice(args);
     let srv = serve(MODEL, &root, &all);
@@ -227,6 +226,44 @@ fn post_with_a_chunked_body_is_dechunked_with_content_length() {
     assert_bytes_eq(&r.body, &body, "echoed chunked body");
     let r = c.request("GET", "/cgi-bin/hello", &[]);
     r.assert_status(200);
+}
+
+#[test]
+fn a_body_over_max_body_is_413_and_the_script_never_runs() {
+    let t = cgi_server(&["--max-body", "1000"]);
+    let ran = t.dir.path().join("mark.ran");
+    // Declared too large: refused before anything is read or started.
+    let mut c = t.srv.client();
+    c.send("POST /cgi-bin/mark HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1001\r\n\r\n");
+    let r = c.read_response("POST");
+    r.assert_status(413);
+    check_common(&r, "POST");
+    assert!(r.connection_has("close"), "the unread body ends the connection\n{}", r.describe());
+    assert!(c.is_closed());
+    // Chunked, discovered too large only while reading it.
+    let mut req =
+        b"POST /cgi-bin/mark HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..3 {
+        req.extend_from_slice(b"190\r\n");
+        req.extend_from_slice(&[b'z'; 400]);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    let mut c = t.srv.client();
+    let _ = c.try_send(&req);
+    let r = c.read_response("POST");
+    r.assert_status(413);
+    assert!(r.connection_has("close"), "{}", r.describe());
+    assert!(!ran.exists(), "the script ran for a refused body");
+    // Exactly at the limit is fine.
+    let mut c = t.srv.client();
+    let mut req = b"POST /cgi-bin/mark HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n".to_vec();
+    req.extend_from_slice(&[b'z'; 1000]);
+    c.send(&req);
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "ran\n");
+    assert!(ran.exists());
 }
 
 #[test]
