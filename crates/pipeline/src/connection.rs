@@ -118,6 +118,44 @@ pub struct Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.stats.move_conn(self.gauge, ConnState::None);
+        spare_buffers::give_back(std::mem::take(&mut self.buf));
+    }
+}
+
+/// Read buffers of connections that went idle, kept for the next ones that
+/// get data. An idle keep-alive connection holds no buffer (nginx frees
+/// its buffer too), yet a busy server neither allocates nor zeroes one per
+/// request: a loop reuses a few, warm in its cache. Per thread, because
+/// a connection is read by one thread at a time and a lock would cost
+/// more than the allocation it saves.
+mod spare_buffers {
+    use super::READ_SIZE;
+    use std::cell::RefCell;
+
+    /// Enough for a loop's burst of ready connections; beyond, freed.
+    const KEEP: usize = 64;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> Box<[u8]> {
+        SPARE.with_borrow_mut(Vec::pop).unwrap_or_else(|| vec![0; READ_SIZE].into_boxed_slice())
+    }
+
+    /// Grown buffers (long heads) are freed: the pool holds only the
+    /// common size.
+    pub(super) fn give_back(buf: Box<[u8]>) {
+        if buf.len() == READ_SIZE {
+            // During thread exit the pool may already be gone; then the
+            // buffer is simply freed.
+            let _ = SPARE.try_with(|spare| {
+                let mut spare = spare.borrow_mut();
+                if spare.len() < KEEP {
+                    spare.push(buf);
+                }
+            });
+        }
     }
 }
 
@@ -637,23 +675,22 @@ impl Connection {
     /// Reads into the free tail of the buffer; grows it only while a head
     /// is incomplete (parsing bounds that by `max_header_bytes`).
     ///
-    /// With nothing buffered it reads onto the stack first and takes a heap
-    /// buffer only if bytes came: a connection that turns out to be idle —
-    /// most keep-alive connections, most of the time — then holds none
-    /// (nginx does the same), at the price of copying one read.
+    /// With nothing buffered it borrows a spare buffer for the read and
+    /// keeps it only if bytes came: a connection that turns out to be idle —
+    /// most keep-alive connections, most of the time — then holds none.
     fn fill(&mut self, sock: &TcpStream) -> io::Result<usize> {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
             if self.buf.is_empty() {
-                let mut first = [0u8; READ_SIZE];
-                let n = read_retrying(sock, &mut first)?;
-                if n > 0 {
-                    let mut buf = Vec::with_capacity(READ_SIZE);
-                    buf.extend_from_slice(&first[..n]);
-                    buf.resize(READ_SIZE, 0);
-                    self.buf = buf.into_boxed_slice();
-                    self.end = n;
+                let mut buf = spare_buffers::take();
+                let read = read_retrying(sock, &mut buf);
+                if matches!(read, Ok(1..)) {
+                    self.buf = buf;
+                } else {
+                    spare_buffers::give_back(buf);
                 }
+                let n = read?;
+                self.end = n;
                 return Ok(n);
             }
         } else if self.end == self.buf.len() {
@@ -1008,7 +1045,7 @@ impl Connection {
             // An idle keep-alive connection keeps no buffer until its next
             // request arrives (nginx does the same): ten thousand idle
             // clients then cost a few hundred bytes each, not 4 KiB.
-            self.buf = Box::default();
+            spare_buffers::give_back(std::mem::take(&mut self.buf));
             (self.start, self.end) = (0, 0);
             self.set_state(ConnState::KeepAlive);
         }
