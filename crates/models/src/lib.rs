@@ -8,6 +8,7 @@
 mod accept;
 mod amped;
 mod event;
+mod handoff;
 mod per_request;
 mod perchild;
 mod pool;

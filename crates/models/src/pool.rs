@@ -6,13 +6,14 @@
 
 use std::io;
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
-use crossbeam_channel::bounded;
 use pipeline::serve_blocking;
 use pipeline::stats::Phase;
 
+use crate::handoff::Handoff;
 use crate::{accept, Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -31,17 +32,17 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let ModelEnv { listener, pipeline, shutdown, tuning } = env;
     // Bounded: when every thread is busy and the queue is full, the
     // acceptor blocks and further clients wait in the kernel's backlog.
-    let (queue, jobs) = bounded::<(TcpStream, Instant)>(tuning.queue.max(1));
+    let queue = Arc::new(Handoff::<(TcpStream, Instant)>::new(tuning.queue));
     let threads = tuning.threads.max(1);
     let waiting = pipeline.stats.queue("accept", threads);
     let mut workers = Vec::with_capacity(threads);
     for i in 0..threads {
-        let (jobs, pipeline, shutdown) = (jobs.clone(), pipeline.clone(), shutdown.clone());
+        let (jobs, pipeline, shutdown) = (queue.clone(), pipeline.clone(), shutdown.clone());
         let waiting = waiting.clone();
         let worker =
             thread::Builder::new().name(format!("pool-{i}")).stack_size(STACK_SIZE).spawn(move || {
                 let me = pipeline.stats.worker(format!("pool-{i}"));
-                for (stream, queued) in jobs.iter() {
+                while let Some((stream, queued)) = jobs.pop() {
                     let waited = queued.elapsed();
                     waiting.pop(waited);
                     if pipeline.stats.timing {
@@ -56,11 +57,11 @@ fn run(env: ModelEnv) -> io::Result<()> {
     }
     let result = accept::run(&listener, &shutdown, &pipeline, |stream| {
         waiting.push();
-        queue.send((stream, Instant::now())).is_ok()
+        queue.push((stream, Instant::now())).is_ok()
     });
     // Refuse new connections at once; queued ones are still served.
     drop(listener);
-    drop(queue);
+    queue.close();
     for worker in workers {
         let _ = worker.join();
     }

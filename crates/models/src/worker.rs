@@ -24,9 +24,9 @@ use std::sync::{Condvar, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crossbeam_channel::bounded;
 use pipeline::BLOCKING_TICK;
 
+use crate::handoff::Handoff;
 use crate::process::{self, Accepted, Child, Scaling, STACK_SIZE};
 use crate::{Caps, ModelEnv, ModelInfo};
 
@@ -55,15 +55,15 @@ fn run(env: ModelEnv) -> io::Result<()> {
 fn child(c: &Child) {
     let per_child = c.tuning.threads_per_child.max(1);
     let idlers = Idlers::default();
-    let (queue, jobs) = bounded::<TcpStream>(per_child);
+    let queue = Handoff::<TcpStream>::new(per_child);
     thread::scope(|s| {
         for i in 0..per_child {
-            let (jobs, idlers) = (jobs.clone(), &idlers);
+            let (jobs, idlers) = (&queue, &idlers);
             let worker = thread::Builder::new().name(format!("worker-{i}")).stack_size(STACK_SIZE);
             let spawned = worker.spawn_scoped(s, move || {
                 c.idle_workers(1);
                 idlers.release();
-                for stream in jobs.iter() {
+                while let Some(stream) = jobs.pop() {
                     c.serve(stream);
                     idlers.release();
                 }
@@ -73,14 +73,13 @@ fn child(c: &Child) {
                 c.pipeline.error_log.error(format_args!("worker: cannot start a thread: {e}"));
             }
         }
-        drop(jobs);
         while !c.stop.is_triggered() {
             if !idlers.reserve(BLOCKING_TICK) {
                 continue;
             }
             match c.accept() {
                 Accepted::Conn(stream) => {
-                    if queue.send(stream).is_err() {
+                    if queue.push(stream).is_err() {
                         break;
                     }
                 }
@@ -94,7 +93,7 @@ fn child(c: &Child) {
             }
         }
         // Workers drain what is queued, finish, and the scope joins them.
-        drop(queue);
+        queue.close();
     });
 }
 
