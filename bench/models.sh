@@ -295,7 +295,9 @@ EOF
     wait_http "$port" "${PID_OF[lighttpd]}" lighttpd "$WORK/lighttpd-error.log"
     PORT_OF[lighttpd]=$port
     CMD_OF[lighttpd]="taskset -c $SERVER_CPU lighttpd -D -f WORK/lighttpd.conf"
-    SET_OF[lighttpd]="1 process (default); mod_accesslog (CLF);$([ "$ACTION" = cgi ] && echo ' mod_cgi (fork+exec per request) under /cgi-bin/;') server.max-keep-alive-requests = 100000000; server.max-keep-alive-idle = $idle; server.max-fds = 20000; server.max-connections = 10240; network backend: default (sendfile)"
+    local cgi_note=''
+    [ "$ACTION" = cgi ] && cgi_note=' mod_cgi (fork+exec per request) under /cgi-bin/;'
+    SET_OF[lighttpd]="1 process (default); mod_accesslog (CLF);$cgi_note server.max-keep-alive-requests = 100000000; server.max-keep-alive-idle = $idle; server.max-fds = 20000; server.max-connections = 10240; network backend: default (sendfile)"
 }
 
 start_h2o() {
@@ -410,7 +412,9 @@ EOF
     wait_http "$port" "${PID_OF[$name]}" "$name" "$dir/error.log"
     PORT_OF[$name]=$port
     CMD_OF[$name]="setsid taskset -c $SERVER_CPU apache2 -f WORK/$name/httpd.conf -DFOREGROUND"
-    SET_OF[$name]="mpm_$mpm: $(apache_sizing "$mpm" | paste -sd ';' | sed 's/;/; /g');$([ "$ACTION" = cgi ] && echo " mod_$cgi_mod + ScriptAlias /cgi-bin/;") KeepAlive On; MaxKeepAliveRequests 0 (unlimited); KeepAliveTimeout $kt; EnableSendfile On; CustomLog combined"
+    local cgi_note=''
+    [ "$ACTION" = cgi ] && cgi_note=" mod_$cgi_mod + ScriptAlias /cgi-bin/;"
+    SET_OF[$name]="mpm_$mpm: $(apache_sizing "$mpm" | paste -sd ';' | sed 's/;/; /g');$cgi_note KeepAlive On; MaxKeepAliveRequests 0 (unlimited); KeepAliveTimeout $kt; EnableSendfile On; CustomLog combined"
 }
 
 start_server() {
