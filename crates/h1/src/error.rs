@@ -9,7 +9,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     /// 400: the request is malformed. The text is a short lowercase reason
-    /// for the error log and the error page, e.g. `"conflicting Content-Length"`.
+    /// for the error log and the error page, e.g. `"duplicate Content-Length"`.
     #[error("bad request: {0}")]
     BadRequest(&'static str),
     /// 414: the request line is longer than [`Limits::max_request_line`](crate::Limits::max_request_line)

@@ -69,7 +69,13 @@ fn unknown_model_exits_2_and_lists_models() {
     let out =
         run_modus(&["serve", root.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--model", "nope"]);
     assert_exit(&out, 2);
-    assert!(out.stderr.contains("pool"), "stderr should list the models:\n{}", out.stderr);
+    let listing = run_modus(&["models"]);
+    assert_exit(&listing, 0);
+    let names: Vec<&str> = listing.stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(names.len() >= 8, "modus models lists every model:\n{}", listing.stdout);
+    for name in names {
+        assert!(out.stderr.contains(name), "stderr should list {name}:\n{}", out.stderr);
+    }
 }
 
 #[test]
@@ -192,4 +198,14 @@ fn error_log_to_file() {
     let mut srv = Server::start(BIN, "pool", root.path(), &["--error-log", errlog.to_str().unwrap()]);
     get_ok(&srv, "/hello.txt");
     stop(&mut srv);
+    let text = std::fs::read_to_string(&errlog).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 2, "start and stop are logged:\n{text}");
+    for line in &lines {
+        // `[23/Nov/2026:18:05:46 +0000] [info] ...`: a timestamp, then a level.
+        let stamp = line.strip_prefix('[').and_then(|l| l.split_once("] [")).map(|(t, _)| t);
+        assert!(stamp.is_some_and(|t| t.len() == 26 && t.ends_with(" +0000")), "timestamped: {line:?}");
+    }
+    assert!(lines[0].contains("serving") && lines[0].contains("pool"), "{text}");
+    assert!(text.contains("stopping"), "{text}");
 }

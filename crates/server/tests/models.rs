@@ -109,6 +109,10 @@ fn many_idle_connections(model: &str) {
     for i in [0, IDLE / 2, IDLE - 1] {
         idle[i].request("GET", "/hello.txt", &[]).assert_status(200);
     }
+    // No thread (or buffer-holding task) per connection: the loop and its
+    // helpers are a handful of threads however many clients are connected.
+    let threads = std::fs::read_dir(format!("/proc/{}/task", srv.pid())).unwrap().count();
+    assert!(threads < 32, "{threads} threads for {IDLE} connections");
 }
 
 #[test]

@@ -141,6 +141,100 @@ fn a_child_killed_with_sigkill_is_reaped_and_replaced() {
     }
 }
 
+/// The child of `master` whose descriptors include the server side of the
+/// client connection `client` (matched by socket inode in /proc/net/tcp).
+fn child_serving(master: u32, client: &TcpStream) -> Option<u32> {
+    let local = client.local_addr().ok()?;
+    let peer = client.peer_addr().ok()?;
+    // /proc/net/tcp prints `0100007F:1F90` (address little-endian on x86, port big-endian);
+    // the ports alone identify a loopback connection here.
+    let (server_port, client_port) = (format!(":{:04X}", peer.port()), format!(":{:04X}", local.port()));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 9 && f[1].ends_with(&server_port) && f[2].ends_with(&client_port))
+            .then(|| f[9].to_string())
+    })?;
+    let wanted = format!("socket:[{inode}]");
+    children(master).into_iter().find(|kid| {
+        std::fs::read_dir(format!("/proc/{kid}/fd")).is_ok_and(|fds| {
+            fds.filter_map(Result::ok)
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_str() == Some(wanted.as_str())))
+        })
+    })
+}
+
+/// Kills, with SIGKILL, the prefork child that is serving a known keep-alive
+/// connection while other clients keep the server busy: only that
+/// connection is lost; every other request succeeds, and requests keep
+/// being served after the kill.
+#[test]
+fn prefork_child_killed_under_load_loses_only_its_own_connection() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let root = Docroot::standard();
+    let mut srv =
+        serve("prefork", &root, &["--min-spare", "4", "--max-spare", "8", "--keepalive-timeout", "60s"]);
+    eventually("the first children", &srv, || (children(srv.pid()).len() >= 4).then_some(()));
+
+    let mut victim_client = srv.client();
+    victim_client.request("GET", "/hello.txt", &[]).assert_status(200);
+    let victim = eventually("the child holding the connection", &srv, || {
+        child_serving(srv.pid(), victim_client.stream())
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let addr = srv.addr();
+    let load: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+            std::thread::spawn(move || {
+                // Bounded: at most 20k requests per thread even if the main thread dies.
+                for _ in 0..20_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let served = Client::try_connect(addr).is_ok_and(|mut c| {
+                        c.try_send("GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                            .is_ok()
+                            && c.try_read_response("GET")
+                                .is_ok_and(|r| r.status == 200 && r.body_str() == "Hello, world!\n")
+                    });
+                    let counter = if served { &ok } else { &failed };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    eventually("load running", &srv, || (ok.load(Ordering::Relaxed) >= 100).then_some(()));
+    kill("-KILL", victim);
+    let served_at_kill = ok.load(Ordering::Relaxed);
+    // The connection that child was serving is gone with it...
+    let answered = victim_client.try_send("GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n").is_ok()
+        && victim_client.try_read_response("GET").is_ok();
+    assert!(!answered, "the killed child's connection still answered");
+    // ...everyone else is still being served, and a replacement is forked.
+    eventually("requests after the kill", &srv, || {
+        (ok.load(Ordering::Relaxed) >= served_at_kill + 300).then_some(())
+    });
+    eventually("the killed child reaped", &srv, || (!alive(victim)).then_some(()));
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join().unwrap();
+    }
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "requests lost besides the killed child's connection");
+    // The master tops the idle children back up to --min-spare.
+    let kids = eventually("min-spare idle children again", &srv, || {
+        let kids = children(srv.pid());
+        (kids.len() >= 4).then_some(kids)
+    });
+    assert!(!kids.contains(&victim), "{kids:?}");
+    stop_cleanly(&mut srv, &kids);
+}
+
 /// Opens `n` connections that each send one request and then stay open
 /// (keep-alive), holding a worker each once served.
 fn hold_connections(srv: &Server, n: usize) -> Vec<TcpStream> {

@@ -79,6 +79,15 @@ fn two_different_content_lengths() {
 }
 
 #[test]
+fn identical_content_lengths_are_refused_too() {
+    rejects(
+        "GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab",
+        &[400],
+    );
+    rejects("GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2, 2\r\n\r\nab", &[400]);
+}
+
+#[test]
 fn content_length_list_of_different_values() {
     rejects("GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1, 2\r\n\r\nab", &[400]);
 }

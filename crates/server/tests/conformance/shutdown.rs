@@ -96,6 +96,8 @@ fn shutdown_timeout_bounds_a_stuck_client() {
     c.send("GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n");
     c.wait_for_bytes(1);
     srv.signal(Signal::Term);
-    srv.wait_exit(EXIT_TIMEOUT);
+    let status = srv.wait_exit(EXIT_TIMEOUT);
+    // Abandoning a client at the deadline is the documented way to stop, not a failure.
+    assert!(status.success(), "{status:?}\n{}", srv.stderr());
     drop(c);
 }

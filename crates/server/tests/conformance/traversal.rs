@@ -118,6 +118,6 @@ fn absolute_form_dotdot() {
 }
 
 #[test]
-fn traversal_through_dir_symlink_with_dotdot() {
+fn dotdot_climbing_out_of_nested_dirs() {
     never_escapes("/dir/nested/../../../secret.txt");
 }
