@@ -33,10 +33,12 @@
 //! the running script to the connection, and the loop streams its pipes
 //! exactly as `event` does (non-blocking, in the loop's epoll set).
 //!
-//! One blocking step stays in the loop: `sendfile` of a large file (too big
-//! for the cache) reads pages that may not be in memory. Flash's helpers
-//! faulted the pages in first; that would need the pipeline to expose the
-//! file ranges of a reply so a helper could pre-read them.
+//! **Large files** (too big for the cache) go out with `sendfile` from the
+//! loop. Like Flash's helpers, which faulted pages in before the loop sent
+//! them, a helper reads ahead the first `WARM_LIMIT` bytes the reply will
+//! send (`Outbound::warm_file_pages`: a non-blocking residency probe per
+//! 128 KiB, a read of the blocks not cached). Beyond that, a cold page can
+//! still make the loop's `sendfile` wait for the disk.
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -62,6 +64,11 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 
 /// Helpers only resolve and open files; a small stack suffices (as in `pool`).
 const STACK_SIZE: usize = 256 << 10;
+
+/// How much of a large file a helper reads ahead before the loop sends it:
+/// the first few seconds of a slow client's download, and a few socket
+/// buffers' worth for a fast one.
+const WARM_LIMIT: u64 = 8 << 20;
 
 /// A request on its way to a helper, with the loop to answer.
 struct Job {
@@ -112,8 +119,14 @@ fn run(env: ModelEnv) -> io::Result<()> {
                     // The loop cannot answer a request whose helper died, so
                     // a panic (a bug) costs that connection only.
                     let reply = catch_unwind(AssertUnwindSafe(|| pipeline.handle_request(&request)));
-                    if reply.is_err() {
-                        pipeline.error_log.error(format_args!("helper: the pipeline panicked"));
+                    match &reply {
+                        // The loop will `sendfile` these pages: read them here so it does not wait on the disk.
+                        Ok(reply) => {
+                            if let Err(e) = reply.out.warm_file_pages(WARM_LIMIT) {
+                                pipeline.error_log.warn(format_args!("helper: reading ahead: {e}"));
+                            }
+                        }
+                        Err(_) => pipeline.error_log.error(format_args!("helper: the pipeline panicked")),
                     }
                     let mailbox = &mailboxes[worker];
                     // A send fails only when that loop has exited (after an error).

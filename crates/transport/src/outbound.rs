@@ -7,6 +7,11 @@ use std::sync::Arc;
 
 use rustix::net::SendFlags;
 
+/// The residency probe's granularity in [`Outbound::warm_file_pages`]: the
+/// kernel reads ahead at least this much around a faulted page, so one probe
+/// per block sees a block as cached or not.
+pub const WARM_BLOCK: u64 = 128 << 10;
+
 /// Bytes held in memory, without copying them per response.
 #[derive(Clone, Debug)]
 pub enum Data {
@@ -101,6 +106,62 @@ impl Outbound {
         self.chunks.is_empty()
     }
 
+    /// Brings into the page cache the file pages this response will send with
+    /// `sendfile`, up to `limit` bytes, and returns how many bytes had to be
+    /// read from the disk.
+    ///
+    /// An event loop's `sendfile` blocks the whole loop while it waits for a
+    /// page that is not in memory; Flash's helpers touched the pages first so
+    /// the loop's send never waits for the disk. Residency is probed with a
+    /// one-byte `RWF_NOWAIT` read per [`WARM_BLOCK`] (it fails instead of
+    /// waiting when the page is not cached), so a hot file costs a few cheap
+    /// calls; a cold block is read whole, which blocks this (helper) thread.
+    /// Blocks past `limit` are left to the sender: warming a huge file first
+    /// would delay its first byte by the whole read and could evict its
+    /// beginning before it is sent.
+    pub fn warm_file_pages(&self, limit: u64) -> io::Result<u64> {
+        let mut budget = limit;
+        let mut read_from_disk = 0;
+        let mut scratch = Vec::new();
+        for chunk in &self.chunks {
+            let Chunk::File { file, offset, len } = chunk else { continue };
+            let end = offset + (*len).min(budget);
+            budget -= end - offset;
+            let mut at = *offset;
+            while at < end {
+                let block = (end - at).min(WARM_BLOCK);
+                let mut probe = [0u8; 1];
+                let cached = matches!(
+                    rustix::io::preadv2(
+                        &**file,
+                        &mut [io::IoSliceMut::new(&mut probe)],
+                        at,
+                        rustix::io::ReadWriteFlags::NOWAIT
+                    ),
+                    Ok(1)
+                );
+                if !cached {
+                    scratch.resize(block as usize, 0);
+                    let mut done = 0;
+                    while done < scratch.len() {
+                        match rustix::io::pread(&**file, &mut scratch[done..], at + done as u64) {
+                            Ok(0) => break,
+                            Ok(n) => done += n,
+                            Err(rustix::io::Errno::INTR) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    read_from_disk += done as u64;
+                }
+                at += block;
+            }
+            if budget == 0 {
+                break;
+            }
+        }
+        Ok(read_from_disk)
+    }
+
     /// Writes as much as the socket takes. Errors other than `WouldBlock`,
     /// `TimedOut` and `Interrupted` are returned; the connection is then dead.
     pub fn write_to(&mut self, sock: &TcpStream) -> io::Result<Progress> {
@@ -190,6 +251,59 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
+    }
+
+    #[test]
+    fn warming_leaves_every_block_of_the_range_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cold.bin");
+        let data: Vec<u8> = (0..(1u32 << 20) + 100).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        // Evict the clean pages where the file system allows it, so the warm-up has disk work.
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
+        let file = Arc::new(file);
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Static(b"head")));
+        out.push(Chunk::File { file: file.clone(), offset: 1000, len: data.len() as u64 - 1000 });
+        let read = out.warm_file_pages(u64::MAX).unwrap();
+        assert!(read <= data.len() as u64, "{read}");
+        let mut at = 1000;
+        while at < data.len() as u64 {
+            let mut b = [0u8; 1];
+            let n = rustix::io::preadv2(
+                &*file,
+                &mut [io::IoSliceMut::new(&mut b)],
+                at,
+                rustix::io::ReadWriteFlags::NOWAIT,
+            );
+            assert_eq!(n.ok(), Some(1), "block at {at} still not cached");
+            assert_eq!(b[0], data[at as usize]);
+            at += WARM_BLOCK;
+        }
+        // Warming changes nothing about what is sent.
+        let (server, mut client) = pair();
+        assert_eq!(out.write_to(&server).unwrap(), Progress::Done);
+        drop(server);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        assert_eq!(&got[..4], b"head");
+        assert_eq!(&got[4..], &data[1000..]);
+    }
+
+    #[test]
+    fn warming_stops_at_the_limit() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&vec![7u8; 300 << 10]).unwrap();
+        let file = Arc::new(f);
+        let mut out = Outbound::new();
+        out.push(Chunk::File { file: file.clone(), offset: 0, len: 300 << 10 });
+        out.push(Chunk::File { file, offset: 0, len: 300 << 10 });
+        // Already cached (just written): nothing is read from disk, and the
+        // limit ends the walk inside the first range.
+        assert_eq!(out.warm_file_pages(64 << 10).unwrap(), 0);
+        assert_eq!(out.warm_file_pages(0).unwrap(), 0);
     }
 
     #[test]
