@@ -1,9 +1,259 @@
-//! What the director knows about each backend: health, monitor verdict,
-//! requests in flight, its pool of idle keep-alive connections; and the
-//! balancing choice (least outstanding requests).
+//! What the director knows about each backend: health (passive and
+//! active), monitor verdict, the adaptive concurrency limit, requests in
+//! flight, its pool of idle keep-alive connections; and the balancing
+//! choice (least outstanding requests).
+//!
+//! # The adaptive concurrency limit
+//!
+//! Beyond the paper (whose only overload signal is the monitor), the
+//! director measures each backend itself: every exchange yields a sample,
+//! the time from sending the request to the backend's response head, and
+//! whether it failed (a 500/502/503/504, a timeout, a broken connection).
+//! A [`Limiter`] turns the samples into a limit on requests in flight,
+//! always within `[1, --max-backend-conns]`; admission uses the smaller of
+//! it and the monitor's limit ([`Backend::limit`]). Samples are judged in
+//! windows of [`WINDOW_SAMPLES`] so that one slow request moves nothing.
+//!
+//! * `gradient` (the default), after Netflix's concurrency-limits Gradient2:
+//!   a long-term exponential average of the latency (`long`, over about
+//!   [`LONG_WINDOW`] windows) is the baseline; each window's mean latency
+//!   (`short`) gives `gradient = clamp(TOLERANCE · long / short, 0.5, 1)`,
+//!   and `new = limit · gradient + √limit` (the square root is headroom for
+//!   a queue at the backend, so the limit keeps probing upwards while the
+//!   latency holds), smoothed as `limit = 0.8 · limit + 0.2 · new`. The
+//!   limit does not grow while fewer than half of it are in use (nothing
+//!   learned about more concurrency). If `long` exceeds twice `short` the
+//!   baseline decays (5 % per window) so that it follows a backend that got
+//!   faster. It is the default because it compares the backend with its
+//!   own recent past rather than with a best-ever latency: with a mix of
+//!   cheap static files and CPU-heavy CGI, a minimum latency comes from a
+//!   static file and every CGI-heavy window would look congested to AIMD.
+//! * `aimd`: additive increase, multiplicative decrease against the
+//!   minimum latency seen in the last [`MIN_RTT_RESET`] windows: a window
+//!   whose mean exceeds `AIMD_TOLERANCE ·` that minimum multiplies the
+//!   limit by [`BACKOFF`], else the limit grows by one (if at least half of
+//!   it was in use). Simple and predictable on uniform traffic.
+//! * `off`: the limit is `--max-backend-conns` (the paper's director).
+//!
+//! In every mode a window with failures multiplies the limit by
+//! [`BACKOFF`] (5xx and timeouts are what an overloaded server produces).
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
+
+/// Samples per limiter decision.
+pub const WINDOW_SAMPLES: u32 = 16;
+/// Windows in the gradient limiter's long-term average.
+pub const LONG_WINDOW: f64 = 40.0;
+/// How much slower than the baseline a window may be before the gradient
+/// limiter shrinks the limit.
+pub const TOLERANCE: f64 = 1.5;
+/// The AIMD limiter's latency threshold, as a multiple of the minimum.
+pub const AIMD_TOLERANCE: f64 = 2.0;
+/// Windows after which the AIMD limiter forgets its minimum latency (a
+/// backend whose baseline moved is measured afresh).
+pub const MIN_RTT_RESET: u32 = 64;
+/// The multiplicative decrease.
+pub const BACKOFF: f64 = 0.9;
+/// Weight of a new estimate in the gradient limiter.
+const SMOOTHING: f64 = 0.2;
+
+/// `--adaptive`: how the director limits concurrency from its own
+/// measurements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adaptive {
+    /// `--max-backend-conns` only.
+    Off,
+    /// Additive increase, multiplicative decrease on latency and errors.
+    Aimd,
+    /// Gradient2: latency trend against a long-term baseline.
+    Gradient,
+}
+
+impl FromStr for Adaptive {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Adaptive, String> {
+        match s {
+            "off" => Ok(Adaptive::Off),
+            "aimd" => Ok(Adaptive::Aimd),
+            "gradient" => Ok(Adaptive::Gradient),
+            _ => Err(format!("unknown limiter {s:?} (off, aimd, gradient)")),
+        }
+    }
+}
+
+impl Adaptive {
+    /// The flag's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Adaptive::Off => "off",
+            Adaptive::Aimd => "aimd",
+            Adaptive::Gradient => "gradient",
+        }
+    }
+}
+
+/// An adaptive concurrency limit fed with per-exchange samples.
+#[derive(Clone, Debug)]
+pub struct Limiter {
+    mode: Adaptive,
+    max: f64,
+    limit: f64,
+    /// Current window: samples, their latency sum, failures, and the most
+    /// requests in flight seen.
+    samples: u32,
+    sum: Duration,
+    failures: u32,
+    busiest: usize,
+    /// Gradient: the long-term baseline (seconds); `None` before the first
+    /// window.
+    long: Option<f64>,
+    /// AIMD: the minimum window mean and how many windows it has lived.
+    min_rtt: Option<f64>,
+    min_age: u32,
+    /// The last window's mean latency (for the status page).
+    last_rtt: Option<Duration>,
+}
+
+impl Limiter {
+    /// A limiter starting at `max` (the first windows only ever lower it).
+    pub fn new(mode: Adaptive, max: usize) -> Limiter {
+        let max = max.max(1) as f64;
+        Limiter {
+            mode,
+            max,
+            limit: max,
+            samples: 0,
+            sum: Duration::ZERO,
+            failures: 0,
+            busiest: 0,
+            long: None,
+            min_rtt: None,
+            min_age: 0,
+            last_rtt: None,
+        }
+    }
+
+    /// The limit now, an integer in `[1, max]`.
+    pub fn limit(&self) -> usize {
+        (self.limit.floor() as usize).clamp(1, self.max as usize)
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Adaptive {
+        self.mode
+    }
+
+    /// The last window's mean latency.
+    pub fn last_rtt(&self) -> Option<Duration> {
+        self.last_rtt
+    }
+
+    /// One exchange: its latency (sent → response head; for a failure, the
+    /// time until it failed) and whether it failed; `inflight` is the
+    /// backend's requests in flight when it was sent.
+    pub fn sample(&mut self, latency: Duration, failed: bool, inflight: usize) {
+        if self.mode == Adaptive::Off {
+            return;
+        }
+        self.samples += 1;
+        self.sum += latency;
+        self.failures += u32::from(failed);
+        self.busiest = self.busiest.max(inflight);
+        if self.samples >= WINDOW_SAMPLES {
+            self.decide();
+        }
+    }
+
+    fn decide(&mut self) {
+        let rtt = self.sum.as_secs_f64() / f64::from(self.samples);
+        let failed = self.failures > 0;
+        let used = self.busiest as f64 * 2.0 >= self.limit;
+        self.last_rtt = Some(Duration::from_secs_f64(rtt));
+        self.samples = 0;
+        self.sum = Duration::ZERO;
+        self.failures = 0;
+        self.busiest = 0;
+        let next = match self.mode {
+            Adaptive::Off => self.limit,
+            Adaptive::Gradient => {
+                let long = match self.long {
+                    None => rtt,
+                    Some(long) => {
+                        let mut long = long + (rtt - long) / LONG_WINDOW;
+                        if long > 2.0 * rtt {
+                            long *= 0.95;
+                        }
+                        long
+                    }
+                };
+                self.long = Some(long);
+                if failed {
+                    self.limit * BACKOFF
+                } else {
+                    let gradient = if rtt > 0.0 { (TOLERANCE * long / rtt).clamp(0.5, 1.0) } else { 1.0 };
+                    let estimate = self.limit * gradient + self.limit.sqrt();
+                    let smoothed = self.limit * (1.0 - SMOOTHING) + estimate * SMOOTHING;
+                    if smoothed > self.limit && !used {
+                        self.limit
+                    } else {
+                        smoothed
+                    }
+                }
+            }
+            Adaptive::Aimd => {
+                self.min_age += 1;
+                if self.min_rtt.is_none_or(|m| rtt < m) || self.min_age > MIN_RTT_RESET {
+                    self.min_rtt = Some(rtt);
+                    self.min_age = 0;
+                }
+                let min = self.min_rtt.unwrap_or(rtt);
+                if failed || rtt > AIMD_TOLERANCE * min {
+                    self.limit * BACKOFF
+                } else if used {
+                    self.limit + 1.0
+                } else {
+                    self.limit
+                }
+            }
+        };
+        self.limit = next.clamp(1.0, self.max);
+    }
+}
+
+/// Failures (5xx, timeouts, connect failures, broken responses) in a
+/// sliding window: passive health.
+#[derive(Clone, Debug, Default)]
+pub struct FailureWindow {
+    times: VecDeque<Instant>,
+}
+
+impl FailureWindow {
+    /// Records a failure at `now`; true if `threshold` (> 0) failures fell
+    /// within `window` of it.
+    pub fn record(&mut self, now: Instant, window: Duration, threshold: usize) -> bool {
+        self.times.push_back(now);
+        while self.times.front().is_some_and(|&t| now.duration_since(t) > window) {
+            self.times.pop_front();
+        }
+        while self.times.len() > threshold.max(1) {
+            self.times.pop_front();
+        }
+        threshold > 0 && self.times.len() >= threshold
+    }
+
+    /// Forgets the failures (the backend came back).
+    pub fn clear(&mut self) {
+        self.times.clear();
+    }
+
+    /// Failures within `window` of `now`.
+    pub fn recent(&self, now: Instant, window: Duration) -> usize {
+        self.times.iter().filter(|&&t| now.duration_since(t) <= window).count()
+    }
+}
 
 /// The monitor's word on a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,8 +290,18 @@ pub struct Backend {
     pub name: String,
     /// Where to connect.
     pub addr: SocketAddr,
-    /// Reachable: the last connection attempt succeeded.
+    /// In rotation: reachable, not taken out by passive or active health.
     pub up: bool,
+    /// Why it was last taken out (for the status page).
+    pub down_reason: &'static str,
+    /// Recent failures (passive health).
+    pub failures: FailureWindow,
+    /// Active checks: consecutive successes since the last failure.
+    pub probe_successes: u32,
+    /// Active checks that failed.
+    pub probe_failures: u64,
+    /// The adaptive concurrency limit.
+    pub limiter: Limiter,
     /// The monitor's verdict.
     pub monitor: MonitorState,
     /// When the monitor last reported.
@@ -64,15 +324,22 @@ pub struct Backend {
     pub connect_failures: u64,
     /// Responses that failed (malformed, reset, timed out).
     pub errors: u64,
+    /// Responses with status 500, 502, 503 or 504.
+    pub server_errors: u64,
 }
 
 impl Backend {
     /// A backend not yet known to be up: the first connection decides.
-    pub fn new(name: String, addr: SocketAddr, monitored: bool) -> Backend {
+    pub fn new(name: String, addr: SocketAddr, monitored: bool, limiter: Limiter) -> Backend {
         Backend {
             name,
             addr,
             up: true,
+            down_reason: "",
+            failures: FailureWindow::default(),
+            probe_successes: 0,
+            probe_failures: 0,
+            limiter,
             monitor: if monitored { MonitorState::Unknown } else { MonitorState::Off },
             monitor_seen: None,
             monitor_valid: Duration::from_secs(1),
@@ -84,16 +351,24 @@ impl Backend {
             served: 0,
             connect_failures: 0,
             errors: 0,
+            server_errors: 0,
         }
     }
 
-    /// Most requests in flight allowed now, given the configured maximum.
-    pub fn limit(&self, max: usize) -> usize {
+    /// The monitor's limit on requests in flight, given the configured
+    /// maximum.
+    pub fn monitor_limit(&self, max: usize) -> usize {
         match self.monitor {
             MonitorState::Off | MonitorState::Serviceable => max,
             MonitorState::Unknown => max.div_ceil(2),
             MonitorState::Overloaded => 0,
         }
+    }
+
+    /// Most requests in flight allowed now: the smaller of the monitor's
+    /// and the adaptive limit.
+    pub fn limit(&self, max: usize) -> usize {
+        self.monitor_limit(max).min(self.limiter.limit())
     }
 
     /// Whether a new request may be sent here now.
@@ -121,8 +396,12 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &n)| {
-                let mut b =
-                    Backend::new(format!("b{i}"), SocketAddr::from(([127, 0, 0, 1], 8000 + i as u16)), false);
+                let mut b = Backend::new(
+                    format!("b{i}"),
+                    SocketAddr::from(([127, 0, 0, 1], 8000 + i as u16)),
+                    false,
+                    Limiter::new(Adaptive::Off, 10),
+                );
                 b.inflight = n;
                 b
             })
@@ -149,5 +428,85 @@ mod tests {
         bs[2].monitor = MonitorState::Unknown;
         assert_eq!(bs[2].limit(3), 2, "unknown: half the limit, rounded up");
         assert_eq!(pick(&bs, 3, 0), Some(2));
+    }
+
+    fn feed(l: &mut Limiter, windows: u32, latency_ms: u64, failed: bool, inflight: usize) {
+        for _ in 0..windows * WINDOW_SAMPLES {
+            l.sample(Duration::from_millis(latency_ms), failed, inflight);
+        }
+    }
+
+    #[test]
+    fn the_effective_limit_is_the_smaller_of_monitor_and_limiter() {
+        let mut b = backends(&[0]).remove(0);
+        b.limiter = Limiter::new(Adaptive::Gradient, 8);
+        assert_eq!(b.limit(8), 8);
+        feed(&mut b.limiter, 5, 10, true, 8);
+        let adaptive = b.limiter.limit();
+        assert!(adaptive < 8, "{adaptive}");
+        assert_eq!(b.limit(8), adaptive);
+        b.monitor = MonitorState::Overloaded;
+        assert_eq!(b.limit(8), 0);
+    }
+
+    #[test]
+    fn gradient_shrinks_when_latency_rises_and_recovers_when_it_falls() {
+        let mut l = Limiter::new(Adaptive::Gradient, 100);
+        feed(&mut l, 20, 10, false, 100);
+        assert_eq!(l.limit(), 100, "steady latency at full use keeps the maximum");
+        feed(&mut l, 10, 60, false, 100);
+        let low = l.limit();
+        assert!(low < 60, "six times slower: the limit falls ({low})");
+        feed(&mut l, 40, 10, false, 100);
+        assert!(l.limit() > low, "latency back to normal: the limit grows again ({})", l.limit());
+    }
+
+    #[test]
+    fn gradient_does_not_grow_while_underused_and_never_leaves_its_bounds() {
+        let mut l = Limiter::new(Adaptive::Gradient, 50);
+        feed(&mut l, 10, 100, true, 50);
+        let low = l.limit();
+        assert!(low < 50);
+        feed(&mut l, 20, 100, false, 1);
+        assert_eq!(l.limit(), low, "one request in flight says nothing about more");
+        feed(&mut l, 500, 1000, true, 50);
+        assert_eq!(l.limit(), 1, "clamped at one");
+        feed(&mut l, 2000, 1, false, 50);
+        assert_eq!(l.limit(), 50, "clamped at the maximum");
+    }
+
+    #[test]
+    fn aimd_backs_off_on_latency_and_errors_and_adds_one_per_good_window() {
+        let mut l = Limiter::new(Adaptive::Aimd, 20);
+        feed(&mut l, 3, 10, true, 20);
+        assert_eq!(l.limit(), 14, "20 · 0.9³ = 14.58");
+        feed(&mut l, 1, 10, false, 20);
+        assert_eq!(l.limit(), 15, "a good window adds one");
+        feed(&mut l, 1, 50, false, 20);
+        assert_eq!(l.limit(), 14, "over twice the minimum latency: back off");
+        feed(&mut l, 2, 15, false, 3);
+        assert_eq!(l.limit(), 14, "underused: no growth");
+    }
+
+    #[test]
+    fn off_ignores_samples() {
+        let mut l = Limiter::new(Adaptive::Off, 7);
+        feed(&mut l, 50, 1000, true, 7);
+        assert_eq!(l.limit(), 7);
+    }
+
+    #[test]
+    fn failures_take_a_backend_out_only_in_a_burst() {
+        let start = Instant::now();
+        let window = Duration::from_secs(2);
+        let mut w = FailureWindow::default();
+        for i in 0..4 {
+            assert!(!w.record(start + Duration::from_secs(2 * i), window, 3), "spread out: {i}");
+        }
+        let later = start + Duration::from_secs(10);
+        assert!(!w.record(later, window, 3));
+        assert!(!w.record(later, window, 3));
+        assert!(w.record(later, window, 3), "three within the window");
+        assert!(!FailureWindow::default().record(later, window, 0), "threshold 0: passive health off");
     }
 }

@@ -15,9 +15,11 @@
 //! * [`forward`], [`response`] — the request and response heads as the
 //!   director re-serialises them, with the checks a proxy needs.
 //! * [`monitor`] — the monitor daemon and its protocol.
+//! * [`admin`] — `--admin`: `/status`, `/status.json`, `/metrics`.
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod backend;
 pub mod forward;
 pub mod monitor;
@@ -65,6 +67,11 @@ fn run(cfg: options::Config) -> anyhow::Result<()> {
         .monitor_listen
         .map(|a| transport::listener::bind(a, false).with_context(|| format!("--monitor-listen {a}")))
         .transpose()?;
+    let admin_listener = cfg
+        .admin
+        .map(|a| transport::listener::bind(a, false).with_context(|| format!("--admin {a}")))
+        .transpose()?;
+    let admin_addr = admin_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let local = listener.local_addr()?;
     let monitor_addr = monitor_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let shutdown = Shutdown::new()?;
@@ -76,15 +83,16 @@ fn run(cfg: options::Config) -> anyhow::Result<()> {
         }
     })?;
     let backends: Vec<String> = cfg.backends.iter().map(|(name, _)| name.clone()).collect();
-    let mut director = proxy::Director::new(cfg, listener, monitor_listener, shutdown)?;
+    let mut director = proxy::Director::new(cfg, listener, monitor_listener, admin_listener, shutdown)?;
     {
         // The first stdout line is the contract with scripts and tests.
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "listening on {local} mode=direct backends={} monitor={} pid={}",
+            "listening on {local} mode=direct backends={} monitor={}{} pid={}",
             backends.join(","),
             monitor_addr.map_or("off".to_string(), |a| a.to_string()),
+            admin_addr.map_or(String::new(), |a| format!(" admin={a}")),
             std::process::id()
         )?;
         out.flush()?;

@@ -91,9 +91,46 @@ pub struct DirectOptions {
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     pub connect_timeout: Dur,
 
-    /// Time between active health checks (a connection attempt per backend)
+    /// Time between active health checks: a `--health-path` request to
+    /// every backend, or else a connection attempt to a backend that is out
     #[arg(long, default_value = "500ms", value_name = "DURATION")]
     pub health_interval: Dur,
+
+    /// Path of an HTTP health check (GET, must answer 2xx or 3xx) sent to
+    /// every backend each `--health-interval`; without it, down backends
+    /// get a connection attempt only
+    #[arg(long, value_name = "PATH")]
+    pub health_path: Option<String>,
+
+    /// Time a health check may take (the check fails after it)
+    #[arg(long, default_value = "500ms", value_name = "DURATION")]
+    pub health_timeout: Dur,
+
+    /// Passive health: this many failures (500/502/503/504 responses,
+    /// timeouts, failed connections, broken responses) within
+    /// `--fail-window` take a backend out until a health check passes
+    /// (0: off)
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub max_fails: usize,
+
+    /// The sliding window of `--max-fails`
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub fail_window: Dur,
+
+    /// Adaptive concurrency limit from the director's own latency and
+    /// error measurements: off, aimd, gradient (see README)
+    #[arg(long, default_value = "gradient", value_name = "MODE")]
+    pub adaptive: crate::backend::Adaptive,
+
+    /// A request body making no progress this long while being forwarded
+    /// is abandoned (408), so a slow upload cannot hold a backend slot
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub body_timeout: Dur,
+
+    /// Admin listener serving /status, /status.json and /metrics (off by
+    /// default; keep it on loopback)
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
 
     /// Largest request body in bytes; 413 beyond
     #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
@@ -154,6 +191,20 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Health check period.
     pub health_interval: Duration,
+    /// HTTP health check path.
+    pub health_path: Option<String>,
+    /// Health check deadline.
+    pub health_timeout: Duration,
+    /// Passive health threshold (0: off).
+    pub max_fails: usize,
+    /// Passive health window.
+    pub fail_window: Duration,
+    /// Adaptive limiter.
+    pub adaptive: crate::backend::Adaptive,
+    /// Request body progress timeout.
+    pub body_timeout: Duration,
+    /// Admin listener.
+    pub admin: Option<SocketAddr>,
     /// Request body limit.
     pub max_body: u64,
     /// Monitor listener.
@@ -194,11 +245,14 @@ impl DirectOptions {
         };
         let monitor_listen =
             self.monitor_listen.as_deref().map(|a| resolve("--monitor-listen", a)).transpose()?;
-        if let Some(path) = &self.status_path {
-            if !path.starts_with('/') {
-                bail!("--status-path must start with /");
+        for (flag, path) in [("--status-path", &self.status_path), ("--health-path", &self.health_path)] {
+            if let Some(path) = path {
+                if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                    bail!("{flag} must start with / and contain no spaces or control characters");
+                }
             }
         }
+        let admin = self.admin.as_deref().map(|a| resolve("--admin", a)).transpose()?;
         Ok(Config {
             listen,
             backends,
@@ -216,6 +270,13 @@ impl DirectOptions {
             backend_timeout: self.backend_timeout.0,
             connect_timeout: self.connect_timeout.0,
             health_interval: self.health_interval.0.max(Duration::from_millis(10)),
+            health_path: self.health_path.clone(),
+            health_timeout: self.health_timeout.0.max(Duration::from_millis(1)),
+            max_fails: self.max_fails,
+            fail_window: self.fail_window.0,
+            adaptive: self.adaptive,
+            body_timeout: self.body_timeout.0.max(Duration::from_millis(1)),
+            admin,
             max_body: self.max_body,
             monitor_listen,
             status_path: self.status_path.clone(),

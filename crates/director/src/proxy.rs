@@ -25,25 +25,35 @@
 //!
 //! Timers are a min-heap of (deadline, token) with at most one live entry
 //! per socket. Per-backend bookkeeping is in [`crate::backend`].
+//!
+//! The same loop runs the health checks (`--health-path`: one HTTP probe
+//! per backend per interval, each a non-blocking connection with its own
+//! deadline) and serves the admin listener (`--admin`, rendered by
+//! [`crate::admin`]); neither ever blocks it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown as NetShutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use h1::{BodyFraming, ChunkedDecoder, Parsed as ReqParsed};
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
 use transport::poller::{Events, Interest, Poller, Trigger};
 use transport::Shutdown;
 
-use crate::backend::{pick, Backend, MonitorState};
+use crate::admin::{label, Metrics};
+use crate::backend::{pick, Backend, Limiter, MonitorState};
 use crate::forward::{encode_chunk, request_head, LAST_CHUNK};
 use crate::monitor::{self, MAX_LINE};
 use crate::options::Config;
 use crate::response::{client_head, parse_response, ClientFraming, Framing, Parsed, MAX_RESPONSE_HEAD};
 
-/// A `Content-Length` body up to this size is read in REQUEST, before
-/// admission, so that a slow body cannot hold a backend connection either.
+/// A `Content-Length` body up to this size, or this much of a chunked body
+/// (all of it if it is shorter), is read in REQUEST, before admission, so
+/// that a slow body cannot hold a backend connection either; a longer one
+/// is streamed under `--body-timeout`.
 pub const PREBUFFER: u64 = 64 * 1024;
 /// Bytes buffered towards one peer before the director stops reading from
 /// the other (flow control: large bodies are streamed, not buffered).
@@ -62,9 +72,22 @@ const KIND_SHIFT: u32 = 60;
 const LISTENER: u64 = 1;
 const STOP: u64 = 2;
 const MONITOR_LISTENER: u64 = 3;
+const ADMIN_LISTENER: u64 = 4;
 const CLIENT: u64 = 1;
 const BCONN: u64 = 2;
 const MONITOR: u64 = 3;
+const ADMIN: u64 = 4;
+const PROBE: u64 = 5;
+/// Time an admin client gets to send its request and read the answer.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Consecutive passing health checks that bring a backend back.
+const HEALTH_RISE: u32 = 2;
+/// Statuses that count as backend failures (passive health, limiter).
+fn is_server_error(status: u16) -> bool {
+    matches!(status, 500 | 502 | 503 | 504)
+}
+/// How far back requests/s looks.
+const RATE_WINDOW: Duration = Duration::from_secs(5);
 
 /// The paper's connection-object states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +214,13 @@ struct Exchange {
     done: bool,
     close_after: bool,
     queued_at: Option<Instant>,
+    /// The request was parsed (REQUEST done).
+    started: Instant,
+    /// The request went to the backend, which then had this many requests
+    /// in flight (the limiter's samples).
+    sent: Option<(Instant, usize)>,
+    /// The status answered (relayed or local).
+    status: u16,
 }
 
 struct Client {
@@ -207,6 +237,9 @@ struct Client {
     /// The next request's head started (first byte, or accept for a fresh
     /// connection): the header deadline runs from here.
     head_started: Option<Instant>,
+    /// A chunked body being pre-buffered in REQUEST: its decoder and the
+    /// bytes after the head it has consumed.
+    chunk_scan: Option<(Box<ChunkedDecoder>, usize)>,
     ex: Option<Exchange>,
 }
 
@@ -225,6 +258,25 @@ struct BConn {
     reused: bool,
     deadline: Option<Instant>,
     armed: Option<Instant>,
+}
+
+/// An `--admin` client.
+struct AdminConn {
+    stream: TcpStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    answered: bool,
+}
+
+/// A `--health-path` check in progress.
+struct Probe {
+    stream: TcpStream,
+    backend: usize,
+    connected: bool,
+    out: Vec<u8>,
+    out_pos: usize,
+    inbuf: Vec<u8>,
 }
 
 struct MonConn {
@@ -246,6 +298,40 @@ struct Stats {
     refused_total: u64,
     bad_gateway: u64,
     gateway_timeout: u64,
+    /// Busy pages because the pending queue was full.
+    queue_full: u64,
+    body_timeouts: u64,
+    /// Responses completed, by status.
+    responses: BTreeMap<u16, u64>,
+}
+
+/// Latency distributions in microseconds (for percentiles; Prometheus
+/// gets its own bucketed histograms in [`Metrics`]).
+struct Latencies {
+    request: Histogram<u64>,
+    queue: Histogram<u64>,
+    backend: Histogram<u64>,
+    per_backend: Vec<Histogram<u64>>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("static bounds")
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record(d.as_micros().clamp(1, u128::from(u64::MAX)) as u64);
+}
+
+fn summary(h: &Histogram<u64>) -> Value {
+    if h.is_empty() {
+        return json!({"count": 0, "mean": null, "p50": null, "p99": null});
+    }
+    json!({
+        "count": h.len(),
+        "mean": h.mean().round(),
+        "p50": h.value_at_quantile(0.5),
+        "p99": h.value_at_quantile(0.99),
+    })
 }
 
 enum Io {
@@ -368,10 +454,19 @@ pub struct Director {
     poller: Poller,
     listener: Option<TcpListener>,
     monitor_listener: Option<TcpListener>,
+    admin_listener: Option<TcpListener>,
     shutdown: Shutdown,
     clients: Slab<Client>,
     bconns: Slab<BConn>,
     monitors: Slab<MonConn>,
+    admins: Slab<AdminConn>,
+    probes: Slab<Probe>,
+    /// The health check in progress per backend.
+    probing: Vec<Option<u64>>,
+    metrics: Metrics,
+    latencies: Latencies,
+    /// (when, requests answered) at recent ticks, for requests/s.
+    rate_samples: VecDeque<(Instant, u64)>,
     backends: Vec<Backend>,
     queue: VecDeque<u64>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
@@ -390,6 +485,7 @@ impl Director {
         cfg: Config,
         listener: TcpListener,
         monitor_listener: Option<TcpListener>,
+        admin_listener: Option<TcpListener>,
         shutdown: Shutdown,
     ) -> io::Result<Director> {
         let poller = Poller::new()?;
@@ -401,19 +497,42 @@ impl Director {
             m.set_nonblocking(true)?;
             poller.add(m, MONITOR_LISTENER, Interest::READABLE, Trigger::Level)?;
         }
+        if let Some(a) = &admin_listener {
+            a.set_nonblocking(true)?;
+            poller.add(a, ADMIN_LISTENER, Interest::READABLE, Trigger::Level)?;
+        }
         let monitored = monitor_listener.is_some();
-        let backends =
-            cfg.backends.iter().map(|(name, addr)| Backend::new(name.clone(), *addr, monitored)).collect();
+        let backends: Vec<Backend> = cfg
+            .backends
+            .iter()
+            .map(|(name, addr)| {
+                let limiter = Limiter::new(cfg.adaptive, cfg.max_backend_conns);
+                Backend::new(name.clone(), *addr, monitored, limiter)
+            })
+            .collect();
+        let n = backends.len();
         let now = Instant::now();
         Ok(Director {
             cfg,
             poller,
             listener: Some(listener),
             monitor_listener,
+            admin_listener,
             shutdown,
             clients: Slab::new(CLIENT),
             bconns: Slab::new(BCONN),
             monitors: Slab::new(MONITOR),
+            admins: Slab::new(ADMIN),
+            probes: Slab::new(PROBE),
+            probing: vec![None; n],
+            metrics: Metrics::new(),
+            latencies: Latencies {
+                request: histogram(),
+                queue: histogram(),
+                backend: histogram(),
+                per_backend: (0..n).map(|_| histogram()).collect(),
+            },
+            rate_samples: VecDeque::new(),
             backends,
             queue: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -447,6 +566,7 @@ impl Director {
                 match (token >> KIND_SHIFT, token) {
                     (0, LISTENER) => self.accept(),
                     (0, MONITOR_LISTENER) => self.accept_monitors(),
+                    (0, ADMIN_LISTENER) => self.accept_admins(),
                     (0, STOP) => self.begin_stop(),
                     (CLIENT, _) => {
                         if let Some(c) = self.clients.get_mut(token) {
@@ -463,6 +583,8 @@ impl Director {
                         }
                     }
                     (MONITOR, _) => self.monitor_event(token),
+                    (ADMIN, _) => self.admin_event(token),
+                    (PROBE, _) => self.probe_event(token, ev.is_gone()),
                     _ => {}
                 }
             }
@@ -501,6 +623,7 @@ impl Director {
             let per_ip = self.per_ip.get(&ip).copied().unwrap_or(0);
             if self.clients.live >= self.cfg.max_conns {
                 self.stats.refused_total += 1;
+                self.metrics.responses.get_or_create(&label("status", 503)).inc();
                 let body = error_page(503, "too many connections");
                 let extra = [("Retry-After", self.cfg.retry_after.to_string())];
                 let _ = stream.write(&local_bytes(503, "text/plain", &body, &extra, true, false, false));
@@ -508,6 +631,7 @@ impl Director {
             }
             if self.cfg.max_conns_per_ip > 0 && per_ip >= self.cfg.max_conns_per_ip {
                 self.stats.refused_per_ip += 1;
+                self.metrics.responses.get_or_create(&label("status", 429)).inc();
                 let body = error_page(429, "too many connections from your address");
                 let extra = [("Retry-After", self.cfg.retry_after.to_string())];
                 let _ = stream.write(&local_bytes(429, "text/plain", &body, &extra, true, false, false));
@@ -533,6 +657,7 @@ impl Director {
                     deadline: Some(now + self.cfg.header_timeout),
                     armed: None,
                     head_started: Some(now),
+                    chunk_scan: None,
                     ex: None,
                 },
             );
@@ -621,10 +746,34 @@ impl Director {
                             return Step::Again;
                         }
                         BodyFraming::Length(n) if n <= PREBUFFER && !head.expect_continue => n as usize,
+                        BodyFraming::Chunked if !head.expect_continue => {
+                            let (decoder, scanned) = c
+                                .chunk_scan
+                                .get_or_insert_with(|| (Box::new(ChunkedDecoder::new(cfg.max_body)), 0));
+                            let mut sink = Vec::new();
+                            match decoder.decode(&c.inbuf[len + *scanned..], &mut sink) {
+                                Ok(consumed) => *scanned += consumed,
+                                Err(e) => {
+                                    self.stats.bad_requests += 1;
+                                    c.chunk_scan = None;
+                                    let status = e.status();
+                                    let page = error_page(status, e.reason());
+                                    respond_local(c, status, "text/plain", &page, &[], false, true);
+                                    return Step::Again;
+                                }
+                            }
+                            if decoder.is_done() || c.inbuf.len() - len >= PREBUFFER as usize {
+                                0
+                            } else {
+                                // Not yet: read up to the prebuffer size.
+                                PREBUFFER as usize
+                            }
+                        }
                         _ => 0,
                     };
                     if c.inbuf.len() >= len + small {
                         c.inbuf.drain(..len);
+                        c.chunk_scan = None;
                         self.stats.requests += 1;
                         let backend_name = &cfg.backends[0].0;
                         let body = match head.framing {
@@ -655,6 +804,9 @@ impl Director {
                             done: false,
                             close_after: false,
                             queued_at: None,
+                            started: Instant::now(),
+                            sent: None,
+                            status: 0,
                         });
                         c.phase = Phase::Peek;
                         c.deadline = None;
@@ -714,6 +866,7 @@ impl Director {
             self.queue.push_back(token);
             return;
         }
+        self.stats.queue_full += 1;
         self.busy_page(token);
     }
 
@@ -745,13 +898,22 @@ impl Director {
             return;
         };
         self.backends[b].inflight += 1;
+        let now = Instant::now();
         ex.backend = Some((b, btoken));
-        ex.queued_at = None;
-        if ex.expect_continue && !matches!(ex.body, ReqBody::Done) {
+        ex.sent = Some((now, self.backends[b].inflight));
+        if let Some(queued) = ex.queued_at.take() {
+            let waited = now.duration_since(queued);
+            record(&mut self.latencies.queue, waited);
+            self.metrics.queue_wait.observe(waited.as_secs_f64());
+        }
+        let body_pending = !matches!(ex.body, ReqBody::Done);
+        if ex.expect_continue && body_pending {
             c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         c.phase = Phase::Receive;
-        c.deadline = Some(Instant::now() + self.cfg.backend_timeout);
+        // While the body is coming, the client must keep it moving; after
+        // it, the backend has --backend-timeout to answer.
+        c.deadline = Some(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
         let bc = self.bconns.get_mut(btoken).expect("checked above");
         bc.client = Some(token);
         bc.out.extend_from_slice(&ex.fwd_head);
@@ -778,6 +940,8 @@ impl Director {
         }
 
         // Request body: client → backend, re-framed, bounded.
+        let body_was_pending = !matches!(ex.body, ReqBody::Done);
+        let mut body_moved = false;
         while !matches!(ex.body, ReqBody::Done) && bc.out.len() - bc.out_pos < OUT_CAP {
             if c.inbuf.is_empty() {
                 match read_some(&mut c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
@@ -817,6 +981,17 @@ impl Director {
                 ReqBody::Done => {}
             }
             progress = true;
+            body_moved = true;
+        }
+        if body_moved && c.phase == Phase::Receive {
+            let now = Instant::now();
+            c.deadline = Some(if matches!(ex.body, ReqBody::Done) {
+                now + cfg.backend_timeout
+            } else {
+                now + cfg.body_timeout
+            });
+        } else if body_was_pending && matches!(ex.body, ReqBody::Done) {
+            c.deadline = Some(Instant::now() + cfg.backend_timeout);
         }
         match flush(&mut bc.stream, &mut bc.writable, &mut bc.out, &mut bc.out_pos) {
             Ok(w) => progress |= w,
@@ -838,6 +1013,23 @@ impl Director {
                         if head.is_interim() {
                             continue;
                         }
+                        ex.status = head.status;
+                        let mut failed = false;
+                        if let Some((sent, inflight)) = ex.sent {
+                            let latency = sent.elapsed();
+                            failed = is_server_error(head.status);
+                            let backend = &mut self.backends[b];
+                            backend.limiter.sample(latency, failed, inflight);
+                            record(&mut self.latencies.backend, latency);
+                            record(&mut self.latencies.per_backend[b], latency);
+                            self.metrics
+                                .backend_response
+                                .get_or_create(&label("backend", &backend.name))
+                                .observe(latency.as_secs_f64());
+                            if failed {
+                                backend.server_errors += 1;
+                            }
+                        }
                         let keep = ex.keep_alive && !ex.close_after;
                         let (bytes, to_client, keep) = client_head(&head, ex.client_11, keep);
                         ex.close_after |= !keep;
@@ -857,6 +1049,9 @@ impl Director {
                         });
                         c.phase = Phase::Response;
                         c.deadline = Some(Instant::now() + cfg.send_timeout);
+                        if failed {
+                            self.passive_failure(b, "5xx");
+                        }
                         return Step::Again;
                     }
                     Ok(Parsed::Partial) => {}
@@ -892,6 +1087,7 @@ impl Director {
                     // Truncated: the client cannot be told except by closing.
                     Io::Eof | Io::Failed => {
                         self.backends[b].errors += 1;
+                        self.passive_failure(b, "broken");
                         return self.abort(token, true);
                     }
                 }
@@ -925,6 +1121,7 @@ impl Director {
                         }
                         Err(_) => {
                             self.backends[b].errors += 1;
+                            self.passive_failure(b, "broken");
                             return self.abort(token, true);
                         }
                     }
@@ -965,6 +1162,11 @@ impl Director {
     fn finish(&mut self, token: u64) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
         let Some(ex) = c.ex.take() else { return Step::Close };
+        *self.stats.responses.entry(ex.status).or_default() += 1;
+        self.metrics.responses.get_or_create(&label("status", ex.status)).inc();
+        let took = ex.started.elapsed();
+        record(&mut self.latencies.request, took);
+        self.metrics.request_duration.observe(took.as_secs_f64());
         if ex.close_after || !ex.keep_alive || self.stopping.is_some() {
             let _ = c.stream.shutdown(NetShutdown::Write);
             c.phase = Phase::Linger;
@@ -1009,9 +1211,17 @@ impl Director {
     /// race on a reused connection, request without body), or 502.
     fn backend_failed(&mut self, token: u64, retry: bool, reason: &str) -> Step {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return Step::Close };
+        let sent = ex.sent;
         if let Some((b, btoken)) = ex.backend.take() {
             self.backends[b].inflight -= 1;
             self.close_bconn(btoken);
+            if !retry {
+                // Not a keep-alive race: the backend failed this request.
+                if let Some((at, inflight)) = sent {
+                    self.backends[b].limiter.sample(at.elapsed(), true, inflight);
+                }
+                self.passive_failure(b, "broken");
+            }
         }
         let c = self.clients.get_mut(token).expect("seen above");
         let ex = c.ex.as_mut().expect("seen above");
@@ -1130,7 +1340,9 @@ impl Director {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
             Err(_) => {
-                self.mark_down(b);
+                self.backends[b].connect_failures += 1;
+                self.count_failure(b, "connect");
+                self.mark_down(b, "connect failed");
                 return None;
             }
         }
@@ -1202,8 +1414,18 @@ impl Director {
         let client = bc.client;
         let backend = &mut self.backends[b];
         backend.connecting -= 1;
+        if !backend.up && self.cfg.health_path.is_some() {
+            // Out by a failed check or passive health: only passing checks
+            // bring it back, an open port is not enough.
+            self.close_bconn(token);
+            return;
+        }
         let recovered = !backend.up;
-        backend.up = true;
+        if recovered {
+            backend.up = true;
+            backend.down_reason = "";
+            backend.failures.clear();
+        }
         match client {
             Some(client) => self.drive(client),
             None => {
@@ -1228,8 +1450,9 @@ impl Director {
         let Some(bc) = self.bconns.get(token) else { return };
         let (b, client) = (bc.backend, bc.client);
         self.backends[b].connect_failures += 1;
+        self.count_failure(b, "connect");
         self.close_bconn(token);
-        self.mark_down(b);
+        self.mark_down(b, "connect failed");
         if let Some(client) = client {
             // Passive health: the request goes back to PEEK and may be
             // served by another backend (or get a quick 502).
@@ -1246,12 +1469,42 @@ impl Director {
         self.dispatch_queue();
     }
 
-    fn mark_down(&mut self, b: usize) {
+    fn count_failure(&mut self, b: usize, kind: &str) {
+        let labels =
+            vec![("backend".to_string(), self.backends[b].name.clone()), ("kind".to_string(), kind.into())];
+        self.metrics.backend_failures.get_or_create(&labels).inc();
+    }
+
+    /// Passive health: a failed exchange; too many in the window take the
+    /// backend out until a health check (or, without `--health-path`, a
+    /// connection attempt) passes.
+    fn passive_failure(&mut self, b: usize, kind: &str) {
+        self.count_failure(b, kind);
+        let (window, threshold) = (self.cfg.fail_window, self.cfg.max_fails);
+        if self.backends[b].failures.record(Instant::now(), window, threshold) && self.backends[b].up {
+            self.mark_down(b, "too many failures");
+            self.dispatch_queue();
+        }
+    }
+
+    /// Brings a backend back into rotation.
+    fn mark_up(&mut self, b: usize) {
+        let backend = &mut self.backends[b];
+        backend.up = true;
+        backend.down_reason = "";
+        backend.failures.clear();
+        self.replenish(b);
+        self.dispatch_queue();
+    }
+
+    fn mark_down(&mut self, b: usize, reason: &'static str) {
         let backend = &mut self.backends[b];
         if !backend.up {
             return;
         }
         backend.up = false;
+        backend.down_reason = reason;
+        backend.probe_successes = 0;
         for t in std::mem::take(&mut backend.idle) {
             self.close_bconn(t);
         }
@@ -1336,6 +1589,9 @@ impl Director {
                         None => {}
                     }
                 }
+                // One timer each, never re-armed: when it fires, time is up.
+                ADMIN => self.close_admin(token),
+                PROBE => self.end_probe(token, false),
                 _ => {}
             }
         }
@@ -1365,11 +1621,28 @@ impl Director {
                 self.busy_page(token);
             }
             Phase::Receive => {
-                self.stats.gateway_timeout += 1;
-                if let Some((b, _)) = c.ex.as_ref().and_then(|ex| ex.backend) {
-                    self.backends[b].errors += 1;
+                let ex = c.ex.as_ref();
+                let body_pending = ex.is_some_and(|ex| !matches!(ex.body, ReqBody::Done));
+                let backend = ex.and_then(|ex| ex.backend);
+                let backend_reading = backend
+                    .and_then(|(_, bt)| self.bconns.get(bt))
+                    .is_some_and(|bc| bc.connected && bc.out_pos == bc.out.len());
+                if body_pending && backend_reading {
+                    // The client stopped sending its body: its fault, and
+                    // the backend slot is freed now.
+                    self.stats.body_timeouts += 1;
+                    self.fail(token, 408, "request body not received in time", false);
+                } else {
+                    self.stats.gateway_timeout += 1;
+                    if let Some((b, _)) = backend {
+                        self.backends[b].errors += 1;
+                        if let Some((sent, inflight)) = ex.and_then(|ex| ex.sent) {
+                            self.backends[b].limiter.sample(sent.elapsed(), true, inflight);
+                        }
+                        self.passive_failure(b, "timeout");
+                    }
+                    self.fail(token, 504, "backend did not respond in time", false);
                 }
-                self.fail(token, 504, "backend did not respond in time", false);
             }
             Phase::Response | Phase::Linger => {
                 self.abort(token, false);
@@ -1380,10 +1653,24 @@ impl Director {
         self.ready.push_back(token);
     }
 
-    /// Health checks, monitor staleness, pool upkeep; accepting again.
+    /// Health checks, monitor staleness, pool upkeep, rate samples;
+    /// accepting again.
     fn tick(&mut self) {
         let now = Instant::now();
         self.next_tick = now + self.cfg.health_interval;
+        self.rate_samples.push_back((now, self.answered()));
+        while self.rate_samples.len() > 2
+            && self.rate_samples.front().is_some_and(|&(t, _)| now.duration_since(t) > RATE_WINDOW)
+        {
+            self.rate_samples.pop_front();
+        }
+        if self.cfg.health_path.is_some() && self.stopping.is_none() {
+            for b in 0..self.backends.len() {
+                if self.probing[b].is_none() {
+                    self.start_probe(b);
+                }
+            }
+        }
         let mut changed = false;
         for b in 0..self.backends.len() {
             let backend = &mut self.backends[b];
@@ -1393,9 +1680,14 @@ impl Director {
                 backend.monitor = MonitorState::Unknown;
                 changed = true;
             }
-            // Active check: a down backend gets a connection attempt every
-            // health interval; when it succeeds the backend is back.
-            if !backend.up && backend.connecting == 0 && self.stopping.is_none() {
+            // Without --health-path, the active check is a connection
+            // attempt to a down backend every health interval; when it
+            // succeeds the backend is back.
+            if !backend.up
+                && backend.connecting == 0
+                && self.stopping.is_none()
+                && self.cfg.health_path.is_none()
+            {
                 let _ = self.open_conn(b);
             } else {
                 self.replenish(b);
@@ -1406,6 +1698,196 @@ impl Director {
         }
         if self.listener.is_some() {
             self.accept();
+        }
+    }
+
+    // ----- health checks ---------------------------------------------------
+
+    /// Starts a `--health-path` check of backend `b`: a fresh connection
+    /// (a pooled one could hide a backend that no longer accepts), a GET,
+    /// and `--health-timeout` for the status line.
+    fn start_probe(&mut self, b: usize) {
+        let addr = self.backends[b].addr;
+        let path = self.cfg.health_path.as_deref().unwrap_or("/");
+        let socket = match socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM.nonblocking().cloexec(),
+            Some(socket2::Protocol::TCP),
+        ) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        match socket.connect(&addr.into()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
+            Err(_) => return self.probe_result(b, false),
+        }
+        let stream: TcpStream = socket.into();
+        let token = self.probes.vacant();
+        if self.poller.add(&stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+            return;
+        }
+        let host = match addr {
+            SocketAddr::V4(a) => a.to_string(),
+            SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+        };
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: modus-director-health-check\r\n\
+             Connection: close\r\n\r\n"
+        );
+        self.probes.fill(
+            token,
+            Probe {
+                stream,
+                backend: b,
+                connected: false,
+                out: request.into_bytes(),
+                out_pos: 0,
+                inbuf: Vec::new(),
+            },
+        );
+        self.probing[b] = Some(token);
+        self.timers.push(Reverse((Instant::now() + self.cfg.health_timeout, token)));
+    }
+
+    fn probe_event(&mut self, token: u64, gone: bool) {
+        let Some(p) = self.probes.get_mut(token) else { return };
+        if !p.connected {
+            if gone || !matches!(p.stream.take_error(), Ok(None)) {
+                return self.end_probe(token, false);
+            }
+            p.connected = true;
+        }
+        let mut writable = true;
+        if flush(&mut p.stream, &mut writable, &mut p.out, &mut p.out_pos).is_err() {
+            return self.end_probe(token, false);
+        }
+        loop {
+            let mut readable = true;
+            match parse_response(&p.inbuf, false) {
+                Ok(Parsed::Complete(head, len)) if head.is_interim() => {
+                    p.inbuf.drain(..len);
+                    continue;
+                }
+                Ok(Parsed::Complete(head, _)) => {
+                    let ok = (200..400).contains(&head.status);
+                    return self.end_probe(token, ok);
+                }
+                Err(_) => return self.end_probe(token, false),
+                Ok(Parsed::Partial) => {}
+            }
+            match read_some(&mut p.stream, &mut readable, &mut p.inbuf, MAX_RESPONSE_HEAD + 1) {
+                Io::Data => {}
+                Io::Blocked => return,
+                Io::Eof | Io::Failed => return self.end_probe(token, false),
+            }
+        }
+    }
+
+    fn end_probe(&mut self, token: u64, ok: bool) {
+        if let Some(p) = self.probes.remove(token) {
+            let _ = self.poller.delete(&p.stream);
+            self.probing[p.backend] = None;
+            self.probe_result(p.backend, ok);
+        }
+    }
+
+    /// A check failing takes the backend out at once (the check has a
+    /// sub-second deadline, so a hung backend is out within about one
+    /// interval plus the timeout); [`HEALTH_RISE`] passing in a row bring it
+    /// back.
+    fn probe_result(&mut self, b: usize, ok: bool) {
+        let backend = &mut self.backends[b];
+        if ok {
+            backend.probe_successes += 1;
+            if !backend.up && backend.probe_successes >= HEALTH_RISE {
+                self.mark_up(b);
+            }
+        } else {
+            backend.probe_failures += 1;
+            backend.probe_successes = 0;
+            self.count_failure(b, "health_check");
+            if self.backends[b].up {
+                self.mark_down(b, "health check failed");
+                self.dispatch_queue();
+            }
+        }
+    }
+
+    // ----- the admin listener ----------------------------------------------
+
+    fn accept_admins(&mut self) {
+        for _ in 0..ACCEPT_BATCH {
+            let Some(l) = &self.admin_listener else { return };
+            let Ok((stream, _)) = l.accept() else { return };
+            let _ = stream.set_nonblocking(true);
+            let token = self.admins.vacant();
+            if self.poller.add(&stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+                continue;
+            }
+            self.admins.fill(
+                token,
+                AdminConn { stream, inbuf: Vec::new(), out: Vec::new(), out_pos: 0, answered: false },
+            );
+            self.timers.push(Reverse((Instant::now() + ADMIN_TIMEOUT, token)));
+            self.admin_event(token);
+        }
+    }
+
+    fn admin_event(&mut self, token: u64) {
+        let Some(a) = self.admins.get_mut(token) else { return };
+        if !a.answered {
+            let limits = &self.cfg.limits;
+            let request = loop {
+                match h1::parse_request(&a.inbuf, limits) {
+                    Ok(ReqParsed::Complete { head, .. }) => break Some(Ok(head)),
+                    Ok(ReqParsed::Partial) => {}
+                    Err(e) => break Some(Err(e)),
+                }
+                let mut readable = true;
+                match read_some(&mut a.stream, &mut readable, &mut a.inbuf, limits.max_header_bytes) {
+                    Io::Data => {}
+                    Io::Blocked if a.inbuf.len() < limits.max_header_bytes => break None,
+                    _ => {
+                        self.close_admin(token);
+                        return;
+                    }
+                }
+            };
+            let Some(request) = request else { return };
+            let bytes = match request {
+                Ok(head) => {
+                    crate::admin::answer(&head.method, &head.path, || self.status_json(), &self.metrics)
+                }
+                Err(e) => local_bytes(
+                    e.status(),
+                    "text/plain",
+                    &error_page(e.status(), e.reason()),
+                    &[],
+                    true,
+                    false,
+                    false,
+                ),
+            };
+            let a = self.admins.get_mut(token).expect("seen above");
+            a.out = bytes;
+            a.answered = true;
+        }
+        let a = self.admins.get_mut(token).expect("seen above");
+        let mut writable = true;
+        match flush(&mut a.stream, &mut writable, &mut a.out, &mut a.out_pos) {
+            Ok(_) if a.out.is_empty() => {
+                let _ = a.stream.shutdown(NetShutdown::Write);
+                self.close_admin(token);
+            }
+            Ok(_) => {}
+            Err(()) => self.close_admin(token),
+        }
+    }
+
+    fn close_admin(&mut self, token: u64) {
+        if let Some(a) = self.admins.remove(token) {
+            let _ = self.poller.delete(&a.stream);
         }
     }
 
@@ -1540,6 +2022,106 @@ impl Director {
         }
     }
 
+    /// Responses completed.
+    fn answered(&self) -> u64 {
+        self.stats.responses.values().sum()
+    }
+
+    /// Everything `--admin` shows, as JSON.
+    fn status_json(&self) -> Value {
+        let mut phases = [0usize; 5];
+        for t in self.clients.tokens() {
+            if let Some(c) = self.clients.get(t) {
+                phases[c.phase.index()] += 1;
+            }
+        }
+        let now = Instant::now();
+        let answered = self.answered();
+        let rate = match self.rate_samples.front() {
+            Some(&(t, n)) if now.duration_since(t) >= Duration::from_millis(100) => {
+                (answered - n) as f64 / now.duration_since(t).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        let s = &self.stats;
+        let max = self.cfg.max_backend_conns;
+        let backends: Vec<Value> = self
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let h = &self.latencies.per_backend[i];
+                json!({
+                    "name": b.name,
+                    "addr": b.addr.to_string(),
+                    "health": if b.up { "up" } else { "down" },
+                    "down_reason": if b.up { Value::Null } else { Value::from(b.down_reason) },
+                    "monitor": b.monitor.as_str(),
+                    "monitor_detail": b.monitor_detail,
+                    "inflight": b.inflight,
+                    "limit": b.limit(max),
+                    "adaptive_limit": b.limiter.limit(),
+                    "monitor_limit": b.monitor_limit(max),
+                    "window_latency_us": b.limiter.last_rtt().map(|d| d.as_micros() as u64),
+                    "latency_us": if h.is_empty() { Value::Null } else { Value::from(h.value_at_quantile(0.5)) },
+                    "latency_p99_us": if h.is_empty() { Value::Null } else { Value::from(h.value_at_quantile(0.99)) },
+                    "idle": b.idle.len(),
+                    "conns": b.conns,
+                    "served": b.served,
+                    "server_errors": b.server_errors,
+                    "errors": b.errors,
+                    "connect_failures": b.connect_failures,
+                    "recent_failures": b.failures.recent(now, self.cfg.fail_window),
+                    "health_check_failures": b.probe_failures,
+                })
+            })
+            .collect();
+        let in_flight: usize = self.backends.iter().map(|b| b.inflight).sum();
+        let idle: usize = self.backends.iter().map(|b| b.idle.len()).sum();
+        let connections: serde_json::Map<String, Value> =
+            Phase::NAMES.iter().zip(phases).map(|(name, n)| (name.to_string(), Value::from(n))).collect();
+        let responses: serde_json::Map<String, Value> =
+            s.responses.iter().map(|(code, n)| (code.to_string(), Value::from(*n))).collect();
+        json!({
+            "model": "direct",
+            "pid": std::process::id(),
+            "uptime_s": self.started.elapsed().as_secs(),
+            "requests_total": answered,
+            "requests_received": s.requests,
+            "requests_per_s": rate,
+            "connections_accepted": s.accepted,
+            "connections_open": self.clients.live,
+            "connections": connections,
+            "responses": responses,
+            "latency_us": summary(&self.latencies.request),
+            "phases_us": {
+                "queue": summary(&self.latencies.queue),
+                "backend": summary(&self.latencies.backend),
+            },
+            "queues": {"pending": self.queue.len()},
+            "workers": {"busy": in_flight, "idle": idle},
+            "admission": {
+                "in_flight": in_flight,
+                "queued": self.queue.len(),
+                "queue_capacity": self.cfg.queue,
+                "queued_total": s.queued_total,
+                "refused": {
+                    "queue_timeout": s.busy_pages - s.queue_full,
+                    "queue_full": s.queue_full,
+                    "max_conns": s.refused_total,
+                    "per_ip": s.refused_per_ip,
+                    "bad_request": s.bad_requests,
+                    "body_timeout": s.body_timeouts,
+                    "no_backend": s.bad_gateway,
+                    "gateway_timeout": s.gateway_timeout,
+                },
+            },
+            "adaptive": self.cfg.adaptive.as_str(),
+            "max_backend_conns": max,
+            "backends": backends,
+        })
+    }
+
     fn status_page(&self) -> String {
         let mut phases = [0usize; 5];
         for t in self.clients.tokens() {
@@ -1623,10 +2205,14 @@ fn respond_local(
         done: false,
         close_after: true,
         queued_at: None,
+        started: Instant::now(),
+        sent: None,
+        status,
     });
     ex.head_sent = true;
     ex.done = true;
     ex.queued_at = None;
+    ex.status = status;
     ex.close_after |= !keep;
     c.phase = Phase::Response;
     c.deadline = None;
