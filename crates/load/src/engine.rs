@@ -33,8 +33,8 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::dist::{self, DurationDist, Rng};
 use crate::http::{ParseError, Response, ResponseParser};
-use crate::stats::{ErrorKind, Row, Stats};
-use crate::target::{Chooser, Workload};
+use crate::stats::{ErrorKind, LoopUsage, Row, Stats};
+use crate::target::{Chooser, StreamRef, Workload};
 
 /// Open-loop arrival process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -77,6 +77,8 @@ pub struct Config {
     pub think: Option<DurationDist>,
     /// Replay the workload's own think times (SURGE OFF times).
     pub stream_think: bool,
+    /// Start a replayed stream over when it ends (else the run ends).
+    pub repeat_stream: bool,
     /// Measured duration.
     pub duration: Option<Duration>,
     /// Measured requests.
@@ -125,7 +127,13 @@ pub struct Outcome {
     pub stats: Stats,
     /// Measured wall time (s): the duration, or until the last response.
     pub duration_s: f64,
+    /// Event-loop threads that ran (`--threads`, at most one per connection).
+    pub threads: usize,
 }
+
+/// A loop busier than this (fraction of its wall time outside the epoll
+/// wait) cannot be trusted to send on time or to be faster than the server.
+pub const BUSY_LIMIT: f64 = 0.9;
 
 /// Runs the load. `progress` is updated as responses arrive; `stop` ends
 /// the run early.
@@ -161,13 +169,16 @@ pub fn run(cfg: &Config, progress: Arc<Progress>, stop: Arc<AtomicBool>) -> io::
     });
     let threads = cfg.threads.clamp(1, cfg.connections.max(1));
     let results: Vec<io::Result<Stats>> = std::thread::scope(|s| {
+        let mut first = 0;
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let conns = cfg.connections / threads + usize::from(t < cfg.connections % threads);
                 let shared = Arc::clone(&shared);
+                let range = first..first + conns;
+                first += conns;
                 std::thread::Builder::new()
                     .name(format!("load-{t}"))
-                    .spawn_scoped(s, move || Worker::new(cfg, shared, t, threads, conns)?.run())
+                    .spawn_scoped(s, move || Worker::new(cfg, shared, t, threads, range)?.run())
                     .expect("spawn a load thread")
             })
             .collect();
@@ -184,7 +195,7 @@ pub fn run(cfg: &Config, progress: Arc<Progress>, stop: Arc<AtomicBool>) -> io::
         }
         _ => (stats.last_end_us as f64 / 1e6).max(1e-6),
     };
-    Ok(Outcome { stats, duration_s })
+    Ok(Outcome { stats, duration_s, threads })
 }
 
 #[derive(Debug)]
@@ -250,6 +261,10 @@ struct Worker<'a> {
     src_next: u32,
     src_base: u8,
     checksums: Vec<Option<u64>>,
+    /// `--workload`, closed loop: each connection's requests (its users')
+    /// and how far it got.
+    scripts: Vec<Vec<StreamRef>>,
+    script_pos: Vec<usize>,
     last_timeout_scan: Instant,
     tick: Duration,
     /// epoll waits in whole milliseconds; a timerfd wakes the loop on time
@@ -270,9 +285,21 @@ impl<'a> Worker<'a> {
         sh: Arc<Shared>,
         t: usize,
         threads: usize,
-        nconns: usize,
+        range: std::ops::Range<usize>,
     ) -> io::Result<Worker<'a>> {
         let now = Instant::now();
+        let nconns = range.len();
+        let mut scripts = vec![Vec::new(); nconns];
+        if let (Chooser::Stream(seq), None) = (&cfg.workload.chooser, cfg.rate) {
+            // A SURGE user's pages, and the OFF times between them, stay on
+            // one connection, as a browser's would.
+            for r in seq {
+                let g = r.user as usize % cfg.connections;
+                if range.contains(&g) {
+                    scripts[g - range.start].push(*r);
+                }
+            }
+        }
         let conns = (0..nconns)
             .map(|_| Conn {
                 sock: None,
@@ -320,7 +347,9 @@ impl<'a> Worker<'a> {
             spread: cfg.spread_source,
             src_next: 0,
             src_base: 1 + (t % 250) as u8,
-            checksums: vec![None; cfg.workload.targets.len()],
+            checksums: cfg.workload.targets.iter().map(|t| t.expect_sum).collect(),
+            script_pos: vec![0; nconns],
+            scripts,
             last_timeout_scan: now,
             armed: None,
             timerfd: rustix::time::timerfd_create(
@@ -339,6 +368,11 @@ impl<'a> Worker<'a> {
             self.poll.registry().register(&mut mio::unix::SourceFd(&raw), TIMER_TOKEN, Interest::READABLE)?;
         }
         let now = Instant::now();
+        // The schedule starts when this loop does: arrivals due while the
+        // thread was being created would otherwise count as its lateness.
+        self.next_arrival += now.saturating_duration_since(self.sh.start);
+        let cpu_before = thread_cpu();
+        let mut waiting = Duration::ZERO;
         for ci in 0..self.conns.len() {
             if self.open {
                 if !self.cfg.close {
@@ -386,7 +420,10 @@ impl<'a> Worker<'a> {
             // when armed, wakes us earlier), never spin.
             let timeout = wake.saturating_duration_since(now);
             let timeout = Duration::from_millis(timeout.as_micros().div_ceil(1000) as u64);
-            match self.poll.poll(&mut events, Some(timeout)) {
+            let before = Instant::now();
+            let polled = self.poll.poll(&mut events, Some(timeout));
+            waiting += before.elapsed();
+            match polled {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -413,6 +450,11 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+        let wall = now.elapsed().as_secs_f64().max(1e-9);
+        self.st.loops.push(LoopUsage {
+            busy: (1.0 - waiting.as_secs_f64() / wall).clamp(0.0, 1.0),
+            cpu: (thread_cpu() - cpu_before).as_secs_f64() / wall,
+        });
         Ok(self.st)
     }
 
@@ -453,19 +495,35 @@ impl<'a> Worker<'a> {
         Some(measured)
     }
 
-    /// The next target, and the think time the workload asks before it.
-    fn choose(&mut self) -> (u32, u64) {
+    /// The next target for connection `ci` (closed loop) or for the next
+    /// arrival (open loop, `ci` None), and the think time the workload asks
+    /// before it; `None` when a replayed stream has ended.
+    fn choose(&mut self, ci: Option<usize>) -> Option<(u32, u64)> {
         let n = self.cfg.workload.targets.len();
         match &self.cfg.workload.chooser {
             Chooser::RoundRobin => {
                 self.rr = (self.rr + 1) % n;
-                (self.rr as u32, 0)
+                Some((self.rr as u32, 0))
             }
             Chooser::Weighted(cum) => {
                 let u = dist::uniform(&mut self.rng);
-                ((cum.partition_point(|&c| c < u)).min(n - 1) as u32, 0)
+                Some(((cum.partition_point(|&c| c < u)).min(n - 1) as u32, 0))
             }
-            Chooser::Sequence(seq) => seq[self.sh.cursor.fetch_add(1, Ordering::Relaxed) % seq.len()],
+            Chooser::Stream(seq) => {
+                let (list, i) = match ci {
+                    Some(ci) => {
+                        let i = self.script_pos[ci];
+                        self.script_pos[ci] += 1;
+                        (&self.scripts[ci], i)
+                    }
+                    None => (seq, self.sh.cursor.fetch_add(1, Ordering::Relaxed)),
+                };
+                if list.is_empty() || (i >= list.len() && !self.cfg.repeat_stream) {
+                    return None;
+                }
+                let r = list[i % list.len()];
+                Some((r.target, r.off_us))
+            }
         }
     }
 
@@ -477,7 +535,13 @@ impl<'a> Worker<'a> {
             && !self.conns[ci].waiting
             && self.conns[ci].inflight.len() < self.cfg.pipeline
         {
-            let (target, stream_off) = self.choose();
+            let Some((target, stream_off)) = self.choose(Some(ci)) else {
+                self.conns[ci].done = true;
+                if self.conns[ci].inflight.is_empty() {
+                    self.close(ci);
+                }
+                return;
+            };
             let mut think = self.cfg.think.map(|d| d.sample(&mut self.rng)).unwrap_or_default();
             if self.cfg.stream_think {
                 think += Duration::from_micros(stream_off);
@@ -517,7 +581,7 @@ impl<'a> Worker<'a> {
             }
             self.timers.pop();
             self.conns[ci].waiting = false;
-            self.note_lateness(now, t, true);
+            self.note_lateness(now, t);
             if self.open {
                 self.make_free(ci);
             } else if let Some((intended, target, measured)) = self.conns[ci].deferred.take() {
@@ -533,9 +597,13 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn note_lateness(&mut self, now: Instant, due: Instant, free: bool) {
+    /// The loop sleeps on a timerfd set for the next arrival or think-time
+    /// end, whatever the connections are doing, so noticing one late is
+    /// the generator's own delay (busy or starved of CPU), never the
+    /// server's: count it even when no connection is free.
+    fn note_lateness(&mut self, now: Instant, due: Instant) {
         let late = now.saturating_duration_since(due);
-        if free && late > self.cfg.lag_threshold {
+        if late > self.cfg.lag_threshold {
             self.st.generator_late += 1;
             self.st.generator_max_lag_us = self.st.generator_max_lag_us.max(late.as_micros() as u64);
         }
@@ -544,12 +612,10 @@ impl<'a> Worker<'a> {
     // ---- open loop --------------------------------------------------------
 
     fn arrive(&mut self, now: Instant) {
-        let mut first = true;
         while !self.arrivals_done && self.next_arrival <= now {
             let intended = self.next_arrival;
-            if first {
-                self.note_lateness(now, intended, !self.free.is_empty());
-                first = false;
+            if intended >= self.sh.measure_start {
+                self.note_lateness(now, intended);
             }
             let gap = match self.cfg.arrivals {
                 Arrivals::Constant => self.gap_s,
@@ -565,11 +631,19 @@ impl<'a> Worker<'a> {
             }
             if self.pending.len() >= self.cfg.max_queue {
                 if measured {
+                    // Never sent: an error of the run, not a missing sample.
                     self.st.dropped += 1;
+                    self.st.error(ErrorKind::Dropped);
+                    let ms = self.sh.measure_start;
+                    self.st.second(us_between(ms, intended)).errors += 1;
+                    self.sh.progress.errors.fetch_add(1, Ordering::Relaxed);
                 }
                 continue;
             }
-            let (target, _) = self.choose();
+            let Some((target, _)) = self.choose(None) else {
+                self.arrivals_done = true;
+                break;
+            };
             self.pending.push_back((intended, target, measured));
         }
     }
@@ -962,9 +1036,10 @@ impl<'a> Worker<'a> {
                     error = Some(ErrorKind::Status4xx);
                 } else if target.expect_len.is_some_and(|l| l != r.body_bytes) && r.status == 200 {
                     error = Some(ErrorKind::Size);
-                } else if let Some(sum) = r.checksum {
-                    let seen = self.checksums[req.target as usize].get_or_insert(sum);
-                    if *seen != sum && r.status == 200 {
+                } else if let Some(sum) = r.checksum.filter(|_| r.status == 200) {
+                    // Against the file on disk (--workload) or the first body.
+                    let want = self.checksums[req.target as usize].get_or_insert(sum);
+                    if *want != sum {
                         error = Some(ErrorKind::Checksum);
                     }
                 }
@@ -1025,6 +1100,12 @@ impl<'a> Worker<'a> {
             });
         }
     }
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
 }
 
 fn io_kind(e: &io::Error) -> ErrorKind {

@@ -73,6 +73,11 @@ pub struct Progress {
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
+/// FNV-1a 64 of `data`: what `--checksum` computes over each body.
+pub fn fnv1a(data: &[u8]) -> u64 {
+    fnv(FNV_OFFSET, data)
+}
+
 fn fnv(mut h: u64, data: &[u8]) -> u64 {
     for &b in data {
         h ^= u64::from(b);

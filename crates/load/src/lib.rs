@@ -53,7 +53,7 @@ pub struct LoadArgs {
     /// Event-loop threads
     #[arg(short = 't', long, default_value_t = 1)]
     pub threads: usize,
-    /// Measured duration (e.g. 10s); default 10s unless -n is given
+    /// Measured duration (e.g. 10s); default 10s unless -n or --workload (without --repeat-stream) is given
     #[arg(short = 'd', long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Measured requests (stop after this many)
@@ -92,13 +92,16 @@ pub struct LoadArgs {
     /// With --workload: honour the stream's OFF times (SURGE user think times) in the closed loop
     #[arg(long)]
     pub stream_think: bool,
+    /// With --workload: start the stream over when it ends (default: the run ends with the stream)
+    #[arg(long)]
+    pub repeat_stream: bool,
     /// Request method (GET or HEAD)
     #[arg(short = 'm', long, default_value = "GET")]
     pub method: String,
     /// Extra request header, `Name: value` (repeatable)
     #[arg(short = 'H', long = "header")]
     pub headers: Vec<String>,
-    /// Hash every body; a body that differs from an earlier one of the same URL is an error
+    /// Hash every body; a body that differs from an earlier one of the same URL (with --workload: from the file on disk) is an error
     #[arg(long)]
     pub checksum: bool,
     /// Open loop: arrivals that may wait for a free connection (beyond: dropped)
@@ -132,7 +135,7 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
             let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             Workload::mix(&base, &text).with_context(|| format!("in {}", f.display()))?
         }
-        (None, Some(d)) => Workload::replay(&base, d)?,
+        (None, Some(d)) => Workload::replay(&base, d, a.checksum)?,
         (None, None) => Workload::urls(&base, &urls)?,
     };
     if a.connections == 0 || a.threads == 0 || a.pipeline == 0 {
@@ -142,6 +145,9 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
         if !(r.is_finite() && r > 0.0) {
             bail!("--rate must be a positive number of requests per second");
         }
+    }
+    if (a.stream_think || a.repeat_stream) && a.workload.is_none() {
+        bail!("--stream-think and --repeat-stream are for --workload");
     }
     if a.rate.is_some() && a.think_time.is_some() {
         bail!("--think-time is for the closed loop; with --rate the arrivals set the pace");
@@ -174,7 +180,13 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
         arrivals: a.arrivals,
         think: a.think_time,
         stream_think: a.stream_think,
-        duration: a.duration.or(if a.requests.is_none() { Some(Duration::from_secs(10)) } else { None }),
+        repeat_stream: a.repeat_stream,
+        // A replayed stream bounds the run itself (unless repeated).
+        duration: a.duration.or(if a.requests.is_none() && (a.workload.is_none() || a.repeat_stream) {
+            Some(Duration::from_secs(10))
+        } else {
+            None
+        }),
         requests: a.requests,
         warmup: a.warmup,
         timeout: a.timeout,
@@ -207,15 +219,17 @@ fn load(a: &LoadArgs) -> Result<()> {
         let (progress, done) = (Arc::clone(&progress), Arc::clone(&done));
         std::thread::spawn(move || {
             let start = Instant::now();
-            let mut last = 0;
+            let (mut last, mut last_requests) = (0, 0);
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(250));
                 let s = start.elapsed().as_secs();
                 if s != last {
-                    last = s;
+                    let requests = progress.requests.load(Ordering::Relaxed);
+                    // Responses in the last whole second(s) (warm-up ones are not counted).
+                    let rate = (requests - last_requests) as f64 / (s - last) as f64;
+                    (last, last_requests) = (s, requests);
                     eprint!(
-                        "\r\x1b[K[{s:>4}s] {} responses, {} errors",
-                        progress.requests.load(Ordering::Relaxed),
+                        "\r\x1b[K[{s:>4}s] {requests} responses, {rate:.0} req/s, {} errors",
                         progress.errors.load(Ordering::Relaxed)
                     );
                 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
-use crate::engine::{Config, Outcome};
+use crate::engine::{Config, Outcome, BUSY_LIMIT};
 use crate::stats::{ErrorKind, Stats};
 use crate::LoadArgs;
 
@@ -29,6 +29,16 @@ fn errors_map(s: &Stats) -> Map<String, Value> {
         .filter(|(_, n)| *n > 0)
         .map(|(k, n)| (k.name().to_string(), json!(n)))
         .collect()
+}
+
+/// Did the generator fall behind (late arrivals or think-time ends), or
+/// was one of its loops too busy to be trusted?
+fn fell_behind(s: &Stats) -> bool {
+    s.generator_late > 0 || saturated(s)
+}
+
+fn saturated(s: &Stats) -> bool {
+    s.loops.iter().any(|l| l.busy > BUSY_LIMIT)
 }
 
 fn mode(cfg: &Config) -> String {
@@ -71,12 +81,12 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "params": {
             "urls": a.urls, "target": cfg.addr.to_string(), "mode": if cfg.rate.is_some() { "open" } else { "closed" },
-            "connections": cfg.connections, "threads": cfg.threads, "pipeline": cfg.pipeline, "close": cfg.close,
+            "connections": cfg.connections, "threads": o.threads, "threads_requested": cfg.threads, "pipeline": cfg.pipeline, "close": cfg.close,
             "rate": cfg.rate, "arrivals": cfg.arrivals, "think_time": a.think_time.map(|t| format!("{:?}", t.dist)),
             "duration_s": cfg.duration.map(|d| d.as_secs_f64()), "requests": cfg.requests,
             "warmup_s": cfg.warmup.as_secs_f64(), "timeout_s": cfg.timeout.as_secs_f64(),
             "method": cfg.method, "headers": cfg.headers, "workload": cfg.workload.describe,
-            "mix": a.mix, "workload_dir": a.workload, "seed": cfg.seed, "checksum": cfg.checksum,
+            "mix": a.mix, "workload_dir": a.workload, "stream_think": cfg.stream_think, "repeat_stream": cfg.repeat_stream, "seed": cfg.seed, "checksum": cfg.checksum,
             "max_queue": cfg.max_queue, "lag_threshold_us": cfg.lag_threshold.as_micros() as u64,
         },
         "duration_s": o.duration_s,
@@ -97,8 +107,12 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome) -> Value {
         "open_loop": {
             "queued": s.queued, "dropped": s.dropped, "late_sends": s.late_sends,
             "generator_late": s.generator_late, "generator_max_lag_us": s.generator_max_lag_us,
-            "generator_fell_behind": s.generator_late > 0,
         },
+        "generator_busy": s.loops.iter().map(|l| l.busy).collect::<Vec<_>>(),
+        "generator_cpu": s.loops.iter().map(|l| l.cpu).collect::<Vec<_>>(),
+        "generator_saturated": saturated(s),
+        "generator_fell_behind": fell_behind(s),
+        "dropped": s.dropped,
         "retries": s.retries,
         "unfinished": s.unfinished,
         "warmup_requests": s.warmup_requests,
@@ -144,7 +158,7 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
         t,
         "  {}, {} threads and {} connections, {}{}{}",
         mode(cfg),
-        cfg.threads.min(cfg.connections),
+        o.threads,
         cfg.connections,
         if cfg.close { "a connection per request" } else { "keep-alive" },
         if cfg.pipeline > 1 { format!(", pipeline {}", cfg.pipeline) } else { String::new() },
@@ -201,20 +215,44 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
     if cfg.rate.is_some() {
         let _ = writeln!(
             t,
-            "Open loop:    {} arrivals waited for a connection, {} dropped (queue full), {} sent later than {}",
+            "Open loop:    {} arrivals waited for a connection, {} sent later than {}",
             s.queued,
-            s.dropped,
             s.late_sends,
             humantime::format_duration(cfg.lag_threshold)
         );
     }
+    if s.dropped > 0 {
+        let _ = writeln!(
+            t,
+            "WARNING: {} arrivals were DROPPED (the send queue held --max-queue {}); they are counted as \
+             errors and are missing from the latency figures",
+            s.dropped, cfg.max_queue
+        );
+    }
+    let busy: Vec<String> = s.loops.iter().map(|l| format!("{:.0}%", l.busy * 100.0)).collect();
+    let cpu: Vec<String> = s.loops.iter().map(|l| format!("{:.0}%", l.cpu * 100.0)).collect();
+    let _ = writeln!(t, "Generator:    loops busy {} (CPU {})", busy.join(" "), cpu.join(" "));
     if s.generator_late > 0 {
         let _ = writeln!(
             t,
-            "WARNING: the generator fell behind: it woke up late {} times with a connection free (max {}); \
-             its own delays are in the latency figures (use more --threads or a lower --rate)",
+            "WARNING: the generator fell behind: it noticed {} arrivals or think-time ends later than {} \
+             (max {}); its own delays are in the latency figures (use more --threads or a lower --rate)",
             s.generator_late,
+            humantime::format_duration(cfg.lag_threshold),
             us(s.generator_max_lag_us as f64)
+        );
+    }
+    if saturated(s) {
+        let _ = writeln!(
+            t,
+            "WARNING: the generator fell behind: a loop was more than {:.0}% busy; {} \
+             (use more --threads, or give the generator its own core)",
+            BUSY_LIMIT * 100.0,
+            if cfg.rate.is_some() {
+                "sends may be late for the generator's own reasons and be booked as server queueing"
+            } else {
+                "the throughput may be the generator's limit, not the server's"
+            }
         );
     }
     if s.unfinished > 0 || s.retries > 0 {
@@ -225,16 +263,22 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
         );
     }
     if cfg.workload.classes.len() > 1 {
-        let _ = writeln!(t, "Per class:        requests  errors        p50        p99        max");
+        let _ = writeln!(
+            t,
+            "Per class:        requests  errors       mean        p50        p90        p99      p99.9        max"
+        );
         for (name, c) in cfg.workload.classes.iter().zip(&s.classes) {
-            let q = |p| if c.latency.is_empty() { 0 } else { c.latency.value_at_quantile(p) };
+            let q = |p| us(if c.latency.is_empty() { 0 } else { c.latency.value_at_quantile(p) } as f64);
             let _ = writeln!(
                 t,
-                "  {name:<16}{:>8}  {:>6} {:>10} {:>10} {:>10}",
+                "  {name:<16}{:>8}  {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 c.latency.len(),
                 c.errors,
-                us(q(0.5) as f64),
-                us(q(0.99) as f64),
+                us(c.latency.mean()),
+                q(0.5),
+                q(0.9),
+                q(0.99),
+                q(0.999),
                 us(c.latency.max() as f64)
             );
         }

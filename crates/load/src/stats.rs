@@ -29,13 +29,16 @@ pub enum ErrorKind {
     Parse,
     /// The body length differs from the size the workload says the file has.
     Size,
-    /// `--checksum`: the body differs from an earlier body of the same URL.
+    /// `--checksum`: the body differs from the file on disk (`--workload`)
+    /// or from an earlier body of the same URL.
     Checksum,
+    /// Open loop: the arrival found the send queue full and was never sent.
+    Dropped,
 }
 
 impl ErrorKind {
     /// All kinds, in report order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::Reset,
@@ -46,6 +49,7 @@ impl ErrorKind {
         ErrorKind::Parse,
         ErrorKind::Size,
         ErrorKind::Checksum,
+        ErrorKind::Dropped,
     ];
 
     /// The name used in reports and JSON.
@@ -61,6 +65,7 @@ impl ErrorKind {
             ErrorKind::Parse => "parse",
             ErrorKind::Size => "size_mismatch",
             ErrorKind::Checksum => "checksum_mismatch",
+            ErrorKind::Dropped => "dropped",
         }
     }
 
@@ -165,8 +170,8 @@ pub struct Stats {
     pub queued: u64,
     /// Sends later than the lag threshold.
     pub late_sends: u64,
-    /// Times the generator itself woke up later than the threshold while a
-    /// connection was free (its own fault, not the server's).
+    /// Arrivals (and think-time ends) the generator itself noticed later
+    /// than the threshold: its own delay, not the server's.
     pub generator_late: u64,
     /// Largest such lateness (µs).
     pub generator_max_lag_us: u64,
@@ -180,6 +185,18 @@ pub struct Stats {
     pub last_end_us: u64,
     /// Per request, with `--timeline`.
     pub timeline: Vec<Row>,
+    /// Per event-loop thread, in thread order.
+    pub loops: Vec<LoopUsage>,
+}
+
+/// How hard one event-loop thread worked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoopUsage {
+    /// Fraction of its wall time spent outside the epoll wait (running, or
+    /// runnable but without a CPU): near 1, it could not keep up.
+    pub busy: f64,
+    /// Its CPU time over its wall time.
+    pub cpu: f64,
 }
 
 impl Stats {
@@ -208,6 +225,7 @@ impl Stats {
             warmup_requests: 0,
             last_end_us: 0,
             timeline: Vec::new(),
+            loops: Vec::new(),
         }
     }
 
@@ -226,7 +244,7 @@ impl Stats {
         self.errors[i] += 1;
     }
 
-    /// Total errors (every kind; not dropped arrivals).
+    /// Total errors (every kind, dropped open-loop arrivals included).
     pub fn total_errors(&self) -> u64 {
         self.errors.iter().sum()
     }
@@ -277,6 +295,7 @@ impl Stats {
         self.warmup_requests += o.warmup_requests;
         self.last_end_us = self.last_end_us.max(o.last_end_us);
         self.timeline.extend(o.timeline);
+        self.loops.extend(o.loops);
     }
 }
 

@@ -20,7 +20,9 @@
 //! The request stream: each file gets its Zipf share of the requests;
 //! the order comes from SURGE's stack model (draw a stack distance, take
 //! the file at that depth of an LRU stack, move it to the top); the
-//! references are cut into pages of 1 base + embedded objects; users
+//! references are cut into pages of 1 base file + N embedded objects, N
+//! the floor of a Pareto(1, 2.43) draw (so every page embeds at least one
+//! object and P(N ≥ n) = n^-2.43 exactly at integers); users
 //! alternate ON (a page: requests separated by active OFF times) and OFF
 //! (inactive OFF time, "think time") on virtual clocks, and the stream is
 //! their merge in time order.
@@ -185,6 +187,41 @@ pub fn pareto_alpha_mle(xs: &[f64], k: f64) -> f64 {
     }
 }
 
+/// Weibull (scale, shape) by maximum likelihood: the shape k solves
+/// Σ xᵏ ln x / Σ xᵏ − 1/k = mean(ln x) (increasing in k, so bisection),
+/// then scale = (Σ xᵏ / n)^(1/k).
+pub fn weibull_mle(xs: &[f64]) -> (f64, f64) {
+    let xs: Vec<f64> = xs.iter().copied().filter(|&x| x > 0.0).collect();
+    if xs.len() < 2 {
+        return (0.0, 0.0);
+    }
+    // Scaled by the largest value so xᵏ cannot overflow.
+    let top = xs.iter().copied().fold(0.0, f64::max);
+    let ln: Vec<f64> = xs.iter().map(|x| (x / top).ln()).collect();
+    let mean_ln = ln.iter().sum::<f64>() / ln.len() as f64;
+    let f = |k: f64| {
+        let (mut a, mut b) = (0.0, 0.0);
+        for &l in &ln {
+            let w = (k * l).exp();
+            a += w * l;
+            b += w;
+        }
+        a / b - 1.0 / k - mean_ln
+    };
+    let (mut lo, mut hi): (f64, f64) = (1e-3, 100.0);
+    for _ in 0..200 {
+        let mid = (lo * hi).sqrt();
+        if f(mid) > 0.0 {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let k = (lo * hi).sqrt();
+    let mean_pow = ln.iter().map(|l| (k * l).exp()).sum::<f64>() / ln.len() as f64;
+    (top * mean_pow.powf(1.0 / k), k)
+}
+
 /// Least-squares slope of ln(count) against ln(rank) over ranks with
 /// count > 0 (≈ −1 for Zipf).
 pub fn zipf_slope(counts_by_rank: &[usize]) -> f64 {
@@ -235,10 +272,13 @@ pub fn generate(p: &SurgeParams, out: &Path) -> Result<Value> {
     let mut r = dist::rng(p.seed, 3);
     let mut stack: Vec<usize> = by_rank.iter().rev().copied().filter(|&f| remaining[f] > 0).collect();
     let mut refs = Vec::with_capacity(p.requests);
+    // The continuous draws, for the manifest's fit (the discrete depth is
+    // also clipped to the stack's size).
     let mut distances = Vec::with_capacity(p.requests);
     while !stack.is_empty() {
-        let d = (STACK_DISTANCE.sample(&mut r).floor() as usize).min(stack.len() - 1);
-        distances.push(d as f64);
+        let x = STACK_DISTANCE.sample(&mut r);
+        distances.push(x);
+        let d = (x.floor() as usize).min(stack.len() - 1);
         let pos = stack.len() - 1 - d;
         let f = stack.remove(pos);
         refs.push(f);
@@ -254,24 +294,29 @@ pub fn generate(p: &SurgeParams, out: &Path) -> Result<Value> {
         (0..p.users as u32).map(|u| std::cmp::Reverse(((r.next_u64() % 1_000_000), u))).collect();
     let mut first_page = vec![true; p.users];
     let mut entries = Vec::with_capacity(p.requests);
-    let (mut page_sizes, mut active, mut inactive) = (Vec::new(), Vec::new(), Vec::new());
+    // Raw draws (before flooring and capping) for the manifest's fits.
+    let (mut embedded_draws, mut page_sizes) = (Vec::new(), Vec::new());
+    let (mut active, mut inactive) = (Vec::new(), Vec::new());
     let mut i = 0;
     while i < refs.len() {
-        let objects = (EMBEDDED.sample(&mut r).floor() as usize).max(1).min(refs.len() - i);
+        let x = EMBEDDED.sample(&mut r);
+        embedded_draws.push(x);
+        // The last page may be cut short by the end of the stream.
+        let objects = (1 + x.floor() as usize).min(refs.len() - i);
         page_sizes.push(objects as f64);
         let std::cmp::Reverse((mut clock, user)) = clocks.pop().expect("users");
         for (j, &f) in refs[i..i + objects].iter().enumerate() {
             let off_s = if j > 0 {
-                let s = ACTIVE_OFF.sample(&mut r).min(OFF_CAP_S);
+                let s = ACTIVE_OFF.sample(&mut r);
                 active.push(s);
-                s
+                s.min(OFF_CAP_S)
             } else if first_page[user as usize] {
                 first_page[user as usize] = false;
                 0.0
             } else {
-                let s = INACTIVE_OFF.sample(&mut r).min(OFF_CAP_S);
+                let s = INACTIVE_OFF.sample(&mut r);
                 inactive.push(s);
-                s
+                s.min(OFF_CAP_S)
             };
             let off_us = (off_s * 1e6).round() as u64;
             clock += off_us;
@@ -306,9 +351,16 @@ pub fn generate(p: &SurgeParams, out: &Path) -> Result<Value> {
     let (body_mu, body_sigma) = mean_sd(&body_ln);
     let mut all: Vec<f64> = sizes.iter().map(|s| s.0 as f64).collect();
     let total_bytes: u64 = sizes.iter().map(|s| s.0).sum();
-    let ln_d: Vec<f64> = distances.iter().filter(|&&d| d >= 1.0).map(|d| d.ln()).collect();
+    let ln_d: Vec<f64> = distances.iter().map(|d| d.ln()).collect();
     let (d_mu, d_sigma) = mean_sd(&ln_d);
     let requested_bytes: u64 = entries.iter().map(|e| e.size).sum();
+    let mut per_file = std::collections::HashMap::new();
+    for e in &entries {
+        *per_file.entry(e.path.as_str()).or_insert(0usize) += 1;
+    }
+    let mut stream_counts: Vec<usize> = per_file.into_values().collect();
+    stream_counts.sort_unstable_by(|a, b| b.cmp(a));
+    let (active_scale, active_shape) = weibull_mle(&active);
     let manifest = json!({
         "schema": 1,
         "generator": "modus workload surge",
@@ -334,14 +386,16 @@ pub fn generate(p: &SurgeParams, out: &Path) -> Result<Value> {
             "body_files": body_ln.len(), "body_ln_mean": body_mu, "body_ln_sd": body_sigma,
             "tail_files": tail.len(), "tail_fraction": tail.len() as f64 / p.files as f64,
             "tail_alpha_mle": pareto_alpha_mle(&tail, 133_000.0),
-            "zipf_slope": zipf_slope(&counts_by_rank),
-            "files_requested": counts_by_rank.iter().filter(|&&c| c > 0).count(),
+            "zipf_slope_stream": zipf_slope(&stream_counts),
+            "files_requested": stream_counts.len(),
             "requests": entries.len(),
             "requested_bytes": requested_bytes,
             "stack_distance_ln_mean": d_mu, "stack_distance_ln_sd": d_sigma,
             "pages": page_sizes.len(),
             "objects_per_page_mean": mean_sd(&page_sizes).0,
-            "embedded_alpha_mle": pareto_alpha_mle(&page_sizes, 1.0),
+            "pages_without_embedded": page_sizes.iter().filter(|&&n| n < 2.0).count(),
+            "embedded_alpha_mle": pareto_alpha_mle(&embedded_draws, 1.0),
+            "active_off_weibull_scale_mle": active_scale, "active_off_weibull_shape_mle": active_shape,
             "active_off_median_s": median(&mut active), "active_off_count": active.len(),
             "inactive_off_median_s": median(&mut inactive),
             "inactive_off_alpha_mle": pareto_alpha_mle(&inactive, 1.0),
@@ -444,22 +498,43 @@ mod tests {
     }
 
     #[test]
-    fn off_times_and_pages_recover_parameters() {
+    fn weibull_mle_recovers_parameters() {
+        let mut r = dist::rng(5, 0);
+        let xs: Vec<f64> = (0..50_000).map(|_| Dist::Weibull { a: 2.0, b: 0.7 }.sample(&mut r)).collect();
+        let (scale, shape) = weibull_mle(&xs);
+        assert!((shape - 0.7).abs() < 0.02 && (scale - 2.0).abs() < 0.05, "{scale} {shape}");
+    }
+
+    /// A large stream: every SURGE component's parameters come back out of
+    /// what was generated (the fits in the manifest use the raw draws; the
+    /// Zipf slope is fitted to the stream's own per-file counts).
+    #[test]
+    fn stream_recovers_the_published_parameters() {
         let dir = tempfile::tempdir().unwrap();
-        let p = SurgeParams { files: 300, requests: 40_000, users: 20, seed: 9, max_size: 4096 };
+        let p = SurgeParams { files: 1000, requests: 200_000, users: 50, seed: 9, max_size: 2048 };
         let m = generate(&p, dir.path()).unwrap();
         let r = &m["realised"];
-        assert_eq!(r["requests"], 40_000);
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {}", r[k]));
+        assert_eq!(r["requests"], 200_000);
+        let (mu, sigma) = (f("stack_distance_ln_mean"), f("stack_distance_ln_sd"));
+        assert!((mu - 1.5).abs() < 0.02 && (sigma - 0.80).abs() < 0.02, "stack distance {mu} {sigma}");
+        let alpha = f("embedded_alpha_mle");
+        assert!((alpha - 2.43).abs() < 0.06, "embedded alpha {alpha}");
+        // Only a last page cut short by the end of the stream may lack an embedded object.
+        assert!(f("pages_without_embedded") <= 1.0, "{}", r["pages_without_embedded"]);
+        // 1 + E[floor(Pareto(1, 2.43))] = 1 + ζ(2.43) ≈ 2.37.
+        let per_page = f("objects_per_page_mean");
+        assert!((per_page - 2.37).abs() < 0.05, "objects per page {per_page}");
+        let (scale, shape) = (f("active_off_weibull_scale_mle"), f("active_off_weibull_shape_mle"));
+        assert!((shape - 0.382).abs() < 0.01 && (scale - 1.46).abs() < 0.06, "active OFF {scale} {shape}");
         // Weibull median = scale * ln(2)^(1/shape) = 0.559 s.
-        let med = r["active_off_median_s"].as_f64().unwrap();
-        assert!((med - 0.559).abs() < 0.06, "active OFF median {med}");
-        let a = r["inactive_off_alpha_mle"].as_f64().unwrap();
-        assert!((a - 1.5).abs() < 0.15, "inactive OFF alpha {a}");
-        let d = r["stack_distance_ln_mean"].as_f64().unwrap();
-        assert!(d > 1.0 && d < 2.2, "stack distance ln mean {d}");
-        let per_page = r["objects_per_page_mean"].as_f64().unwrap();
-        // E[floor(Pareto(1, 2.43))] is about 1.3.
-        assert!(per_page > 1.1 && per_page < 1.6, "objects per page {per_page}");
+        let med = f("active_off_median_s");
+        assert!((med - 0.559).abs() < 0.03, "active OFF median {med}");
+        let a = f("inactive_off_alpha_mle");
+        assert!((a - 1.5).abs() < 0.05, "inactive OFF alpha {a}");
+        let slope = f("zipf_slope_stream");
+        assert!((slope + 1.0).abs() < 0.03, "Zipf slope of the stream {slope}");
+        assert_eq!(r["files_requested"], 1000);
         assert!(stats(dir.path()).unwrap().contains("0 missing"));
     }
 

@@ -117,6 +117,10 @@ pub struct Target {
     pub class: usize,
     /// Expected body size, when the workload knows it (verified).
     pub expect_len: Option<u64>,
+    /// Expected body checksum (FNV-1a 64), when the workload has the file
+    /// on disk: `--checksum` then compares with the file, not with the
+    /// first body received.
+    pub expect_sum: Option<u64>,
 }
 
 /// How the next target is chosen.
@@ -126,9 +130,22 @@ pub enum Chooser {
     RoundRobin,
     /// Pick by weight (cumulative, normalised to end at 1.0).
     Weighted(Vec<f64>),
-    /// Replay this sequence of (target index, think time before it in µs),
-    /// shared by all connections, wrapping around.
-    Sequence(Vec<(u32, u64)>),
+    /// Replay a SURGE stream in order. Closed loop: user `u`'s requests go
+    /// on connection `u % connections`, in the user's own order, with its
+    /// OFF times; open loop: one shared cursor. Ends with the stream
+    /// unless `--repeat-stream`.
+    Stream(Vec<StreamRef>),
+}
+
+/// One request of a replayed stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamRef {
+    /// Target index.
+    pub target: u32,
+    /// The SURGE user equivalent that sends it.
+    pub user: u32,
+    /// The user's OFF time before it (µs).
+    pub off_us: u64,
 }
 
 /// Everything the engine needs to know about what to request.
@@ -167,7 +184,7 @@ impl Workload {
                 );
             }
             let class = class_index(&mut classes, &u.path);
-            targets.push(Target { path: u.path.clone(), class, expect_len: None });
+            targets.push(Target { path: u.path.clone(), class, expect_len: None, expect_sum: None });
         }
         let describe =
             if urls.len() == 1 { "1 URL".into() } else { format!("{} URLs, round-robin", urls.len()) };
@@ -188,13 +205,19 @@ impl Workload {
             let (Some(w), Some(u), None) = (parts.next(), parts.next(), parts.next()) else {
                 bail!("mix line {}: want `WEIGHT URL`, got {line:?}", i + 1);
             };
-            let w: f64 =
-                w.parse().ok().filter(|w: &f64| w.is_finite() && *w >= 0.0).with_context(|| {
-                    format!("mix line {}: weight {w:?} is not a non-negative number", i + 1)
+            // `30` and `30%` mean the same: weights are normalised anyway.
+            let w: f64 = w
+                .strip_suffix('%')
+                .unwrap_or(w)
+                .parse()
+                .ok()
+                .filter(|w: &f64| w.is_finite() && *w >= 0.0)
+                .with_context(|| {
+                    format!("mix line {}: weight {w:?} is not a non-negative number (or percentage)", i + 1)
                 })?;
             let path = base.join(u).with_context(|| format!("mix line {}", i + 1))?;
             let class = class_index(&mut classes, &path);
-            targets.push(Target { path, class, expect_len: None });
+            targets.push(Target { path, class, expect_len: None, expect_sum: None });
             weights.push(w);
         }
         let total: f64 = weights.iter().sum();
@@ -215,8 +238,9 @@ impl Workload {
 
     /// A SURGE request stream written by `modus workload surge`: the files
     /// of `DIR/stream.txt`, classed by size, each response's length checked
-    /// against the file's size.
-    pub fn replay(base: &Url, dir: &Path) -> Result<Workload> {
+    /// against the file's size; with `checksum`, each body against the
+    /// hash of `DIR/docs/PATH`.
+    pub fn replay(base: &Url, dir: &Path, checksum: bool) -> Result<Workload> {
         let path = dir.join(crate::surge::STREAM_FILE);
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut classes = Vec::new();
@@ -229,20 +253,37 @@ impl Workload {
             }
             let e = crate::surge::StreamEntry::parse(line)
                 .with_context(|| format!("{} line {}: {line:?}", path.display(), i + 1))?;
-            let ti = *index.entry(e.path.clone()).or_insert_with(|| {
-                let class = class_index(&mut classes, crate::surge::size_class(e.size));
-                let full = base.join(e.path.trim_start_matches('/')).unwrap_or_else(|_| e.path.clone());
-                targets.push(Target { path: full, class, expect_len: Some(e.size) });
-                targets.len() - 1
-            });
-            seq.push((ti as u32, e.off_us));
+            let ti = match index.get(&e.path) {
+                Some(&ti) => ti,
+                None => {
+                    let class = class_index(&mut classes, crate::surge::size_class(e.size));
+                    let full = base.join(e.path.trim_start_matches('/')).unwrap_or_else(|_| e.path.clone());
+                    let expect_sum = if checksum {
+                        let file = dir.join(crate::surge::DOCS_DIR).join(e.path.trim_start_matches('/'));
+                        let body =
+                            std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+                        Some(crate::http::fnv1a(&body))
+                    } else {
+                        None
+                    };
+                    targets.push(Target { path: full, class, expect_len: Some(e.size), expect_sum });
+                    index.insert(e.path.clone(), targets.len() - 1);
+                    targets.len() - 1
+                }
+            };
+            seq.push(StreamRef { target: ti as u32, user: e.user, off_us: e.off_us });
         }
         if seq.is_empty() {
             bail!("{} holds no requests", path.display());
         }
-        let describe =
-            format!("SURGE stream {} ({} requests, {} files)", dir.display(), seq.len(), targets.len());
-        Ok(Workload { targets, classes, chooser: Chooser::Sequence(seq), describe })
+        let users = seq.iter().map(|r| r.user).collect::<std::collections::HashSet<_>>().len();
+        let describe = format!(
+            "SURGE stream {} ({} requests, {} files, {users} users)",
+            dir.display(),
+            seq.len(),
+            targets.len()
+        );
+        Ok(Workload { targets, classes, chooser: Chooser::Stream(seq), describe })
     }
 }
 
@@ -283,7 +324,10 @@ mod tests {
         assert_eq!(w.targets[1].path, "/115k.bin");
         let Chooser::Weighted(c) = &w.chooser else { panic!() };
         assert!((c[0] - 0.3).abs() < 1e-9 && (c[1] - 1.0).abs() < 1e-9);
+        let pct = Workload::mix(&base, "30% /cgi-bin/spin?ms=10\n70% /115k.bin\n").unwrap();
+        assert_eq!(pct.chooser, w.chooser, "percentages are weights");
         assert!(Workload::mix(&base, "x /a\n").is_err());
+        assert!(Workload::mix(&base, "%30 /a\n").is_err());
         assert!(Workload::mix(&base, "0 /a\n").is_err());
         assert!(Workload::mix(&base, "1 /a extra\n").is_err());
     }

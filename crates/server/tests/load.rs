@@ -382,3 +382,208 @@ fn close_mode_can_spread_source_addresses() {
     assert!(distinct.len() >= 10, "{peers:?}");
     assert!(peers.iter().all(|ip| ip.is_loopback() && *ip != IpAddr::from([127, 0, 0, 1])), "{peers:?}");
 }
+
+/// Reads one request head; its path, or None at EOF.
+fn read_path(s: &mut TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => buf.push(b[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    head.split(' ').nth(1).map(str::to_string)
+}
+
+/// The generator is made to fall behind: every response is a 32 MiB body
+/// that `--checksum` hashes inside the loop, so arrivals due meanwhile are
+/// noticed late. With one connection it is never free, the case the
+/// lateness check used to miss.
+#[test]
+fn generator_falling_behind_is_reported() {
+    let body: Arc<Vec<u8>> = Arc::new(vec![b'x'; 32 << 20]);
+    let addr = tiny_server(move |mut s, _| {
+        while read_head(&mut s) {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            if s.write_all(head.as_bytes()).is_err() || s.write_all(&body).is_err() {
+                return;
+            }
+        }
+    });
+    let url = format!("http://{addr}/");
+    let args = [url.as_str(), "-R", "500", "-c", "1", "-d", "1s", "--checksum", "--lag-threshold", "5ms"];
+    let r = load_json(&args);
+    assert!(u(&r["requests"]) >= 1, "{r}");
+    assert!(u(&r["open_loop"]["generator_late"]) > 0, "{}", r["open_loop"]);
+    assert!(u(&r["open_loop"]["late_sends"]) > 0, "{}", r["open_loop"]);
+    assert_eq!(r["generator_fell_behind"], true, "{r}");
+    assert_eq!(r["generator_busy"].as_array().map(Vec::len), Some(1), "one loop: {}", r["generator_busy"]);
+    let mut all = vec!["load"];
+    all.extend_from_slice(&args);
+    let out = run(BIN, &all, LIMIT);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("WARNING: the generator fell behind"), "{}", out.stdout);
+    assert!(out.stdout.contains("Generator:    loops busy"), "{}", out.stdout);
+}
+
+/// Open-loop arrivals that find the send queue full are errors, in the
+/// JSON and prominently in the text.
+#[test]
+fn dropped_arrivals_are_errors() {
+    let addr = tiny_server(|mut s, _| {
+        while read_head(&mut s) {
+            std::thread::sleep(Duration::from_millis(100));
+            if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                return;
+            }
+        }
+    });
+    let url = format!("http://{addr}/");
+    let args =
+        [url.as_str(), "-R", "200", "-c", "1", "-d", "1s", "--max-queue", "2", "--arrivals", "constant"];
+    let r = load_json(&args);
+    let dropped = u(&r["open_loop"]["dropped"]);
+    // 200 arrivals, ~10 answered, at most 2 waiting: most are dropped.
+    assert!(dropped >= 100, "{r}");
+    assert_eq!(err(&r, "dropped"), dropped, "{r}");
+    assert_eq!(u(&r["dropped"]), dropped);
+    assert!(u(&r["errors"]) >= dropped, "{r}");
+    let mut all = vec!["load"];
+    all.extend_from_slice(&args);
+    let out = run(BIN, &all, LIMIT);
+    assert!(out.stdout.contains("arrivals were DROPPED"), "{}", out.stdout);
+}
+
+/// `--checksum` without a workload: bodies of one URL must all be alike.
+#[test]
+fn checksum_mismatch_is_detected() {
+    let addr = tiny_server(|mut s, _| {
+        let mut n = 0;
+        while read_head(&mut s) {
+            let body = if n % 2 == 0 { "aaaa" } else { "abab" };
+            n += 1;
+            let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{body}");
+            if s.write_all(resp.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let url = format!("http://{addr}/x");
+    let r = load_json(&[&url, "-n", "10", "-c", "1", "--checksum"]);
+    assert_eq!(u(&r["requests"]), 10, "{r}");
+    assert_eq!(err(&r, "checksum_mismatch"), 5, "every second body differs from the first: {r}");
+    let r = load_json(&[&url, "-n", "10", "-c", "1"]);
+    assert_eq!(u(&r["errors"]), 0, "no --checksum, no check: {r}");
+}
+
+fn surge(dir: &std::path::Path, files: &str, requests: &str, users: &str) {
+    let out = run(
+        BIN,
+        [
+            "workload",
+            "surge",
+            "--out",
+            dir.to_str().unwrap(),
+            "--files",
+            files,
+            "--requests",
+            requests,
+            "--users",
+            users,
+            "--seed",
+            "11",
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+}
+
+/// (user, path) of every stream line, in stream order.
+fn stream_of(dir: &std::path::Path) -> Vec<(u32, String, u64)> {
+    std::fs::read_to_string(dir.join("stream.txt"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[1].parse().unwrap(), f[4].to_string(), f[3].parse().unwrap())
+        })
+        .collect()
+}
+
+/// With `--workload`, sizes are checked against the stream and (with
+/// `--checksum`) bodies against the files on disk: a server serving a
+/// tampered copy is caught even though it is consistent with itself.
+/// Without -n or -d the run is the stream, once.
+#[test]
+fn workload_bodies_are_checked_against_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, served) = (dir.path().join("good"), dir.path().join("served"));
+    surge(&good, "30", "400", "8");
+    surge(&served, "30", "400", "8");
+    let stream = stream_of(&good);
+    let mut counts = std::collections::HashMap::<&str, u64>::new();
+    for (_, p, _) in &stream {
+        *counts.entry(p.as_str()).or_default() += 1;
+    }
+    let mut by_count: Vec<(&str, u64)> = counts.into_iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let (longer, flipped) = (by_count[0], by_count[1]);
+    let file = |p: &str| served.join("docs").join(p.trim_start_matches('/'));
+    let mut bytes = std::fs::read(file(longer.0)).unwrap();
+    bytes.push(b'!');
+    std::fs::write(file(longer.0), bytes).unwrap();
+    let mut bytes = std::fs::read(file(flipped.0)).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(file(flipped.0), bytes).unwrap();
+
+    let srv = Server::start(BIN, "event", &served.join("docs"), &[]);
+    let url = format!("http://{}/", srv.addr());
+    let r = load_json(&[&url, "--workload", good.to_str().unwrap(), "-c", "8", "--checksum"]);
+    assert_eq!(u(&r["requests"]), 400, "the stream, once: {r}");
+    assert_eq!(err(&r, "size_mismatch"), longer.1, "{r}");
+    assert_eq!(err(&r, "checksum_mismatch"), flipped.1, "{r}");
+    assert_eq!(u(&r["errors"]), longer.1 + flipped.1, "{r}");
+}
+
+/// Closed-loop replay keeps each SURGE user on one connection, in the
+/// user's order; the open loop replays the stream once and stops.
+#[test]
+fn workload_users_keep_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w");
+    surge(&w, "20", "300", "5");
+    let stream = stream_of(&w);
+    let sizes: std::collections::HashMap<String, u64> =
+        stream.iter().map(|(_, p, s)| (p.clone(), *s)).collect();
+    let seen = Arc::new(Mutex::new(std::collections::BTreeMap::<usize, Vec<String>>::new()));
+    let s2 = Arc::clone(&seen);
+    let addr = tiny_server(move |mut s, conn| {
+        while let Some(path) = read_path(&mut s) {
+            s2.lock().unwrap().entry(conn).or_default().push(path.clone());
+            let n = sizes.get(&path).copied().unwrap_or(0);
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+            if s.write_all(head.as_bytes()).is_err() || s.write_all(&vec![0u8; n as usize]).is_err() {
+                return;
+            }
+        }
+    });
+    let url = format!("http://{addr}/");
+    let r = load_json(&[&url, "--workload", w.to_str().unwrap(), "-c", "5", "-t", "2"]);
+    assert_eq!(u(&r["requests"]), 300, "{r}");
+    assert_eq!(u(&r["errors"]), 0, "{r}");
+    assert_eq!(u(&r["connections_opened"]), 5, "{r}");
+    let mut want: Vec<Vec<String>> =
+        (0..5).map(|user| stream.iter().filter(|e| e.0 == user).map(|e| e.1.clone()).collect()).collect();
+    let mut got: Vec<Vec<String>> = seen.lock().unwrap().values().cloned().collect();
+    want.sort();
+    got.sort();
+    assert!(got == want, "each connection must carry exactly one user's requests, in order");
+
+    let r = load_json(&[&url, "--workload", w.to_str().unwrap(), "-c", "4", "-R", "2000"]);
+    assert_eq!(u(&r["requests"]), 300, "open loop: the stream once: {r}");
+    let r = load_json(&[&url, "--workload", w.to_str().unwrap(), "-c", "4", "-n", "700", "--repeat-stream"]);
+    assert_eq!(u(&r["requests"]), 700, "--repeat-stream starts over: {r}");
+}
