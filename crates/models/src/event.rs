@@ -77,7 +77,7 @@ pub(crate) fn serve(
     env: ModelEnv,
     mut helpers: impl FnMut(usize) -> io::Result<Option<Box<dyn Helpers>>>,
 ) -> io::Result<()> {
-    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+    let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
     listener.set_nonblocking(true)?;
     // Inherited by every accepted socket: one setsockopt instead of one per
     // connection. Nagle would hold back a response's last segment while the

@@ -7,6 +7,7 @@
 
 mod accept;
 mod amped;
+mod board;
 mod event;
 mod handoff;
 mod per_request;
@@ -21,6 +22,7 @@ use std::io;
 use std::net::TcpListener;
 use std::sync::Arc;
 
+use pipeline::stats::Snapshot;
 use pipeline::Pipeline;
 use transport::Shutdown;
 
@@ -102,6 +104,31 @@ pub struct ModelEnv {
     pub shutdown: Shutdown,
     /// Knobs.
     pub tuning: Tuning,
+    /// `--admin` for the models that fork (`Caps.forks`); the others get
+    /// `None` and the server runs their admin listener on a thread of its
+    /// own, reading the one process's stats.
+    pub admin: Option<Admin>,
+}
+
+/// What serves the admin listener, given a way to read the whole server's
+/// statistics. Runs until its process is killed.
+pub type AdminServer = dyn Fn(TcpListener, &dyn Fn() -> Snapshot) + Send + Sync;
+
+/// `--admin` for a process model: the master forks an *admin child* (and
+/// forks it again if it dies) that serves `listener` with `serve`, reading
+/// every worker child's statistics from shared memory (`board.rs`). The
+/// master itself stays single-threaded because it forks.
+pub struct Admin {
+    /// Bound, listening.
+    pub listener: TcpListener,
+    /// The server.
+    pub serve: Arc<AdminServer>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").field("listener", &self.listener).finish_non_exhaustive()
+    }
 }
 
 /// A registered model.

@@ -28,7 +28,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 const STACK_SIZE: usize = 256 << 10;
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+    let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
     let live = Arc::new(AtomicUsize::new(0));
     let result = accept::run(&listener, &shutdown, &pipeline, |stream| {
         if live.load(Ordering::Acquire) >= tuning.max_threads {

@@ -32,8 +32,10 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 };
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    let children = env.tuning.processes.max(1);
-    process::run(env, Scaling::Fixed { children }, child)
+    let t = &env.tuning;
+    let children = t.processes.max(1);
+    let max_threads = t.threads_per_child.min(t.max_clients / children).max(1);
+    process::run(env, Scaling::Fixed { children }, max_threads, child)
 }
 
 /// One process's elastic thread pool.
@@ -42,6 +44,8 @@ struct Pool {
     idle: AtomicUsize,
     /// Threads alive.
     total: AtomicUsize,
+    /// Threads ever started (scoreboard names).
+    started: AtomicUsize,
     max_threads: usize,
     min_idle: usize,
     max_idle: usize,
@@ -54,6 +58,7 @@ fn child(c: &Child) {
     let pool = Pool {
         idle: AtomicUsize::new(0),
         total: AtomicUsize::new(0),
+        started: AtomicUsize::new(0),
         max_threads,
         min_idle,
         max_idle: t.max_spare.max(min_idle),
@@ -86,13 +91,14 @@ fn grow<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Po
 }
 
 fn work<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Pool) {
+    let me = c.worker(&format!("thread-{}", pool.started.fetch_add(1, Ordering::Relaxed)));
     while !c.stop.is_triggered() {
         match c.accept() {
             Accepted::Conn(stream) => {
                 if pool.idle.fetch_sub(1, Ordering::AcqRel) - 1 < pool.min_idle {
                     grow(s, c, pool);
                 }
-                c.serve(stream);
+                c.serve(stream, &me);
                 pool.idle.fetch_add(1, Ordering::AcqRel);
             }
             Accepted::Idle => {

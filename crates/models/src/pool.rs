@@ -29,7 +29,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 const STACK_SIZE: usize = 256 << 10;
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+    let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
     // Bounded: when every thread is busy and the queue is full, the
     // acceptor blocks and further clients wait in the kernel's backlog.
     let queue = Arc::new(Handoff::<(TcpStream, Instant)>::new(tuning.queue));

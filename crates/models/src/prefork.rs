@@ -38,15 +38,16 @@ fn run(env: ModelEnv) -> io::Result<()> {
         max_idle: t.max_spare.max(min_idle + 1),
         max_children: t.max_clients.max(1),
     };
-    process::run(env, scaling, child)
+    process::run(env, scaling, 1, child)
 }
 
 /// One process, one connection at a time, until stopped or retired.
 fn child(c: &Child) {
     c.idle_workers(1);
+    let me = c.worker("process");
     while !c.stop.is_triggered() {
         match c.accept() {
-            Accepted::Conn(stream) => c.serve(stream),
+            Accepted::Conn(stream) => c.serve(stream, &me),
             Accepted::Idle => {
                 if c.retire_requested() {
                     return;

@@ -84,6 +84,19 @@
 //! if the master dies (`PR_SET_PDEATHSIG`), so a killed master leaves no
 //! orphans serving on.
 //!
+//! # Statistics and `--admin`
+//!
+//! Each child counts requests, phases and its scoreboard (one line per
+//! worker: the process for `prefork`, each thread for `worker` and
+//! `perchild`) in its own copy of the stats, and its housekeeping thread
+//! publishes them into its slot of a shared memory file made before the
+//! first fork (`board.rs`); the master adds a reaped child's counters to
+//! retired totals there, so the server's totals never go backwards. With
+//! `--admin` the master forks one more child, the *admin child*, which
+//! serves the admin listener from those totals (it may have threads; the
+//! master may not) and is forked again if it dies. Without `--admin` there
+//! is no board and children publish nothing.
+//!
 //! # Logs
 //!
 //! Each child has its own access-log buffer (a copy made by fork, empty at
@@ -105,13 +118,15 @@ use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use pipeline::stats::Worker;
 use pipeline::{serve_blocking, Pipeline, BLOCKING_TICK};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::pipe::{pipe_with, PipeFlags};
 use transport::Shutdown;
 
-use crate::{ModelEnv, Tuning};
+use crate::board::{Board, Ledger, SlotWriter};
+use crate::{Admin, ModelEnv, Tuning};
 
 /// How often the master looks at the scoreboard and spawns or retires.
 const TICK: Duration = Duration::from_secs(1);
@@ -142,8 +157,21 @@ pub(crate) type Body = fn(&Child);
 
 /// Runs a process model: forks the children, keeps their number right,
 /// stops them all on SIGTERM/SIGINT, and returns once every child is reaped.
-pub(crate) fn run(env: ModelEnv, scaling: Scaling, body: Body) -> io::Result<()> {
-    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+/// `workers_per_child` bounds a child's scoreboard lines.
+pub(crate) fn run(env: ModelEnv, scaling: Scaling, workers_per_child: usize, body: Body) -> io::Result<()> {
+    let ModelEnv { listener, pipeline, shutdown, tuning, admin } = env;
+    let board = match &admin {
+        Some(_) => {
+            let slots = match scaling {
+                Scaling::Spare { max_children, .. } => max_children,
+                Scaling::Fixed { children } => children,
+            };
+            let (board, ledger) = Board::create(slots.max(1), workers_per_child.max(1))?;
+            Some((Arc::new(board), ledger))
+        }
+        None => None,
+    };
+    let (board, ledger) = board.unzip();
     // Blocking accept with the tick as timeout (see "Accept" above). This
     // is the socket's state, shared by every child: set it once, here.
     listener.set_nonblocking(false)?;
@@ -168,6 +196,10 @@ pub(crate) fn run(env: ModelEnv, scaling: Scaling, body: Body) -> io::Result<()>
         spawn_rate: 1,
         stopping: false,
         carry: Vec::new(),
+        slots_taken: vec![false; board.as_ref().map_or(0, |b| b.slots())],
+        board,
+        ledger,
+        admin: admin.map(|admin| AdminKid { admin, pid: None }),
     };
     let result = master.serve();
     if let Err(e) = &result {
@@ -200,6 +232,8 @@ struct Shared {
 struct Kid {
     pid: Pid,
     serial: u32,
+    /// Its slot on the board (with `--admin`).
+    slot: Option<usize>,
     idle: usize,
     busy: usize,
     /// Retiring: not counted as spare capacity any more.
@@ -221,6 +255,19 @@ struct Master {
     /// A partial report left by the last read (cannot happen with atomic
     /// pipe writes; kept so a surprise costs nothing).
     carry: Vec<u8>,
+    /// The statistics board and its ledger (with `--admin`).
+    board: Option<Arc<Board>>,
+    ledger: Option<Ledger>,
+    /// Board slots owned by a live child.
+    slots_taken: Vec<bool>,
+    /// The admin child (with `--admin`).
+    admin: Option<AdminKid>,
+}
+
+/// `--admin`'s listener and server, and the child serving it now.
+struct AdminKid {
+    admin: Admin,
+    pid: Option<Pid>,
 }
 
 impl Master {
@@ -243,6 +290,7 @@ impl Master {
         for _ in 0..first {
             self.spawn()?;
         }
+        self.spawn_admin()?;
         let mut next_tick = Instant::now() + TICK;
         loop {
             if self.wait_signals(next_tick.saturating_duration_since(Instant::now()))? {
@@ -286,17 +334,70 @@ impl Master {
     fn spawn(&mut self) -> io::Result<()> {
         let serial = self.next_serial;
         self.next_serial = self.next_serial.wrapping_add(1);
+        let slot = self.slots_taken.iter().position(|taken| !taken);
+        if self.board.is_some() && slot.is_none() {
+            self.pipeline.error_log.warn(format_args!(
+                "master: no free statistics slot; this child's requests will not show on the admin pages"
+            ));
+        }
         match fork()? {
             Forked::Parent(pid) => {
                 let idle = match self.scaling {
                     Scaling::Spare { unit, .. } => unit,
                     Scaling::Fixed { .. } => 0,
                 };
-                self.children.push(Kid { pid, serial, idle, busy: 0, leaving: false });
+                if let Some(i) = slot {
+                    self.slots_taken[i] = true;
+                }
+                self.children.push(Kid { pid, serial, slot, idle, busy: 0, leaving: false });
                 Ok(())
             }
-            Forked::Child => self.become_child(serial),
+            Forked::Child => self.become_child(serial, slot),
         }
+    }
+
+    /// Forks the admin child, if there is `--admin` and none runs.
+    fn spawn_admin(&mut self) -> io::Result<()> {
+        if self.stopping || !matches!(&self.admin, Some(AdminKid { pid: None, .. })) {
+            return Ok(());
+        }
+        match fork()? {
+            Forked::Parent(pid) => {
+                if let Some(admin) = &mut self.admin {
+                    admin.pid = Some(pid);
+                }
+                Ok(())
+            }
+            Forked::Child => self.become_admin(),
+        }
+    }
+
+    /// The admin child: serves `--admin` from the board until killed.
+    fn become_admin(&mut self) -> ! {
+        drop(self.private.take());
+        drop(self.shared.take());
+        self.children = Vec::new();
+        let (Some(AdminKid { admin, .. }), Some(board)) = (self.admin.take(), self.board.clone()) else {
+            std::process::exit(71)
+        };
+        let started = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+            .map_err(io::Error::from)
+            .and_then(|()| {
+                if nix::unistd::getppid() != self.pid {
+                    return Err(io::Error::other("the master died during the fork"));
+                }
+                // Nothing to finish here: TERM and INT end it at once.
+                sigset(&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD]).thread_unblock()?;
+                Ok(())
+            });
+        if let Err(e) = started {
+            self.pipeline.error_log.error(format_args!("admin child: cannot start: {e}"));
+            std::process::exit(71);
+        }
+        let stats = self.pipeline.stats.clone();
+        let serve = admin.serve.clone();
+        (serve)(admin.listener, &|| board.total(stats.uptime()));
+        std::process::exit(0)
     }
 
     /// Reaps every child that has exited, without blocking.
@@ -320,8 +421,21 @@ impl Master {
     }
 
     fn forget(&mut self, pid: Pid, how: &str, clean: bool) {
+        if let Some(admin) = self.admin.as_mut().filter(|a| a.pid == Some(pid)) {
+            admin.pid = None;
+            if !self.stopping {
+                self.pipeline.error_log.warn(format_args!("admin child {pid} {how}; starting another"));
+            }
+            return;
+        }
         let Some(i) = self.children.iter().position(|k| k.pid == pid) else { return };
         let kid = self.children.swap_remove(i);
+        if let (Some(slot), Some(board), Some(ledger)) = (kid.slot, &self.board, &mut self.ledger) {
+            if let Err(e) = board.fold(ledger, slot, kid.serial) {
+                self.pipeline.error_log.error(format_args!("master: statistics board: {e}"));
+            }
+            self.slots_taken[slot] = false;
+        }
         let expected = self.stopping || (clean && kid.leaving);
         if !expected {
             self.pipeline.error_log.warn(format_args!(
@@ -359,6 +473,9 @@ impl Master {
         // A retirement no child took within a tick is stale: load came back.
         let mut stale = [0u8; 64];
         while matches!(rustix::io::read(&self.shared().pod_rx, &mut stale), Ok(1..)) {}
+        if let Err(e) = self.spawn_admin() {
+            self.pipeline.error_log.error(format_args!("master: cannot fork the admin child: {e}"));
+        }
         match self.scaling {
             Scaling::Fixed { children } => {
                 for _ in self.children.len()..children {
@@ -407,8 +524,12 @@ impl Master {
         for kid in &self.children {
             let _ = kill(kid.pid, Signal::SIGTERM);
         }
+        let admin_pid = self.admin.as_ref().and_then(|a| a.pid);
+        if let Some(pid) = admin_pid {
+            let _ = kill(pid, Signal::SIGTERM);
+        }
         let deadline = Instant::now() + self.tuning.shutdown_timeout;
-        while !self.children.is_empty() {
+        while !self.children.is_empty() || self.admin.as_ref().is_some_and(|a| a.pid.is_some()) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || self.wait_signals(left).is_err() {
                 break;
@@ -427,15 +548,20 @@ impl Master {
                 while matches!(waitpid(kid.pid, None), Err(nix::errno::Errno::EINTR)) {}
             }
         }
+        if let Some(pid) = self.admin.as_mut().and_then(|a| a.pid.take()) {
+            let _ = kill(pid, Signal::SIGKILL);
+            while matches!(waitpid(pid, None), Err(nix::errno::Errno::EINTR)) {}
+        }
     }
 
     /// The child's side of [`spawn`](Self::spawn): close what only the
     /// master needs, set up, run the model's body, exit.
-    fn become_child(&mut self, serial: u32) -> ! {
+    fn become_child(&mut self, serial: u32, slot: Option<usize>) -> ! {
         drop(self.private.take());
+        drop(self.admin.take());
         self.children = Vec::new();
         let shared = self.shared.take().expect("shared descriptors");
-        let code = match Child::start(shared, serial, self) {
+        let code = match Child::start(shared, serial, slot, self) {
             Ok(child) => {
                 // Panics in the body end the child, not the master's code
                 // this process was forked from.
@@ -444,6 +570,7 @@ impl Master {
                 child.status.send();
                 child.pipeline.access_log.flush();
                 child.pipeline.stats.flush();
+                child.publisher.publish(&child.pipeline);
                 if outcome.is_ok() {
                     0
                 } else {
@@ -576,6 +703,22 @@ pub(crate) struct Child {
     pub stop: Shutdown,
     status: Arc<Status>,
     pod: OwnedFd,
+    publisher: Arc<Publisher>,
+}
+
+/// A child's statistics on the board (a no-op without `--admin`).
+#[derive(Debug)]
+struct Publisher(Option<(Arc<Board>, std::sync::Mutex<SlotWriter>)>);
+
+impl Publisher {
+    fn publish(&self, pipeline: &Pipeline) {
+        let Some((board, writer)) = &self.0 else { return };
+        let snap = pipeline::stats::Stats::of_pipeline(pipeline);
+        let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = board.publish(&mut writer, &snap) {
+            pipeline.error_log.error(format_args!("child: statistics board: {e}"));
+        }
+    }
 }
 
 /// What [`Child::accept`] got.
@@ -592,7 +735,7 @@ pub(crate) enum Accepted {
 impl Child {
     /// Sets up the child's process: parent-death signal, signal mask,
     /// housekeeping thread.
-    fn start(shared: Shared, serial: u32, master: &Master) -> io::Result<Child> {
+    fn start(shared: Shared, serial: u32, slot: Option<usize>, master: &Master) -> io::Result<Child> {
         // A master killed with SIGKILL must not leave children serving on.
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
         if nix::unistd::getppid() != master.pid {
@@ -611,6 +754,12 @@ impl Child {
             leaving: AtomicBool::new(false),
             reports: reports_tx,
         });
+        let publisher = Arc::new(Publisher(match (&master.board, slot) {
+            (Some(board), Some(slot)) => {
+                Some((board.clone(), std::sync::Mutex::new(board.writer(slot, serial)?)))
+            }
+            _ => None,
+        }));
         let child = Child {
             listener,
             pipeline: master.pipeline.clone(),
@@ -618,12 +767,15 @@ impl Child {
             stop: Shutdown::new()?,
             status: status.clone(),
             pod: pod_rx,
+            publisher: publisher.clone(),
         };
+        // Trace rows name connections (pid-free): keep each child's numbers apart.
+        child.pipeline.stats.number_conns_from(u64::from(serial) << 40);
         let (pipeline, stop) = (child.pipeline.clone(), child.stop.clone());
         thread::Builder::new()
             .name("housekeeping".into())
             .stack_size(STACK_SIZE)
-            .spawn(move || housekeeping(&signals, &pipeline, &stop, &status))?;
+            .spawn(move || housekeeping(&signals, &pipeline, &stop, &status, &publisher))?;
         Ok(child)
     }
 
@@ -651,17 +803,25 @@ impl Child {
         }
     }
 
-    /// Serves one connection to its end, counted busy meanwhile. A panic in
-    /// the request path is contained to the connection: the thread (or
-    /// process) goes on serving.
-    pub fn serve(&self, stream: TcpStream) {
+    /// Serves one connection to its end, counted busy meanwhile (for the
+    /// master and on the scoreboard line `me`). A panic in the request path
+    /// is contained to the connection: the thread (or process) goes on
+    /// serving.
+    pub fn serve(&self, stream: TcpStream, me: &Worker) {
         self.status.idle.fetch_sub(1, Ordering::Relaxed);
         self.status.busy.fetch_add(1, Ordering::Relaxed);
+        me.busy();
         if catch_unwind(AssertUnwindSafe(|| serve_blocking(stream, &self.pipeline, &self.stop))).is_err() {
             self.pipeline.error_log.error(format_args!("a connection handler panicked; connection dropped"));
         }
+        me.idle();
         self.status.busy.fetch_sub(1, Ordering::Relaxed);
         self.status.idle.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A scoreboard line for a worker of this child, named `pid/name`.
+    pub fn worker(&self, name: &str) -> Worker {
+        self.pipeline.stats.worker(format!("{}/{name}", std::process::id()))
     }
 
     /// Counts workers (threads, or the process itself) that start (`+1`)
@@ -691,7 +851,13 @@ impl Child {
 
 /// A child's second thread: signals, log flushing and status reports.
 /// Runs until the process exits.
-fn housekeeping(signals: &SignalFd, pipeline: &Pipeline, stop: &Shutdown, status: &Status) {
+fn housekeeping(
+    signals: &SignalFd,
+    pipeline: &Pipeline,
+    stop: &Shutdown,
+    status: &Status,
+    publisher: &Publisher,
+) {
     let tick = Timespec::try_from(HOUSEKEEPING).expect("small duration");
     let mut sent: Option<Report> = None;
     loop {
@@ -705,6 +871,7 @@ fn housekeeping(signals: &SignalFd, pipeline: &Pipeline, stop: &Shutdown, status
         }
         pipeline.access_log.flush();
         pipeline.stats.flush();
+        publisher.publish(pipeline);
         if sent != Some(status.snapshot()) {
             if let Some(report) = status.send() {
                 sent = Some(report);

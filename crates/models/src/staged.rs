@@ -55,6 +55,15 @@
 //!   thread are unbounded (the parked set is bounded by the open
 //!   connections anyway) because they close the loop write → read: a ring
 //!   of bounded queues could deadlock when every one is full.
+//! * **Where queue waits land.** Each stage's queue measures its items'
+//!   waits (length, items, mean/max and a histogram: p50/p99 per stage in
+//!   `/status.json` `queues`, `modus_queue_wait_seconds{stage}`). In a
+//!   request's phases: the *read*-queue wait (and parking) comes before the
+//!   head's first byte is seen, so it is in `wait`; the *data* (or *cgi*)
+//!   queue wait is the `queue` phase (`take_request` → `deliver` minus the
+//!   pipeline's own time); the *write*-queue wait is in `write`, which
+//!   starts when the reply is handed to the connection in the data stage;
+//!   the *log*-queue wait is after the response and in no phase.
 //! * **Stop.** The acceptor drops the listener (new connections are
 //!   refused); every stage drives connections with `stopping`, so they
 //!   close at the next request boundary; the parking thread re-drives idle
@@ -512,7 +521,7 @@ fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> io::Result<JoinH
 }
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    let ModelEnv { listener, pipeline, shutdown, tuning } = env;
+    let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
     let threads = StageThreads::parse(&tuning.stage_threads)?;
     let depth = tuning.queue.max(1);
     let stats_of = &pipeline.stats;

@@ -17,13 +17,16 @@
 //! (Apache's `ap_queue_info_wait_for_idler`): a child whose threads are all
 //! busy leaves new connections in the kernel's backlog for a child that has
 //! a free thread, instead of queueing them behind a keep-alive connection.
+//! That hand-off queue is measured as the queue `handoff` (length, waits)
+//! and its wait is the request's `queue` phase, as for `pool`.
 
 use std::io;
 use std::net::TcpStream;
 use std::sync::{Condvar, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use pipeline::stats::Phase;
 use pipeline::BLOCKING_TICK;
 
 use crate::handoff::Handoff;
@@ -48,23 +51,30 @@ fn run(env: ModelEnv) -> io::Result<()> {
         max_idle: t.max_spare.max(min_idle + per_child),
         max_children: (t.max_clients / per_child).max(1),
     };
-    process::run(env, scaling, child)
+    process::run(env, scaling, per_child, child)
 }
 
 /// One process: `threads_per_child` workers and this thread accepting.
 fn child(c: &Child) {
     let per_child = c.tuning.threads_per_child.max(1);
     let idlers = Idlers::default();
-    let queue = Handoff::<TcpStream>::new(per_child);
+    let queue = Handoff::<(TcpStream, Instant)>::new(per_child);
+    let waiting = c.pipeline.stats.queue("handoff", per_child);
     thread::scope(|s| {
         for i in 0..per_child {
-            let (jobs, idlers) = (&queue, &idlers);
+            let (jobs, idlers, waiting) = (&queue, &idlers, &waiting);
             let worker = thread::Builder::new().name(format!("worker-{i}")).stack_size(STACK_SIZE);
             let spawned = worker.spawn_scoped(s, move || {
+                let me = c.worker(&format!("worker-{i}"));
                 c.idle_workers(1);
                 idlers.release();
-                while let Some(stream) = jobs.pop() {
-                    c.serve(stream);
+                while let Some((stream, queued)) = jobs.pop() {
+                    let waited = queued.elapsed();
+                    waiting.pop(waited);
+                    if c.pipeline.stats.timing {
+                        c.pipeline.stats.record(Phase::Queue, waited);
+                    }
+                    c.serve(stream, &me);
                     idlers.release();
                 }
                 c.idle_workers(-1);
@@ -79,7 +89,9 @@ fn child(c: &Child) {
             }
             match c.accept() {
                 Accepted::Conn(stream) => {
-                    if queue.push(stream).is_err() {
+                    waiting.push();
+                    if queue.push((stream, Instant::now())).is_err() {
+                        waiting.unpush();
                         break;
                     }
                 }

@@ -5,8 +5,8 @@
 //!
 //! Every duration goes into a fixed log-linear histogram (HdrHistogram's
 //! layout with 3 significant bits: 8 sub-buckets per power of two, so a
-//! bucket is at most 12.5% wide; nanoseconds from 0 to ~73 minutes in 328
-//! buckets). Recording is one `fetch_add(Relaxed)` on the bucket and one on
+//! bucket is at most 12.5% wide; nanoseconds from 0 to ~73 minutes in 320
+//! buckets: 8 exact ones below 8 ns, then 8 per octave up to 2^42 ns). Recording is one `fetch_add(Relaxed)` on the bucket and one on
 //! the phase's sum: no lock, no allocation, no system call. Writers spread
 //! over [`SHARDS`] separately allocated shards (a thread picks one, round
 //! robin, the first time it records), so threads seldom share a cache line;
@@ -18,6 +18,16 @@
 //! 3 bits is not needed for a breakdown of where time goes. Fixed buckets
 //! also make the Prometheus histogram exact: its `le` bounds are octave
 //! boundaries, which are bucket boundaries.
+//!
+//! # Process models
+//!
+//! A forked child counts into its own copy of these atomics. To show the
+//! whole server, a [`Snapshot`] has a fixed-layout wire form
+//! ([`Snapshot::encode`], [`Snapshot::decode`]) and adds up
+//! ([`Snapshot::merge`]): each child publishes its snapshot into a shared
+//! memory file (see `models::board`) and the admin listener adds them up.
+//! The stats' `epoch` is copied by `fork`, so every process measures from
+//! the same monotonic origin and scoreboard times are comparable.
 //!
 //! Clocks are `Instant` (`CLOCK_MONOTONIC`, a vDSO call). With timing off
 //! (`--no-timing`) the connection takes no timestamps at all; counters
@@ -214,6 +224,8 @@ pub struct QueueStat {
     pub wait_ns: AtomicU64,
     /// The longest single wait, in nanoseconds.
     pub max_wait_ns: AtomicU64,
+    /// Waits by bucket (see [`bucket_range`]), for percentiles.
+    waits: Box<[AtomicU64]>,
 }
 
 impl QueueStat {
@@ -249,6 +261,15 @@ impl QueueStat {
         self.dequeued.fetch_add(1, Ordering::Relaxed);
         self.wait_ns.fetch_add(ns, Ordering::Relaxed);
         self.max_wait_ns.fetch_max(ns, Ordering::Relaxed);
+        self.waits[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The waits so far, as a histogram.
+    pub fn waits(&self) -> Hist {
+        Hist {
+            counts: self.waits.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+            sum_ns: self.wait_ns.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -444,6 +465,13 @@ impl Stats {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Numbers this process's connections from `base` on: a forked child
+    /// calls it with a base of its own, so trace rows from different
+    /// processes never share a connection number.
+    pub fn number_conns_from(&self, base: u64) {
+        self.next_conn.store(base, Ordering::Relaxed);
+    }
+
     /// Registers a queue for the status page.
     pub fn queue(&self, name: &'static str, threads: usize) -> Arc<QueueStat> {
         let q = Arc::new(QueueStat {
@@ -453,6 +481,7 @@ impl Stats {
             dequeued: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
             max_wait_ns: AtomicU64::new(0),
+            waits: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         });
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         queues.retain(|old| old.name != name);
@@ -563,15 +592,7 @@ impl Stats {
 
     /// Adds the shards up.
     pub fn snapshot(&self) -> Snapshot {
-        let mut snap = Snapshot {
-            uptime: self.uptime(),
-            phases: (0..PHASES).map(|_| Hist { counts: vec![0; BUCKETS], sum_ns: 0 }).collect(),
-            status: vec![0; CODES],
-            bytes: 0,
-            conns: [0; 4],
-            queues: Vec::new(),
-            workers: Vec::new(),
-        };
+        let mut snap = Snapshot::empty(self.uptime());
         for s in self.shards.iter() {
             for p in 0..PHASES {
                 let h = &mut snap.phases[p];
@@ -590,12 +611,12 @@ impl Stats {
         }
         for q in self.queues.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             snap.queues.push(QueueSnap {
-                name: q.name,
+                name: q.name.to_string(),
                 threads: q.threads,
                 len: q.len(),
                 items: q.dequeued.load(Ordering::Relaxed),
-                mean_wait: q.mean_wait(),
                 max_wait: Duration::from_nanos(q.max_wait_ns.load(Ordering::Relaxed)),
+                waits: q.waits(),
             });
         }
         for w in self.slots.lock().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -605,11 +626,22 @@ impl Stats {
                         name: slot.name.clone(),
                         busy: slot.state() == WorkerState::Busy,
                         served: slot.served.load(Ordering::Relaxed),
+                        since: Duration::from_nanos(slot.since_ns.load(Ordering::Relaxed)),
                         for_how_long: slot.for_how_long(),
                     });
                 }
             }
         }
+        snap
+    }
+
+    /// [`snapshot`](Self::snapshot) plus what the pipeline around the stats
+    /// knows: its cache and its running CGI scripts.
+    pub fn of_pipeline(p: &crate::Pipeline) -> Snapshot {
+        let mut snap = p.stats.snapshot();
+        let (hits, misses, bytes) = p.cache.stats();
+        snap.cache = CacheSnap { hits, misses, bytes };
+        snap.cgi_running = p.cgi_running() as u64;
         snap
     }
 }
@@ -647,6 +679,19 @@ pub struct Hist {
 }
 
 impl Hist {
+    /// No values.
+    pub fn empty() -> Hist {
+        Hist { counts: vec![0; BUCKETS], sum_ns: 0 }
+    }
+
+    /// Adds another histogram's values to this one.
+    pub fn add(&mut self, other: &Hist) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.sum_ns += other.sum_ns;
+    }
+
     /// Values recorded.
     pub fn count(&self) -> u64 {
         self.counts.iter().sum()
@@ -686,30 +731,50 @@ impl Hist {
 #[derive(Clone, Debug)]
 pub struct QueueSnap {
     /// Its name.
-    pub name: &'static str,
+    pub name: String,
     /// Threads taking from it.
     pub threads: usize,
     /// Items in it now.
     pub len: u64,
     /// Items taken so far.
     pub items: u64,
-    /// Mean wait.
-    pub mean_wait: Duration,
     /// Longest wait.
     pub max_wait: Duration,
+    /// The waits of the items taken (sum included).
+    pub waits: Hist,
+}
+
+impl QueueSnap {
+    /// Mean wait.
+    pub fn mean_wait(&self) -> Duration {
+        self.waits.mean()
+    }
 }
 
 /// A worker's line.
 #[derive(Clone, Debug)]
 pub struct WorkerSnap {
-    /// Thread or loop name.
+    /// Thread or loop name (`pid/name` in the process models).
     pub name: String,
     /// Busy (else idle).
     pub busy: bool,
     /// Connections or requests taken.
     pub served: u64,
+    /// When it entered the current state, since the stats' epoch.
+    pub since: Duration,
     /// Time in the current state.
     pub for_how_long: Duration,
+}
+
+/// The file cache's numbers (per process; added up over the children).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheSnap {
+    /// Lookups served from memory.
+    pub hits: u64,
+    /// Lookups that went to the disk.
+    pub misses: u64,
+    /// Bytes of files held.
+    pub bytes: u64,
 }
 
 /// Everything, added up, at one moment.
@@ -729,6 +794,10 @@ pub struct Snapshot {
     pub queues: Vec<QueueSnap>,
     /// The scoreboard.
     pub workers: Vec<WorkerSnap>,
+    /// The file cache (zero unless taken with [`Stats::of_pipeline`]).
+    pub cache: CacheSnap,
+    /// CGI scripts running (as for `cache`).
+    pub cgi_running: u64,
 }
 
 impl Snapshot {
@@ -755,6 +824,215 @@ impl Snapshot {
     /// Open connections.
     pub fn conns_open(&self) -> i64 {
         ConnState::COUNTED.iter().map(|s| self.conns(*s)).sum()
+    }
+
+    /// An empty snapshot taken at `uptime` (what a server with no
+    /// children shows).
+    pub fn empty(uptime: Duration) -> Snapshot {
+        Snapshot {
+            uptime,
+            phases: (0..PHASES).map(|_| Hist::empty()).collect(),
+            status: vec![0; CODES],
+            bytes: 0,
+            conns: [0; 4],
+            queues: Vec::new(),
+            workers: Vec::new(),
+            cache: CacheSnap::default(),
+            cgi_running: 0,
+        }
+    }
+
+    /// Adds another process's numbers to these: counters, histograms and
+    /// gauges add up, queues of the same name merge, scoreboards append.
+    /// The uptime stays this one's.
+    pub fn merge(&mut self, other: &Snapshot) {
+        for (a, b) in self.phases.iter_mut().zip(&other.phases) {
+            a.add(b);
+        }
+        for (a, b) in self.status.iter_mut().zip(&other.status) {
+            *a += b;
+        }
+        self.bytes += other.bytes;
+        for (a, b) in self.conns.iter_mut().zip(&other.conns) {
+            *a += b;
+        }
+        for q in &other.queues {
+            match self.queues.iter_mut().find(|mine| mine.name == q.name) {
+                Some(mine) => {
+                    mine.threads += q.threads;
+                    mine.len += q.len;
+                    mine.items += q.items;
+                    mine.max_wait = mine.max_wait.max(q.max_wait);
+                    mine.waits.add(&q.waits);
+                }
+                None => self.queues.push(q.clone()),
+            }
+        }
+        self.workers.extend(other.workers.iter().cloned());
+        self.cache.hits += other.cache.hits;
+        self.cache.misses += other.cache.misses;
+        self.cache.bytes += other.cache.bytes;
+        self.cgi_running += other.cgi_running;
+    }
+
+    /// Bytes [`encode`](Self::encode) writes at most, with up to
+    /// `workers` scoreboard lines and [`MAX_WIRE_QUEUES`] queues.
+    pub fn wire_len(workers: usize) -> usize {
+        let hist = (BUCKETS + 1) * 8;
+        8 + PHASES * hist
+            + CODES * 8
+            + 8
+            + 4 * 8
+            + 4 * 8
+            + 4
+            + MAX_WIRE_QUEUES * (WIRE_NAME + 4 * 8 + hist)
+            + 4
+            + workers * (WIRE_NAME + 1 + 3 * 8)
+    }
+
+    /// The fixed-layout wire form (little-endian), at most
+    /// [`wire_len(workers)`](Self::wire_len) bytes: the first `workers`
+    /// scoreboard lines and [`MAX_WIRE_QUEUES`] queues are kept, names are
+    /// cut to [`WIRE_NAME`] bytes.
+    pub fn encode(&self, workers: usize, out: &mut Vec<u8>) {
+        let put = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
+        let name = |out: &mut Vec<u8>, s: &str| {
+            let mut b = [0u8; WIRE_NAME];
+            let mut n = s.len().min(WIRE_NAME);
+            while !s.is_char_boundary(n) {
+                n -= 1;
+            }
+            b[..n].copy_from_slice(&s.as_bytes()[..n]);
+            out.extend_from_slice(&b);
+        };
+        let hist = |out: &mut Vec<u8>, h: &Hist| {
+            put(out, h.sum_ns);
+            for c in &h.counts {
+                put(out, *c);
+            }
+        };
+        out.clear();
+        put(out, u64::try_from(self.uptime.as_nanos()).unwrap_or(u64::MAX));
+        for h in &self.phases {
+            hist(out, h);
+        }
+        for c in &self.status {
+            put(out, *c);
+        }
+        put(out, self.bytes);
+        for c in self.conns {
+            put(out, c as u64);
+        }
+        for v in [self.cache.hits, self.cache.misses, self.cache.bytes, self.cgi_running] {
+            put(out, v);
+        }
+        let queues = &self.queues[..self.queues.len().min(MAX_WIRE_QUEUES)];
+        out.extend_from_slice(&(queues.len() as u32).to_le_bytes());
+        for q in queues {
+            name(out, &q.name);
+            put(out, q.threads as u64);
+            put(out, q.len);
+            put(out, q.items);
+            put(out, u64::try_from(q.max_wait.as_nanos()).unwrap_or(u64::MAX));
+            hist(out, &q.waits);
+        }
+        let lines = &self.workers[..self.workers.len().min(workers)];
+        out.extend_from_slice(&(lines.len() as u32).to_le_bytes());
+        for w in lines {
+            name(out, &w.name);
+            out.push(w.busy.into());
+            put(out, w.served);
+            put(out, u64::try_from(w.since.as_nanos()).unwrap_or(u64::MAX));
+            put(out, u64::try_from(w.for_how_long.as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote; `None` if `b` is short.
+    /// Scoreboard lines get `for_how_long` from `now` (the reader's
+    /// [`Stats::uptime`]: the same epoch in every process of a server).
+    pub fn decode(b: &[u8], now: Duration) -> Option<Snapshot> {
+        let mut r = Reader(b);
+        let uptime = Duration::from_nanos(r.u64()?);
+        let mut snap = Snapshot::empty(uptime);
+        for h in snap.phases.iter_mut() {
+            *h = r.hist()?;
+        }
+        for c in snap.status.iter_mut() {
+            *c = r.u64()?;
+        }
+        snap.bytes = r.u64()?;
+        for c in snap.conns.iter_mut() {
+            *c = r.u64()? as i64;
+        }
+        snap.cache = CacheSnap { hits: r.u64()?, misses: r.u64()?, bytes: r.u64()? };
+        snap.cgi_running = r.u64()?;
+        for _ in 0..r.u32()? {
+            snap.queues.push(QueueSnap {
+                name: r.name()?,
+                threads: r.u64()? as usize,
+                len: r.u64()?,
+                items: r.u64()?,
+                max_wait: Duration::from_nanos(r.u64()?),
+                waits: r.hist()?,
+            });
+        }
+        for _ in 0..r.u32()? {
+            let name = r.name()?;
+            let busy = r.take(1)?[0] != 0;
+            let served = r.u64()?;
+            let since = Duration::from_nanos(r.u64()?);
+            let _for_how_long_when_written = r.u64()?;
+            snap.workers.push(WorkerSnap {
+                name,
+                busy,
+                served,
+                since,
+                for_how_long: now.saturating_sub(since),
+            });
+        }
+        Some(snap)
+    }
+}
+
+/// Queues a snapshot's wire form carries (a model has at most five).
+pub const MAX_WIRE_QUEUES: usize = 8;
+
+/// Bytes of a queue or worker name on the wire.
+pub const WIRE_NAME: usize = 32;
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn name(&mut self) -> Option<String> {
+        let b = self.take(WIRE_NAME)?;
+        let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+        Some(String::from_utf8_lossy(&b[..end]).into_owned())
+    }
+
+    fn hist(&mut self) -> Option<Hist> {
+        let sum_ns = self.u64()?;
+        let mut counts = vec![0; BUCKETS];
+        for c in counts.iter_mut() {
+            *c = self.u64()?;
+        }
+        Some(Hist { counts, sum_ns })
     }
 }
 
@@ -800,6 +1078,60 @@ mod tests {
         assert_eq!(snap.bytes, 15);
         assert_eq!(snap.conns(ConnState::KeepAlive), 1);
         assert_eq!(snap.conns_open(), 1);
+    }
+
+    #[test]
+    fn wire_form_round_trips_and_merges() {
+        let s = Stats::new(true);
+        s.record(Phase::Parse, Duration::from_micros(3));
+        s.count_response(200, 100);
+        s.count_response(404, 7);
+        s.move_conn(ConnState::None, ConnState::KeepAlive);
+        let q = s.queue("handoff", 4);
+        q.push();
+        q.pop(Duration::from_micros(40));
+        let w = s.worker("1234/worker-0".into());
+        w.busy();
+        let snap = s.snapshot();
+        let mut wire = Vec::new();
+        snap.encode(8, &mut wire);
+        assert!(wire.len() <= Snapshot::wire_len(8));
+        let back = Snapshot::decode(&wire, snap.uptime).expect("decodes");
+        assert_eq!(back.status, snap.status);
+        assert_eq!(back.phase(Phase::Parse).counts, snap.phase(Phase::Parse).counts);
+        assert_eq!(back.conns(ConnState::KeepAlive), 1);
+        assert_eq!(back.queues[0].name, "handoff");
+        assert_eq!(back.queues[0].waits.count(), 1);
+        assert_eq!(back.workers[0].name, "1234/worker-0");
+        assert!(back.workers[0].busy);
+        assert!(Snapshot::decode(&wire[..wire.len() - 1], snap.uptime).is_none(), "short input");
+
+        let mut total = back.clone();
+        total.merge(&back);
+        assert_eq!(total.requests(), 4);
+        assert_eq!(total.bytes, 214);
+        assert_eq!(total.conns_open(), 2);
+        assert_eq!(total.queues.len(), 1, "same name: one queue");
+        assert_eq!(total.queues[0].items, 2);
+        assert_eq!(total.queues[0].threads, 8);
+        assert_eq!(total.workers.len(), 2);
+        assert_eq!(total.phase(Phase::Parse).count(), 2);
+    }
+
+    #[test]
+    fn queue_waits_have_percentiles() {
+        let s = Stats::new(true);
+        let q = s.queue("read", 2);
+        for us in 1..=100u64 {
+            q.push();
+            q.pop(Duration::from_micros(us));
+        }
+        let snap = s.snapshot();
+        let waits = &snap.queues[0].waits;
+        assert_eq!(waits.count(), 100);
+        let p99 = waits.quantile(0.99).as_nanos() as f64;
+        assert!((p99 - 99_000.0).abs() / 99_000.0 < 0.07, "{p99}");
+        assert!((snap.queues[0].mean_wait().as_micros() as i64 - 50).abs() <= 1);
     }
 
     #[test]

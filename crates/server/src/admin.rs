@@ -1,7 +1,12 @@
-//! `--admin ADDR`: a small listener on a thread of its own (not run by the
-//! model, so it answers even when the model is saturated) serving
-//! `/status` (HTML, refreshes itself), `/status.json` and `/metrics`
-//! (Prometheus text exposition format 0.0.4).
+//! `--admin ADDR`: a small listener serving `/status` (HTML, refreshes
+//! itself), `/status.json` and `/metrics` (OpenMetrics text, which
+//! Prometheus scrapes, written by the `prometheus-client` crate).
+//!
+//! It is not run by the model, so it answers even when the model is
+//! saturated: a thread of its own for the thread and event models (reading
+//! the one process's stats), the *admin child* for the process models
+//! (reading every child's stats from shared memory; `models::Admin`). Either
+//! way it gets a function returning the whole server's [`Snapshot`].
 //!
 //! Requests are parsed with the server's own `h1` parser, one at a time,
 //! each on a fresh connection that is closed after the response.
@@ -10,18 +15,28 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pipeline::stats::{ConnState, Phase, Snapshot, BUCKETS};
-use pipeline::Pipeline;
+use pipeline::stats::{ConnState, Hist, Phase, Snapshot, BUCKETS};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info as InfoMetric;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 use serde_json::{json, Map, Value};
 use transport::{Shutdown, Wake};
 
 /// What the admin pages show about the server besides its stats.
+#[derive(Clone, Debug)]
 pub struct Info {
     pub model: &'static str,
     pub paper_name: &'static str,
+    /// The server's (the master's) process id.
+    pub pid: u32,
+    /// Per-phase timing is on (no `--no-timing`).
+    pub timing: bool,
     /// Settings worth showing, in order.
     pub settings: Vec<(&'static str, String)>,
 }
@@ -29,15 +44,15 @@ pub struct Info {
 /// Rates are computed over this many one-second samples.
 const WINDOW: usize = 5;
 
-/// Serves until `stop` fires.
-pub fn run(listener: TcpListener, pipeline: Arc<Pipeline>, info: Info, stop: Shutdown) {
+/// Serves until `stop` fires; `source` reads the server's numbers.
+pub fn run(listener: TcpListener, source: &dyn Fn() -> Snapshot, info: &Info, stop: &Shutdown) {
     let mut samples: VecDeque<(Instant, u64, u64)> = VecDeque::with_capacity(WINDOW + 1);
     let mut next_sample = Instant::now();
     let _ = listener.set_nonblocking(true);
     loop {
         let now = Instant::now();
         if now >= next_sample {
-            let snap = pipeline.stats.snapshot();
+            let snap = source();
             samples.push_back((now, snap.requests(), snap.bytes));
             if samples.len() > WINDOW + 1 {
                 samples.pop_front();
@@ -51,7 +66,7 @@ pub fn run(listener: TcpListener, pipeline: Arc<Pipeline>, info: Info, stop: Shu
         }
         while let Ok((stream, _)) = listener.accept() {
             let rates = rates(&samples);
-            answer(stream, &pipeline, &info, rates);
+            answer(stream, source, info, rates);
         }
     }
 }
@@ -67,7 +82,7 @@ fn rates(samples: &VecDeque<(Instant, u64, u64)>) -> (f64, f64) {
     }
 }
 
-fn answer(stream: TcpStream, p: &Pipeline, info: &Info, rates: (f64, f64)) {
+fn answer(stream: TcpStream, source: &dyn Fn() -> Snapshot, info: &Info, rates: (f64, f64)) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
@@ -88,24 +103,20 @@ fn answer(stream: TcpStream, p: &Pipeline, info: &Info, rates: (f64, f64)) {
     if !matches!(head.method, h1::Method::Get | h1::Method::Head) {
         return respond(&stream, 405, "text/plain", b"GET or HEAD\n".to_vec(), is_head);
     }
-    let snap = p.stats.snapshot();
+    let snap = source();
     match head.path.as_str() {
-        "/" | "/status" => respond(
-            &stream,
-            200,
-            "text/html; charset=utf-8",
-            html(p, info, &snap, rates).into_bytes(),
-            is_head,
-        ),
+        "/" | "/status" => {
+            respond(&stream, 200, "text/html; charset=utf-8", html(info, &snap, rates).into_bytes(), is_head)
+        }
         "/status.json" => {
-            let body = serde_json::to_vec_pretty(&json_status(p, info, &snap, rates)).expect("json");
+            let body = serde_json::to_vec_pretty(&json_status(info, &snap, rates)).expect("json");
             respond(&stream, 200, "application/json", body, is_head)
         }
         "/metrics" => respond(
             &stream,
             200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics(p, info, &snap).into_bytes(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics(info, &snap).into_bytes(),
             is_head,
         ),
         _ => respond(
@@ -141,7 +152,7 @@ fn us(d: Duration) -> f64 {
 }
 
 /// The JSON document (also the data behind the HTML page).
-pub fn json_status(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)) -> Value {
+pub fn json_status(info: &Info, snap: &Snapshot, rates: (f64, f64)) -> Value {
     let total = snap.phase(Phase::Total);
     let mut phases = Map::new();
     for phase in Phase::ALL {
@@ -160,12 +171,14 @@ pub fn json_status(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)
     let mut queues = Map::new();
     for q in &snap.queues {
         queues.insert(
-            q.name.into(),
+            q.name.clone(),
             json!({
                 "length": q.len,
                 "threads": q.threads,
                 "items": q.items,
-                "mean_wait_us": us(q.mean_wait),
+                "mean_wait_us": us(q.mean_wait()),
+                "p50_wait_us": us(q.waits.quantile(0.5)),
+                "p99_wait_us": us(q.waits.quantile(0.99)),
                 "max_wait_us": us(q.max_wait),
             }),
         );
@@ -179,6 +192,7 @@ pub fn json_status(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)
                 "name": w.name,
                 "state": if w.busy { "busy" } else { "idle" },
                 "served": w.served,
+                "since_s": w.since.as_secs_f64(),
                 "for_ms": w.for_how_long.as_millis() as u64,
             })
         })
@@ -191,15 +205,16 @@ pub fn json_status(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)
     for s in ConnState::COUNTED {
         connections.insert(s.name().into(), snap.conns(s).into());
     }
-    let (hits, misses, bytes) = p.cache.stats();
     let settings: Map<String, Value> =
         info.settings.iter().map(|(k, v)| ((*k).to_string(), Value::String(v.clone()))).collect();
     json!({
         "model": info.model,
         "paper_name": info.paper_name,
-        "pid": std::process::id(),
+        "pid": info.pid,
+        // The process answering (the admin child in the process models).
+        "admin_pid": std::process::id(),
         "settings": settings,
-        "timing": p.stats.timing,
+        "timing": info.timing,
         "uptime_s": snap.uptime.as_secs_f64(),
         "requests_total": snap.requests(),
         "requests_by_status": by_status,
@@ -218,99 +233,177 @@ pub fn json_status(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)
         "phases_us": phases,
         "queues": queues,
         "workers": { "busy": busy, "idle": snap.workers.len() - busy, "scoreboard": scoreboard },
-        "cache": { "hits": hits, "misses": misses, "bytes": bytes },
-        "cgi": { "running": p.cgi_running() },
+        "cache": { "hits": snap.cache.hits, "misses": snap.cache.misses, "bytes": snap.cache.bytes },
+        "cgi": { "running": snap.cgi_running },
     })
 }
 
-/// Prometheus text exposition format (0.0.4). Histogram buckets are octave
+/// The exposition (OpenMetrics text, `# EOF` included), written by
+/// `prometheus-client` from one snapshot. Histogram buckets are octave
 /// boundaries (2^k ns), which are exact boundaries of the stats' buckets.
-pub fn metrics(p: &Pipeline, info: &Info, snap: &Snapshot) -> String {
-    let mut out = String::with_capacity(16 << 10);
-    let w = &mut out;
-    let _ = writeln!(w, "# HELP modus_info The server's concurrency model.");
-    let _ = writeln!(w, "# TYPE modus_info gauge");
-    let _ = writeln!(w, "modus_info{{model=\"{}\",paper_name=\"{}\"}} 1", info.model, info.paper_name);
-    let _ = writeln!(w, "# HELP modus_uptime_seconds Time since the server started.");
-    let _ = writeln!(w, "# TYPE modus_uptime_seconds gauge");
-    let _ = writeln!(w, "modus_uptime_seconds {}", snap.uptime.as_secs_f64());
-    let _ = writeln!(w, "# HELP modus_requests_total Responses sent, by status code.");
-    let _ = writeln!(w, "# TYPE modus_requests_total counter");
-    for (code, n) in snap.by_status() {
-        let _ = writeln!(w, "modus_requests_total{{status=\"{code}\"}} {n}");
-    }
-    let _ = writeln!(w, "# HELP modus_sent_bytes_total Bytes of responses written (heads and bodies).");
-    let _ = writeln!(w, "# TYPE modus_sent_bytes_total counter");
-    let _ = writeln!(w, "modus_sent_bytes_total {}", snap.bytes);
-    let _ = writeln!(
-        w,
-        "# HELP modus_request_duration_seconds From a request's first byte to its response logged."
-    );
-    let _ = writeln!(w, "# TYPE modus_request_duration_seconds histogram");
-    histogram(w, "modus_request_duration_seconds", "", snap.phase(Phase::Total));
-    let _ = writeln!(w, "# HELP modus_phase_duration_seconds Time per request phase.");
-    let _ = writeln!(w, "# TYPE modus_phase_duration_seconds histogram");
-    for phase in Phase::ALL {
-        if phase != Phase::Total {
-            histogram(
-                w,
-                "modus_phase_duration_seconds",
-                &format!("phase=\"{}\",", phase.name()),
-                snap.phase(phase),
-            );
-        }
-    }
-    let _ = writeln!(w, "# HELP modus_queue_length Items waiting in a model's queue.");
-    let _ = writeln!(w, "# TYPE modus_queue_length gauge");
-    for q in &snap.queues {
-        let _ = writeln!(w, "modus_queue_length{{stage=\"{}\"}} {}", q.name, q.len);
-    }
-    let _ = writeln!(w, "# HELP modus_queue_items_total Items taken out of a model's queue.");
-    let _ = writeln!(w, "# TYPE modus_queue_items_total counter");
-    for q in &snap.queues {
-        let _ = writeln!(w, "modus_queue_items_total{{stage=\"{}\"}} {}", q.name, q.items);
-    }
-    let _ = writeln!(w, "# HELP modus_connections Open client connections, by state.");
-    let _ = writeln!(w, "# TYPE modus_connections gauge");
-    for s in ConnState::COUNTED {
-        let _ = writeln!(w, "modus_connections{{state=\"{}\"}} {}", s.name(), snap.conns(s));
-    }
-    let busy = snap.workers.iter().filter(|x| x.busy).count();
-    let _ = writeln!(w, "# HELP modus_workers Workers (threads, loops), by state.");
-    let _ = writeln!(w, "# TYPE modus_workers gauge");
-    let _ = writeln!(w, "modus_workers{{state=\"busy\"}} {busy}");
-    let _ = writeln!(w, "modus_workers{{state=\"idle\"}} {}", snap.workers.len() - busy);
-    let (hits, misses, bytes) = p.cache.stats();
-    let _ = writeln!(w, "# HELP modus_cache_hits_total File cache hits.");
-    let _ = writeln!(w, "# TYPE modus_cache_hits_total counter");
-    let _ = writeln!(w, "modus_cache_hits_total {hits}");
-    let _ = writeln!(w, "# HELP modus_cache_misses_total File cache misses.");
-    let _ = writeln!(w, "# TYPE modus_cache_misses_total counter");
-    let _ = writeln!(w, "modus_cache_misses_total {misses}");
-    let _ = writeln!(w, "# HELP modus_cache_bytes Bytes of files held by the cache.");
-    let _ = writeln!(w, "# TYPE modus_cache_bytes gauge");
-    let _ = writeln!(w, "modus_cache_bytes {bytes}");
-    let _ = writeln!(w, "# HELP modus_cgi_running CGI scripts running.");
-    let _ = writeln!(w, "# TYPE modus_cgi_running gauge");
-    let _ = writeln!(w, "modus_cgi_running {}", p.cgi_running());
+pub fn metrics(info: &Info, snap: &Snapshot) -> String {
+    let mut registry = Registry::with_prefix("modus");
+    registry.register_collector(Box::new(Exposition { info: info.clone(), snap: snap.clone() }));
+    let mut out = String::with_capacity(32 << 10);
+    prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String");
     out
+}
+
+/// One scrape's worth of numbers, as a `prometheus-client` collector.
+#[derive(Debug)]
+struct Exposition {
+    info: Info,
+    snap: Snapshot,
 }
 
 /// Octave bounds from 1 µs (2^10 ns) to ~69 s (2^36 ns).
 const LE_EXPONENTS: std::ops::RangeInclusive<u32> = 10..=36;
 
-fn histogram(w: &mut String, name: &str, labels: &str, h: &pipeline::stats::Hist) {
-    debug_assert_eq!(h.counts.len(), BUCKETS);
-    for k in LE_EXPONENTS {
-        let le = (1u64 << k) as f64 / 1e9;
-        let _ = writeln!(w, "{name}_bucket{{{labels}le=\"{le}\"}} {}", h.count_below(1 << k));
+/// A [`Hist`] as a Prometheus histogram in seconds.
+#[derive(Debug)]
+struct Seconds<'a>(&'a Hist);
+
+impl EncodeMetric for Seconds<'_> {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> std::fmt::Result {
+        debug_assert_eq!(self.0.counts.len(), BUCKETS);
+        let mut below = 0;
+        let mut buckets: Vec<(f64, u64)> = LE_EXPONENTS
+            .map(|k| {
+                let cumulative = self.0.count_below(1 << k);
+                let in_bucket = cumulative - below;
+                below = cumulative;
+                ((1u64 << k) as f64 / 1e9, in_bucket)
+            })
+            .collect();
+        let count = self.0.count();
+        buckets.push((f64::INFINITY, count - below));
+        encoder.encode_histogram::<NoLabelSet>(self.0.sum_ns as f64 / 1e9, count, &buckets, None)
     }
-    let count = h.count();
-    let _ = writeln!(w, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
-    let labels = labels.trim_end_matches(',');
-    let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-    let _ = writeln!(w, "{name}_sum{braces} {}", h.sum_ns as f64 / 1e9);
-    let _ = writeln!(w, "{name}_count{braces} {count}");
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let snap = &self.snap;
+        let info = InfoMetric::new([("model", self.info.model), ("paper_name", self.info.paper_name)]);
+        info.encode(e.encode_descriptor(
+            "server",
+            "The server's concurrency model.",
+            None,
+            MetricType::Info,
+        )?)?;
+        ConstGauge::new(snap.uptime.as_secs_f64()).encode(e.encode_descriptor(
+            "uptime",
+            "Time since the server started.",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?)?;
+
+        let mut m =
+            e.encode_descriptor("requests", "Responses sent, by status code.", None, MetricType::Counter)?;
+        for (code, n) in snap.by_status() {
+            ConstCounter::new(n).encode(m.encode_family(&[("status", code.to_string())])?)?;
+        }
+        ConstCounter::new(snap.bytes).encode(e.encode_descriptor(
+            "sent_bytes",
+            "Bytes of responses written (heads and bodies).",
+            None,
+            MetricType::Counter,
+        )?)?;
+
+        Seconds(snap.phase(Phase::Total)).encode(e.encode_descriptor(
+            "request_duration",
+            "From a request's first byte to its response logged.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?)?;
+        let mut m = e.encode_descriptor(
+            "phase_duration",
+            "Time per request phase.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for phase in Phase::ALL.into_iter().filter(|p| *p != Phase::Total) {
+            Seconds(snap.phase(phase)).encode(m.encode_family(&[("phase", phase.name())])?)?;
+        }
+
+        let mut m = e.encode_descriptor(
+            "queue_length",
+            "Items waiting in a model's queue.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for q in &snap.queues {
+            ConstGauge::new(q.len as i64).encode(m.encode_family(&[("stage", q.name.as_str())])?)?;
+        }
+        let mut m = e.encode_descriptor(
+            "queue_items",
+            "Items taken out of a model's queue.",
+            None,
+            MetricType::Counter,
+        )?;
+        for q in &snap.queues {
+            ConstCounter::new(q.items).encode(m.encode_family(&[("stage", q.name.as_str())])?)?;
+        }
+        let mut m = e.encode_descriptor(
+            "queue_wait",
+            "Time items waited in a model's queue.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for q in &snap.queues {
+            Seconds(&q.waits).encode(m.encode_family(&[("stage", q.name.as_str())])?)?;
+        }
+
+        let mut m = e.encode_descriptor(
+            "connections",
+            "Open client connections, by state.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in ConnState::COUNTED {
+            ConstGauge::new(snap.conns(s)).encode(m.encode_family(&[("state", s.name())])?)?;
+        }
+        let busy = snap.workers.iter().filter(|x| x.busy).count() as i64;
+        let mut m = e.encode_descriptor(
+            "workers",
+            "Workers (threads, loops, processes), by state.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(busy).encode(m.encode_family(&[("state", "busy")])?)?;
+        ConstGauge::new(snap.workers.len() as i64 - busy).encode(m.encode_family(&[("state", "idle")])?)?;
+
+        let cache = snap.cache;
+        ConstCounter::new(cache.hits).encode(e.encode_descriptor(
+            "cache_hits",
+            "File cache hits.",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstCounter::new(cache.misses).encode(e.encode_descriptor(
+            "cache_misses",
+            "File cache misses.",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstGauge::new(cache.bytes as i64).encode(e.encode_descriptor(
+            "cache",
+            "Bytes of files held by the cache.",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?)?;
+        ConstGauge::new(snap.cgi_running as i64).encode(e.encode_descriptor(
+            "cgi_running",
+            "CGI scripts running.",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        Ok(())
+    }
 }
 
 fn esc(s: &str) -> String {
@@ -347,8 +440,8 @@ const COLOURS: [&str; 10] = [
 
 /// The status page: server-rendered (works without JavaScript), refreshed
 /// every 2 s by a meta refresh; no external assets.
-pub fn html(p: &Pipeline, info: &Info, snap: &Snapshot, rates: (f64, f64)) -> String {
-    let j = json_status(p, info, snap, rates);
+pub fn html(info: &Info, snap: &Snapshot, rates: (f64, f64)) -> String {
+    let j = json_status(info, snap, rates);
     let mut h = String::with_capacity(16 << 10);
     let _ = write!(
         h,
@@ -368,9 +461,9 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
 <small>pid {pid} · up {up:.0} s · timing {timing} · refreshes every 2 s</small>",
         model = esc(info.model),
         paper = esc(info.paper_name),
-        pid = std::process::id(),
+        pid = info.pid,
         up = snap.uptime.as_secs_f64(),
-        timing = if p.stats.timing { "on" } else { "off (--no-timing)" },
+        timing = if info.timing { "on" } else { "off (--no-timing)" },
     );
     let lat = &j["latency_us"];
     let cards = [
@@ -446,23 +539,30 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
     for s in ConnState::COUNTED {
         let _ = write!(h, "<div class=\"card\">{}<b>{}</b></div>", s.name(), snap.conns(s));
     }
-    let (hits, misses, bytes) = p.cache.stats();
+    let (hits, misses, bytes) = (snap.cache.hits, snap.cache.misses, snap.cache.bytes);
     let rate = if hits + misses > 0 { hits as f64 * 100.0 / (hits + misses) as f64 } else { 0.0 };
     let _ = write!(
         h,
         "<div class=\"card\">cache hit rate<b>{rate:.1}%</b></div><div class=\"card\">cache hits / misses<b>{hits} / {misses}</b></div>\
 <div class=\"card\">cache holds<b>{}</b></div><div class=\"card\">CGI running<b>{}</b></div></div>",
         fmt_bytes(bytes as f64),
-        p.cgi_running()
+        snap.cgi_running
     );
 
     if !snap.queues.is_empty() {
-        h.push_str("<h2>Queues</h2><div class=\"wrap\"><table><tr><th>queue</th><th>threads</th><th>length</th><th>items</th><th>mean wait</th><th>max wait</th></tr>");
+        h.push_str("<h2>Queues</h2><div class=\"wrap\"><table><tr><th>queue</th><th>threads</th><th>length</th><th>items</th><th>mean wait</th><th>p50</th><th>p99</th><th>max wait</th></tr>");
         for q in &snap.queues {
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1?}</td><td>{:.1?}</td></tr>",
-                q.name, q.threads, q.len, q.items, q.mean_wait, q.max_wait
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1?}</td><td>{:.1?}</td><td>{:.1?}</td><td>{:.1?}</td></tr>",
+                esc(&q.name),
+                q.threads,
+                q.len,
+                q.items,
+                q.mean_wait(),
+                q.waits.quantile(0.5),
+                q.waits.quantile(0.99),
+                q.max_wait
             );
         }
         h.push_str("</table></div>");

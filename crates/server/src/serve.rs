@@ -121,10 +121,6 @@ impl Server {
         }
         let admin = match &options.admin {
             None => None,
-            Some(_) if model.caps.forks => bail!(
-                "--admin is not available with the process models (prefork, worker, perchild) yet: \
-                 their children's statistics are not sent to the master"
-            ),
             Some(spec) => {
                 let addr = spec
                     .to_socket_addrs()
@@ -184,13 +180,25 @@ impl Server {
             self.model.name
         ));
 
-        let env = models::ModelEnv {
+        let mut env = models::ModelEnv {
             listener,
             pipeline: self.pipeline.clone(),
             shutdown: shutdown.clone(),
             tuning: options.tuning(),
+            admin: None,
         };
         if self.model.caps.forks {
+            if let Some(listener) = self.admin.take() {
+                // Served by the master's admin child, from every child's
+                // stats; it stops when the master kills it.
+                let info = admin_info(self.model, options, &self.pipeline);
+                let serve =
+                    move |listener, source: &dyn Fn() -> pipeline::stats::Snapshot| match Shutdown::new() {
+                        Ok(never) => crate::admin::run(listener, source, &info, &never),
+                        Err(e) => eprintln!("modus: admin: {e}"),
+                    };
+                env.admin = Some(models::Admin { listener, serve: Arc::new(serve) });
+            }
             // A child forked from a threaded process can deadlock on a lock
             // another thread held at the fork, so process models run here,
             // before any thread exists, and own signals, log flushing and
@@ -214,11 +222,11 @@ impl Server {
             }
         })?;
         if let Some(listener) = self.admin.take() {
-            let info = admin_info(self.model, options);
+            let info = admin_info(self.model, options, &self.pipeline);
             let (pipeline, stop) = (self.pipeline.clone(), shutdown.clone());
-            thread::Builder::new()
-                .name("admin".into())
-                .spawn(move || crate::admin::run(listener, pipeline, info, stop))?;
+            thread::Builder::new().name("admin".into()).spawn(move || {
+                crate::admin::run(listener, &|| pipeline::stats::Stats::of_pipeline(&pipeline), &info, &stop)
+            })?;
         }
 
         let (done_tx, done_rx) = mpsc::channel();
@@ -267,21 +275,35 @@ impl Server {
 }
 
 /// The model and the settings the status page shows.
-fn admin_info(model: &'static models::ModelInfo, options: &ServeOptions) -> crate::admin::Info {
+fn admin_info(
+    model: &'static models::ModelInfo,
+    options: &ServeOptions,
+    pipeline: &Pipeline,
+) -> crate::admin::Info {
     let t = options.tuning();
     let mut settings: Vec<(&'static str, String)> =
         vec![("listen", options.listen.clone().unwrap_or_default())];
     let caps = model.caps;
-    if caps.event_driven {
+    if caps.staged {
+        settings.push(("stage-threads", t.stage_threads.clone()));
+        settings.push(("queue", t.queue.to_string()));
+    } else if caps.event_driven {
         settings.push(("workers", t.workers.to_string()));
         if model.name == "amped" {
             settings.push(("helpers", t.helpers.to_string()));
         }
-    } else if caps.staged {
-        settings.push(("stage-threads", t.stage_threads.clone()));
-        settings.push(("queue", t.queue.to_string()));
     } else if model.name == "per-request" {
         settings.push(("max-threads", t.max_threads.to_string()));
+    } else if caps.forks {
+        match model.name {
+            "perchild" => settings.push(("processes", t.processes.to_string())),
+            _ => settings.push(("max-clients", t.max_clients.to_string())),
+        }
+        settings.push(("min-spare", t.min_spare.to_string()));
+        settings.push(("max-spare", t.max_spare.to_string()));
+        if model.name != "prefork" {
+            settings.push(("threads-per-child", t.threads_per_child.to_string()));
+        }
     } else {
         settings.push(("threads", t.threads.to_string()));
         settings.push(("queue", t.queue.to_string()));
@@ -300,7 +322,13 @@ fn admin_info(model: &'static models::ModelInfo, options: &ServeOptions) -> crat
             format!("{} (sample {})", trace.display(), options.trace_sample.unwrap_or(0.01)),
         ));
     }
-    crate::admin::Info { model: model.name, paper_name: model.paper_name, settings }
+    crate::admin::Info {
+        model: model.name,
+        paper_name: model.paper_name,
+        pid: std::process::id(),
+        timing: pipeline.stats.timing,
+        settings,
+    }
 }
 
 /// The CGI programs built with modus (`crates/server/cgi/`), as the demo

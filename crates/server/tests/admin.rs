@@ -2,10 +2,9 @@
 //! `/status.json`, `/metrics`) and the request trace, checked against the
 //! real binary after a known sequence of requests.
 //!
-//! The admin listener runs in the server process, so it covers the thread
-//! and event models (instantiated below for each); process models refuse
-//! `--admin` (their children's statistics do not reach the master yet), and
-//! their trace is tested on `prefork`.
+//! Every test is instantiated for every model. In the process models the
+//! children publish their numbers every 250 ms and an admin child serves
+//! them, so checks poll (by count, never by time) until the numbers arrive.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -42,20 +41,30 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
     (status, ctype, body.to_string())
 }
 
-/// `/status.json` once `requests_total` reached `n` (a response reaches
-/// the client a moment before the server counts it).
-fn status_after(addr: SocketAddr, n: u64) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(5);
+/// `/status.json` once `requests_total` reached `n` and `open`
+/// connections are idle in keep-alive (a response reaches the client a
+/// moment before the server counts it and the connection goes idle; the
+/// process models publish their numbers every 250 ms).
+fn status_after_open(addr: SocketAddr, n: u64, open: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (status, ctype, body) = get(addr, "/status.json");
         assert_eq!(status, 200);
         assert_eq!(ctype, "application/json");
         let v: Value = serde_json::from_str(&body).expect("valid JSON");
-        if v["requests_total"].as_u64() == Some(n) || Instant::now() > deadline {
+        let settled = v["requests_total"].as_u64() == Some(n)
+            && v["connections"]["keepalive"].as_u64() == Some(open)
+            && v["connections_open"].as_u64() == Some(open);
+        if settled || Instant::now() > deadline {
             return v;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// [`status_after_open`] with the one client of [`known_requests`] still open.
+fn status_after(addr: SocketAddr, n: u64) -> Value {
+    status_after_open(addr, n, 1)
 }
 
 /// The known sequence: 3 × 200 (a cache miss, then hits), 2 × 404, 1 × 405 (a hit),
@@ -127,7 +136,8 @@ fn metrics_parse(model: &str) {
     status_after(admin, 6);
     let (status, ctype, body) = get(admin, "/metrics");
     assert_eq!(status, 200);
-    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    assert!(ctype.starts_with("application/openmetrics-text; version=1.0.0"), "{ctype}");
+    assert!(body.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
     let lines = body.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text parses");
     let value = |name: &str, label: Option<(&str, &str)>| -> Option<prometheus_parse::Value> {
@@ -162,6 +172,7 @@ fn metrics_parse(model: &str) {
         other => panic!("parse phase histogram: {other:?}"),
     }
     assert!(body.contains("modus_phase_duration_seconds_count{phase=\"write\"} 6"), "{body}");
+    assert!(body.contains(&format!("modus_server_info{{model=\"{model}\"")), "{body}");
 }
 
 fn status_page(model: &str) {
@@ -219,7 +230,7 @@ fn trace_rows(model: &str) {
     assert!(rows.iter().all(|r| r[0] == rows[0][0]));
 }
 
-macro_rules! thread_models {
+macro_rules! every_model {
     ($($module:ident => $name:literal),* $(,)?) => {$(
         mod $module {
             #[test]
@@ -234,17 +245,15 @@ macro_rules! thread_models {
     )*};
 }
 
-thread_models! {
+every_model! {
     per_request => "per-request",
     pool => "pool",
     staged => "staged",
     event => "event",
     amped => "amped",
-}
-
-#[test]
-fn prefork_trace_rows() {
-    trace_rows("prefork");
+    prefork => "prefork",
+    worker => "worker",
+    perchild => "perchild",
 }
 
 #[test]
@@ -270,12 +279,191 @@ fn pool_accept_queue_is_measured() {
     assert_eq!(v["phases_us"]["queue"]["count"], 1, "{v:#}");
 }
 
+/// The process id in a scoreboard line named `pid/worker`.
+fn pid_of(line: &Value) -> u32 {
+    line["name"].as_str().unwrap().split('/').next().unwrap().parse().expect("pid/name")
+}
+
+fn kill(pid: u32, signal: rustix::process::Signal) {
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), signal).unwrap();
+}
+
+/// Polls `/status.json` until `done` holds, checking on every read that
+/// the request count never goes backwards.
+fn poll_until(addr: SocketAddr, at_least: u64, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let v: Value = serde_json::from_str(&get(addr, "/status.json").2).unwrap();
+        let total = v["requests_total"].as_u64().unwrap();
+        assert!(total >= at_least, "totals went backwards: {total} < {at_least}\n{v:#}");
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not reached: {v:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child killed outright keeps what it had published: the master folds
+/// it into the retired totals, and the replacement child adds on.
+fn killed_child_keeps_its_counts(model: &str) {
+    let root = Docroot::standard();
+    let srv = start(model, &root, &[]);
+    let admin = admin_addr(&srv);
+    let client = known_requests(&srv);
+    let v = status_after(admin, 6);
+    assert_eq!(v["requests_total"], 6, "{v:#}");
+    let board = v["workers"]["scoreboard"].as_array().unwrap();
+    let served = board.iter().find(|l| l["served"].as_u64() > Some(0)).expect("a line that served");
+    let pid = pid_of(served);
+    assert_ne!(pid, v["pid"].as_u64().unwrap() as u32, "a child, not the master");
+    drop(client);
+    kill(pid, rustix::process::Signal::KILL);
+    let v = poll_until(admin, 6, |v| {
+        v["workers"]["scoreboard"].as_array().unwrap().iter().all(|l| pid_of(l) != pid)
+            && v["connections_open"] == 0
+    });
+    assert_eq!(v["requests_total"], 6, "{v:#}");
+    assert_eq!(v["requests_by_status"]["404"], 2, "{v:#}");
+    assert_eq!(v["phases_us"]["total"]["count"], 6, "{v:#}");
+    // The server goes on, and its totals with it (the master replaces the
+    // dead child at its next tick; until then another one serves).
+    let mut c = srv.client();
+    c.request("GET", "/hello.txt", &[]).assert_status(200);
+    let v = poll_until(admin, 6, |v| v["requests_total"] == 7);
+    assert_eq!(v["requests_by_status"]["200"], 4, "{v:#}");
+}
+
 #[test]
-fn process_models_refuse_admin() {
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--model", "prefork", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--admin"));
+fn prefork_killed_child_keeps_its_counts() {
+    killed_child_keeps_its_counts("prefork");
+}
+
+#[test]
+fn worker_killed_child_keeps_its_counts() {
+    killed_child_keeps_its_counts("worker");
+}
+
+#[test]
+fn perchild_killed_child_keeps_its_counts() {
+    killed_child_keeps_its_counts("perchild");
+}
+
+#[test]
+fn admin_child_is_replaced_when_it_dies() {
+    let root = Docroot::standard();
+    let srv = start("prefork", &root, &[]);
+    let admin = admin_addr(&srv);
+    let _client = known_requests(&srv);
+    let v = status_after(admin, 6);
+    let first = v["admin_pid"].as_u64().unwrap() as u32;
+    assert_ne!(first, v["pid"].as_u64().unwrap() as u32, "served by the admin child");
+    kill(first, rustix::process::Signal::KILL);
+    // Connections are refused until the master forks another (next tick).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let v = loop {
+        if let Ok(mut s) = TcpStream::connect(admin) {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = write!(s, "GET /status.json HTTP/1.1\r\nHost: admin\r\n\r\n");
+            let mut raw = String::new();
+            if s.read_to_string(&mut raw).is_ok() {
+                if let Some((_, body)) = raw.split_once("\r\n\r\n") {
+                    if let Ok(v) = serde_json::from_str::<Value>(body) {
+                        if v["admin_pid"].as_u64() != Some(first.into()) {
+                            break v;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no new admin child");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(v["requests_total"], 6, "the numbers live in shared memory, not in the admin child: {v:#}");
+}
+
+/// mod_status for processes: one scoreboard line per worker, named by its
+/// child's pid; a busy one shows while a request runs.
+#[test]
+fn process_scoreboard_shows_each_child() {
+    let root = Docroot::standard();
+    let srv = start("prefork", &root, &["--min-spare", "3", "--max-spare", "6"]);
+    let admin = admin_addr(&srv);
+    let v = poll_until(admin, 0, |v| v["workers"]["scoreboard"].as_array().unwrap().len() >= 3);
+    let board = v["workers"]["scoreboard"].as_array().unwrap();
+    let mut pids: Vec<u32> = board.iter().map(pid_of).collect();
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), board.len(), "prefork: one line per process: {v:#}");
+    // A connection a child holds open makes it busy until it closes.
+    let client = known_requests(&srv);
+    let v = poll_until(admin, 0, |v| v["workers"]["busy"] == 1);
+    let busy: Vec<&Value> =
+        v["workers"]["scoreboard"].as_array().unwrap().iter().filter(|l| l["state"] == "busy").collect();
+    assert_eq!(busy.len(), 1, "{v:#}");
+    assert!(busy[0]["for_ms"].is_u64() && busy[0]["since_s"].is_f64());
+    drop(client);
+    poll_until(admin, 0, |v| v["workers"]["busy"] == 0);
+}
+
+#[test]
+fn worker_handoff_queue_is_measured() {
+    let root = Docroot::standard();
+    let srv = start("worker", &root, &[]);
+    let admin = admin_addr(&srv);
+    let _client = known_requests(&srv);
+    let v = status_after(admin, 6);
+    assert_eq!(v["queues"]["handoff"]["items"], 1, "{v:#}");
+    assert!(v["queues"]["handoff"]["p99_wait_us"].is_number(), "{v:#}");
+    assert_eq!(v["phases_us"]["queue"]["count"], 1, "{v:#}");
+}
+
+#[test]
+fn staged_queue_waits_have_percentiles() {
+    let root = Docroot::standard();
+    let srv = start("staged", &root, &[]);
+    let admin = admin_addr(&srv);
+    let _client = known_requests(&srv);
+    let v = status_after(admin, 6);
+    // (No `log` here: the test servers keep no access log.)
+    for stage in ["read", "data", "write"] {
+        let q = &v["queues"][stage];
+        assert!(q["items"].as_u64().unwrap() >= 1, "{stage}: {v:#}");
+        let (p50, p99) = (q["p50_wait_us"].as_f64().unwrap(), q["p99_wait_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p99 >= p50, "{stage}: {v:#}");
+    }
+    // Six requests went through data, none through cgi.
+    assert_eq!(v["queues"]["data"]["items"], 6, "{v:#}");
+    assert_eq!(v["queues"]["cgi"]["items"], 0, "{v:#}");
+    let (_, _, metrics) = get(admin, "/metrics");
+    assert!(metrics.contains("modus_queue_wait_seconds_count{stage=\"data\"} 6"), "{metrics}");
+}
+
+/// Two connections served by two children at once get different trace ids.
+#[test]
+fn trace_connection_ids_are_unique_across_processes() {
+    let root = Docroot::standard();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.csv");
+    let mut srv = Server::start(
+        BIN,
+        "prefork",
+        root.path(),
+        &["--trace", trace.to_str().unwrap(), "--trace-sample", "1", "--min-spare", "2"],
+    );
+    // prefork: a child serves one connection at a time, so two open at
+    // once are in two processes.
+    let mut a: Client = srv.client();
+    let mut b: Client = srv.client();
+    a.request("GET", "/hello.txt", &[]).assert_status(200);
+    b.request("GET", "/hello.txt", &[]).assert_status(200);
+    drop((a, b));
+    srv.signal(Signal::Term);
+    assert!(srv.wait_exit(Duration::from_secs(20)).success());
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    let pid = |r: &Vec<&str>| r[16].split('/').next().unwrap().to_string();
+    assert_ne!(pid(&rows[0]), pid(&rows[1]), "two processes: {text}");
+    assert_ne!(rows[0][0], rows[1][0], "two connection ids: {text}");
 }

@@ -1,0 +1,183 @@
+//! Issue 7: the `/status` page in a real browser. Headless Chromium loads
+//! it from `modus serve --admin` after a known sequence of requests; the
+//! DOM it rendered must show the model and non-zero counts, and a phone-
+//! sized screenshot is kept as a CI artifact (`target/ci-artifacts/`).
+//!
+//! `.ci/run` installs Debian's `chromium`. Without it the tests fail when
+//! `CI` is set and are skipped (with a notice) otherwise.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use testkit::{Client, Docroot, Server};
+
+const BIN: &str = env!("CARGO_BIN_EXE_modus");
+
+/// Chromium on `PATH` (Debian's package is `chromium`).
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Chromium, or `None` after a skip notice; in CI its absence is a failure.
+fn chromium_or_skip(test: &str) -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: chromium is not installed (.ci/run installs it with apt-get)"
+        );
+        eprintln!("SKIPPED {test}: chromium is not installed (apt-get install chromium)");
+    }
+    found
+}
+
+/// Runs headless Chromium on `url` with `args` (a fresh profile each time),
+/// killing it if it hangs; its stdout.
+fn run_chromium(chromium: &Path, url: &str, args: &[&str]) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting chromium");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stderr.read_to_string(&mut out);
+        out
+    });
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish: {}", err_reader.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = reader.join().unwrap();
+    let err = err_reader.join().unwrap();
+    assert!(status.success(), "chromium failed ({status}): {err}");
+    out
+}
+
+fn admin_addr(srv: &Server) -> SocketAddr {
+    let line = srv.first_line();
+    line.split_whitespace().find_map(|w| w.strip_prefix("admin=")).expect("admin=").parse().unwrap()
+}
+
+/// `/status.json` until `requests_total` is `n` (process models publish
+/// every 250 ms).
+fn wait_for_requests(admin: SocketAddr, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = TcpStream::connect(admin).unwrap();
+        write!(s, "GET /status.json HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        let v: Value = serde_json::from_str(raw.split_once("\r\n\r\n").unwrap().1).unwrap();
+        if v["requests_total"].as_u64() == Some(n) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "requests never reached {n}: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `model` with `--admin`, makes 4 × 200 and 1 × 404, and returns
+/// the server, its open client and the status page's URL.
+fn server_after_requests(model: &str, root: &Docroot) -> (Server, Client, String) {
+    let srv = Server::start(BIN, model, root.path(), &["--admin", "127.0.0.1:0"]);
+    let admin = admin_addr(&srv);
+    let mut c: Client = srv.client();
+    for _ in 0..4 {
+        c.request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+    c.request("GET", "/missing.txt", &[]).assert_status(404);
+    wait_for_requests(admin, 5);
+    (srv, c, format!("http://{admin}/status"))
+}
+
+/// The number in `<b id="ID">N</b>`.
+fn number_in(dom: &str, id: &str) -> f64 {
+    let open = format!("<b id=\"{id}\">");
+    let at = dom.find(&open).unwrap_or_else(|| panic!("no {open} in the DOM:\n{dom}")) + open.len();
+    let text = &dom[at..at + dom[at..].find('<').unwrap()];
+    text.trim().parse().unwrap_or_else(|_| panic!("{id}: {text:?} is not a number"))
+}
+
+fn renders_model_and_counts(model: &str) -> Option<(Server, Client, String)> {
+    let chromium = chromium_or_skip(&format!("status page for {model}"))?;
+    let root = Docroot::standard();
+    let (srv, client, url) = server_after_requests(model, &root);
+    let dom = run_chromium(&chromium, &url, &["--dump-dom"]);
+    assert!(dom.contains(&format!("<span id=\"model\">{model}</span>")), "model name in:\n{dom}");
+    assert_eq!(number_in(&dom, "requests"), 5.0, "{dom}");
+    assert!(number_in(&dom, "connections") >= 1.0, "{dom}");
+    // The scoreboard and the response table rendered.
+    assert!(dom.contains("<td>404 Not Found</td><td>1</td>"), "{dom}");
+    assert!(dom.contains("class=\"idle\"") || dom.contains("class=\"busy\""), "{dom}");
+    drop(root);
+    Some((srv, client, chromium.display().to_string()))
+}
+
+#[test]
+fn status_page_renders_in_chromium_for_event() {
+    renders_model_and_counts("event");
+}
+
+/// The process model (numbers from every child through shared memory),
+/// with a phone-sized screenshot saved for CI.
+#[test]
+fn status_page_renders_in_chromium_for_prefork_with_screenshot() {
+    let Some((srv, _client, chromium)) = renders_model_and_counts("prefork") else { return };
+    let url = format!("http://{}/status", admin_addr(&srv));
+    // target/debug/deps/browser-… → target/
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).expect("the target directory");
+    let artifacts = target.join("ci-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let png = artifacts.join("status.png");
+    let _ = std::fs::remove_file(&png);
+    run_chromium(
+        Path::new(&chromium),
+        &url,
+        &[&format!("--screenshot={}", png.display()), "--window-size=390,844", "--hide-scrollbars"],
+    );
+    let bytes = std::fs::read(&png).expect("chromium wrote the screenshot");
+    assert!(bytes.len() > 1000, "a real picture, not an empty file: {} bytes", bytes.len());
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    assert_eq!(width, 390, "the phone-sized window");
+    eprintln!("screenshot: {}", png.display());
+}
