@@ -198,9 +198,11 @@ pub fn answer(method: &h1::Method, path: &str, status: impl FnOnce() -> Value, m
             "/status.json" => {
                 (200, "application/json", serde_json::to_vec_pretty(&status()).expect("serialising a Value"))
             }
-            "/metrics" => {
-                (200, "text/plain; version=0.0.4; charset=utf-8", metrics.render(&status()).into_bytes())
-            }
+            "/metrics" => (
+                200,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                metrics.render(&status()).into_bytes(),
+            ),
             _ => (404, "text/plain", b"not found: try /status, /status.json, /metrics\n".to_vec()),
         }
     };

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use serde_json::Value;
 use testkit::{assert_bytes_eq, pseudo_random_bytes, Client, Docroot, Server};
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
@@ -48,6 +49,8 @@ fn wait_status(d: &Server, what: &str, pred: impl Fn(&str) -> bool) -> String {
 struct Shared {
     requests: Mutex<Vec<Vec<u8>>>,
     bytes: AtomicUsize,
+    /// Connections accepted.
+    conns: AtomicUsize,
     active: AtomicUsize,
     max_active: AtomicUsize,
     gate: (Mutex<bool>, Condvar),
@@ -73,6 +76,7 @@ impl TestBackend {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { return };
+                s.conns.fetch_add(1, Ordering::SeqCst);
                 let (s, respond) = (s.clone(), respond.clone());
                 std::thread::spawn(move || serve_test_conn(stream, &s, &*respond));
             }
@@ -700,4 +704,424 @@ fn bad_options_exit_with_status_2() {
     let out = testkit::run(BIN, args, Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--busy-page"), "{}", out.stderr);
+}
+
+// ----- the pool, bodies, Expect ------------------------------------------------
+
+/// Polls `pred` (bounded); panics with `what` if it never holds.
+#[track_caller]
+fn eventually(what: &str, pred: impl Fn() -> bool) {
+    for _ in 0..400 {
+        if pred() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("never: {what}");
+}
+
+#[test]
+fn pooled_connections_are_opened_ahead_and_reused() {
+    let backend = TestBackend::ok();
+    let d = director(&[backend.addr], &["--backend-conns", "3", "--max-backend-conns", "3"]);
+    eventually("three connections opened before any request", || {
+        backend.shared.conns.load(Ordering::SeqCst) == 3
+    });
+    assert!(backend.requests().is_empty());
+    for _ in 0..10 {
+        let mut c = d.client();
+        for _ in 0..5 {
+            c.request("GET", "/", &[]).assert_status(200);
+        }
+    }
+    assert_eq!(backend.requests().len(), 50);
+    let conns = backend.shared.conns.load(Ordering::SeqCst);
+    assert!(conns <= 3, "50 requests over 10 client connections used {conns} backend connections");
+}
+
+#[test]
+fn a_broken_pooled_connection_is_replaced() {
+    // `/close`: the backend closes its end after answering, without saying
+    // so, as a server whose keep-alive timeout ran out would.
+    let backend = TestBackend::ok();
+    let d = director(&[backend.addr], &["--backend-conns", "2", "--max-backend-conns", "2"]);
+    eventually("the pool opened", || backend.shared.conns.load(Ordering::SeqCst) == 2);
+    let mut c = d.client();
+    for i in 0..20 {
+        let r = c.request("GET", if i % 2 == 0 { "/close" } else { "/" }, &[]);
+        assert_eq!(r.status, 200, "request {i}: {}", r.describe());
+    }
+    assert_eq!(backend.requests().len(), 20, "each request reached the backend once");
+    // Each closed connection is replaced once the director sees it close.
+    eventually("ten closed connections replaced", || backend.shared.conns.load(Ordering::SeqCst) >= 2 + 10);
+}
+
+fn echo_backend() -> TestBackend {
+    TestBackend::start(|head, body| {
+        let mut r = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n", body.len()).into_bytes();
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            r.extend_from_slice(b"X-Was-Chunked: 1\r\n");
+        }
+        r.extend_from_slice(b"\r\n");
+        r.extend_from_slice(body);
+        r
+    })
+}
+
+#[test]
+fn large_and_chunked_uploads_are_relayed() {
+    let backend = echo_backend();
+    let d = director(&[backend.addr], &["--backend-conns", "1"]);
+    let mut c = d.client();
+    let big = pseudo_random_bytes(300 << 10, 11);
+    c.send(format!("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", big.len()));
+    c.send(&big);
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    assert_bytes_eq(&r.body, &big, "300 KiB Content-Length body echoed");
+
+    // Chunked, in chunks of varied sizes, longer than the prebuffer.
+    c.send("POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let mut at = 0;
+    for (i, size) in [1usize, 10_000, 70_000, 3, 100_000].iter().cycle().enumerate() {
+        if at >= big.len() {
+            break;
+        }
+        let end = (at + size).min(big.len());
+        c.send(format!("{:x}\r\n", end - at));
+        c.send(&big[at..end]);
+        c.send("\r\n");
+        at = end;
+        if i % 3 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    c.send("0\r\n\r\n");
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    assert_eq!(r.header("X-Was-Chunked"), Some("1"));
+    assert_bytes_eq(&dechunk(&r.body), &big, "300 KiB chunked body, re-chunked to the backend");
+    // The connection is still good.
+    c.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+    assert_eq!(c.read_response("POST").body_str(), "hi");
+}
+
+#[test]
+fn expect_100_continue() {
+    let backend = echo_backend();
+    let d = director(&[backend.addr], &["--backend-conns", "1"]);
+    let mut c = d.client();
+    c.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+    let interim = c.read_response("POST");
+    assert_eq!(interim.status, 100, "{}", interim.describe());
+    assert!(backend.requests().is_empty(), "nothing forwarded before the body");
+    c.send("hello");
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "hello");
+    let reqs = backend.requests();
+    assert_eq!(reqs.len(), 1);
+    assert!(
+        !reqs[0].to_ascii_lowercase().contains("expect:"),
+        "Expect is handled by the director: {}",
+        reqs[0]
+    );
+}
+
+#[test]
+fn slow_uploads_do_not_hold_a_backend_slot() {
+    let backend = echo_backend();
+    let d = director(
+        &[backend.addr],
+        &[
+            "--backend-conns",
+            "1",
+            "--max-backend-conns",
+            "1",
+            "--header-timeout",
+            "500ms",
+            "--body-timeout",
+            "500ms",
+        ],
+    );
+    // A short chunked body that stalls: pre-buffered in REQUEST, so it
+    // never reaches the backend and ends with the header deadline.
+    let mut short = d.client();
+    short.send("POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+    short.read_response("POST").assert_status(408);
+    assert_eq!(backend.shared.bytes.load(Ordering::SeqCst), 0);
+
+    // A long body that stalls half-way: streamed, then abandoned by
+    // --body-timeout, which frees the only backend slot.
+    let mut long = d.client();
+    long.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n");
+    long.send(vec![b'x'; 100_000]);
+    let mut waiting = d.client();
+    waiting.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok");
+    long.read_response("POST").assert_status(408);
+    assert!(long.is_closed());
+    let r = waiting.read_response("POST");
+    assert_eq!((r.status, r.body_str().as_str()), (200, "ok"));
+    assert_eq!(backend.requests().len(), 1, "only the complete request was answered by the backend");
+}
+
+// ----- health ------------------------------------------------------------------
+
+#[test]
+fn a_burst_of_server_errors_takes_a_backend_out() {
+    let backend = TestBackend::start(|head, _| {
+        if head.contains("/boom") {
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom".to_vec()
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+        }
+    });
+    let d = director(
+        &[backend.addr],
+        &[
+            "--max-fails",
+            "3",
+            "--fail-window",
+            "1m",
+            "--health-interval",
+            "1h",
+            "--adaptive",
+            "off",
+            "--status-path",
+            "/.director",
+        ],
+    );
+    let mut c = d.client();
+    c.request("GET", "/", &[]).assert_status(200);
+    // Two are not a burst.
+    c.request("GET", "/boom", &[]).assert_status(500);
+    c.request("GET", "/boom", &[]).assert_status(500);
+    c.request("GET", "/", &[]).assert_status(200);
+    assert!(status(&d).contains("health=up"));
+    c.request("GET", "/boom", &[]).assert_status(500);
+    let st = status(&d);
+    assert!(st.contains("health=down"), "{st}");
+    // Out of rotation: answered at once by the director, not the backend.
+    let r = d.client().request("GET", "/", &[]);
+    r.assert_status(502);
+    assert_eq!(backend.requests().len(), 5);
+}
+
+#[test]
+fn a_hung_backend_fails_its_health_checks_and_returns_when_it_answers() {
+    // Health checks go to `/slow/health`, which the backend holds while its
+    // gate is closed: it accepts, reads, never answers.
+    let backend = TestBackend::ok();
+    let d = director(
+        &[backend.addr],
+        &[
+            "--health-path",
+            "/slow/health",
+            "--health-interval",
+            "100ms",
+            "--health-timeout",
+            "200ms",
+            "--status-path",
+            "/.director",
+        ],
+    );
+    wait_status(&d, "health checks passing", |s| s.contains("health=up"));
+    d.client().request("GET", "/", &[]).assert_status(200);
+    backend.close_gate();
+    wait_status(&d, "the hung backend out", |s| s.contains("health=down"));
+    d.client().request("GET", "/", &[]).assert_status(502);
+    backend.open_gate();
+    wait_status(&d, "the backend back", |s| s.contains("health=up"));
+    d.client().request("GET", "/", &[]).assert_status(200);
+    assert!(
+        backend.requests().iter().any(|r| r.starts_with("GET /slow/health HTTP/1.1\r\n")),
+        "the checks are HTTP requests"
+    );
+}
+
+// ----- the adaptive concurrency limit -----------------------------------------------
+
+/// `/status.json` from the admin listener.
+fn admin_json(admin: SocketAddr) -> Value {
+    let (status, ctype, body) = admin_get(admin, "/status.json");
+    assert_eq!(status, 200);
+    assert_eq!(ctype, "application/json");
+    serde_json::from_str(&body).expect("valid JSON")
+}
+
+fn admin_addr(d: &Server) -> SocketAddr {
+    let line = d.first_line();
+    let addr =
+        line.split_whitespace().find_map(|w| w.strip_prefix("admin=")).expect("admin= in the first line");
+    addr.parse().expect("admin address")
+}
+
+/// One GET on a fresh connection: (status, content-type, body).
+fn admin_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8(raw).expect("utf-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+    let status = head[9..12].parse().unwrap();
+    let ctype = head.lines().find_map(|l| l.strip_prefix("Content-Type: ")).unwrap_or_default().to_string();
+    (status, ctype, body.to_string())
+}
+
+/// Runs `clients` concurrent clients of `each` requests against a backend
+/// that gets slower the more requests it has at once (3 ms each, as a CPU
+/// shared by all of them would); returns the adaptive limit afterwards.
+fn adaptive_limit_after_load(mode: &str) -> u64 {
+    let active = Arc::new(AtomicUsize::new(0));
+    let a = active.clone();
+    let backend = TestBackend::start(move |_, _| {
+        let n = a.fetch_add(1, Ordering::SeqCst) + 1;
+        std::thread::sleep(Duration::from_millis(3 * n as u64));
+        a.fetch_sub(1, Ordering::SeqCst);
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+    });
+    let d = director(
+        &[backend.addr],
+        &[
+            "--adaptive",
+            mode,
+            "--max-backend-conns",
+            "16",
+            "--backend-conns",
+            "16",
+            "--queue-timeout",
+            "30s",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    );
+    let admin = admin_addr(&d);
+    // One at a time: the baseline.
+    let mut c = d.client();
+    for _ in 0..48 {
+        c.request("GET", "/", &[]).assert_status(200);
+    }
+    assert_eq!(admin_json(admin)["backends"][0]["adaptive_limit"], 16);
+    let addr = d.addr();
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for _ in 0..12 {
+                    c.request("GET", "/", &[]).assert_status(200);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let v = admin_json(admin);
+    assert_eq!(v["requests_total"], 48 + 32 * 12, "{v:#}");
+    v["backends"][0]["adaptive_limit"].as_u64().unwrap()
+}
+
+#[test]
+fn the_adaptive_limit_drops_when_concurrency_slows_the_backend() {
+    let limit = adaptive_limit_after_load("gradient");
+    assert!(limit < 16, "gradient: the limit stayed at {limit}");
+    let limit = adaptive_limit_after_load("aimd");
+    assert!(limit < 16, "aimd: the limit stayed at {limit}");
+    assert_eq!(adaptive_limit_after_load("off"), 16);
+}
+
+// ----- the admin listener -------------------------------------------------------------
+
+#[test]
+fn admin_status_json_and_metrics_count_a_known_sequence() {
+    let backend = TestBackend::start(|head, _| {
+        if head.contains("/boom") {
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom".to_vec()
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+        }
+    });
+    let d = director(&[backend.addr], &["--admin", "127.0.0.1:0", "--max-fails", "0"]);
+    let admin = admin_addr(&d);
+    let mut c = d.client();
+    for _ in 0..3 {
+        c.request("GET", "/", &[]).assert_status(200);
+    }
+    c.request("GET", "/boom", &[]).assert_status(500);
+    let mut bad = d.client();
+    bad.send("GET / HTTP/1.1\r\n\r\n");
+    bad.read_response("GET").assert_status(400);
+    let mut v = admin_json(admin);
+    for _ in 0..200 {
+        if v["requests_total"] == 5 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        v = admin_json(admin);
+    }
+    assert_eq!(v["model"], "direct");
+    assert_eq!(v["requests_total"], 5, "{v:#}");
+    assert_eq!(v["responses"]["200"], 3, "{v:#}");
+    assert_eq!(v["responses"]["500"], 1, "{v:#}");
+    assert_eq!(v["responses"]["400"], 1, "{v:#}");
+    assert_eq!(v["admission"]["refused"]["bad_request"], 1, "{v:#}");
+    assert_eq!(v["admission"]["in_flight"], 0, "{v:#}");
+    assert_eq!(v["admission"]["queued"], 0, "{v:#}");
+    assert!(v["uptime_s"].is_u64() && v["connections_open"].as_u64().unwrap() >= 1, "{v:#}");
+    for state in ["REQUEST", "PEEK", "RECEIVE", "RESPONSE"] {
+        assert!(v["connections"][state].is_u64(), "{state}: {v:#}");
+    }
+    assert_eq!(v["latency_us"]["count"], 5, "{v:#}");
+    assert!(v["latency_us"]["p50"].as_u64().unwrap() <= v["latency_us"]["p99"].as_u64().unwrap());
+    assert_eq!(v["phases_us"]["backend"]["count"], 4, "{v:#}");
+    let b = &v["backends"][0];
+    assert_eq!(b["health"], "up");
+    assert_eq!(b["monitor"], "off");
+    assert_eq!(b["served"], 4);
+    assert_eq!(b["server_errors"], 1);
+    assert_eq!(b["limit"], 64);
+    assert_eq!(b["adaptive_limit"], 64);
+
+    let (status, ctype, body) = admin_get(admin, "/metrics");
+    assert_eq!(status, 200);
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("parses");
+    let value = |name: &str, label: Option<(&str, &str)>| -> f64 {
+        let sample = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+            .unwrap_or_else(|| panic!("{name} {label:?} in\n{body}"));
+        match &sample.value {
+            prometheus_parse::Value::Counter(x)
+            | prometheus_parse::Value::Gauge(x)
+            | prometheus_parse::Value::Untyped(x) => *x,
+            prometheus_parse::Value::Histogram(buckets) => {
+                buckets.iter().find(|b| b.less_than.is_infinite()).expect("+Inf bucket").count
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    assert_eq!(value("modus_director_requests_total", Some(("status", "200"))), 3.0);
+    assert_eq!(value("modus_director_requests_total", Some(("status", "500"))), 1.0);
+    assert_eq!(value("modus_director_requests_total", Some(("status", "400"))), 1.0);
+    assert_eq!(value("modus_director_request_duration_seconds", None), 5.0);
+    assert_eq!(value("modus_director_backend_response_seconds", None), 4.0);
+    assert_eq!(value("modus_director_backend_failures_total", Some(("kind", "5xx"))), 1.0);
+    assert_eq!(value("modus_director_backend_up", None), 1.0);
+    assert_eq!(value("modus_director_backend_limit", Some(("kind", "effective"))), 64.0);
+    assert_eq!(value("modus_director_queue_length", None), 0.0);
+    assert!(value("modus_director_connections", Some(("state", "REQUEST"))) >= 1.0);
+
+    let (status, ctype, page) = admin_get(admin, "/status");
+    assert_eq!(status, 200);
+    assert!(ctype.starts_with("text/html"), "{ctype}");
+    assert!(page.contains("http-equiv=\"refresh\"") && page.contains("name=\"viewport\""));
+    assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "no external assets");
+    for needle in ["director", "REQUEST", "PEEK", "RECEIVE", "RESPONSE", &backend.addr.to_string()] {
+        assert!(page.contains(needle), "{needle} missing from the page");
+    }
+    assert_eq!(admin_get(admin, "/nope").0, 404);
 }
