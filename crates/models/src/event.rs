@@ -22,15 +22,23 @@
 //! page cache blocks the whole loop — every other connection of that loop
 //! waits for that one disk read. More workers only dilute the stall.
 //!
-//! **CGI**: a script's pipes (and its pidfd) join the loop's epoll set,
-//! edge-triggered, under the connection's token when it starts
+//! **CGI** never blocks the loop. Starting a script (a `stat` per path
+//! segment, then `posix_spawn`, which waits for the `exec`) is the one
+//! piece of a CGI request that can: the loop hands it, with the request,
+//! to a spawner thread (one per loop, the same [`HelperPool`] machinery as
+//! `amped`'s helpers: a queue out, a mailbox and an eventfd waker back),
+//! and leaves the socket alone meanwhile. The spawner's reply carries the
+//! running script; its pipes (and its pidfd) then join the loop's epoll
+//! set, edge-triggered, under the connection's token
 //! (`Connection::new_pipes`); any event for that token drives the
-//! connection, which moves whatever can move (`Want::Pipes`). The script
-//! is started inline (`posix_spawn`: the loop waits for its `exec`, as for
-//! a disk read; `amped` starts scripts on its helpers instead).
+//! connection, which moves whatever can move without blocking
+//! (`Want::Pipes`). The spawners exist only when CGI is on.
 //!
-//! `amped` reuses this loop: with [`Helpers`] it drives connections in
-//! split mode and sends parsed requests away instead of running them.
+//! `amped` reuses this loop: with [`Helpers`] and [`SendAway::All`] it
+//! drives connections in split mode and sends every parsed request it
+//! cannot answer from memory away instead of running it.
+//!
+//! [`HelperPool`]: crate::amped::HelperPool
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -46,18 +54,35 @@ use rustix::net::SocketFlags;
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::Shutdown;
 
+use crate::amped::HelperPool;
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "event",
     paper_name: "SPED",
-    summary: "one epoll loop per --workers thread; the pipeline runs inline (nginx)",
+    summary: "one epoll loop per --workers thread; the pipeline runs inline (nginx), CGI starts on a spawner",
     caps: Caps { forks: false, event_driven: true, staged: false },
     run,
 };
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    serve(env, |_| Ok(None))
+    if env.pipeline.settings.cgi.is_none() {
+        return serve(env, SendAway::Cgi, |_| Ok(None));
+    }
+    let loops = env.tuning.workers.max(1);
+    let mut spawners = HelperPool::start(&env.pipeline, loops, loops, "cgi-spawner", "cgi-spawners")?;
+    let result = serve(env, SendAway::Cgi, |worker| Ok(spawners.take(worker)));
+    spawners.join();
+    result
+}
+
+/// Which requests a loop with [`Helpers`] sends to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendAway {
+    /// CGI requests only: starting a script may block (`event`).
+    Cgi,
+    /// Every request that cannot be answered from memory (`amped`).
+    All,
 }
 
 /// Where a loop in split mode (`amped`) sends parsed requests.
@@ -72,9 +97,10 @@ pub(crate) trait Helpers: Send {
 }
 
 /// Runs `tuning.workers` loops on the shared listener until the stop, each
-/// with the helpers `helpers(i)` returns.
+/// with the helpers `helpers(i)` returns, to which it sends what `send_away` says.
 pub(crate) fn serve(
     env: ModelEnv,
+    send_away: SendAway,
     mut helpers: impl FnMut(usize) -> io::Result<Option<Box<dyn Helpers>>>,
 ) -> io::Result<()> {
     let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
@@ -87,7 +113,8 @@ pub(crate) fn serve(
     // Every loop is set up before any runs, so a failure leaves nothing behind.
     let mut loops = Vec::new();
     for i in 0..tuning.workers.max(1) {
-        loops.push(Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers(i)?)?);
+        let helpers = helpers(i)?.map(|h| (send_away, h));
+        loops.push(Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers)?);
     }
     // Only the loops hold the listener now: when they drop it, it closes.
     drop(listener);
@@ -273,6 +300,7 @@ struct Loop {
     stopping: bool,
     pipeline: Arc<Pipeline>,
     helpers: Option<Box<dyn Helpers>>,
+    send_away: SendAway,
     conns: Slab,
     timers: Timers,
 }
@@ -282,8 +310,12 @@ impl Loop {
         listener: Arc<TcpListener>,
         pipeline: Arc<Pipeline>,
         shutdown: Shutdown,
-        helpers: Option<Box<dyn Helpers>>,
+        helpers: Option<(SendAway, Box<dyn Helpers>)>,
     ) -> io::Result<Loop> {
+        let (send_away, helpers) = match helpers {
+            Some((send_away, helpers)) => (send_away, Some(helpers)),
+            None => (SendAway::Cgi, None),
+        };
         let poller = Poller::new()?;
         poller.add(&*listener, LISTENER, Interest::READABLE, Trigger::Exclusive)?;
         // Level-triggered: it stays readable once the stop is requested, and
@@ -300,6 +332,7 @@ impl Loop {
             stopping: false,
             pipeline,
             helpers,
+            send_away,
             conns: Slab::default(),
             timers: Timers::default(),
         })
@@ -448,10 +481,12 @@ impl Loop {
     fn drive(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(token) else { return };
         let (p, stopping) = (&*self.pipeline, self.stopping);
-        let mut want = match self.helpers {
-            Some(_) => c.conn.drive_split(&c.stream, p, stopping),
-            None => c.conn.drive(&c.stream, p, stopping),
+        let drive = |c: &mut Conn| match (&self.helpers, self.send_away) {
+            (Some(_), SendAway::All) => c.conn.drive_split(&c.stream, p, stopping),
+            (Some(_), SendAway::Cgi) => c.conn.drive_except_cgi(&c.stream, p, stopping),
+            (None, _) => c.conn.drive(&c.stream, p, stopping),
         };
+        let mut want = drive(c);
         // Helpers are for what may block; a request the loop can answer from
         // memory (a validated cache hit) never leaves it, as in Flash.
         let mut parked = None;
@@ -460,7 +495,7 @@ impl Loop {
             match p.handle_in_memory(&request.head, request.keep_alive) {
                 Some(reply) => {
                     c.conn.deliver(reply, p);
-                    want = c.conn.drive_split(&c.stream, p, stopping);
+                    want = drive(c);
                 }
                 None => {
                     parked = Some(request);
@@ -651,8 +686,13 @@ mod tests {
             let (replies, finished) = mpsc::channel();
             let waker = Arc::new(Waker::new().unwrap());
             let helpers = Manual { waker: waker.clone(), submitted, finished };
-            let mut lp =
-                Loop::new(Arc::new(listener), p.clone(), shutdown.clone(), Some(Box::new(helpers))).unwrap();
+            let mut lp = Loop::new(
+                Arc::new(listener),
+                p.clone(),
+                shutdown.clone(),
+                Some((SendAway::All, Box::new(helpers))),
+            )
+            .unwrap();
             let thread = thread::spawn(move || lp.run());
             Harness { addr, shutdown, p, jobs, replies, waker, thread, _root: root }
         }

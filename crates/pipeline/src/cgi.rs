@@ -30,11 +30,11 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use h1::{BodyFraming, RequestHead, Version};
-use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
 
 /// Where scripts come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,10 +254,16 @@ pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
     // never turned into argv (§4.4 makes that optional; PHP-CGI's
     // CVE-2012-1823 is what doing it costs).
     set("QUERY_STRING", s(head.query.as_deref().unwrap_or("")));
-    set("REMOTE_ADDR", s(&input.remote.ip().to_string()));
+    let remote_addr = input.remote.ip().to_string();
+    // §4.1.9: without a reverse lookup (which would cost a DNS round trip
+    // per request) the address stands in for the name, as Apache does
+    // with `HostnameLookups Off`.
+    set("REMOTE_HOST", s(&remote_addr));
+    set("REMOTE_ADDR", s(&remote_addr));
     set("REMOTE_PORT", s(&input.remote.port().to_string()));
-    // §4.1.2: only when there is a body.
-    if let BodyFraming::Length(n @ 1..) = head.framing {
+    // §4.1.2: whenever the request declares a body, even an empty one
+    // (`Content-Length: 0`, a chunked body of no chunks), as Apache does.
+    if let BodyFraming::Length(n) = head.framing {
         set("CONTENT_LENGTH", s(&n.to_string()));
     }
     // §4.1.3
@@ -308,6 +314,10 @@ pub enum ScriptResponse {
     Document {
         /// `Status`, or 200 (302 with an absolute `Location`, §6.2.3).
         status: u16,
+        /// The reason phrase of the script's `Status`, if it gave one:
+        /// sent as it is (Apache does too; RFC 9112 §4 lets it differ
+        /// from the standard one).
+        reason: Option<String>,
         /// `Content-Length` if the script gave one.
         content_length: Option<u64>,
         /// Every other field, validated, in order (including `Content-Type`
@@ -339,6 +349,7 @@ const SERVER_OWNED: &[&str] =
 pub fn parse_head(buf: &[u8], max: usize) -> Result<Option<(ScriptResponse, usize)>, &'static str> {
     let mut pos = 0;
     let mut status: Option<u16> = None;
+    let mut reason: Option<String> = None;
     let mut location: Option<String> = None;
     let mut content_type = false;
     let mut content_length: Option<u64> = None;
@@ -388,6 +399,11 @@ pub fn parse_head(buf: &[u8], max: usize) -> Result<Option<(ScriptResponse, usiz
                     return Err("Status out of range");
                 }
                 status = Some(code);
+                // Control characters were refused with the value above.
+                reason = std::str::from_utf8(value.get(4..).unwrap_or_default())
+                    .ok()
+                    .filter(|r| !r.is_empty())
+                    .map(str::to_owned);
             }
             "location" => {
                 if location.is_some() {
@@ -428,14 +444,15 @@ pub fn parse_head(buf: &[u8], max: usize) -> Result<Option<(ScriptResponse, usiz
         }
         // §6.2.3: a client redirect is a 302 unless the script says otherwise.
         let status = status.unwrap_or(302);
-        return Ok(Some((ScriptResponse::Document { status, content_length, fields }, pos)));
+        return Ok(Some((ScriptResponse::Document { status, reason, content_length, fields }, pos)));
     }
     // §6.3.1: a document needs a Content-Type; a bare Status (say 204, or
     // an error the script describes itself) is accepted without one.
     if !content_type && status.is_none() {
         return Err("neither Content-Type, Location nor Status");
     }
-    Ok(Some((ScriptResponse::Document { status: status.unwrap_or(200), content_length, fields }, pos)))
+    let status = status.unwrap_or(200);
+    Ok(Some((ScriptResponse::Document { status, reason, content_length, fields }, pos)))
 }
 
 fn is_tchar(b: u8) -> bool {
@@ -453,12 +470,28 @@ fn trim_ows(mut v: &[u8]) -> &[u8] {
 }
 
 /// Shared by every script this process runs: the concurrency count and
-/// the children killed but not yet reaped.
+/// the reaper of scripts killed before they exited.
 #[derive(Debug, Default)]
 pub(crate) struct Runtime {
     running: AtomicUsize,
-    graveyard: Mutex<Vec<Child>>,
+    reaper: Mutex<Option<Reaper>>,
 }
+
+/// A thread that waits for killed scripts to die and reaps them, so no
+/// zombie outlives its script by more than a moment, whatever the server
+/// does next (an idle server may start no other script for hours). It
+/// blocks, so no event loop has to; started at the first kill, and again
+/// in a forked child (which inherits the handle, not the thread).
+#[derive(Debug)]
+struct Reaper {
+    /// The process the thread runs in.
+    owner: u32,
+    graves: mpsc::Sender<Child>,
+}
+
+/// The reaper's longest pause between checks of a child that is slow to
+/// die (one stuck in the kernel, say); the first checks come sooner.
+const REAP_PAUSE_MAX: Duration = Duration::from_millis(500);
 
 impl Runtime {
     /// Scripts running now.
@@ -466,12 +499,61 @@ impl Runtime {
         self.running.load(Ordering::Relaxed)
     }
 
-    /// Reaps whatever in the graveyard has exited. Killed processes die in
-    /// microseconds, so this runs at the next spawn or end of a script.
-    fn sweep(&self) {
-        if let Ok(mut dead) = self.graveyard.try_lock() {
-            dead.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
+    /// Hands a killed, unreaped child to this process's reaper.
+    fn bury(&self, child: Child) {
+        let mut reaper = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let me = std::process::id();
+        if reaper.as_ref().is_none_or(|r| r.owner != me) {
+            let (graves, dying) = mpsc::channel();
+            let started = std::thread::Builder::new()
+                .name("cgi-reaper".into())
+                .stack_size(64 << 10)
+                .spawn(move || reap(dying));
+            *reaper = started.ok().map(|_| Reaper { owner: me, graves });
         }
+        let unsent = match reaper.as_ref() {
+            Some(r) => r.graves.send(child).err().map(|e| e.0),
+            None => Some(child),
+        };
+        if let Some(mut child) = unsent {
+            // No thread to be had: wait here. The child was sent SIGKILL,
+            // so this is short, and a zombie would be worse.
+            *reaper = None;
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The reaper thread: collects children and waits for each to exit,
+/// checking soon after a kill (a killed process dies within microseconds)
+/// and then less often; returns when its runtime is gone and every child
+/// has been reaped.
+fn reap(graves: mpsc::Receiver<Child>) {
+    let mut dying: Vec<Child> = Vec::new();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let arrived = if dying.is_empty() {
+            match graves.recv() {
+                Ok(child) => Some(child),
+                Err(mpsc::RecvError) => return,
+            }
+        } else {
+            match graves.recv_timeout(pause) {
+                Ok(child) => Some(child),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                // Nobody can send any more, but these still need reaping.
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(pause);
+                    None
+                }
+            }
+        };
+        if let Some(child) = arrived {
+            dying.push(child);
+            pause = Duration::from_millis(1);
+        }
+        dying.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
+        pause = (pause * 2).min(REAP_PAUSE_MAX);
     }
 }
 
@@ -511,7 +593,6 @@ pub(crate) fn spawn(
     body: bool,
     name: String,
 ) -> Result<CgiProcess, SpawnError> {
-    runtime.sweep();
     // Reserve a slot first; give it back if the spawn fails.
     if runtime.running.fetch_add(1, Ordering::AcqRel) >= settings.max_running {
         runtime.running.fetch_sub(1, Ordering::AcqRel);
@@ -551,16 +632,25 @@ pub(crate) fn spawn(
 
 impl CgiProcess {
     /// The script's exit status if it has exited (reaping it); `None`
-    /// while it runs. Kills what is left of its process group first —
-    /// before the leader is reaped its id cannot be reused, so the signal
-    /// cannot reach a stranger.
+    /// while it runs. What is left of its process group (background
+    /// children) is killed with it: first, while the leader is an unreaped
+    /// zombie — its id, which names the group, cannot be reused until it
+    /// is reaped, so the signal cannot reach a newer group of that id.
     pub(crate) fn try_reap(&mut self) -> Option<std::process::ExitStatus> {
         let child = self.child.as_mut()?;
+        if let Some(pid) = Pid::from_raw(child.id() as i32) {
+            let peek = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+            match rustix::process::waitid(WaitId::Pid(pid), peek) {
+                Ok(Some(_)) => {
+                    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+                }
+                Ok(None) => return None,
+                // Not our child any more (cannot happen): try_wait says so below.
+                Err(_) => {}
+            }
+        }
         match child.try_wait() {
             Ok(Some(status)) => {
-                // try_wait reaped the leader, but its group may live on
-                // (background children): they are ended with it.
-                self.kill_group_of(None);
                 self.child = None;
                 Some(status)
             }
@@ -572,16 +662,11 @@ impl CgiProcess {
         }
     }
 
-    /// Kills the script's whole process group (timeouts, clients that left).
+    /// Kills the script's whole process group (timeouts, clients that
+    /// left). Only while the leader is unreaped, for the reason in
+    /// [`try_reap`](Self::try_reap).
     pub(crate) fn kill(&mut self) {
-        if let Some(child) = &self.child {
-            self.kill_group_of(Some(child.id()));
-        }
-    }
-
-    fn kill_group_of(&self, pid: Option<u32>) {
-        let pid = pid.or_else(|| self.child.as_ref().map(Child::id));
-        if let Some(pid) = pid.and_then(|p| Pid::from_raw(p as i32)) {
+        if let Some(pid) = self.child.as_ref().and_then(|c| Pid::from_raw(c.id() as i32)) {
             let _ = rustix::process::kill_process_group(pid, Signal::KILL);
         }
     }
@@ -590,19 +675,16 @@ impl CgiProcess {
 impl Drop for CgiProcess {
     fn drop(&mut self) {
         // Our ends of the pipes close with us; a script still writing gets
-        // EPIPE. Whatever is left of the group is killed and reaped: now
-        // if it is already dead, else at the next sweep (killed processes
-        // exit at once, but not synchronously).
+        // EPIPE. Whatever is left of the group is killed (the leader is
+        // not reaped yet) and reaped: now if it is already dead, else by
+        // the reaper (killed processes exit at once, but not synchronously).
+        self.kill();
         if let Some(mut child) = self.child.take() {
-            if let Some(pid) = Pid::from_raw(child.id() as i32) {
-                let _ = rustix::process::kill_process_group(pid, Signal::KILL);
-            }
             if let Ok(None) = child.try_wait() {
-                self.runtime.graveyard.lock().unwrap_or_else(|e| e.into_inner()).push(child);
+                self.runtime.bury(child);
             }
         }
         self.runtime.running.fetch_sub(1, Ordering::AcqRel);
-        self.runtime.sweep();
     }
 }
 
@@ -674,6 +756,7 @@ mod tests {
         assert_eq!(var(&env, "PATH_TRANSLATED"), Some("/srv/www/a b"));
         assert_eq!(var(&env, "QUERY_STRING"), Some("x=1&y=%41"), "as received (§4.1.7)");
         assert_eq!(var(&env, "REMOTE_ADDR"), Some("192.0.2.7"));
+        assert_eq!(var(&env, "REMOTE_HOST"), Some("192.0.2.7"), "no lookup: the address (§4.1.9)");
         assert_eq!(var(&env, "REMOTE_PORT"), Some("40000"));
         assert_eq!(var(&env, "REQUEST_URI"), Some("/cgi-bin/env/a%20b?x=1&y=%41"));
         assert_eq!(var(&env, "PATH"), Some("/bin"));
@@ -712,6 +795,9 @@ mod tests {
         for gone in ["HTTP_CONTENT_LENGTH", "HTTP_CONTENT_TYPE", "HTTP_EXPECT", "HTTP_CONNECTION"] {
             assert_eq!(var(&env, gone), None, "{gone}");
         }
+        let empty = head(Method::Post, "/cgi-bin/echo", &[("Content-Length", "0")], BodyFraming::Length(0));
+        let env = env_of(&empty, "/cgi-bin/echo", "");
+        assert_eq!(var(&env, "CONTENT_LENGTH"), Some("0"), "a declared empty body");
     }
 
     #[test]
@@ -747,7 +833,7 @@ mod tests {
 
     fn doc(buf: &str) -> (u16, Option<u64>, Vec<(String, String)>, usize) {
         match parse_head(buf.as_bytes(), 1024) {
-            Ok(Some((ScriptResponse::Document { status, content_length, fields }, len))) => (
+            Ok(Some((ScriptResponse::Document { status, content_length, fields, .. }, len))) => (
                 status,
                 content_length,
                 fields.into_iter().map(|(n, v)| (n, String::from_utf8(v).unwrap())).collect(),
@@ -768,6 +854,12 @@ mod tests {
         assert_eq!(fields.len(), 2, "Server is ours: {fields:?}");
         assert_eq!(fields[1], ("X-A".to_string(), "b".to_string()));
         assert_eq!(doc("Status: 204\n\n").0, 204, "a bare status needs no Content-Type");
+        let reason = |buf: &str| match parse_head(buf.as_bytes(), 1024) {
+            Ok(Some((ScriptResponse::Document { reason, .. }, _))) => reason,
+            other => panic!("{buf:?}: {other:?}"),
+        };
+        assert_eq!(reason("Status: 404 Gone Fishing\n\n").as_deref(), Some("Gone Fishing"));
+        assert_eq!(reason("Status: 404\n\n"), None);
     }
 
     #[test]

@@ -196,7 +196,10 @@ impl CgiRun {
     pub fn pump(&mut self, sock: &TcpStream, p: &Pipeline) -> Step {
         let mut moved = false;
         loop {
-            let mut progress = self.pump_stderr(p);
+            // Stderr is drained (a full pipe would stall the script) but is
+            // not progress: a script that only logs, forever, still times out.
+            let logged = self.pump_stderr(p);
+            let mut progress = false;
             match self.pump_stdin(sock) {
                 Ok(true) => progress = true,
                 Ok(false) => {}
@@ -247,14 +250,14 @@ impl CgiRun {
                     };
                 }
             }
-            if !progress {
+            if !progress && !logged {
                 break;
             }
-            moved = true;
+            moved |= progress;
         }
         if moved {
             // A timeout for a script that makes no progress (Apache's
-            // `Timeout`): progress on any side moves it.
+            // `Timeout`): moving its input or output moves it.
             self.deadline = Instant::now() + self.timeout;
         }
         Step::Wait(self.deadline)
@@ -376,9 +379,11 @@ impl CgiRun {
 
     /// Plans the response from the script's head and queues our head.
     fn start_response(&mut self, response: ScriptResponse, p: &Pipeline) -> Result<(), Step> {
-        let (status, content_length, fields) = match response {
+        let (status, reason, content_length, fields) = match response {
             ScriptResponse::LocalRedirect(location) => return Err(Step::Redirect(location)),
-            ScriptResponse::Document { status, content_length, fields } => (status, content_length, fields),
+            ScriptResponse::Document { status, reason, content_length, fields } => {
+                (status, reason, content_length, fields)
+            }
         };
         let no_body = self.head_only || status == 204 || status == 304;
         let framing = match content_length {
@@ -408,7 +413,17 @@ impl CgiRun {
             }
             _ => {}
         }
-        self.out.extend_from_slice(&head.finish());
+        let head = head.finish();
+        match reason {
+            // "HTTP/1.1 NNN " is 13 bytes; the standard phrase runs to the CRLF.
+            Some(reason) => {
+                let line_end = head.iter().position(|&b| b == b'\r').unwrap_or(13);
+                self.out.extend_from_slice(&head[..13]);
+                self.out.extend_from_slice(reason.as_bytes());
+                self.out.extend_from_slice(&head[line_end..]);
+            }
+            None => self.out.extend_from_slice(&head),
+        }
         self.status = status;
         self.started = true;
         self.state = Out::Body(framing);

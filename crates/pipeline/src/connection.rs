@@ -36,7 +36,7 @@ pub enum Want {
     Write(Instant),
     /// Drop the socket.
     Close,
-    /// (Split mode only) a request is ready: take it with
+    /// (`drive_split`, or `drive_except_cgi` for a script) a request is ready: take it with
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
     Process,
@@ -72,6 +72,15 @@ pub struct Request {
     pub local: Option<SocketAddr>,
     /// Internal redirects (CGI `Location: /path`) taken so far.
     pub(crate) redirects: u8,
+}
+
+/// Which requests `drive` runs through the pipeline itself; the others
+/// it hands out with [`Want::Process`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Inline {
+    All,
+    ExceptCgi,
+    None,
 }
 
 /// Read buffer size, allocated when input is expected; it doubles up to what
@@ -222,6 +231,8 @@ struct Plan {
     discard: u64,
     /// Input may still be arriving that we will not read.
     unread: bool,
+    /// A HEAD request: whatever answers it carries no body.
+    head_only: bool,
     /// The request is for a CGI script.
     cgi: Option<CgiPlan>,
 }
@@ -358,13 +369,20 @@ impl Connection {
     /// on the calling thread. `stopping` asks to close at the next request
     /// boundary (graceful shutdown).
     pub fn drive(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
-        self.run(sock, p, stopping, true)
+        self.run(sock, p, stopping, Inline::All)
     }
 
     /// Like [`drive`](Self::drive), but stops with [`Want::Process`] when a
     /// request is ready instead of running the pipeline itself.
     pub fn drive_split(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
-        self.run(sock, p, stopping, false)
+        self.run(sock, p, stopping, Inline::None)
+    }
+
+    /// Like [`drive`](Self::drive), but stops with [`Want::Process`] when
+    /// the request ready is for a CGI script, whose start (`stat`, `exec`)
+    /// may block: for an event loop that runs everything else itself.
+    pub fn drive_except_cgi(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
+        self.run(sock, p, stopping, Inline::ExceptCgi)
     }
 
     /// Takes the request announced by [`Want::Process`].
@@ -464,17 +482,19 @@ impl Connection {
         let _ = rustix::event::poll(&mut fds, Some(&timeout));
     }
 
-    fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: bool) -> Want {
-        self.split = !inline;
+    fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
+        self.split = inline == Inline::None;
         let want = self.run_phases(sock, p, stopping, inline);
         self.set_gauge(&want);
         want
     }
 
-    fn run_phases(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: bool) -> Want {
+    fn run_phases(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
         loop {
             match &mut self.phase {
-                Phase::Ready(_) if inline => {
+                Phase::Ready(ready)
+                    if inline == Inline::All || (inline == Inline::ExceptCgi && ready.1.cgi.is_none()) =>
+                {
                     if let Some(request) = self.take_request() {
                         let reply = p.handle_request(&request);
                         self.deliver(reply, p);
@@ -731,7 +751,8 @@ impl Connection {
             && self.served + 1 < settings.max_keepalive_requests;
         let log = self.log_record(&head, p);
         let unread = self.start < self.end || head.framing != BodyFraming::None;
-        let plan = Plan { log, discard: discard.unwrap_or(0), unread, cgi: None };
+        let head_only = head.method == h1::Method::Head;
+        let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, cgi: None };
         let peer = self.info.peer;
         (Request { head, keep_alive, peer, local: None, redirects: 0 }, plan)
     }
@@ -752,7 +773,8 @@ impl Connection {
         let unread = self.start < self.end || head.framing != BodyFraming::None;
         let cgi =
             CgiPlan { keep_alive, expect_continue: head.expect_continue, remaining, collected: Vec::new() };
-        let plan = Plan { log, discard: 0, unread, cgi: Some(cgi) };
+        let plan =
+            Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, cgi: Some(cgi) };
         let request =
             Request { head, keep_alive, peer: self.info.peer, local: sock.local_addr().ok(), redirects: 0 };
         (request, plan)
@@ -772,7 +794,8 @@ impl Connection {
     /// Answers a planned request with an error page and closes.
     fn fail_planned(&mut self, plan: Plan, status: u16, p: &Pipeline) {
         let log = plan.log.map(|log| LogRecord { status, ..log });
-        self.respond(reply::refuse(&p.settings, status), log, 0, true, p);
+        let reply = reply::error_page(&p.settings, status, h1::Version::Http11, false, plan.head_only, &[]);
+        self.respond(reply, log, 0, true, p);
     }
 
     /// Collects a chunked body for a script. `Some` ends `drive`.
@@ -880,14 +903,18 @@ impl Connection {
                 None
             }
             Step::Redirect(location) => {
-                // §6.2.2: answer as for a GET of that path, without the body.
+                // §6.2.2: answer as for a GET of that path, without the
+                // body; a HEAD stays a HEAD (Apache keeps `header_only`),
+                // so its answer has no body either.
                 let sp = &run.sp;
                 let mut head = sp.head.clone();
                 let (path, query) = match location.split_once('?') {
                     Some((path, query)) => (path.to_string(), Some(query.to_string())),
                     None => (location.clone(), None),
                 };
-                head.method = h1::Method::Get;
+                if head.method != h1::Method::Head {
+                    head.method = h1::Method::Get;
+                }
                 head.target = location;
                 head.path = path;
                 head.query = query;
@@ -911,7 +938,7 @@ impl Connection {
                 let discard = plan.discard + run.body_remaining;
                 drop(run);
                 let cgi = CgiPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new() };
-                let plan = Plan { log: plan.log, discard, unread: plan.unread, cgi: Some(cgi) };
+                let plan = Plan { cgi: Some(cgi), discard, ..plan };
                 self.phase = Phase::Ready(Box::new((request, plan)));
                 None
             }

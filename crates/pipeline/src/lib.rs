@@ -133,8 +133,11 @@ impl Pipeline {
 
     fn start_script(&self, settings: &CgiSettings, req: &Request) -> Reply {
         let head = &req.head;
+        // A HEAD answer has no body, or the next response on the
+        // connection would be read from the middle of this one.
+        let is_head = head.method == h1::Method::Head;
         let page = |status, extra: &[(&str, &str)]| {
-            reply::error_page(&self.settings, status, head.version, req.keep_alive, false, extra)
+            reply::error_page(&self.settings, status, head.version, req.keep_alive, is_head, extra)
         };
         let Ok(path) = resolve::normalize(&head.path) else { return page(400, &[]) };
         let (file, script_name, path_info) = match cgi::lookup(settings, &path) {

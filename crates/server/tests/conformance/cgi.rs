@@ -9,7 +9,7 @@ use crate::common::*;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Cgi {
     _root: Docroot,
@@ -33,6 +33,15 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("fail", "echo 'fail: about to exit 3' >&2\nexit 3\n"),
     ("silent", "exit 0\n"),
     ("sleepy", "echo $$ > \"$PIDFILE_DIR/sleepy.pid\"\nexec sleep 30\n"),
+    (
+        "background",
+        "sleep 30 &\necho $! > \"$PIDFILE_DIR/background.tmp\"\nmv \"$PIDFILE_DIR/background.tmp\" \"$PIDFILE_DIR/background.pid\"\nexec sleep 30\n",
+    ),
+    ("chatty", "while :; do echo tick >&2; sleep 0.2; done\n"),
+    (
+        "moved",
+        "printf 'Status: 302 Found\\nLocation: http://example.org/new\\nContent-Type: text/html\\n\\n<a href=\"http://example.org/new\">moved</a>\\n'\n",
+    ),
     ("stall", "printf 'Content-Type: text/plain\\n\\nstart\\n'\nexec sleep 30\n"),
     ("big", "printf 'Content-Type: application/octet-stream\\n\\n'\nyes 0123456789abcde | head -c 3145728\n"),
     ("mark", "touch \"$PIDFILE_DIR/mark.ran\"\nprintf 'Content-Type: text/plain\\n\\nran\\n'\nexec cat >/dev/null\n"),
@@ -106,6 +115,7 @@ fn meta_variables() {
     let env = env_map(&r);
     let want = [
         ("GATEWAY_INTERFACE", "CGI/1.1"),
+        ("SERVER_SOFTWARE", concat!("modus/", env!("CARGO_PKG_VERSION"))),
         ("SERVER_PROTOCOL", "HTTP/1.1"),
         ("SERVER_NAME", "localhost"),
         ("REQUEST_METHOD", "GET"),
@@ -113,6 +123,7 @@ fn meta_variables() {
         ("PATH_INFO", "/a b/cé/"),
         ("QUERY_STRING", "x=1&y=%41"),
         ("REMOTE_ADDR", "127.0.0.1"),
+        ("REMOTE_HOST", "127.0.0.1"),
         ("REQUEST_URI", "/cgi-bin/env/a%20b/c%C3%A9/?x=1&y=%41"),
         ("HTTP_HOST", "localhost"),
         ("HTTP_X_CUSTOM", "one, two"),
@@ -152,6 +163,13 @@ fn script_in_a_subdirectory_and_script_name_split() {
     let r = t.srv.client().request("GET", "/cgi-bin/sub/../env/x", &[]);
     r.assert_status(200);
     assert_eq!(env_map(&r)["SCRIPT_NAME"], "/cgi-bin/env");
+    // Percent-encoding is decoded before the split, in both parts (§4.1.13, §4.1.5).
+    let r = t.srv.client().request("GET", "/cgi-bin/%65nv/p%41th", &[]);
+    r.assert_status(200);
+    let env = env_map(&r);
+    assert_eq!(env["SCRIPT_NAME"], "/cgi-bin/env", "{}", r.body_str());
+    assert_eq!(env["PATH_INFO"], "/pAth");
+    assert_eq!(env["REQUEST_URI"], "/cgi-bin/%65nv/p%41th", "as received");
 }
 
 #[test]
@@ -199,6 +217,10 @@ fn post_with_content_length_streams_both_ways() {
     assert_eq!(env["CONTENT_LENGTH"], "5");
     assert_eq!(env["CONTENT_TYPE"], "text/plain");
     assert!(!env.contains_key("HTTP_CONTENT_LENGTH"));
+    // A declared empty body is still declared (§4.1.2).
+    c.send("POST /cgi-bin/env HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n");
+    let r = c.read_response("POST");
+    assert_eq!(env_map(&r).get("CONTENT_LENGTH").map(String::as_str), Some("0"), "{}", r.body_str());
     // The script never read its input: it is dropped, and the connection goes on.
     let r = c.request("GET", "/hello.txt", &[]);
     r.assert_status(200);
@@ -279,6 +301,25 @@ fn expect_100_continue_is_answered() {
     let r = c.read_response("POST");
     r.assert_status(200);
     assert_eq!(r.body_str(), "hello world");
+    // Chunked: the body is collected (de-chunked) for the script after the 100.
+    c.send(
+        "POST /cgi-bin/cat HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+    );
+    let interim = c.read_response("POST");
+    assert_eq!(interim.status, 100, "{}", interim.describe());
+    c.send("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "hello world");
+    // No script: the final answer comes without a 100, and a client that
+    // sends its body anyway keeps its connection.
+    c.send("POST /cgi-bin/missing HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+    let r = c.read_response("POST");
+    r.assert_status(404);
+    c.send("hello");
+    let r = c.request("GET", "/cgi-bin/hello", &[]);
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "hello \n");
 }
 
 #[test]
@@ -306,11 +347,18 @@ fn status_location_and_custom_headers() {
     let t = cgi_server(&[]);
     let r = t.srv.client().request("GET", "/cgi-bin/status", &[]);
     r.assert_status(404);
+    assert_eq!(r.reason, "Gone Fishing", "the script's reason phrase is kept");
     assert_eq!(r.header_one("x-custom"), "yes");
     assert_eq!(r.body_str(), "nope\n");
     let r = t.srv.client().request("GET", "/cgi-bin/redirect", &[]);
     r.assert_status(302);
     assert_eq!(r.header_one("location"), "http://example.org/elsewhere");
+    // A client redirect with a document (§6.2.4): status, Location and body all go through.
+    let r = t.srv.client().request("GET", "/cgi-bin/moved", &[]);
+    r.assert_status(302);
+    assert_eq!(r.header_one("location"), "http://example.org/new");
+    assert_eq!(r.header_one("content-type"), "text/html");
+    assert_eq!(r.body_str(), "<a href=\"http://example.org/new\">moved</a>\n");
     // A local redirect is answered inside the server (§6.2.2).
     let mut c = t.srv.client();
     let r = c.request("GET", "/cgi-bin/local", &[]);
@@ -334,12 +382,39 @@ fn invalid_header_block_is_502_and_stderr_is_logged() {
         check_common(&r, "GET");
         assert!(!r.body_str().contains("LEAKED-BODY"), "script output must not leak: {}", r.describe());
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !t.srv.stderr().contains("oops: this is not") && Instant::now() < deadline {
+    // Each stderr line is logged on a line of its own, with the script's name.
+    let logged = |script: &str, text: &str| {
+        t.srv.stderr().lines().any(|l| l.contains(&format!("cgi {script}: ")) && l.contains(text))
+    };
+    assert!(poll_until(|| logged("/cgi-bin/badhead", "oops: this is not")), "{}", t.srv.stderr());
+    t.srv.client().request("GET", "/cgi-bin/fail", &[]).assert_status(500);
+    assert!(poll_until(|| logged("/cgi-bin/fail", "fail: about to exit 3")), "{}", t.srv.stderr());
+}
+
+/// Polls `done` every 50 ms, 200 times at most (generous, count-based).
+fn poll_until(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let log = t.srv.stderr();
-    assert!(log.contains("/cgi-bin/badhead") && log.contains("oops: this is not"), "{log}");
+    done()
+}
+
+/// A process's state letter and parent, from `/proc/PID/stat`; `None` once it is gone.
+fn proc_state(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields follow the last ')'.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+fn read_pid(path: &Path) -> u32 {
+    assert!(poll_until(|| path.exists()), "{} never written", path.display());
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
 
 #[test]
@@ -378,15 +453,10 @@ fn timeout_kills_the_script() {
     let r = t.srv.client().request("GET", "/cgi-bin/sleepy", &[]);
     r.assert_status(504);
     check_common(&r, "GET");
-    let pid: u32 = std::fs::read_to_string(t.dir.path().join("sleepy.pid")).unwrap().trim().parse().unwrap();
-    // Killed, and reaped (at the latest when the next script starts).
-    t.srv.client().request("GET", "/cgi-bin/hello", &[]).assert_status(200);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        let _ = t.srv.client().request("GET", "/cgi-bin/hello", &[]);
-    }
-    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "script {pid} still exists (or is a zombie)");
+    let pid = read_pid(&t.dir.path().join("sleepy.pid"));
+    // Killed and reaped, with no other request to prompt it: an idle
+    // server keeps no zombie.
+    assert!(poll_until(|| proc_state(pid).is_none()), "script {pid} left behind: {:?}", proc_state(pid));
     // Output already sent: the connection is closed instead.
     let mut c = t.srv.client();
     c.send("GET /cgi-bin/stall HTTP/1.1\r\nHost: localhost\r\n\r\n");
@@ -394,6 +464,62 @@ fn timeout_kills_the_script() {
     let text = String::from_utf8_lossy(&rest);
     assert!(text.starts_with("HTTP/1.1 200 ") && text.contains("start"), "{text}");
     assert!(!text.ends_with("0\r\n\r\n"), "a cut response must not look complete: {text}");
+}
+
+#[test]
+fn timeout_kills_the_whole_process_group() {
+    let t = cgi_server(&["--cgi-timeout", "1s"]);
+    let r = t.srv.client().request("GET", "/cgi-bin/background", &[]);
+    r.assert_status(504);
+    // `sleep 30 &`: a child of the script, not of the server, in the
+    // script's process group. It is killed with the script; its new parent
+    // (init or a subreaper) reaps it, so here it may linger as a zombie.
+    let pid = read_pid(&t.dir.path().join("background.pid"));
+    assert!(
+        poll_until(|| proc_state(pid).is_none_or(|(state, _)| state == 'Z')),
+        "background child {pid} survived the timeout: {:?}",
+        proc_state(pid)
+    );
+}
+
+#[test]
+fn stderr_output_is_not_progress() {
+    // A script that only ever logs still times out.
+    let t = cgi_server(&["--cgi-timeout", "1s"]);
+    let r = t.srv.client().request("GET", "/cgi-bin/chatty", &[]);
+    r.assert_status(504);
+    assert!(t.srv.stderr().lines().any(|l| l.contains("cgi /cgi-bin/chatty: tick")), "{}", t.srv.stderr());
+}
+
+#[test]
+fn head_answers_have_no_body_and_keep_alive_stays_in_step() {
+    let t = cgi_server(&[]);
+    let mut c = t.srv.client();
+    for (target, status, length) in [
+        ("/cgi-bin/missing", 404, None),
+        ("/cgi-bin/source.sh", 403, None),
+        ("/cgi-bin/hello", 200, None),
+        ("/cgi-bin/status", 404, None),
+        // A local redirect answers as the GET of its target would, still without a body.
+        ("/cgi-bin/local", 200, Some(HELLO.len())),
+        ("/cgi-bin/local-cgi", 200, None),
+    ] {
+        let r = c.request("HEAD", target, &[]);
+        assert_eq!(r.status, status, "HEAD {target}\n{}", r.describe());
+        if let Some(length) = length {
+            assert_eq!(r.content_length(), Some(length as u64), "HEAD {target}\n{}", r.describe());
+        }
+        // A body sent after the HEAD answer would be read here as the next response.
+        let r = c.request("GET", "/hello.txt", &[]);
+        assert_eq!(r.status, 200, "after HEAD {target}\n{}", r.describe());
+        assert_eq!(r.body_str(), HELLO, "after HEAD {target}");
+    }
+    // A script that fails: the error closes the connection, and has no body either.
+    let r = c.request("HEAD", "/cgi-bin/fail", &[]);
+    r.assert_status(500);
+    assert!(r.connection_has("close"), "{}", r.describe());
+    let rest = c.read_to_end_expect_closed();
+    assert!(rest.is_empty(), "a body after a HEAD answer: {:?}", String::from_utf8_lossy(&rest));
 }
 
 #[test]
