@@ -173,6 +173,19 @@ impl Server {
                 }
             };
             self.pipeline.error_log.info(format_args!("CGI: {} runs {from}", cgi.prefix));
+            if let (pipeline::Scripts::Dir(dir), pipeline::Site::Dir(site)) =
+                (&cgi.scripts, &self.pipeline.site)
+            {
+                // Under ROOT the scripts are also plain files at their own
+                // URLs: their source would be served to anyone who asks.
+                if std::fs::canonicalize(site.path()).is_ok_and(|root| dir.starts_with(root)) {
+                    self.pipeline.error_log.warn(format_args!(
+                        "--cgi-dir {} lies inside ROOT: the scripts' source is served as static files; \
+                         keep CGI programs outside the document root",
+                        dir.display()
+                    ));
+                }
+            }
         }
         self.pipeline.error_log.info(format_args!(
             "modus {} serving {root} on http://{local}/ with model {}",

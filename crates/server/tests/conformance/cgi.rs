@@ -594,3 +594,15 @@ fn demo_site_bundles_the_programs() {
     // Only the bundled programs: not the server binary next to them.
     srv.client().request("GET", "/cgi-bin/modus", &[]).assert_status(404);
 }
+
+#[test]
+fn a_cgi_dir_inside_the_root_is_warned_about() {
+    let root = Docroot::standard();
+    root.file("scripts/run", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nran\\n'\n");
+    let script = root.join("scripts/run");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let srv = serve(MODEL, &root, &["--cgi-dir", root.join("scripts").to_str().unwrap()]);
+    let r = srv.client().request("GET", "/cgi-bin/run", &[]);
+    r.assert_status(200);
+    assert!(poll_until(|| srv.stderr().contains("lies inside ROOT")), "{}", srv.stderr());
+}
