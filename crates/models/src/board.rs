@@ -13,7 +13,8 @@
 //! **Torn reads.** Each region starts with a sequence number, a seqlock
 //! done with system calls: the writer stores it odd, writes the body, then
 //! stores it even again; a reader reads the number, the body and the number
-//! again and retries unless both are the same even value. Each region has
+//! again and retries unless both are the same even value (after 100 tries
+//! the reader's last whole read of that region stands in). Each region has
 //! one writer (the child for its slot, the master for the ledger).
 //!
 //! **Totals never go backwards.** When the master reaps a child it reads
@@ -53,6 +54,24 @@ pub(crate) struct Board {
     slot_len: usize,
     ledger_len: usize,
     workers: usize,
+    last_read: std::sync::Mutex<LastRead>,
+}
+
+/// What one slot held.
+enum SlotRead {
+    /// Never written.
+    Empty,
+    /// Its owner's tag and last snapshot.
+    Written(u64, Snapshot),
+    /// Torn through every retry, or unreadable.
+    Unreadable,
+}
+
+/// The last whole read of each region, in the reading process.
+#[derive(Debug, Default)]
+struct LastRead {
+    slots: Vec<Option<(u64, Snapshot)>>,
+    ledger: Option<(Vec<u64>, Snapshot)>,
 }
 
 /// What the master keeps to write the ledger.
@@ -83,7 +102,7 @@ impl Board {
         let ledger_len = LEDGER_HEAD + 4 + 8 * slots + Snapshot::wire_len(0);
         // A sparse file: only the pages children write take memory.
         file.set_len((ledger_len + slots * slot_len) as u64)?;
-        let board = Board { file, slots, slot_len, ledger_len, workers };
+        let board = Board { file, slots, slot_len, ledger_len, workers, last_read: Default::default() };
         let mut ledger = Ledger { seq: 0, retired: Snapshot::empty(Duration::ZERO), folded: vec![0; slots] };
         let mut seq = 0;
         board.write_ledger(&mut seq, &ledger)?;
@@ -141,15 +160,32 @@ impl Board {
         None
     }
 
-    /// A slot's tag and snapshot; `None` for a slot never written.
-    fn read_slot(&self, slot: usize, now: Duration) -> Option<(u64, Snapshot)> {
-        let buf = self.read_consistent(self.slot_at(slot), self.slot_len)?;
-        let word = |i: usize| u64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
-        let (tag, len) = (word(8), word(16) as usize);
-        if tag == 0 || SLOT_HEAD + len > buf.len() {
-            return None;
+    /// A slot's tag and snapshot.
+    fn read_slot(&self, slot: usize, now: Duration) -> SlotRead {
+        let at = self.slot_at(slot);
+        let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        // The header first: most slots of a large prefork are unused, and
+        // a used one is read only as far as its body goes.
+        let mut head = [0u8; SLOT_HEAD];
+        if self.file.read_exact_at(&mut head, at).is_err() {
+            return SlotRead::Unreadable;
         }
-        Some((tag, Snapshot::decode(&buf[SLOT_HEAD..SLOT_HEAD + len], now)?))
+        if word(&head, 8) == 0 {
+            return SlotRead::Empty;
+        }
+        let guess = (SLOT_HEAD + word(&head, 16) as usize).min(self.slot_len);
+        for len in [guess, self.slot_len] {
+            let Some(buf) = self.read_consistent(at, len) else { return SlotRead::Unreadable };
+            let (tag, body) = (word(&buf, 8), word(&buf, 16) as usize);
+            // The body grew since the header was read: read it all.
+            if SLOT_HEAD + body <= buf.len() {
+                return match Snapshot::decode(&buf[SLOT_HEAD..SLOT_HEAD + body], now) {
+                    Some(snap) => SlotRead::Written(tag, snap),
+                    None => SlotRead::Unreadable,
+                };
+            }
+        }
+        SlotRead::Unreadable
     }
 
     fn read_ledger(&self) -> Option<(Vec<u64>, Snapshot)> {
@@ -187,7 +223,7 @@ impl Board {
     /// published last to the retired totals and marks it folded.
     pub(crate) fn fold(&self, ledger: &mut Ledger, slot: usize, serial: u32) -> io::Result<()> {
         let tag = u64::from(serial) + 1;
-        if let Some((found, mut last)) = self.read_slot(slot, Duration::ZERO) {
+        if let SlotRead::Written(found, mut last) = self.read_slot(slot, Duration::ZERO) {
             if found == tag {
                 // Gauges end with the process.
                 last.conns = [0; 4];
@@ -210,18 +246,40 @@ impl Board {
 
     /// The whole server: every live child's last publication plus the
     /// retired totals, at `now` (the reader's uptime).
+    /// A region a writer kept torn through every retry counts as it was
+    /// last read, so the totals stay whole.
     pub(crate) fn total(&self, now: Duration) -> Snapshot {
-        let live: Vec<(usize, u64, Snapshot)> = (0..self.slots)
-            .filter_map(|i| self.read_slot(i, now).map(|(tag, snap)| (i, tag, snap)))
-            .collect();
-        let mut total = Snapshot::empty(now);
-        let folded = match self.read_ledger() {
-            Some((folded, retired)) => {
-                total.merge(&retired);
-                folded
+        let mut last = self.last_read.lock().unwrap_or_else(|e| e.into_inner());
+        if last.slots.len() != self.slots {
+            last.slots = vec![None; self.slots];
+        }
+        let mut live = Vec::new();
+        for i in 0..self.slots {
+            match self.read_slot(i, now) {
+                SlotRead::Empty => last.slots[i] = None,
+                SlotRead::Written(tag, snap) => {
+                    last.slots[i] = Some((tag, snap.clone()));
+                    live.push((i, tag, snap));
+                }
+                SlotRead::Unreadable => {
+                    if let Some((tag, mut snap)) = last.slots[i].clone() {
+                        for w in &mut snap.workers {
+                            w.for_how_long = now.saturating_sub(w.since);
+                        }
+                        live.push((i, tag, snap));
+                    }
+                }
             }
-            None => vec![0; self.slots],
+        }
+        let mut total = Snapshot::empty(now);
+        let (folded, retired) = match self.read_ledger() {
+            Some(ledger) => {
+                last.ledger = Some(ledger.clone());
+                ledger
+            }
+            None => last.ledger.clone().unwrap_or_else(|| (vec![0; self.slots], Snapshot::empty(now))),
         };
+        total.merge(&retired);
         for (slot, tag, snap) in &live {
             if *tag > folded.get(*slot).copied().unwrap_or(0) {
                 total.merge(snap);
@@ -286,14 +344,42 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_racing_a_writer_sees_whole_snapshots() {
+        let (board, _ledger) = Board::create(1, 4).unwrap();
+        let stats = Stats::new(true);
+        let mut w = board.writer(0, 0).unwrap();
+        board.publish(&mut w, &stats.snapshot()).unwrap();
+        const ROUNDS: u64 = 500;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..ROUNDS {
+                    stats.count_response(200, 1);
+                    board.publish(&mut w, &stats.snapshot()).unwrap();
+                }
+            });
+            let mut last = 0;
+            while last < ROUNDS {
+                let t = board.total(Duration::ZERO);
+                // A torn read would mix two snapshots: bytes and responses
+                // are written together and must agree.
+                assert_eq!(t.bytes, t.requests(), "torn read");
+                assert!(t.requests() >= last, "went backwards");
+                last = t.requests();
+            }
+        });
+    }
+
+    #[test]
     fn a_torn_slot_is_not_read() {
         let (board, _ledger) = Board::create(1, 1).unwrap();
         let mut w = board.writer(0, 0).unwrap();
         board.publish(&mut w, &child_stats(2).snapshot()).unwrap();
+        assert_eq!(board.total(Duration::ZERO).requests(), 2);
         // A writer caught mid-write: odd sequence.
         board.file.write_all_at(&(w.seq + 1).to_le_bytes(), board.slot_at(0)).unwrap();
-        assert!(board.read_slot(0, Duration::ZERO).is_none());
+        assert!(matches!(board.read_slot(0, Duration::ZERO), SlotRead::Unreadable));
+        assert_eq!(board.total(Duration::ZERO).requests(), 2, "the last whole read stands in");
         board.file.write_all_at(&(w.seq + 2).to_le_bytes(), board.slot_at(0)).unwrap();
-        assert_eq!(board.read_slot(0, Duration::ZERO).unwrap().1.requests(), 2);
+        assert!(matches!(board.read_slot(0, Duration::ZERO), SlotRead::Written(1, s) if s.requests() == 2));
     }
 }
