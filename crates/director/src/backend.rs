@@ -35,8 +35,10 @@
 //!   it was in use). Simple and predictable on uniform traffic.
 //! * `off`: the limit is `--max-backend-conns` (the paper's director).
 //!
-//! In every mode a window with failures multiplies the limit by
-//! [`BACKOFF`] (5xx and timeouts are what an overloaded server produces).
+//! In every mode a window in which more than [`FAILURE_SHARE`] of the
+//! exchanges failed multiplies the limit by [`BACKOFF`] (5xx and timeouts
+//! are what an overloaded server produces; the share keeps an application
+//! that fails one request in a hundred from wearing the limit down).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -57,6 +59,8 @@ pub const AIMD_TOLERANCE: f64 = 2.0;
 pub const MIN_RTT_RESET: u32 = 64;
 /// The multiplicative decrease.
 pub const BACKOFF: f64 = 0.9;
+/// Share of failed exchanges in a window above which the limit backs off.
+pub const FAILURE_SHARE: f64 = 0.1;
 /// Weight of a new estimate in the gradient limiter.
 const SMOOTHING: f64 = 0.2;
 
@@ -169,7 +173,7 @@ impl Limiter {
 
     fn decide(&mut self) {
         let rtt = self.sum.as_secs_f64() / f64::from(self.samples);
-        let failed = self.failures > 0;
+        let failed = f64::from(self.failures) > FAILURE_SHARE * f64::from(self.samples);
         let used = self.busiest as f64 * 2.0 >= self.limit;
         self.last_rtt = Some(Duration::from_secs_f64(rtt));
         self.samples = 0;
@@ -486,6 +490,19 @@ mod tests {
         assert_eq!(l.limit(), 14, "over twice the minimum latency: back off");
         feed(&mut l, 2, 15, false, 3);
         assert_eq!(l.limit(), 14, "underused: no growth");
+    }
+
+    #[test]
+    fn a_rare_failure_does_not_back_off() {
+        let mut l = Limiter::new(Adaptive::Aimd, 20);
+        for i in 0..WINDOW_SAMPLES * 10 {
+            l.sample(Duration::from_millis(10), i % WINDOW_SAMPLES == 0, 20);
+        }
+        assert_eq!(l.limit(), 20, "one failure in sixteen is under the share");
+        for i in 0..WINDOW_SAMPLES {
+            l.sample(Duration::from_millis(10), i % 4 == 0, 20);
+        }
+        assert_eq!(l.limit(), 18, "one in four is not");
     }
 
     #[test]

@@ -1414,13 +1414,15 @@ impl Director {
         let client = bc.client;
         let backend = &mut self.backends[b];
         backend.connecting -= 1;
-        if !backend.up && self.cfg.health_path.is_some() {
+        if !backend.up && self.cfg.health_path.is_some() && client.is_none() {
             // Out by a failed check or passive health: only passing checks
-            // bring it back, an open port is not enough.
+            // bring it back, an open port is not enough. (A connection
+            // opened for a request before the backend went out still
+            // carries it.)
             self.close_bconn(token);
             return;
         }
-        let recovered = !backend.up;
+        let recovered = !backend.up && self.cfg.health_path.is_none();
         if recovered {
             backend.up = true;
             backend.down_reason = "";
