@@ -40,7 +40,10 @@
 //! message from a dead child cannot be credited to a new one with a recycled
 //! pid. The master reads the pipe at each tick — the only time it decides
 //! — and credits a child it just forked with its full capacity until its
-//! first report (Apache counts `SERVER_STARTING` slots as idle too).
+//! first report (Apache counts `SERVER_STARTING` slots as idle too). (The
+//! statistics board below does share memory, as a file read and written
+//! with `pread`/`pwrite`; but it exists only with `--admin`, and these
+//! counts must work without it.)
 //!
 //! # Retiring: a pipe of death
 //!

@@ -649,7 +649,8 @@ impl Stats {
 /// One trace row's data.
 #[derive(Debug)]
 pub struct TraceRow<'a> {
-    /// Connection number (per process).
+    /// Connection number (unique in the server: each child of a process
+    /// model numbers from its own base, see [`Stats::number_conns_from`]).
     pub conn: u64,
     /// The request's first byte.
     pub arrival: Instant,
