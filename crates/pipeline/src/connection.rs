@@ -72,6 +72,9 @@ pub struct Request {
     pub local: Option<SocketAddr>,
     /// Internal redirects (CGI `Location: /path`) taken so far.
     pub(crate) redirects: u8,
+    /// Only find the CGI script: a status 100 reply if it exists, its
+    /// error page otherwise (before a `100 Continue` for a chunked body).
+    pub(crate) probe: bool,
 }
 
 /// Which requests `drive` runs through the pipeline itself; the others
@@ -246,6 +249,9 @@ struct CgiPlan {
     remaining: u64,
     /// A de-chunked body, received in full.
     collected: Vec<u8>,
+    /// The request whose script is being looked for (`Request::probe`),
+    /// for when it is found.
+    probed: Option<Box<Request>>,
 }
 
 #[derive(Debug)]
@@ -544,19 +550,29 @@ impl Connection {
                                             self.fail_planned(plan, 413, p);
                                             continue;
                                         }
+                                        BodyFraming::Chunked if request.head.expect_continue => {
+                                            // `100 Continue` promises to read the body: first
+                                            // make sure there is a script to read it (RFC 9110
+                                            // §10.1.1), where a lookup may block. Should there
+                                            // be none, the error closes the connection, since
+                                            // the chunked body cannot be skipped unread.
+                                            let probe = Request {
+                                                head: request.head.clone(),
+                                                keep_alive: false,
+                                                peer: request.peer,
+                                                local: request.local,
+                                                redirects: 0,
+                                                probe: true,
+                                            };
+                                            let mut plan = plan;
+                                            if let Some(cgi) = plan.cgi.as_mut() {
+                                                cgi.probed = Some(Box::new(request));
+                                            }
+                                            self.phase = Phase::Ready(Box::new((probe, plan)));
+                                            continue;
+                                        }
                                         BodyFraming::Chunked => {
-                                            self.phase = Phase::CgiBody(Box::new(Collect {
-                                                interim: if request.head.expect_continue {
-                                                    b"HTTP/1.1 100 Continue\r\n\r\n"
-                                                } else {
-                                                    b""
-                                                },
-                                                decoder: ChunkedDecoder::new(p.settings.max_body),
-                                                body: Vec::new(),
-                                                deadline: Instant::now() + p.settings.header_timeout,
-                                                request,
-                                                plan,
-                                            }));
+                                            self.phase = collect_chunked(request, plan, b"", p);
                                             continue;
                                         }
                                         _ => {}
@@ -754,7 +770,7 @@ impl Connection {
         let head_only = head.method == h1::Method::Head;
         let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, cgi: None };
         let peer = self.info.peer;
-        (Request { head, keep_alive, peer, local: None, redirects: 0 }, plan)
+        (Request { head, keep_alive, peer, local: None, redirects: 0, probe: false }, plan)
     }
 
     /// [`plan`](Self::plan) for a script: its body is the script's input,
@@ -771,12 +787,17 @@ impl Connection {
             head.keep_alive && body_ok && !stopping && self.served + 1 < settings.max_keepalive_requests;
         let log = self.log_record(&head, p);
         let unread = self.start < self.end || head.framing != BodyFraming::None;
-        let cgi =
-            CgiPlan { keep_alive, expect_continue: head.expect_continue, remaining, collected: Vec::new() };
+        let cgi = CgiPlan {
+            keep_alive,
+            expect_continue: head.expect_continue,
+            remaining,
+            collected: Vec::new(),
+            probed: None,
+        };
         let plan =
             Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, cgi: Some(cgi) };
-        let request =
-            Request { head, keep_alive, peer: self.info.peer, local: sock.local_addr().ok(), redirects: 0 };
+        let local = sock.local_addr().ok();
+        let request = Request { head, keep_alive, peer: self.info.peer, local, redirects: 0, probe: false };
         (request, plan)
     }
 
@@ -932,12 +953,19 @@ impl Connection {
                     peer: self.info.peer,
                     local: sp.local,
                     redirects: sp.redirects + 1,
+                    probe: false,
                 };
                 // The first script's body is dropped, and what it did not read of
                 // the request's body is dropped after the new response.
                 let discard = plan.discard + run.body_remaining;
                 drop(run);
-                let cgi = CgiPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new() };
+                let cgi = CgiPlan {
+                    keep_alive,
+                    expect_continue: false,
+                    remaining: 0,
+                    collected: Vec::new(),
+                    probed: None,
+                };
                 let plan = Plan { cgi: Some(cgi), discard, ..plan };
                 self.phase = Phase::Ready(Box::new((request, plan)));
                 None
@@ -972,8 +1000,16 @@ impl Connection {
     }
 
     fn respond_planned(&mut self, mut plan: Plan, mut reply: Reply, p: &Pipeline) {
+        if let Some(request) = plan.cgi.as_mut().and_then(|cgi| cgi.probed.take()) {
+            if reply.status == 100 && reply.cgi.is_none() {
+                // The script exists: ask for the body, then start it.
+                self.phase = collect_chunked(*request, plan, CONTINUE, p);
+                return;
+            }
+            // Otherwise the probe's error page, which closes.
+        }
         if let Some(cgi_plan) = plan.cgi.take() {
-            let CgiPlan { keep_alive, expect_continue, mut remaining, collected } = cgi_plan;
+            let CgiPlan { keep_alive, expect_continue, mut remaining, collected, .. } = cgi_plan;
             let Some(spawned) = reply.cgi.take() else {
                 // The script did not start (404, 403, 503...): its body, if
                 // any, is dropped to find the next request.
@@ -991,8 +1027,13 @@ impl Connection {
                 collected
             };
             let run = CgiRun::new(spawned, keep_alive, buffered, remaining, expect_continue, p);
-            plan.cgi =
-                Some(CgiPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new() });
+            plan.cgi = Some(CgiPlan {
+                keep_alive,
+                expect_continue: false,
+                remaining: 0,
+                collected: Vec::new(),
+                probed: None,
+            });
             self.phase = Phase::Cgi(Box::new((run, plan)));
             self.cgi_new = true;
             if self.stats.timing {
@@ -1095,6 +1136,20 @@ impl Connection {
         }
         self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), log_took);
     }
+}
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The phase that receives a chunked body for a script, after `interim`.
+fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pipeline) -> Phase {
+    Phase::CgiBody(Box::new(Collect {
+        interim,
+        decoder: ChunkedDecoder::new(p.settings.max_body),
+        body: Vec::new(),
+        deadline: Instant::now() + p.settings.header_timeout,
+        request,
+        plan,
+    }))
 }
 
 /// The request line as received, for the log; built by hand because

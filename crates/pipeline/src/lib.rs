@@ -145,6 +145,17 @@ impl Pipeline {
             cgi::Lookup::Missing => return page(404, &[]),
             cgi::Lookup::Forbidden => return page(403, &[]),
         };
+        if req.probe {
+            // The script exists: the connection may now send `100 Continue`.
+            return Reply {
+                status: 100,
+                out: Default::default(),
+                head_len: 0,
+                close: false,
+                cgi: None,
+                data: Default::default(),
+            };
+        }
         let document_root = match &self.site {
             Site::Dir(root) => Some(root.path()),
             Site::Embedded(_) => None,

@@ -320,6 +320,17 @@ fn expect_100_continue_is_answered() {
     let r = c.request("GET", "/cgi-bin/hello", &[]);
     r.assert_status(200);
     assert_eq!(r.body_str(), "hello \n");
+    // Chunked to no script: no 100 either, and the connection closes, as
+    // the body's end could only be found by reading it.
+    let mut c = t.srv.client();
+    c.send(
+        "POST /cgi-bin/missing HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+    );
+    let r = c.read_response("POST");
+    r.assert_status(404);
+    assert!(r.connection_has("close"), "{}", r.describe());
+    let _ = c.try_send("5\r\nhello\r\n0\r\n\r\n");
+    assert!(c.read_to_end_expect_closed().is_empty());
 }
 
 #[test]
