@@ -678,6 +678,10 @@ mod tests {
 
     impl Harness {
         fn start(settings: Settings) -> Harness {
+            Harness::start_sending(settings, SendAway::All)
+        }
+
+        fn start_sending(settings: Settings, send_away: SendAway) -> Harness {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             listener.set_nonblocking(true).unwrap();
             let addr = listener.local_addr().unwrap();
@@ -690,7 +694,7 @@ mod tests {
                 Arc::new(listener),
                 p.clone(),
                 shutdown.clone(),
-                Some((SendAway::All, Box::new(helpers))),
+                Some((send_away, Box::new(helpers))),
             )
             .unwrap();
             let thread = thread::spawn(move || lp.run());
@@ -774,6 +778,36 @@ mod tests {
         let c = h.client("GET /a.txt HTTP/1.1\r\n");
         let response = read_all(c);
         assert!(response.starts_with("HTTP/1.1 408 "), "{response}");
+        h.shutdown.trigger();
+        h.thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn event_starts_scripts_away_from_the_loop_and_serves_meanwhile() {
+        use std::os::unix::fs::PermissionsExt;
+        let scripts = tempfile::tempdir().unwrap();
+        let script = scripts.path().join("ran");
+        std::fs::write(&script, "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nran'\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cgi = pipeline::CgiSettings::new(pipeline::Scripts::Dir(scripts.path().to_path_buf()));
+        let h = Harness::start_sending(Settings { cgi: Some(cgi), ..Settings::default() }, SendAway::Cgi);
+        let script_client = h.client(&get("/cgi-bin/ran"));
+        // The start (a stat, an exec) is handed out; nothing is spawned by the loop.
+        let (token, request) = h.job();
+        assert_eq!(request.head.path, "/cgi-bin/ran");
+        // While it waits, the loop serves other connections itself, from the disk.
+        let response = read_all(h.client(&get("/a.txt")));
+        assert!(response.starts_with("HTTP/1.1 200 ") && response.ends_with("AAAA"), "{response}");
+        assert!(h.jobs.try_recv().is_err(), "only the script's start leaves the loop");
+        // The started script comes back; the loop streams its output.
+        let reply = h.p.handle_request(&request);
+        h.replies.send((token, Some(reply))).unwrap();
+        h.waker.wake();
+        let response = read_all(script_client);
+        assert!(
+            response.starts_with("HTTP/1.1 200 ") && response.ends_with("\r\nran\r\n0\r\n\r\n"),
+            "{response}"
+        );
         h.shutdown.trigger();
         h.thread.join().unwrap().unwrap();
     }
