@@ -79,6 +79,9 @@ pub struct Config {
     pub stream_think: bool,
     /// Start a replayed stream over when it ends (else the run ends).
     pub repeat_stream: bool,
+    /// Open loop at a replayed stream's own request times, sped up by this
+    /// factor.
+    pub stream_times: Option<f64>,
     /// Measured duration.
     pub duration: Option<Duration>,
     /// Measured requests.
@@ -129,6 +132,13 @@ pub struct Outcome {
     pub duration_s: f64,
     /// Event-loop threads that ran (`--threads`, at most one per connection).
     pub threads: usize,
+}
+
+impl Config {
+    /// Open loop: arrivals at a rate or at a stream's times.
+    pub fn open_loop(&self) -> bool {
+        self.rate.is_some() || self.stream_times.is_some()
+    }
 }
 
 /// A loop busier than this (fraction of its wall time outside the epoll
@@ -251,6 +261,12 @@ struct Worker<'a> {
     timers: BinaryHeap<std::cmp::Reverse<(Instant, usize)>>,
     /// Open loop.
     open: bool,
+    /// `--stream-times`: this thread's next stream entry, and the stride
+    /// (the threads take turns).
+    stream_next: usize,
+    stream_step: usize,
+    /// When the arrival schedule starts (the loop's start).
+    origin: Instant,
     gap_s: f64,
     next_arrival: Instant,
     arrivals_done: bool,
@@ -290,7 +306,7 @@ impl<'a> Worker<'a> {
         let now = Instant::now();
         let nconns = range.len();
         let mut scripts = vec![Vec::new(); nconns];
-        if let (Chooser::Stream(seq), None) = (&cfg.workload.chooser, cfg.rate) {
+        if let (Chooser::Stream(seq), false) = (&cfg.workload.chooser, cfg.open_loop()) {
             // A SURGE user's pages, and the OFF times between them, stay on
             // one connection, as a browser's would.
             for r in seq {
@@ -329,9 +345,20 @@ impl<'a> Worker<'a> {
             Arrivals::Constant => gap_s * t as f64 / threads as f64,
             Arrivals::Poisson => -gap_s * dist::uniform(&mut rng).ln(),
         };
+        let mut first = sh.start + Duration::from_secs_f64(first);
+        let mut arrivals_done = nconns == 0;
+        if cfg.stream_times.is_some() {
+            match stream_time(cfg, sh.start, t) {
+                Some(at) => first = at,
+                None => arrivals_done = true,
+            }
+        }
         Ok(Worker {
             cfg,
-            next_arrival: sh.start + Duration::from_secs_f64(first),
+            next_arrival: first,
+            stream_next: t,
+            stream_step: threads,
+            origin: sh.start,
             sh,
             poll: Poll::new()?,
             conns,
@@ -339,9 +366,9 @@ impl<'a> Worker<'a> {
             rng,
             rr: t,
             timers: BinaryHeap::new(),
-            open: cfg.rate.is_some(),
+            open: cfg.open_loop(),
             gap_s,
-            arrivals_done: nconns == 0,
+            arrivals_done,
             pending: VecDeque::new(),
             free: Vec::new(),
             spread: cfg.spread_source,
@@ -370,7 +397,9 @@ impl<'a> Worker<'a> {
         let now = Instant::now();
         // The schedule starts when this loop does: arrivals due while the
         // thread was being created would otherwise count as its lateness.
-        self.next_arrival += now.saturating_duration_since(self.sh.start);
+        let shift = now.saturating_duration_since(self.sh.start);
+        self.next_arrival += shift;
+        self.origin += shift;
         let cpu_before = thread_cpu();
         let mut waiting = Duration::ZERO;
         for ci in 0..self.conns.len() {
@@ -617,11 +646,22 @@ impl<'a> Worker<'a> {
             if intended >= self.sh.measure_start {
                 self.note_lateness(now, intended);
             }
-            let gap = match self.cfg.arrivals {
-                Arrivals::Constant => self.gap_s,
-                Arrivals::Poisson => -self.gap_s * dist::uniform(&mut self.rng).ln(),
-            };
-            self.next_arrival += Duration::from_secs_f64(gap);
+            let mut timed_target = None;
+            if let (Some(_), Chooser::Stream(seq)) = (self.cfg.stream_times, &self.cfg.workload.chooser) {
+                timed_target = Some(seq[self.stream_next].target);
+                self.stream_next += self.stream_step;
+                match stream_time(self.cfg, self.origin, self.stream_next) {
+                    Some(at) => self.next_arrival = at,
+                    // This one is the thread's last.
+                    None => self.arrivals_done = true,
+                }
+            } else {
+                let gap = match self.cfg.arrivals {
+                    Arrivals::Constant => self.gap_s,
+                    Arrivals::Poisson => -self.gap_s * dist::uniform(&mut self.rng).ln(),
+                };
+                self.next_arrival += Duration::from_secs_f64(gap);
+            }
             let Some(measured) = self.ticket(intended) else {
                 self.arrivals_done = true;
                 break;
@@ -640,7 +680,7 @@ impl<'a> Worker<'a> {
                 }
                 continue;
             }
-            let Some((target, _)) = self.choose(None) else {
+            let Some(target) = timed_target.or_else(|| self.choose(None).map(|c| c.0)) else {
                 self.arrivals_done = true;
                 break;
             };
@@ -1100,6 +1140,16 @@ impl<'a> Worker<'a> {
             });
         }
     }
+}
+
+/// When stream entry `i` is due under `--stream-times` (None past the end).
+fn stream_time(cfg: &Config, start: Instant, i: usize) -> Option<Instant> {
+    let (Some(speedup), Chooser::Stream(seq)) = (cfg.stream_times, &cfg.workload.chooser) else {
+        return None;
+    };
+    let first = seq.first()?.time_us;
+    let r = seq.get(i)?;
+    Some(start + Duration::from_secs_f64((r.time_us - first) as f64 / 1e6 / speedup))
 }
 
 /// CPU time this thread has used.

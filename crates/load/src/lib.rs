@@ -95,6 +95,9 @@ pub struct LoadArgs {
     /// With --workload: start the stream over when it ends (default: the run ends with the stream)
     #[arg(long)]
     pub repeat_stream: bool,
+    /// With --workload: open loop, each request sent at its time in the stream, sped up SPEEDUP times
+    #[arg(long, value_name = "SPEEDUP")]
+    pub stream_times: Option<f64>,
     /// Request method (GET or HEAD)
     #[arg(short = 'm', long, default_value = "GET")]
     pub method: String,
@@ -146,8 +149,16 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
             bail!("--rate must be a positive number of requests per second");
         }
     }
-    if (a.stream_think || a.repeat_stream) && a.workload.is_none() {
-        bail!("--stream-think and --repeat-stream are for --workload");
+    if (a.stream_think || a.repeat_stream || a.stream_times.is_some()) && a.workload.is_none() {
+        bail!("--stream-think, --repeat-stream and --stream-times are for --workload");
+    }
+    if let Some(s) = a.stream_times {
+        if !(s.is_finite() && s > 0.0) {
+            bail!("--stream-times: the speed-up must be a positive number (1 = the stream's own pace)");
+        }
+        if a.rate.is_some() || a.think_time.is_some() || a.stream_think || a.repeat_stream {
+            bail!("--stream-times sets the arrivals: not with --rate, --think-time, --stream-think or --repeat-stream");
+        }
     }
     if a.rate.is_some() && a.think_time.is_some() {
         bail!("--think-time is for the closed loop; with --rate the arrivals set the pace");
@@ -181,6 +192,7 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
         think: a.think_time,
         stream_think: a.stream_think,
         repeat_stream: a.repeat_stream,
+        stream_times: a.stream_times,
         // A replayed stream bounds the run itself (unless repeated).
         duration: a.duration.or(if a.requests.is_none() && (a.workload.is_none() || a.repeat_stream) {
             Some(Duration::from_secs(10))

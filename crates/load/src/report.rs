@@ -42,9 +42,10 @@ fn saturated(s: &Stats) -> bool {
 }
 
 fn mode(cfg: &Config) -> String {
-    match cfg.rate {
-        Some(r) => format!("open loop, {r} req/s {:?} arrivals", cfg.arrivals).to_lowercase(),
-        None => "closed loop".into(),
+    match (cfg.rate, cfg.stream_times) {
+        (Some(r), _) => format!("open loop, {r} req/s {:?} arrivals", cfg.arrivals).to_lowercase(),
+        (None, Some(s)) => format!("open loop at the stream's times, sped up {s}x"),
+        (None, None) => "closed loop".into(),
     }
 }
 
@@ -80,7 +81,7 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome) -> Value {
         "tool": "modus load",
         "version": env!("CARGO_PKG_VERSION"),
         "params": {
-            "urls": a.urls, "target": cfg.addr.to_string(), "mode": if cfg.rate.is_some() { "open" } else { "closed" },
+            "urls": a.urls, "target": cfg.addr.to_string(), "mode": if cfg.open_loop() { "open" } else { "closed" }, "stream_times": cfg.stream_times,
             "connections": cfg.connections, "threads": o.threads, "threads_requested": cfg.threads, "pipeline": cfg.pipeline, "close": cfg.close,
             "rate": cfg.rate, "arrivals": cfg.arrivals, "think_time": a.think_time.map(|t| format!("{:?}", t.dist)),
             "duration_s": cfg.duration.map(|d| d.as_secs_f64()), "requests": cfg.requests,
@@ -172,12 +173,12 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
     let _ = writeln!(
         t,
         "  Latency{}   avg {}  stdev {}  max {}",
-        if cfg.rate.is_some() { " (from intended send)" } else { "" },
+        if cfg.open_loop() { " (from intended send)" } else { "" },
         us(h.mean()),
         us(h.stdev()),
         us(h.max() as f64)
     );
-    if cfg.rate.is_some() {
+    if cfg.open_loop() {
         let v = &s.service;
         let _ = writeln!(
             t,
@@ -189,7 +190,7 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
     let _ = writeln!(
         t,
         "  Latency Distribution (HdrHistogram{})",
-        if cfg.rate.is_some() { " - corrected" } else { "" }
+        if cfg.open_loop() { " - corrected" } else { "" }
     );
     for q in [0.5, 0.75, 0.9, 0.99, 0.999, 0.9999, 1.0] {
         let v = if h.is_empty() { 0 } else { h.value_at_quantile(q) };
@@ -212,7 +213,7 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
     if !errs.is_empty() {
         let _ = writeln!(t, "Errors:       {}", errs.join(", "));
     }
-    if cfg.rate.is_some() {
+    if cfg.open_loop() {
         let _ = writeln!(
             t,
             "Open loop:    {} arrivals waited for a connection, {} sent later than {}",
@@ -248,7 +249,7 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
             "WARNING: the generator fell behind: a loop was more than {:.0}% busy; {} \
              (use more --threads, or give the generator its own core)",
             BUSY_LIMIT * 100.0,
-            if cfg.rate.is_some() {
+            if cfg.open_loop() {
                 "sends may be late for the generator's own reasons and be booked as server queueing"
             } else {
                 "the throughput may be the generator's limit, not the server's"

@@ -146,6 +146,8 @@ pub struct StreamRef {
     pub user: u32,
     /// The user's OFF time before it (µs).
     pub off_us: u64,
+    /// Its time in the stream (µs since the stream's start).
+    pub time_us: u64,
 }
 
 /// Everything the engine needs to know about what to request.
@@ -271,7 +273,7 @@ impl Workload {
                     targets.len() - 1
                 }
             };
-            seq.push(StreamRef { target: ti as u32, user: e.user, off_us: e.off_us });
+            seq.push(StreamRef { target: ti as u32, user: e.user, off_us: e.off_us, time_us: e.time_us });
         }
         if seq.is_empty() {
             bail!("{} holds no requests", path.display());

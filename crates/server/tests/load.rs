@@ -586,4 +586,44 @@ fn workload_users_keep_their_connection() {
     assert_eq!(u(&r["requests"]), 300, "open loop: the stream once: {r}");
     let r = load_json(&[&url, "--workload", w.to_str().unwrap(), "-c", "4", "-n", "700", "--repeat-stream"]);
     assert_eq!(u(&r["requests"]), 700, "--repeat-stream starts over: {r}");
+
+    // At the stream's own times, sped up to last about half a second.
+    let text = std::fs::read_to_string(w.join("stream.txt")).unwrap();
+    let times: Vec<u64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    let span_s = (times[times.len() - 1] - times[0]) as f64 / 1e6;
+    let speedup = format!("{}", (span_s / 0.5).max(1.0));
+    let csv = dir.path().join("t.csv");
+    let r = load_json(&[
+        &url,
+        "--workload",
+        w.to_str().unwrap(),
+        "-c",
+        "8",
+        "--stream-times",
+        &speedup,
+        "--timeline",
+        csv.to_str().unwrap(),
+    ]);
+    assert_eq!(u(&r["requests"]), 300, "{r}");
+    assert_eq!((r["params"]["mode"].as_str(), u(&r["errors"])), (Some("open"), 0), "{r}");
+    // Each request was scheduled at its stream time (relative to the first).
+    let mut intended: Vec<u64> = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    intended.sort_unstable();
+    let speedup: f64 = speedup.parse().unwrap();
+    let base = intended[0] as f64;
+    let mut want: Vec<f64> = times.iter().map(|t| (t - times[0]) as f64 / speedup).collect();
+    want.sort_by(f64::total_cmp);
+    for (got, want) in intended.iter().zip(&want) {
+        // One thread: one schedule, exact to the µs rounding.
+        assert!((*got as f64 - base - want).abs() < 10.0, "intended {got} vs stream {want}");
+    }
 }
