@@ -119,7 +119,7 @@ pub struct DirectOptions {
 
     /// Adaptive concurrency limit from the director's own latency and
     /// error measurements: off, aimd, gradient (see README)
-    #[arg(long, default_value = "gradient", value_name = "MODE")]
+    #[arg(long, default_value = "aimd", value_name = "MODE")]
     pub adaptive: crate::backend::Adaptive,
 
     /// A request body making no progress this long while being forwarded
