@@ -13,6 +13,16 @@
 //! * **Timers**: a min-heap of (deadline, token), lazily invalidated, with at
 //!   most one live entry per connection (see [`Timers`]); the wait's timeout
 //!   is the time to the next one.
+//! * **Connection cap** (`--max-connections`, nginx's
+//!   `worker_connections`): the server-wide cap is split between the loops
+//!   (loop `i` of `w` gets `N / w`, plus one for the first `N % w`), since a
+//!   loop can only stop its own accepting without asking the others. At its
+//!   share a loop takes the listener out of its epoll set — newcomers wait
+//!   in the kernel's backlog, or go to a loop with room — and puts it back
+//!   when a connection closes. A full loop never spins on the
+//!   always-readable listener. (nginx additionally closes idle keep-alive
+//!   connections to make room; `Connection` does not say when it is idle
+//!   between requests, so here they keep their slot until they time out.)
 //! * **Stop**: the loop drops the listener (new connections are refused),
 //!   drives every connection with `stopping` (idle ones close at once,
 //!   in-flight ones finish) and returns when none is left.
@@ -112,9 +122,11 @@ pub(crate) fn serve(
     let listener = Arc::new(listener);
     // Every loop is set up before any runs, so a failure leaves nothing behind.
     let mut loops = Vec::new();
-    for i in 0..tuning.workers.max(1) {
+    let workers = tuning.workers.max(1);
+    for i in 0..workers {
         let helpers = helpers(i)?.map(|h| (send_away, h));
-        loops.push(Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers)?);
+        let cap = loop_share(tuning.max_connections, workers, i);
+        loops.push(Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers, cap)?);
     }
     // Only the loops hold the listener now: when they drop it, it closes.
     drop(listener);
@@ -146,6 +158,13 @@ pub(crate) fn serve(
         result = result.and(outcome);
     }
     result
+}
+
+/// Loop `i`'s share of `max_connections` among `workers` loops: the shares
+/// add up to the cap, and every loop may hold at least one connection.
+fn loop_share(max_connections: usize, workers: usize, i: usize) -> usize {
+    let share = max_connections / workers + usize::from(i < max_connections % workers);
+    share.max(1)
 }
 
 /// Stops the server if a loop thread panics, instead of leaving it half up.
@@ -294,8 +313,12 @@ impl Timers {
 struct Loop {
     poller: Poller,
     listener: Option<Arc<TcpListener>>,
+    /// The listener is in the epoll set.
+    listening: bool,
     /// Accepting is paused until then (out of descriptors).
     accept_resume: Option<Instant>,
+    /// Most connections this loop holds (its share of `--max-connections`).
+    max_conns: usize,
     shutdown: Shutdown,
     stopping: bool,
     pipeline: Arc<Pipeline>,
@@ -311,6 +334,7 @@ impl Loop {
         pipeline: Arc<Pipeline>,
         shutdown: Shutdown,
         helpers: Option<(SendAway, Box<dyn Helpers>)>,
+        max_conns: usize,
     ) -> io::Result<Loop> {
         let (send_away, helpers) = match helpers {
             Some((send_away, helpers)) => (send_away, Some(helpers)),
@@ -327,7 +351,9 @@ impl Loop {
         Ok(Loop {
             poller,
             listener: Some(listener),
+            listening: true,
             accept_resume: None,
+            max_conns: max_conns.max(1),
             shutdown,
             stopping: false,
             pipeline,
@@ -364,8 +390,9 @@ impl Loop {
             }
             self.expire_timers();
             if self.accept_resume.is_some_and(|at| at <= Instant::now()) {
-                self.resume_accepting();
+                self.accept_resume = None;
             }
+            self.watch_listener();
         }
         Ok(())
     }
@@ -373,6 +400,11 @@ impl Loop {
     fn accept(&mut self) {
         let Some(listener) = self.listener.clone() else { return };
         for _ in 0..ACCEPT_BATCH {
+            if self.conns.live >= self.max_conns {
+                // Full: `watch_listener` takes the listener out before the
+                // next wait, and puts it back once a connection closes.
+                return;
+            }
             // accept4 makes the socket non-blocking in the same call.
             match rustix::net::acceptfrom_with(&*listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
                 Ok((fd, peer)) => {
@@ -405,7 +437,6 @@ impl Loop {
                     // listener stays readable, so stop watching it for a while
                     // instead of spinning; open connections carry on.
                     self.pipeline.error_log.error(format_args!("accept: {}", io::Error::from(e)));
-                    let _ = self.poller.delete(&*listener);
                     self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
                     return;
                 }
@@ -413,13 +444,30 @@ impl Loop {
         }
     }
 
-    fn resume_accepting(&mut self) {
-        self.accept_resume = None;
-        if let Some(listener) = &self.listener {
-            if let Err(e) = self.poller.add(&**listener, LISTENER, Interest::READABLE, Trigger::Exclusive) {
-                self.pipeline.error_log.error(format_args!("accept: re-registering the listener: {e}"));
-                self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+    /// Keeps the listener in the epoll set exactly while this loop may
+    /// accept: not while accepting is paused, nor at the connection cap
+    /// (it stays readable then, and a level-triggered wait would spin).
+    /// Called before every wait, so a slot freed by any close or timeout
+    /// reopens accepting, and connections in the backlog are reported at
+    /// once when it is re-added.
+    fn watch_listener(&mut self) {
+        let Some(listener) = &self.listener else { return };
+        let wanted = self.accept_resume.is_none() && self.conns.live < self.max_conns;
+        if wanted == self.listening {
+            return;
+        }
+        if wanted {
+            match self.poller.add(&**listener, LISTENER, Interest::READABLE, Trigger::Exclusive) {
+                Ok(()) => self.listening = true,
+                Err(e) => {
+                    self.pipeline.error_log.error(format_args!("accept: re-registering the listener: {e}"));
+                    self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+                }
             }
+        } else {
+            // Fails only if it is not registered, which is what we want.
+            let _ = self.poller.delete(&**listener);
+            self.listening = false;
         }
     }
 
@@ -614,7 +662,10 @@ impl Loop {
         if let Some(listener) = self.listener.take() {
             // Dropping the last reference closes the listener, so new
             // connections are refused rather than left in the backlog.
-            let _ = self.poller.delete(&*listener);
+            if self.listening {
+                let _ = self.poller.delete(&*listener);
+            }
+            self.listening = false;
         }
         self.accept_resume = None;
         for token in self.conns.tokens() {
@@ -695,6 +746,7 @@ mod tests {
                 p.clone(),
                 shutdown.clone(),
                 Some((send_away, Box::new(helpers))),
+                usize::MAX,
             )
             .unwrap();
             let thread = thread::spawn(move || lp.run());

@@ -63,6 +63,11 @@ pub struct Tuning {
     pub max_clients: usize,
     /// Threads in each child process (`worker`; the upper bound for `perchild`).
     pub threads_per_child: usize,
+    /// Most open client connections, server-wide, for the models that hold
+    /// connections without a thread or process each (`event`, `amped`,
+    /// `staged`); at the cap they stop accepting and newcomers wait in the
+    /// kernel's backlog (nginx's `worker_connections`).
+    pub max_connections: usize,
     /// Time in-flight requests get after a stop request (process models
     /// enforce it on their children; the server enforces it for the others).
     pub shutdown_timeout: std::time::Duration,
@@ -87,6 +92,14 @@ impl Default for Tuning {
             max_spare: 10,
             max_clients: 256,
             threads_per_child: 25,
+            // The server lifts its open-file limit to the hard maximum
+            // (often 2^19 or 2^20), so the descriptor limit no longer bounds
+            // the event models in practice: this does. 10k is C10k, ten
+            // times nginx's stock `worker_connections 1024`, and leaves
+            // descriptors for files, CGI pipes and logs under any hard limit
+            // of 64k or more; memory stays small because idle keep-alive
+            // connections hold no read buffer.
+            max_connections: 10_000,
             shutdown_timeout: std::time::Duration::from_secs(10),
         }
     }

@@ -64,6 +64,13 @@
 //!   pipeline's own time); the *write*-queue wait is in `write`, which
 //!   starts when the reply is handed to the connection in the data stage;
 //!   the *log*-queue wait is after the response and in no phase.
+//! * **Connection cap.** Only the acceptor adds connections, and every
+//!   stage and the parking set together hold at most `--max-connections`
+//!   of them (the parked set is what grows: an idle keep-alive connection
+//!   costs no thread here). After handing one over at the cap the acceptor
+//!   waits until a connection closes before it accepts again, so newcomers
+//!   wait in the kernel's backlog, as with nginx's `worker_connections`.
+//!   Idle keep-alive connections keep their slot until they time out.
 //! * **Stop.** The acceptor drops the listener (new connections are
 //!   refused); every stage drives connections with `stopping`, so they
 //!   close at the next request boundary; the parking thread re-drives idle
@@ -74,8 +81,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -220,12 +227,58 @@ struct Conn {
     conn: Connection,
     /// The socket is in the parking thread's epoll set (armed or not).
     registered: bool,
-    live: Arc<AtomicUsize>,
+    live: Arc<Live>,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        self.live.fetch_sub(1, Ordering::AcqRel);
+        self.live.close();
+    }
+}
+
+/// The open connections, wherever they are, and the acceptor's wait for
+/// a free slot when they reach `--max-connections`.
+struct Live {
+    open: Mutex<usize>,
+    /// Signalled when a connection closes.
+    closed: Condvar,
+    max: usize,
+}
+
+impl Live {
+    fn new(max: usize) -> Live {
+        Live { open: Mutex::new(0), closed: Condvar::new(), max: max.max(1) }
+    }
+
+    fn count(&self) -> usize {
+        // A panic while holding this lock cannot leave the count half-updated.
+        *self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn opened(&self) {
+        *self.open.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    fn close(&self) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        *open -= 1;
+        if *open < self.max {
+            self.closed.notify_one();
+        }
+    }
+
+    /// Waits while the cap is reached; `false` if `stop` fired meanwhile.
+    /// Wakes every `BLOCKING_TICK` to look at the stop, like the blocking
+    /// models' threads.
+    fn wait_for_room(&self, stop: &transport::Shutdown) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        while *open >= self.max {
+            if stop.is_triggered() {
+                return false;
+            }
+            open = self.closed.wait_timeout(open, BLOCKING_TICK).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        true
     }
 }
 
@@ -250,7 +303,7 @@ struct Shared {
     /// Set once the acceptor is done: connections close at the next request boundary.
     stopping: AtomicBool,
     /// Open connections, wherever they are.
-    live: Arc<AtomicUsize>,
+    live: Arc<Live>,
     park: Sender<Park>,
     /// Wakes the parking thread when something was sent on `park`.
     waker: Waker,
@@ -472,7 +525,7 @@ fn parking(
                 }
             }
         }
-        if stopping && shared.live.load(Ordering::Acquire) == 0 {
+        if stopping && shared.live.count() == 0 {
             return Ok(());
         }
         let now = Instant::now();
@@ -541,7 +594,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let shared = Arc::new(Shared {
         pipeline,
         stopping: AtomicBool::new(false),
-        live: Arc::new(AtomicUsize::new(0)),
+        live: Arc::new(Live::new(tuning.max_connections)),
         park: park_tx,
         waker: Waker::new()?,
         parks: AtomicU64::new(0),
@@ -599,9 +652,11 @@ fn run(env: ModelEnv) -> io::Result<()> {
         }
         let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline);
         conn.defer_log();
-        shared.live.fetch_add(1, Ordering::AcqRel);
+        shared.live.opened();
         let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone() });
-        read_tx.send(c).is_ok()
+        // At the cap, accept nothing more until a connection closes; a stop
+        // meanwhile ends accepting (`false`), as the stop pipe would.
+        read_tx.send(c).is_ok() && shared.live.wait_for_room(&shutdown)
     });
     // Refuse new connections at once; those already accepted finish.
     drop(listener);

@@ -63,6 +63,12 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub max_clients: Option<usize>,
 
+    /// Most open client connections, server-wide (event, amped, staged; the
+    /// other models are bounded by their threads or processes); at the cap
+    /// they stop accepting and newcomers wait in the backlog [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
     /// Threads per child process (worker; upper bound for perchild) [default: 25]
     #[arg(long, value_name = "N")]
     pub threads_per_child: Option<usize>,
@@ -219,6 +225,7 @@ impl ServeOptions {
             max_spare: Some(t.max_spare),
             max_clients: Some(t.max_clients),
             threads_per_child: Some(t.threads_per_child),
+            max_connections: Some(t.max_connections),
             access_log: Some("-".into()),
             error_log: Some("-".into()),
             keepalive_timeout: Some(Dur(d.keepalive_timeout)),
@@ -262,6 +269,7 @@ impl ServeOptions {
             max_spare: self.max_spare.unwrap_or(d.max_spare),
             max_clients: self.max_clients.unwrap_or(d.max_clients),
             threads_per_child: self.threads_per_child.unwrap_or(d.threads_per_child),
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
             shutdown_timeout: self.shutdown_timeout.map_or(d.shutdown_timeout, |t| t.0),
         }
     }

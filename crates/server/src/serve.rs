@@ -139,7 +139,10 @@ impl Server {
     }
 
     fn run(mut self, options: &ServeOptions) -> anyhow::Result<()> {
-        raise_open_file_limit(&self.pipeline);
+        // Only the event-driven models hold connections without a thread or
+        // process each, so only they can run out of descriptors first.
+        let capped = self.model.caps.event_driven.then(|| options.tuning().max_connections);
+        raise_open_file_limit(&self.pipeline, capped);
         let listener = transport::listener::bind(self.addr, false)
             .with_context(|| format!("listening on {}", self.addr))?;
         // Before the address is announced: sockets accepted by the kernel
@@ -300,11 +303,13 @@ fn admin_info(
     if caps.staged {
         settings.push(("stage-threads", t.stage_threads.clone()));
         settings.push(("queue", t.queue.to_string()));
+        settings.push(("max-connections", t.max_connections.to_string()));
     } else if caps.event_driven {
         settings.push(("workers", t.workers.to_string()));
         if model.name == "amped" {
             settings.push(("helpers", t.helpers.to_string()));
         }
+        settings.push(("max-connections", t.max_connections.to_string()));
     } else if model.name == "per-request" {
         settings.push(("max-threads", t.max_threads.to_string()));
     } else if caps.forks {
@@ -362,14 +367,26 @@ fn bundled_programs() -> Option<pipeline::Scripts> {
 /// Lifts the soft limit on open descriptors to the hard one (nginx's
 /// `worker_rlimit_nofile`): every connection is a descriptor, and the usual
 /// soft default of 1024 would cap an event loop far below what the machine
-/// allows.
-fn raise_open_file_limit(pipeline: &Pipeline) {
+/// allows. `--max-connections` then bounds them; like nginx ("worker_connections
+/// exceed open file resource limit") it warns when the descriptors cannot
+/// cover that many connections.
+fn raise_open_file_limit(pipeline: &Pipeline, max_connections: Option<usize>) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
         if let Err(e) = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum })
         {
             pipeline.error_log.warn(format_args!("cannot raise the open-file limit: {e}"));
+        }
+    }
+    let Some(max) = max_connections else { return };
+    // None: unlimited.
+    if let Some(files) = getrlimit(Resource::Nofile).current {
+        if files < max as u64 {
+            pipeline.error_log.warn(format_args!(
+                "--max-connections {max} exceeds the open-file limit {files}: accepting will fail \
+                 (and pause) before the cap is reached"
+            ));
         }
     }
 }

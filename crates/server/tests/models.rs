@@ -208,3 +208,64 @@ fn max_cgi_answers_503_beyond_the_cap() {
         assert!(served, "{model}: the slot of a finished script never came back");
     }
 }
+
+/// `--max-connections` bounds the connections a model without a thread or
+/// process per connection holds: at the cap it accepts nothing more, so a
+/// newcomer waits in the kernel's backlog unanswered (the handshake itself
+/// completes there) while the holders keep being served, and it is served
+/// once some of them close.
+fn connection_cap(model: &str, extra: &[&str]) {
+    use std::io::Read;
+    const CAP: usize = 20;
+    let root = Docroot::standard();
+    let cap = CAP.to_string();
+    let mut args = vec!["--max-connections", cap.as_str(), "--keepalive-timeout", "120s"];
+    args.extend_from_slice(extra);
+    let srv = Server::start(BIN, model, root.path(), &args);
+    let mut holders: Vec<Client> = (0..CAP)
+        .map(|_| {
+            let mut c = srv.client();
+            c.request("GET", "/hello.txt", &[]).assert_status(200);
+            c
+        })
+        .collect();
+    let mut waiting = srv.client();
+    waiting.send("GET /alphabet.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    waiting.stream().set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut byte = [0u8; 1];
+    match waiting.stream().read(&mut byte) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+        other => panic!("{model}: connection {} beyond the cap of {CAP} got {other:?}", CAP + 1),
+    }
+    // The held connections are still served: the cap stops accepting only.
+    for i in [0, CAP - 1] {
+        holders[i].request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+    // Slots freed by closed connections let the waiting one in.
+    holders.truncate(CAP - 5);
+    waiting.stream().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let r = waiting.read_response("GET");
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "abcdefghijklmnopqrstuvwxyz", "{model}");
+    // The rest of the freed slots take newcomers; the holders carry on.
+    for _ in 0..4 {
+        srv.client().request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+    holders[0].request("GET", "/hello.txt", &[]).assert_status(200);
+}
+
+#[test]
+fn event_holds_at_most_max_connections() {
+    // Two loops: the cap is split between them, and the total still holds.
+    connection_cap("event", &["--workers", "2"]);
+}
+
+#[test]
+fn amped_holds_at_most_max_connections() {
+    connection_cap("amped", &[]);
+}
+
+#[test]
+fn staged_holds_at_most_max_connections() {
+    connection_cap("staged", &[]);
+}
