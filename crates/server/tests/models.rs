@@ -221,7 +221,7 @@ fn connection_cap(model: &str, extra: &[&str]) {
     let cap = CAP.to_string();
     let mut args = vec!["--max-connections", cap.as_str(), "--keepalive-timeout", "120s"];
     args.extend_from_slice(extra);
-    let srv = Server::start(BIN, model, root.path(), &args);
+    let mut srv = Server::start(BIN, model, root.path(), &args);
     let mut holders: Vec<Client> = (0..CAP)
         .map(|_| {
             let mut c = srv.client();
@@ -247,11 +247,23 @@ fn connection_cap(model: &str, extra: &[&str]) {
     let r = waiting.read_response("GET");
     r.assert_status(200);
     assert_eq!(r.body_str(), "abcdefghijklmnopqrstuvwxyz", "{model}");
+    holders.push(waiting);
     // The rest of the freed slots take newcomers; the holders carry on.
     for _ in 0..4 {
         srv.client().request("GET", "/hello.txt", &[]).assert_status(200);
     }
     holders[0].request("GET", "/hello.txt", &[]).assert_status(200);
+    // At the cap again, with one more waiting, a graceful stop still ends
+    // the server: the full acceptor or loop notices it.
+    while holders.len() < CAP {
+        let mut c = srv.client();
+        c.request("GET", "/hello.txt", &[]).assert_status(200);
+        holders.push(c);
+    }
+    let mut waiting = srv.client();
+    waiting.send("GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    srv.signal(testkit::Signal::Term);
+    assert!(srv.wait_exit(Duration::from_secs(20)).success(), "{model}: {}", srv.stderr());
 }
 
 #[test]
