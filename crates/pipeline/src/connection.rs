@@ -14,7 +14,7 @@ use transport::{Progress, Shutdown};
 
 use crate::cgi_stream::{CgiRun, Step};
 use crate::reply::{self, Reply};
-use crate::stats::{ConnState, Phase as TimedPhase, Stats, TraceRow};
+use crate::stats::{now_ns, ConnState, Phase as TimedPhase, PhaseTimes, Stats, TraceRow};
 use crate::{LogRecord, Pipeline};
 
 /// Internal redirects one request may take (Apache's `LimitInternalRecursion 10`).
@@ -171,22 +171,22 @@ mod spare_buffers {
     }
 }
 
-/// One request's timestamps and phase durations.
+/// One request's timestamps ([`now_ns`]) and phase durations.
 #[derive(Debug, Default)]
 struct Timing {
     /// Connection start or the previous response's end: the wait begins.
-    idle_since: Option<Instant>,
+    idle_since: Option<u64>,
     /// The request's first byte was seen.
-    first: Option<Instant>,
+    first: Option<u64>,
     /// The head was parsed; the pipeline may start.
-    service_start: Option<Instant>,
-    /// `take_request` (split mode).
-    taken: Option<Instant>,
+    service_start: Option<u64>,
+    /// `take_request`; the time only in split mode, where it starts the queue.
+    taken: Option<u64>,
     /// The response began to be written.
-    write_start: Option<Instant>,
+    write_start: Option<u64>,
     /// The CGI script started.
-    cgi_start: Option<Instant>,
-    phases: [Option<Duration>; 11],
+    cgi_start: Option<u64>,
+    phases: PhaseTimes,
     data: &'static str,
     /// Sampled for the trace: the path is kept.
     trace_path: Option<String>,
@@ -284,7 +284,7 @@ impl Connection {
             cgi_new: false,
             gauge: ConnState::None,
             stats: pipeline.stats.clone(),
-            tm: Timing { idle_since: pipeline.stats.timing.then_some(now), ..Timing::default() },
+            tm: Timing { idle_since: pipeline.stats.timing.then(now_ns), ..Timing::default() },
             split: false,
             conn_id: pipeline.stats.next_conn_id(),
         }
@@ -314,25 +314,20 @@ impl Connection {
         }
     }
 
-    /// A request ended (sent, or the connection died under it): counts it,
-    /// records its phases and maybe a trace row, and starts the next wait.
-    fn finish_request(&mut self, status: u16, bytes: u64, log_took: Option<Duration>) {
+    /// A request ended (sent, or the connection died under it) at `end`
+    /// (timing on; its last phase ended then): counts it, records its
+    /// phases and maybe a trace row, and starts the next wait.
+    fn finish_request(&mut self, status: u16, bytes: u64, end: Option<u64>) {
         let stats = &*self.stats;
-        stats.count_response(status, bytes);
-        if !stats.timing {
+        let Some(end) = end else {
+            stats.count_response(status, bytes);
             return;
-        }
-        let end = Instant::now();
+        };
         let tm = &mut self.tm;
-        tm.phases[TimedPhase::Log as usize] = log_took;
         if let Some(first) = tm.first {
-            tm.phases[TimedPhase::Total as usize] = Some(end - first);
+            tm.phases.set(TimedPhase::Total, end.saturating_sub(first));
         }
-        for phase in TimedPhase::ALL {
-            if let Some(d) = tm.phases[phase as usize] {
-                stats.record(phase, d);
-            }
-        }
+        stats.record_request(status, bytes, &tm.phases);
         if let Some(path) = tm.trace_path.take() {
             let arrival = tm.first.unwrap_or(end);
             stats.trace_row(&TraceRow {
@@ -397,7 +392,8 @@ impl Connection {
             Phase::Ready(ready) => {
                 let (request, plan) = *ready;
                 if self.stats.timing {
-                    self.tm.taken = Some(Instant::now());
+                    // Only split mode times the queue that starts here.
+                    self.tm.taken = Some(if self.split { now_ns() } else { 0 });
                 }
                 self.phase = Phase::Processing(Box::new(plan));
                 Some(request)
@@ -416,7 +412,7 @@ impl Connection {
             panic!("deliver without a request taken");
         };
         if let Some(taken) = self.tm.taken.take() {
-            let took = reply.data.took;
+            let took = u64::try_from(reply.data.took.as_nanos()).unwrap_or(u64::MAX);
             let (phase, name) = if reply.cgi.is_some() {
                 (TimedPhase::CgiSpawn, "cgi")
             } else if reply.data.hit {
@@ -424,12 +420,13 @@ impl Connection {
             } else {
                 (TimedPhase::DataMiss, "miss")
             };
-            self.tm.phases[phase as usize] = Some(took);
+            self.tm.phases.set(phase, took);
             self.tm.data = name;
             if self.split {
                 // Time between handing the request out and getting the
                 // reply back, not spent in the pipeline: queues.
-                self.tm.phases[TimedPhase::Queue as usize] = Some(taken.elapsed().saturating_sub(took));
+                let queued = now_ns().saturating_sub(taken).saturating_sub(took);
+                self.tm.phases.set(TimedPhase::Queue, queued);
             }
         }
         self.respond_planned(*plan, reply, p);
@@ -520,11 +517,12 @@ impl Connection {
                 Phase::Head => {
                     if self.start < self.end {
                         let parse_start = if p.stats.timing {
-                            let now = Instant::now();
+                            let now = now_ns();
                             if self.tm.first.is_none() {
                                 self.tm.first = Some(now);
-                                self.tm.phases[TimedPhase::Wait as usize] =
-                                    self.tm.idle_since.map(|t| now.saturating_duration_since(t));
+                                if let Some(idle_since) = self.tm.idle_since {
+                                    self.tm.phases.set(TimedPhase::Wait, now.saturating_sub(idle_since));
+                                }
                             }
                             Some(now)
                         } else {
@@ -534,9 +532,9 @@ impl Connection {
                             Ok(Parsed::Complete { head, len }) => {
                                 self.start += len;
                                 if let (Some(t0), Some(first)) = (parse_start, self.tm.first) {
-                                    let now = Instant::now();
-                                    self.tm.phases[TimedPhase::Read as usize] = Some(t0 - first);
-                                    self.tm.phases[TimedPhase::Parse as usize] = Some(now - t0);
+                                    let now = now_ns();
+                                    self.tm.phases.set(TimedPhase::Read, t0.saturating_sub(first));
+                                    self.tm.phases.set(TimedPhase::Parse, now.saturating_sub(t0));
                                     self.tm.service_start = Some(now);
                                     if p.stats.sample() {
                                         self.tm.trace_path = Some(head.path.clone());
@@ -978,10 +976,10 @@ impl Connection {
     }
 
     fn log_cgi(&mut self, run: &CgiRun, plan: Plan, p: &Pipeline) {
-        if let Some(start) = self.tm.cgi_start.take() {
-            self.tm.phases[TimedPhase::CgiRun as usize] = Some(start.elapsed());
+        let mut end = p.stats.timing.then(now_ns);
+        if let (Some(start), Some(now)) = (self.tm.cgi_start.take(), end) {
+            self.tm.phases.set(TimedPhase::CgiRun, now.saturating_sub(start));
         }
-        let mut log_took = None;
         if let Some(mut record) = plan.log {
             record.status = run.status;
             record.body_bytes = run.body_bytes;
@@ -989,14 +987,21 @@ impl Connection {
             if self.defer_log {
                 self.deferred_log.push(record);
             } else {
-                let t0 = p.stats.timing.then(Instant::now);
                 p.access_log.record(&record);
-                log_took = t0.map(|t| t.elapsed());
+                end = end.map(|start| self.timed_log(start));
             }
         } else {
             self.served += 1;
         }
-        self.finish_request(run.status, run.body_bytes, log_took);
+        self.finish_request(run.status, run.body_bytes, end);
+    }
+
+    /// Records the log phase, which began at `start` (the previous phase's
+    /// end) and ends now; returns now.
+    fn timed_log(&mut self, start: u64) -> u64 {
+        let now = now_ns();
+        self.tm.phases.set(TimedPhase::Log, now.saturating_sub(start));
+        now
     }
 
     fn respond_planned(&mut self, mut plan: Plan, mut reply: Reply, p: &Pipeline) {
@@ -1037,7 +1042,7 @@ impl Connection {
             self.phase = Phase::Cgi(Box::new((run, plan)));
             self.cgi_new = true;
             if self.stats.timing {
-                self.tm.cgi_start = Some(Instant::now());
+                self.tm.cgi_start = Some(now_ns());
             }
             return;
         }
@@ -1060,12 +1065,11 @@ impl Connection {
     }
 
     fn respond(&mut self, reply: Reply, log: Option<LogRecord>, discard: u64, linger: bool, p: &Pipeline) {
-        let now = Instant::now();
         if p.stats.timing {
-            self.tm.write_start = Some(now);
+            self.tm.write_start = Some(now_ns());
         }
         self.set_state(ConnState::Writing);
-        let deadline = now + p.settings.send_timeout;
+        let deadline = Instant::now() + p.settings.send_timeout;
         self.phase = Phase::Write(Box::new(Pending { reply, log, discard, linger, sent_mark: 0, deadline }));
     }
 
@@ -1120,21 +1124,20 @@ impl Connection {
     }
 
     fn log(&mut self, p: &Pipeline, pending: &mut Pending) {
-        if let Some(start) = self.tm.write_start.take() {
-            self.tm.phases[TimedPhase::Write as usize] = Some(start.elapsed());
+        let mut end = p.stats.timing.then(now_ns);
+        if let (Some(start), Some(now)) = (self.tm.write_start.take(), end) {
+            self.tm.phases.set(TimedPhase::Write, now.saturating_sub(start));
         }
-        let mut log_took = None;
         if let Some(mut record) = pending.log.take() {
             record.body_bytes = pending.reply.out.bytes_sent().saturating_sub(pending.reply.head_len);
             if self.defer_log {
                 self.deferred_log.push(record);
             } else {
-                let t0 = p.stats.timing.then(Instant::now);
                 p.access_log.record(&record);
-                log_took = t0.map(|t| t.elapsed());
+                end = end.map(|start| self.timed_log(start));
             }
         }
-        self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), log_took);
+        self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), end);
     }
 }
 

@@ -29,9 +29,14 @@
 //! The stats' `epoch` is copied by `fork`, so every process measures from
 //! the same monotonic origin and scoreboard times are comparable.
 //!
-//! Clocks are `Instant` (`CLOCK_MONOTONIC`, a vDSO call). With timing off
-//! (`--no-timing`) the connection takes no timestamps at all; counters
-//! (status, bytes, connection states) stay on, as they cost one atomic add.
+//! A request's timestamps are [`now_ns`]: `CLOCK_MONOTONIC` (the clock of
+//! `Instant`, a vDSO call) as plain nanoseconds, so a phase is one integer
+//! subtraction, not `Instant`'s `Duration` arithmetic, which costs more
+//! than the clock read itself. Where one phase ends the next begins on the
+//! same timestamp, and a request's phases reach the shards in one
+//! [`Stats::record_request`]. With timing off (`--no-timing`) the
+//! connection takes no timestamps at all; counters (status, bytes,
+//! connection states) stay on, as they cost one atomic add.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -114,6 +119,36 @@ impl Phase {
 }
 
 const PHASES: usize = Phase::ALL.len();
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the timestamps of [`PhaseTimes`]
+/// and [`TraceRow`].
+pub fn now_ns() -> u64 {
+    // It cannot fail for this clock (EINVAL would mean no monotonic clock).
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+}
+
+/// One request's phase durations in nanoseconds, with which phases were
+/// measured (a request has only some: a CGI run or a queue, a hit or a miss).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PhaseTimes {
+    ns: [u64; PHASES],
+    /// Bit `phase as usize` is set for each phase measured.
+    measured: u16,
+}
+
+impl PhaseTimes {
+    /// Sets a phase's duration.
+    pub fn set(&mut self, phase: Phase, ns: u64) {
+        self.ns[phase as usize] = ns;
+        self.measured |= 1 << phase as usize;
+    }
+
+    /// A phase's duration, if it was measured.
+    pub fn get(&self, phase: Phase) -> Option<u64> {
+        (self.measured & 1 << phase as usize != 0).then(|| self.ns[phase as usize])
+    }
+}
 
 /// What a connection is doing, for the `connections` gauge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -365,6 +400,8 @@ pub struct Stats {
     pub timing: bool,
     shards: Box<[Shard]>,
     epoch: Instant,
+    /// `epoch` as [`now_ns`] read it: the trace's time zero.
+    epoch_ns: u64,
     started: SystemTime,
     next_conn: AtomicU64,
     queues: Mutex<Vec<Arc<QueueStat>>>,
@@ -391,6 +428,7 @@ impl Stats {
             timing,
             shards: (0..SHARDS).map(|_| Shard::new()).collect(),
             epoch: Instant::now(),
+            epoch_ns: now_ns(),
             started: SystemTime::now(),
             next_conn: AtomicU64::new(0),
             queues: Mutex::new(Vec::new()),
@@ -440,10 +478,28 @@ impl Stats {
 
     /// Counts a response and its bytes on the wire (head and body).
     pub fn count_response(&self, status: u16, bytes: u64) {
-        let s = self.shard();
+        Self::count_into(self.shard(), status, bytes);
+    }
+
+    fn count_into(s: &Shard, status: u16, bytes: u64) {
         let i = (status as usize).clamp(100, 599) - 100;
         s.status[i].fetch_add(1, Ordering::Relaxed);
         s.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// [`count_response`](Self::count_response) and [`record`](Self::record)
+    /// of every phase measured, for one request: the shard is looked up once.
+    pub fn record_request(&self, status: u16, bytes: u64, phases: &PhaseTimes) {
+        let s = self.shard();
+        Self::count_into(s, status, bytes);
+        let mut measured = phases.measured;
+        while measured != 0 {
+            let phase = measured.trailing_zeros() as usize;
+            measured &= measured - 1;
+            let ns = phases.ns[phase];
+            s.buckets[phase * BUCKETS + bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+            s.sum_ns[phase].fetch_add(ns, Ordering::Relaxed);
+        }
     }
 
     /// Moves a connection between states of the `connections` gauge.
@@ -528,9 +584,8 @@ impl Stats {
     /// Appends a trace row (see [`TRACE_HEADER`]); written in whole rows.
     pub fn trace_row(&self, row: &TraceRow<'_>) {
         let Some(trace) = &self.trace else { return };
-        let us = |t: Instant| t.saturating_duration_since(self.epoch).as_micros();
-        let d =
-            |d: Option<Duration>| d.map_or(String::new(), |d| format!("{:.1}", d.as_nanos() as f64 / 1e3));
+        let us = |t: u64| t.saturating_sub(self.epoch_ns) / 1000;
+        let d = |p: Phase| row.phases.get(p).map_or(String::new(), |ns| format!("{:.1}", ns as f64 / 1e3));
         let mut path = String::with_capacity(row.path.len() + 2);
         path.push('"');
         for c in row.path.chars() {
@@ -549,17 +604,18 @@ impl Stats {
             us(row.arrival),
             us(row.service_start),
             us(row.service_end),
-            d(row.phases[Phase::Wait as usize]),
-            d(row.phases[Phase::Read as usize]),
-            d(row.phases[Phase::Parse as usize]),
-            d(row.phases[Phase::DataHit as usize]
-                .or(row.phases[Phase::DataMiss as usize])
-                .or(row.phases[Phase::CgiSpawn as usize])),
+            d(Phase::Wait),
+            d(Phase::Read),
+            d(Phase::Parse),
+            [Phase::DataHit, Phase::DataMiss, Phase::CgiSpawn]
+                .into_iter()
+                .find(|p| row.phases.get(*p).is_some())
+                .map_or(String::new(), d),
             row.data,
-            d(row.phases[Phase::CgiRun as usize]),
-            d(row.phases[Phase::Write as usize]),
-            d(row.phases[Phase::Log as usize]),
-            d(row.phases[Phase::Queue as usize]),
+            d(Phase::CgiRun),
+            d(Phase::Write),
+            d(Phase::Log),
+            d(Phase::Queue),
             row.status,
             row.bytes,
             path,
@@ -652,14 +708,14 @@ pub struct TraceRow<'a> {
     /// Connection number (unique in the server: each child of a process
     /// model numbers from its own base, see [`Stats::number_conns_from`]).
     pub conn: u64,
-    /// The request's first byte.
-    pub arrival: Instant,
-    /// The pipeline started on it.
-    pub service_start: Instant,
-    /// The response was out and logged.
-    pub service_end: Instant,
+    /// The request's first byte ([`now_ns`]).
+    pub arrival: u64,
+    /// The pipeline started on it ([`now_ns`]).
+    pub service_start: u64,
+    /// The response was out and logged ([`now_ns`]).
+    pub service_end: u64,
     /// Durations by [`Phase`], where measured.
-    pub phases: &'a [Option<Duration>; 11],
+    pub phases: &'a PhaseTimes,
     /// `hit`, `miss`, `cgi` or empty.
     pub data: &'a str,
     /// Response status.
@@ -1117,6 +1173,61 @@ mod tests {
         assert_eq!(total.queues[0].threads, 8);
         assert_eq!(total.workers.len(), 2);
         assert_eq!(total.phase(Phase::Parse).count(), 2);
+    }
+
+    #[test]
+    fn a_request_records_only_its_measured_phases() {
+        let s = Stats::new(true);
+        let mut phases = PhaseTimes::default();
+        phases.set(Phase::Parse, 3_000);
+        phases.set(Phase::Total, 0);
+        assert_eq!(phases.get(Phase::Parse), Some(3_000));
+        assert_eq!(phases.get(Phase::Total), Some(0), "zero is measured, not absent");
+        assert_eq!(phases.get(Phase::Queue), None);
+        s.record_request(404, 120, &phases);
+        s.record_request(200, 30, &phases);
+        let snap = s.snapshot();
+        assert_eq!(snap.by_status().collect::<Vec<_>>(), vec![(200, 1), (404, 1)]);
+        assert_eq!(snap.bytes, 150);
+        assert_eq!(snap.phase(Phase::Parse).count(), 2);
+        assert_eq!(snap.phase(Phase::Parse).sum_ns, 6_000);
+        assert_eq!(snap.phase(Phase::Parse).counts[bucket_of(3_000)], 2);
+        assert_eq!(snap.phase(Phase::Total).counts[0], 2);
+        for p in Phase::ALL {
+            if p != Phase::Parse && p != Phase::Total {
+                assert_eq!(snap.phase(p).count(), 0, "{}", p.name());
+            }
+        }
+    }
+
+    #[test]
+    fn trace_rows_are_in_microseconds_since_the_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.csv");
+        let s = Stats::new(true).with_trace(&path, 1.0).unwrap();
+        let mut phases = PhaseTimes::default();
+        phases.set(Phase::Wait, 1_260);
+        phases.set(Phase::DataMiss, 40_000);
+        let at = |ns: u64| s.epoch_ns + ns;
+        s.trace_row(&TraceRow {
+            conn: 7,
+            arrival: at(2_999),
+            service_start: at(5_000),
+            service_end: at(1_000_000),
+            phases: &phases,
+            data: "miss",
+            status: 200,
+            bytes: 512,
+            path: "/a\"b",
+        });
+        s.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let row = text.strip_prefix(TRACE_HEADER).unwrap();
+        let worker = std::thread::current().name().unwrap_or("main").to_string();
+        assert_eq!(
+            row,
+            format!("7,2,5,1000,1.3,,,40.0,miss,,,,,200,512,\"/a\"\"b\",{}/{worker}\n", std::process::id())
+        );
     }
 
     #[test]
