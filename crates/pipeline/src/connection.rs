@@ -641,7 +641,7 @@ impl Connection {
                     self.start += take as usize;
                     *remaining -= take;
                     if *remaining == 0 {
-                        self.await_next_head(p);
+                        self.await_next_head(p, None);
                         continue;
                     }
                     let deadline = *deadline;
@@ -903,7 +903,7 @@ impl Connection {
                     let deadline = Instant::now() + p.settings.header_timeout;
                     self.phase = Phase::Discard { remaining: discard, deadline };
                 } else {
-                    self.await_next_head(p);
+                    self.await_next_head(p, self.tm.idle_since);
                 }
                 None
             }
@@ -1065,11 +1065,16 @@ impl Connection {
     }
 
     fn respond(&mut self, reply: Reply, log: Option<LogRecord>, discard: u64, linger: bool, p: &Pipeline) {
-        if p.stats.timing {
-            self.tm.write_start = Some(now_ns());
-        }
+        // The write starts when its deadline is set: one clock read for both.
+        let now = if p.stats.timing {
+            let ns = now_ns();
+            self.tm.write_start = Some(ns);
+            p.stats.instant_at(ns)
+        } else {
+            Instant::now()
+        };
         self.set_state(ConnState::Writing);
-        let deadline = Instant::now() + p.settings.send_timeout;
+        let deadline = now + p.settings.send_timeout;
         self.phase = Phase::Write(Box::new(Pending { reply, log, discard, linger, sent_mark: 0, deadline }));
     }
 
@@ -1090,12 +1095,14 @@ impl Connection {
             let deadline = Instant::now() + p.settings.header_timeout;
             self.phase = Phase::Discard { remaining: pending.discard, deadline };
         } else {
-            self.await_next_head(p);
+            self.await_next_head(p, self.tm.idle_since);
         }
         None
     }
 
-    fn await_next_head(&mut self, p: &Pipeline) {
+    /// `ended` is when the previous request ended, if just now and timed:
+    /// its timestamp starts the deadlines too instead of another clock read.
+    fn await_next_head(&mut self, p: &Pipeline, ended: Option<u64>) {
         if self.start == self.end {
             // An idle keep-alive connection keeps no buffer until its next
             // request arrives (nginx does the same): ten thousand idle
@@ -1104,7 +1111,7 @@ impl Connection {
             (self.start, self.end) = (0, 0);
             self.set_state(ConnState::KeepAlive);
         }
-        let now = Instant::now();
+        let now = ended.map_or_else(Instant::now, |ns| self.stats.instant_at(ns));
         self.phase = Phase::Head;
         self.head_deadline = now + p.settings.header_timeout;
         self.idle_deadline = now + p.settings.keepalive_timeout;

@@ -454,6 +454,13 @@ impl Stats {
         self.epoch
     }
 
+    /// The `Instant` of a [`now_ns`] timestamp (both are `CLOCK_MONOTONIC`;
+    /// off by the few nanoseconds between the two reads of the epoch), for
+    /// deadlines from a timestamp already taken.
+    pub fn instant_at(&self, ns: u64) -> Instant {
+        self.epoch + Duration::from_nanos(ns.saturating_sub(self.epoch_ns))
+    }
+
     /// Time since the stats were made.
     pub fn uptime(&self) -> Duration {
         self.epoch.elapsed()
