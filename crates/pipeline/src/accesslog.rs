@@ -102,11 +102,17 @@ impl AccessLog {
         let now = h1::http_date_now();
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let buf = &mut inner.buf;
-        let _ = write!(buf, "{} - - [", rec.peer);
+        push_ip(buf, rec.peer);
+        buf.extend_from_slice(b" - - [");
         clf_time(buf, &now);
         buf.extend_from_slice(b"] \"");
         escape_into(buf, rec.request_line.as_deref());
-        let _ = write!(buf, "\" {} {} \"", rec.status, rec.body_bytes);
+        let mut digits = [0; 20];
+        buf.extend_from_slice(b"\" ");
+        buf.extend_from_slice(h1::decimal(rec.status.into(), &mut digits));
+        buf.push(b' ');
+        buf.extend_from_slice(h1::decimal(rec.body_bytes, &mut digits));
+        buf.extend_from_slice(b" \"");
         escape_into(buf, rec.referer.as_deref());
         buf.extend_from_slice(b"\" \"");
         escape_into(buf, rec.user_agent.as_deref());
@@ -211,14 +217,37 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
         buf.push(b'-');
         return;
     };
-    for &b in value.as_bytes() {
-        match b {
-            b'"' | b'\\' => buf.extend_from_slice(&[b'\\', b]),
-            0x20..=0x7e => buf.push(b),
-            _ => {
-                const HEX: &[u8; 16] = b"0123456789ABCDEF";
-                buf.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+    let mut rest = value.as_bytes();
+    // Runs of plain bytes (nearly every byte of every line) are copied whole.
+    while let Some(i) = rest.iter().position(|&b| !matches!(b, 0x20..=0x7e) || b == b'"' || b == b'\\') {
+        buf.extend_from_slice(&rest[..i]);
+        let b = rest[i];
+        if b == b'"' || b == b'\\' {
+            buf.extend_from_slice(&[b'\\', b]);
+        } else {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            buf.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+        }
+        rest = &rest[i + 1..];
+    }
+    buf.extend_from_slice(rest);
+}
+
+/// The client address as `Display` writes it; IPv4 (nearly every line)
+/// without the formatter.
+fn push_ip(buf: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut digits = [0; 20];
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf.push(b'.');
+                }
+                buf.extend_from_slice(h1::decimal(octet.into(), &mut digits));
             }
+        }
+        IpAddr::V6(_) => {
+            let _ = write!(buf, "{ip}");
         }
     }
 }
@@ -226,6 +255,26 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_numbers_and_escapes_match_display() {
+        for ip in ["10.200.3.255", "0.0.0.0", "::1", "2001:db8::8a2e:370:7334", "::ffff:1.2.3.4"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut buf = Vec::new();
+            push_ip(&mut buf, ip);
+            assert_eq!(buf, ip.to_string().as_bytes());
+        }
+        let escaped = |v: &str| {
+            let mut buf = Vec::new();
+            escape_into(&mut buf, Some(v));
+            String::from_utf8(buf).unwrap()
+        };
+        assert_eq!(escaped(""), "");
+        assert_eq!(escaped("plain"), "plain");
+        assert_eq!(escaped("\""), "\\\"");
+        assert_eq!(escaped("a\tb\\"), "a\\x09b\\\\");
+        assert_eq!(escaped("é"), "\\xC3\\xA9");
+    }
 
     #[test]
     fn writes_combined_log_format_with_escapes() {
