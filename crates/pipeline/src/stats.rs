@@ -203,10 +203,24 @@ pub fn bucket_range(i: usize) -> (u64, u64) {
 /// Status codes counted one by one (100..=599).
 const CODES: usize = 500;
 
+/// One phase's histogram in a shard.
+struct PhaseHist {
+    sum_ns: AtomicU64,
+    buckets: [AtomicU64; BUCKETS],
+}
+
+impl PhaseHist {
+    fn record(&self, ns: u64) {
+        self.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
 /// One writer shard.
 struct Shard {
-    buckets: Box<[AtomicU64]>, // PHASES × BUCKETS
-    sum_ns: [AtomicU64; PHASES],
+    /// A fixed-size array, so recording a request's phases unrolls into
+    /// constant offsets without bounds checks.
+    phases: Box<[PhaseHist; PHASES]>,
     status: Box<[AtomicU64]>, // CODES
     bytes: AtomicU64,
     conns: [AtomicI64; 4],
@@ -215,8 +229,10 @@ struct Shard {
 impl Shard {
     fn new() -> Shard {
         Shard {
-            buckets: (0..PHASES * BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-            sum_ns: Default::default(),
+            phases: Box::new(std::array::from_fn(|_| PhaseHist {
+                sum_ns: AtomicU64::new(0),
+                buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            })),
             status: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
             bytes: AtomicU64::new(0),
             conns: Default::default(),
@@ -478,9 +494,7 @@ impl Stats {
     /// Records one duration.
     pub fn record(&self, phase: Phase, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let s = self.shard();
-        s.buckets[phase as usize * BUCKETS + bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
-        s.sum_ns[phase as usize].fetch_add(ns, Ordering::Relaxed);
+        self.shard().phases[phase as usize].record(ns);
     }
 
     /// Counts a response and its bytes on the wire (head and body).
@@ -499,13 +513,10 @@ impl Stats {
     pub fn record_request(&self, status: u16, bytes: u64, phases: &PhaseTimes) {
         let s = self.shard();
         Self::count_into(s, status, bytes);
-        let mut measured = phases.measured;
-        while measured != 0 {
-            let phase = measured.trailing_zeros() as usize;
-            measured &= measured - 1;
-            let ns = phases.ns[phase];
-            s.buckets[phase * BUCKETS + bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
-            s.sum_ns[phase].fetch_add(ns, Ordering::Relaxed);
+        for (i, (hist, ns)) in s.phases.iter().zip(phases.ns).enumerate() {
+            if phases.measured & 1 << i != 0 {
+                hist.record(ns);
+            }
         }
     }
 
@@ -657,12 +668,11 @@ impl Stats {
     pub fn snapshot(&self) -> Snapshot {
         let mut snap = Snapshot::empty(self.uptime());
         for s in self.shards.iter() {
-            for p in 0..PHASES {
-                let h = &mut snap.phases[p];
-                for (b, c) in h.counts.iter_mut().enumerate() {
-                    *c += s.buckets[p * BUCKETS + b].load(Ordering::Relaxed);
+            for (h, ph) in snap.phases.iter_mut().zip(s.phases.iter()) {
+                for (c, b) in h.counts.iter_mut().zip(&ph.buckets) {
+                    *c += b.load(Ordering::Relaxed);
                 }
-                h.sum_ns += s.sum_ns[p].load(Ordering::Relaxed);
+                h.sum_ns += ph.sum_ns.load(Ordering::Relaxed);
             }
             for (i, c) in snap.status.iter_mut().enumerate() {
                 *c += s.status[i].load(Ordering::Relaxed);
