@@ -284,7 +284,10 @@ impl Connection {
             cgi_new: false,
             gauge: ConnState::None,
             stats: pipeline.stats.clone(),
-            tm: Timing { idle_since: pipeline.stats.timing.then(now_ns), ..Timing::default() },
+            tm: Timing {
+                idle_since: pipeline.stats.timing.then(|| pipeline.stats.ns_at(now)),
+                ..Timing::default()
+            },
             split: false,
             conn_id: pipeline.stats.next_conn_id(),
         }

@@ -477,6 +477,13 @@ impl Stats {
         self.epoch + Duration::from_nanos(ns.saturating_sub(self.epoch_ns))
     }
 
+    /// The [`now_ns`] timestamp of an `Instant` (the inverse of
+    /// [`instant_at`](Self::instant_at)).
+    pub fn ns_at(&self, t: Instant) -> u64 {
+        let since = t.saturating_duration_since(self.epoch);
+        self.epoch_ns + u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - self.epoch_ns)
+    }
+
     /// Time since the stats were made.
     pub fn uptime(&self) -> Duration {
         self.epoch.elapsed()
@@ -1245,6 +1252,19 @@ mod tests {
             row,
             format!("7,2,5,1000,1.3,,,40.0,miss,,,,,200,512,\"/a\"\"b\",{}/{worker}\n", std::process::id())
         );
+    }
+
+    #[test]
+    fn instants_and_timestamps_convert_both_ways() {
+        let s = Stats::new(true);
+        let t = Instant::now() + Duration::from_millis(1500);
+        assert_eq!(s.instant_at(s.ns_at(t)), t);
+        let ns = now_ns() + 12_345;
+        assert_eq!(s.ns_at(s.instant_at(ns)), ns);
+        // Both are CLOCK_MONOTONIC: reading one then the other agrees to
+        // well within a second (generous: the machine may be loaded).
+        let (a, b) = (now_ns(), s.ns_at(Instant::now()));
+        assert!(b.abs_diff(a) < 1_000_000_000, "{a} {b}");
     }
 
     #[test]
