@@ -229,10 +229,16 @@ struct Shard {
 impl Shard {
     fn new() -> Shard {
         Shard {
-            phases: Box::new(std::array::from_fn(|_| PhaseHist {
-                sum_ns: AtomicU64::new(0),
-                buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            })),
+            // Collected into the heap one phase at a time: the whole array
+            // built first (28 KiB) would be copied into the box.
+            phases: (0..PHASES)
+                .map(|_| PhaseHist {
+                    sum_ns: AtomicU64::new(0),
+                    buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+                })
+                .collect::<Box<[_]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("PHASES histograms")),
             status: (0..CODES).map(|_| AtomicU64::new(0)).collect(),
             bytes: AtomicU64::new(0),
             conns: Default::default(),
