@@ -345,7 +345,16 @@ impl Connection {
                 path: &path,
             });
         }
-        self.tm = Timing { idle_since: Some(end), ..Timing::default() };
+        // Field by field, so the durations array is not zeroed (`trace_path`
+        // was taken above).
+        tm.idle_since = Some(end);
+        tm.first = None;
+        tm.service_start = None;
+        tm.taken = None;
+        tm.write_start = None;
+        tm.cgi_start = None;
+        tm.phases.clear();
+        tm.data = "";
     }
 
     /// Keeps this connection's access-log records for the caller instead of

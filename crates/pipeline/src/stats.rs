@@ -148,6 +148,12 @@ impl PhaseTimes {
     pub fn get(&self, phase: Phase) -> Option<u64> {
         (self.measured & 1 << phase as usize != 0).then(|| self.ns[phase as usize])
     }
+
+    /// Forgets every phase (for the next request; the durations stay
+    /// behind, unread).
+    pub fn clear(&mut self) {
+        self.measured = 0;
+    }
 }
 
 /// What a connection is doing, for the `connections` gauge.
@@ -1214,6 +1220,9 @@ mod tests {
         assert_eq!(phases.get(Phase::Parse), Some(3_000));
         assert_eq!(phases.get(Phase::Total), Some(0), "zero is measured, not absent");
         assert_eq!(phases.get(Phase::Queue), None);
+        let mut cleared = phases;
+        cleared.clear();
+        assert!(Phase::ALL.iter().all(|p| cleared.get(*p).is_none()));
         s.record_request(404, 120, &phases);
         s.record_request(200, 30, &phases);
         let snap = s.snapshot();
