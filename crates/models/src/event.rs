@@ -123,10 +123,13 @@ pub(crate) fn serve(
     // Every loop is set up before any runs, so a failure leaves nothing behind.
     let mut loops = Vec::new();
     let workers = tuning.workers.max(1);
+    let nudges: Arc<[Waker]> = (0..workers).map(|_| Waker::new()).collect::<io::Result<Vec<_>>>()?.into();
     for i in 0..workers {
         let helpers = helpers(i)?.map(|h| (send_away, h));
         let cap = loop_share(tuning.max_connections, workers, i);
-        loops.push(Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers, cap)?);
+        let mut lp = Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers, cap)?;
+        lp.join_siblings(i, nudges.clone())?;
+        loops.push(lp);
     }
     // Only the loops hold the listener now: when they drop it, it closes.
     drop(listener);
@@ -183,6 +186,7 @@ impl Drop for StopOnPanic {
 const LISTENER: u64 = u32::MAX as u64;
 const STOP: u64 = u32::MAX as u64 - 1;
 const WAKER: u64 = u32::MAX as u64 - 2;
+const NUDGE: u64 = u32::MAX as u64 - 3;
 const MAX_SLOTS: u32 = u32::MAX - 3;
 /// Set in the token of a CGI pipe registered for a connection, so that its
 /// events never pass for the socket's (a pipe's hang-up is not the client's).
@@ -319,6 +323,11 @@ struct Loop {
     accept_resume: Option<Instant>,
     /// Most connections this loop holds (its share of `--max-connections`).
     max_conns: usize,
+    /// Every loop's nudge (this loop's is `nudges[me]`): a loop that stops
+    /// accepting at its cap with connections possibly left in the backlog
+    /// wakes the others, since `EPOLLEXCLUSIVE` may have woken only it.
+    nudges: Arc<[Waker]>,
+    me: usize,
     shutdown: Shutdown,
     stopping: bool,
     pipeline: Arc<Pipeline>,
@@ -354,6 +363,8 @@ impl Loop {
             listening: true,
             accept_resume: None,
             max_conns: max_conns.max(1),
+            nudges: Arc::from(Vec::new()),
+            me: 0,
             shutdown,
             stopping: false,
             pipeline,
@@ -362,6 +373,14 @@ impl Loop {
             conns: Slab::default(),
             timers: Timers::default(),
         })
+    }
+
+    /// Registers this loop's nudge among `nudges` (one per loop).
+    fn join_siblings(&mut self, me: usize, nudges: Arc<[Waker]>) -> io::Result<()> {
+        self.poller.add(&nudges[me], NUDGE, Interest::READABLE, Trigger::Level)?;
+        self.me = me;
+        self.nudges = nudges;
+        Ok(())
     }
 
     fn run(&mut self) -> io::Result<()> {
@@ -385,6 +404,13 @@ impl Loop {
                     LISTENER => self.accept(),
                     STOP => self.begin_stop(),
                     WAKER => self.collect_replies(),
+                    NUDGE => {
+                        // Reset before accepting, so a later nudge is not lost.
+                        self.nudges[self.me].reset();
+                        if self.listening {
+                            self.accept();
+                        }
+                    }
                     token => self.ready(token, event),
                 }
             }
@@ -403,6 +429,13 @@ impl Loop {
             if self.conns.live >= self.max_conns {
                 // Full: `watch_listener` takes the listener out before the
                 // next wait, and puts it back once a connection closes.
+                // The backlog may still hold connections that a loop with
+                // room was not woken for: wake the others to look.
+                for (i, nudge) in self.nudges.iter().enumerate() {
+                    if i != self.me {
+                        nudge.wake();
+                    }
+                }
                 return;
             }
             // accept4 makes the socket non-blocking in the same call.

@@ -111,6 +111,11 @@ impl Server {
         let errors = options.error_log.as_deref().unwrap_or("-");
         let error_log =
             ErrorLog::open(LogTarget::parse(errors)).with_context(|| format!("--error-log {errors}"))?;
+        let tuning = options.tuning();
+        if model.caps.event_driven && tuning.max_connections < tuning.workers.max(1) {
+            // Every loop needs at least one connection of its own.
+            bail!("--max-connections {} is below --workers {}", tuning.max_connections, tuning.workers);
+        }
         let mut stats = pipeline::Stats::new(!options.no_timing.unwrap_or(false));
         if let Some(path) = &options.trace {
             let sample = options.trace_sample.unwrap_or(0.01);

@@ -79,6 +79,23 @@ fn unknown_model_exits_2_and_lists_models() {
 }
 
 #[test]
+fn fewer_connections_than_event_loops_exits_2() {
+    let out = run_modus(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--model",
+        "event",
+        "--workers",
+        "4",
+        "--max-connections",
+        "2",
+    ]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("--max-connections"), "{}", out.stderr);
+}
+
+#[test]
 fn unknown_flag_exits_2() {
     let out = run_modus(&["serve", "--listen", "127.0.0.1:0", "--no-such-flag"]);
     assert_exit(&out, 2);
