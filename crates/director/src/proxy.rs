@@ -1138,10 +1138,14 @@ impl Director {
         if relay.done {
             // The backend is free as soon as its response is read, whatever
             // the client's speed: reuse it only if the exchange was clean.
+            // A body that is Done is only copied into `bc.out`; if a backend
+            // answered early, part of it may still be unsent, and the next
+            // request on that connection would be read as its tail.
             let reuse = !relay.backend_close
                 && relay.framing != Framing::Close
                 && bc.inbuf.is_empty()
-                && matches!(ex.body, ReqBody::Done);
+                && matches!(ex.body, ReqBody::Done)
+                && bc.out_pos == bc.out.len();
             if !matches!(ex.body, ReqBody::Done) {
                 // The backend answered before the whole body was sent: the
                 // rest of it is unread, so the client connection must close.
@@ -1195,7 +1199,7 @@ impl Director {
         backend.served += 1;
         if let Some(bc) = self.bconns.get_mut(btoken) {
             bc.client = None;
-            if reuse && backend.up {
+            if reuse && backend.up && bc.out_pos == bc.out.len() {
                 bc.reused = true;
                 bc.out.clear();
                 bc.out_pos = 0;
