@@ -45,6 +45,11 @@ const READ_SIZE: usize = 16 << 10;
 const IN_CHUNK: usize = 64 << 10;
 /// A partial stderr line is logged once it grows this long.
 const MAX_STDERR_LINE: usize = 4096;
+/// Stderr lines logged per run; the rest is read and dropped, so a script
+/// that floods stderr cannot fill the error log.
+const MAX_STDERR_LINES: u32 = 1000;
+/// One read of stderr.
+const STDERR_READ: usize = 4096;
 
 /// How the script's body reaches the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +81,9 @@ enum Out {
 pub(crate) enum Step {
     /// Call again when a descriptor of [`CgiRun::waiting`] is ready, or at the deadline.
     Wait(Instant),
+    /// The deadline passed without progress (found by `pump` itself, as a
+    /// script that floods stderr keeps its pipe ready): kill it.
+    TimedOut,
     /// The response is out and the script reaped.
     Done { close: bool },
     /// Nothing was sent: answer with this status and close.
@@ -102,6 +110,7 @@ pub(crate) struct CgiRun {
     script_head: Vec<u8>,
     state: Out,
     stderr_line: Vec<u8>,
+    stderr_lines_logged: u32,
     /// The status sent (or to send).
     pub status: u16,
     /// The final response head has been queued: a failure can no longer be told.
@@ -144,6 +153,7 @@ impl CgiRun {
             script_head: Vec::new(),
             state: Out::Head,
             stderr_line: Vec::new(),
+            stderr_lines_logged: 0,
             status: 200,
             started: false,
             body_bytes: 0,
@@ -195,10 +205,11 @@ impl CgiRun {
     /// Moves every byte that can move now.
     pub fn pump(&mut self, sock: &TcpStream, p: &Pipeline) -> Step {
         let mut moved = false;
+        // Stderr is drained (a full pipe would stall the script) but is not
+        // progress, and only a bounded amount per call: a script writing it
+        // non-stop must neither keep us here nor escape its timeout.
+        self.pump_stderr(p);
         loop {
-            // Stderr is drained (a full pipe would stall the script) but is
-            // not progress: a script that only logs, forever, still times out.
-            let logged = self.pump_stderr(p);
             let mut progress = false;
             match self.pump_stdin(sock) {
                 Ok(true) => progress = true,
@@ -250,15 +261,18 @@ impl CgiRun {
                     };
                 }
             }
-            if !progress && !logged {
+            if !progress {
                 break;
             }
-            moved |= progress;
+            moved = true;
         }
+        let now = Instant::now();
         if moved {
             // A timeout for a script that makes no progress (Apache's
             // `Timeout`): moving its input or output moves it.
-            self.deadline = Instant::now() + self.timeout;
+            self.deadline = now + self.timeout;
+        } else if now >= self.deadline {
+            return Step::TimedOut;
         }
         Step::Wait(self.deadline)
     }
@@ -462,33 +476,40 @@ impl CgiRun {
     }
 
     /// The script's stderr into the error log, a line at a time, each
-    /// tagged with the script's name.
-    fn pump_stderr(&mut self, p: &Pipeline) -> bool {
-        let Some(stderr) = &self.sp.process.stderr else { return false };
-        let mut buf = [0u8; 4096];
-        match rustix::io::read(stderr, &mut buf) {
-            Ok(0) | Err(Errno::BADF | Errno::IO) => {
-                self.sp.process.stderr = None;
-                self.flush_stderr(p, true);
-                true
+    /// tagged with the script's name: until it would block, or at most the
+    /// pipe's capacity. That bound still empties everything that was in
+    /// the pipe when this call began (reads take the oldest bytes first),
+    /// so what is left was written since and an edge-triggered poller
+    /// reports it again.
+    fn pump_stderr(&mut self, p: &Pipeline) {
+        let Some(stderr) = &self.sp.process.stderr else { return };
+        let budget = rustix::pipe::fcntl_getpipe_size(stderr).unwrap_or(64 << 10).max(STDERR_READ);
+        let mut read = 0;
+        let mut buf = [0u8; STDERR_READ];
+        while read < budget {
+            let Some(stderr) = &self.sp.process.stderr else { return };
+            match rustix::io::read(stderr, &mut buf) {
+                Ok(0) | Err(Errno::BADF | Errno::IO) => {
+                    self.sp.process.stderr = None;
+                    self.flush_stderr(p, true);
+                    return;
+                }
+                Ok(n) => {
+                    read += n;
+                    if self.stderr_lines_logged < MAX_STDERR_LINES {
+                        self.stderr_line.extend_from_slice(&buf[..n]);
+                        self.flush_stderr(p, false);
+                    }
+                }
+                Err(Errno::INTR) => {}
+                Err(_) => return,
             }
-            Ok(n) => {
-                self.stderr_line.extend_from_slice(&buf[..n]);
-                self.flush_stderr(p, false);
-                true
-            }
-            Err(Errno::INTR) => true,
-            Err(_) => false,
         }
     }
 
     /// Logs what the script wrote to stderr before it ended.
     fn drain_stderr(&mut self, p: &Pipeline) {
-        for _ in 0..64 {
-            if !self.pump_stderr(p) {
-                break;
-            }
-        }
+        self.pump_stderr(p);
         self.flush_stderr(p, true);
     }
 
@@ -503,7 +524,20 @@ impl CgiRun {
         }
     }
 
-    fn log_stderr(&self, p: &Pipeline, line: &[u8]) {
+    fn log_stderr(&mut self, p: &Pipeline, line: &[u8]) {
+        if self.stderr_lines_logged >= MAX_STDERR_LINES {
+            return;
+        }
+        self.stderr_lines_logged += 1;
+        if self.stderr_lines_logged == MAX_STDERR_LINES {
+            self.stderr_line.clear();
+            p.error_log.error(format_args!(
+                "cgi {}: stderr truncated after {} lines; the rest is dropped",
+                self.sp.process.name,
+                MAX_STDERR_LINES - 1
+            ));
+            return;
+        }
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         // Escaped: a script must not forge log lines with control characters.
         let text: String = String::from_utf8_lossy(line)

@@ -685,17 +685,8 @@ impl Connection {
     pub fn timed_out(&mut self, p: &Pipeline) -> bool {
         match std::mem::replace(&mut self.phase, Phase::Head) {
             Phase::Cgi(cgi) => {
-                let (mut run, plan) = *cgi;
-                // --cgi-timeout: the script made no progress; its whole
-                // process group goes (bad-input K12).
-                run.kill();
-                p.error_log.error(format_args!("cgi {}: timed out; killed", run.sp.process.name));
-                if !run.started {
-                    self.fail_planned(plan, 504, p);
-                    return true;
-                }
-                self.log_cgi(&run, plan, p);
-                return false;
+                let (run, plan) = *cgi;
+                return self.cgi_timed_out(run, plan, p);
             }
             Phase::CgiBody(collect) => {
                 self.fail_planned(collect.plan, 408, p);
@@ -889,6 +880,20 @@ impl Connection {
         }
     }
 
+    /// --cgi-timeout: the script made no progress; its whole process group
+    /// goes (bad-input K12). `true`: a 504 is queued; `false`: output had
+    /// begun, so only a close can tell the client.
+    fn cgi_timed_out(&mut self, mut run: CgiRun, plan: Plan, p: &Pipeline) -> bool {
+        run.kill();
+        p.error_log.error(format_args!("cgi {}: timed out; killed", run.sp.process.name));
+        if !run.started {
+            self.fail_planned(plan, 504, p);
+            return true;
+        }
+        self.log_cgi(&run, plan, p);
+        false
+    }
+
     /// Streams a script's I/O. `Some` ends `drive`.
     fn drive_cgi(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
         let Phase::Cgi(cgi) = std::mem::replace(&mut self.phase, Phase::Head) else {
@@ -899,6 +904,13 @@ impl Connection {
             Step::Wait(deadline) => {
                 self.phase = Phase::Cgi(Box::new((run, plan)));
                 Some(Want::Pipes(deadline))
+            }
+            Step::TimedOut => {
+                if self.cgi_timed_out(run, plan, p) {
+                    None
+                } else {
+                    Some(Want::Close)
+                }
             }
             Step::Done { close } => {
                 let discard = plan.discard + run.body_remaining;

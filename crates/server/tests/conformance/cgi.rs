@@ -38,6 +38,7 @@ const SCRIPTS: &[(&str, &str)] = &[
         "sleep 30 &\necho $! > \"$PIDFILE_DIR/background.tmp\"\nmv \"$PIDFILE_DIR/background.tmp\" \"$PIDFILE_DIR/background.pid\"\nexec sleep 30\n",
     ),
     ("chatty", "while :; do echo tick >&2; sleep 0.2; done\n"),
+    ("flood", "exec yes noise >&2\n"),
     (
         "moved",
         "printf 'Status: 302 Found\\nLocation: http://example.org/new\\nContent-Type: text/html\\n\\n<a href=\"http://example.org/new\">moved</a>\\n'\n",
@@ -500,6 +501,28 @@ fn stderr_output_is_not_progress() {
     let r = t.srv.client().request("GET", "/cgi-bin/chatty", &[]);
     r.assert_status(504);
     assert!(t.srv.stderr().lines().any(|l| l.contains("cgi /cgi-bin/chatty: tick")), "{}", t.srv.stderr());
+}
+
+#[test]
+fn a_script_flooding_stderr_times_out_without_stalling_the_server() {
+    let t = cgi_server(&["--cgi-timeout", "1s"]);
+    let mut flood = t.srv.client();
+    flood.send("GET /cgi-bin/flood HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    // Served while the script floods: the loop (or worker) driving it
+    // must not be stuck draining stderr.
+    assert!(poll_until(|| t.srv.stderr().contains("cgi /cgi-bin/flood: noise")), "{}", t.srv.stderr());
+    for _ in 0..5 {
+        let r = t.srv.client().request("GET", "/hello.txt", &[]);
+        r.assert_status(200);
+        assert_eq!(r.body_str(), HELLO);
+    }
+    let r = flood.read_response("GET");
+    r.assert_status(504);
+    // The log holds a bounded number of its lines, then says it dropped the rest.
+    let log = t.srv.stderr();
+    let noise = log.lines().filter(|l| l.contains("cgi /cgi-bin/flood: noise")).count();
+    assert!((1..=1000).contains(&noise), "{noise} stderr lines logged");
+    assert!(log.contains("cgi /cgi-bin/flood: stderr truncated"), "no truncation line");
 }
 
 #[test]
