@@ -241,35 +241,59 @@ impl Limiter {
     }
 }
 
-/// Failures (5xx, timeouts, connect failures, broken responses) in a
-/// sliding window: passive health.
+/// Passive health: exchange outcomes in a sliding window, in buckets of a
+/// sixteenth of it (memory stays bounded whatever the request rate). A
+/// failure is a connect error, a timeout, a broken response or a 502/504
+/// (nginx's default `proxy_next_upstream error timeout`, plus gateway
+/// errors); a 500 or 503 is the application's answer, not a sick backend.
+/// A backend is taken out when at least `threshold` failures fell in the
+/// window *and* they are at least half of its exchanges, so a busy backend
+/// that fails one request in ten stays in.
 #[derive(Clone, Debug, Default)]
 pub struct FailureWindow {
-    times: VecDeque<Instant>,
+    /// (bucket start, exchanges, failures), oldest first.
+    buckets: VecDeque<(Instant, u32, u32)>,
 }
 
 impl FailureWindow {
-    /// Records a failure at `now`; true if `threshold` (> 0) failures fell
-    /// within `window` of it.
-    pub fn record(&mut self, now: Instant, window: Duration, threshold: usize) -> bool {
-        self.times.push_back(now);
-        while self.times.front().is_some_and(|&t| now.duration_since(t) > window) {
-            self.times.pop_front();
+    /// Records an exchange at `now`; true if it failed and the window now
+    /// holds at least `threshold` (> 0) failures making up at least half
+    /// of its exchanges.
+    pub fn record(&mut self, now: Instant, failed: bool, window: Duration, threshold: usize) -> bool {
+        self.expire(now, window);
+        match self.buckets.back_mut() {
+            Some((start, total, failures)) if now.duration_since(*start) < window / 16 => {
+                *total += 1;
+                *failures += u32::from(failed);
+            }
+            _ => self.buckets.push_back((now, 1, u32::from(failed))),
         }
-        while self.times.len() > threshold.max(1) {
-            self.times.pop_front();
-        }
-        threshold > 0 && self.times.len() >= threshold
+        let (total, failures) = self.counts();
+        failed && threshold > 0 && failures as usize >= threshold && failures * 2 >= total
     }
 
-    /// Forgets the failures (the backend came back).
+    fn expire(&mut self, now: Instant, window: Duration) {
+        while self.buckets.front().is_some_and(|&(t, _, _)| now.duration_since(t) > window) {
+            self.buckets.pop_front();
+        }
+    }
+
+    fn counts(&self) -> (u32, u32) {
+        self.buckets.iter().fold((0, 0), |(t, f), &(_, total, failures)| (t + total, f + failures))
+    }
+
+    /// Forgets the outcomes (the backend came back).
     pub fn clear(&mut self) {
-        self.times.clear();
+        self.buckets.clear();
     }
 
     /// Failures within `window` of `now`.
     pub fn recent(&self, now: Instant, window: Duration) -> usize {
-        self.times.iter().filter(|&&t| now.duration_since(t) <= window).count()
+        self.buckets
+            .iter()
+            .filter(|&&(t, _, _)| now.duration_since(t) <= window)
+            .map(|&(_, _, f)| f as usize)
+            .sum()
     }
 }
 
@@ -556,17 +580,34 @@ mod tests {
     }
 
     #[test]
-    fn failures_take_a_backend_out_only_in_a_burst() {
+    fn failures_take_a_backend_out_only_in_a_burst_and_as_a_share() {
         let start = Instant::now();
         let window = Duration::from_secs(2);
         let mut w = FailureWindow::default();
         for i in 0..4 {
-            assert!(!w.record(start + Duration::from_secs(2 * i), window, 3), "spread out: {i}");
+            assert!(!w.record(start + Duration::from_secs(2 * i), true, window, 3), "spread out: {i}");
         }
         let later = start + Duration::from_secs(10);
-        assert!(!w.record(later, window, 3));
-        assert!(!w.record(later, window, 3));
-        assert!(w.record(later, window, 3), "three within the window");
-        assert!(!FailureWindow::default().record(later, window, 0), "threshold 0: passive health off");
+        assert!(!w.record(later, true, window, 3));
+        assert!(!w.record(later, true, window, 3));
+        assert!(w.record(later, true, window, 3), "three within the window");
+        assert!(!FailureWindow::default().record(later, true, window, 0), "threshold 0: passive health off");
+        // A steady rate with one exchange in ten failing: never out.
+        let mut w = FailureWindow::default();
+        for i in 0..2000u32 {
+            let at = later + Duration::from_millis(u64::from(i));
+            assert!(!w.record(at, i % 10 == 0, window, 3), "1 in 10 failed, exchange {i}");
+        }
+        assert_eq!(w.recent(later + Duration::from_millis(1999), window), 200);
+        // Then the backend fails everything: out once failures are half.
+        let mut out_after = None;
+        for i in 0..4000u32 {
+            if w.record(later + Duration::from_millis(2000 + u64::from(i)), true, window, 3) {
+                out_after = Some(i);
+                break;
+            }
+        }
+        let n = out_after.expect("all failing takes it out");
+        assert!(n > 3 && n < 2000, "{n}");
     }
 }

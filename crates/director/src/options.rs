@@ -106,10 +106,10 @@ pub struct DirectOptions {
     #[arg(long, default_value = "500ms", value_name = "DURATION")]
     pub health_timeout: Dur,
 
-    /// Passive health: this many failures (500/502/503/504 responses,
+    /// Passive health: at least this many failures (502/504 responses,
     /// timeouts, failed connections, broken responses) within
-    /// `--fail-window` take a backend out until a health check passes
-    /// (0: off)
+    /// `--fail-window`, and at least half of its exchanges, take a backend
+    /// out until a health check passes (0: off)
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub max_fails: usize,
 

@@ -86,6 +86,11 @@ const HEALTH_RISE: u32 = 2;
 fn is_server_error(status: u16) -> bool {
     matches!(status, 500 | 502 | 503 | 504)
 }
+/// Passive health counts only gateway errors among statuses (a 500 or 503
+/// is the application's answer; see `backend::FailureWindow`).
+fn is_gateway_error(status: u16) -> bool {
+    matches!(status, 502 | 504)
+}
 /// How far back requests/s looks.
 const RATE_WINDOW: Duration = Duration::from_secs(5);
 
@@ -1014,10 +1019,9 @@ impl Director {
                             continue;
                         }
                         ex.status = head.status;
-                        let mut failed = false;
                         if let Some((sent, inflight)) = ex.sent {
                             let latency = sent.elapsed();
-                            failed = is_server_error(head.status);
+                            let failed = is_server_error(head.status);
                             let backend = &mut self.backends[b];
                             backend.limiter.sample(latency, failed, inflight);
                             record(&mut self.latencies.backend, latency);
@@ -1049,8 +1053,10 @@ impl Director {
                         });
                         c.phase = Phase::Response;
                         c.deadline = Some(Instant::now() + cfg.send_timeout);
-                        if failed {
-                            self.passive_failure(b, "5xx");
+                        if is_gateway_error(head.status) {
+                            self.passive_failure(b, "gateway_error");
+                        } else {
+                            self.passive_success(b);
                         }
                         return Step::Again;
                     }
@@ -1487,10 +1493,17 @@ impl Director {
     fn passive_failure(&mut self, b: usize, kind: &str) {
         self.count_failure(b, kind);
         let (window, threshold) = (self.cfg.fail_window, self.cfg.max_fails);
-        if self.backends[b].failures.record(Instant::now(), window, threshold) && self.backends[b].up {
+        if self.backends[b].failures.record(Instant::now(), true, window, threshold) && self.backends[b].up {
             self.mark_down(b, "too many failures");
             self.dispatch_queue();
         }
+    }
+
+    /// Passive health: an exchange that got a response head (the failure
+    /// share needs the successes too).
+    fn passive_success(&mut self, b: usize) {
+        let window = self.cfg.fail_window;
+        self.backends[b].failures.record(Instant::now(), false, window, 0);
     }
 
     /// Brings a backend back into rotation.

@@ -868,10 +868,10 @@ fn slow_uploads_do_not_hold_a_backend_slot() {
 // ----- health ------------------------------------------------------------------
 
 #[test]
-fn a_burst_of_server_errors_takes_a_backend_out() {
+fn a_burst_of_gateway_errors_takes_a_backend_out() {
     let backend = TestBackend::start(|head, _| {
         if head.contains("/boom") {
-            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom".to_vec()
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 4\r\n\r\nboom".to_vec()
         } else {
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
         }
@@ -894,17 +894,57 @@ fn a_burst_of_server_errors_takes_a_backend_out() {
     let mut c = d.client();
     c.request("GET", "/", &[]).assert_status(200);
     // Two are not a burst.
-    c.request("GET", "/boom", &[]).assert_status(500);
-    c.request("GET", "/boom", &[]).assert_status(500);
+    c.request("GET", "/boom", &[]).assert_status(502);
+    c.request("GET", "/boom", &[]).assert_status(502);
     c.request("GET", "/", &[]).assert_status(200);
     assert!(status(&d).contains("health=up"));
-    c.request("GET", "/boom", &[]).assert_status(500);
+    c.request("GET", "/boom", &[]).assert_status(502);
     let st = status(&d);
     assert!(st.contains("health=down"), "{st}");
     // Out of rotation: answered at once by the director, not the backend.
     let r = d.client().request("GET", "/", &[]);
     r.assert_status(502);
     assert_eq!(backend.requests().len(), 5);
+}
+
+#[test]
+fn a_steady_share_of_errors_does_not_take_a_backend_out() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let seen = n.clone();
+    let backend = TestBackend::start(move |_, _| match seen.fetch_add(1, Ordering::SeqCst) % 20 {
+        0 => b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 4\r\n\r\nboom".to_vec(),
+        10 => b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom".to_vec(),
+        _ => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+    });
+    let d = director(
+        &[backend.addr],
+        &[
+            "--max-fails",
+            "3",
+            "--fail-window",
+            "1m",
+            "--health-interval",
+            "1h",
+            "--status-path",
+            "/.director",
+        ],
+    );
+    let mut c = d.client();
+    let mut answered = [0usize; 3];
+    for _ in 0..200 {
+        match c.request("GET", "/", &[]).status {
+            200 => answered[0] += 1,
+            500 => answered[1] += 1,
+            502 => answered[2] += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    // One in ten failed (half of them gateway errors), well over --max-fails
+    // in the window, but never half of the exchanges: the backend answered
+    // all of them.
+    assert_eq!(answered, [180, 10, 10]);
+    assert_eq!(n.load(Ordering::SeqCst), 200);
+    assert!(status(&d).contains("health=up"));
 }
 
 #[test]
@@ -1037,7 +1077,7 @@ fn the_adaptive_limit_drops_when_concurrency_slows_the_backend() {
 fn admin_status_json_and_metrics_count_a_known_sequence() {
     let backend = TestBackend::start(|head, _| {
         if head.contains("/boom") {
-            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom".to_vec()
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 4\r\n\r\nboom".to_vec()
         } else {
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
         }
@@ -1048,7 +1088,7 @@ fn admin_status_json_and_metrics_count_a_known_sequence() {
     for _ in 0..3 {
         c.request("GET", "/", &[]).assert_status(200);
     }
-    c.request("GET", "/boom", &[]).assert_status(500);
+    c.request("GET", "/boom", &[]).assert_status(502);
     let mut bad = d.client();
     bad.send("GET / HTTP/1.1\r\n\r\n");
     bad.read_response("GET").assert_status(400);
@@ -1063,7 +1103,7 @@ fn admin_status_json_and_metrics_count_a_known_sequence() {
     assert_eq!(v["model"], "direct");
     assert_eq!(v["requests_total"], 5, "{v:#}");
     assert_eq!(v["responses"]["200"], 3, "{v:#}");
-    assert_eq!(v["responses"]["500"], 1, "{v:#}");
+    assert_eq!(v["responses"]["502"], 1, "{v:#}");
     assert_eq!(v["responses"]["400"], 1, "{v:#}");
     assert_eq!(v["admission"]["refused"]["bad_request"], 1, "{v:#}");
     assert_eq!(v["admission"]["in_flight"], 0, "{v:#}");
@@ -1104,11 +1144,11 @@ fn admin_status_json_and_metrics_count_a_known_sequence() {
         }
     };
     assert_eq!(value("modus_director_requests_total", Some(("status", "200"))), 3.0);
-    assert_eq!(value("modus_director_requests_total", Some(("status", "500"))), 1.0);
+    assert_eq!(value("modus_director_requests_total", Some(("status", "502"))), 1.0);
     assert_eq!(value("modus_director_requests_total", Some(("status", "400"))), 1.0);
     assert_eq!(value("modus_director_request_duration_seconds", None), 5.0);
     assert_eq!(value("modus_director_backend_response_seconds", None), 4.0);
-    assert_eq!(value("modus_director_backend_failures_total", Some(("kind", "5xx"))), 1.0);
+    assert_eq!(value("modus_director_backend_failures_total", Some(("kind", "gateway_error"))), 1.0);
     assert_eq!(value("modus_director_backend_up", None), 1.0);
     assert_eq!(value("modus_director_backend_limit", Some(("kind", "effective"))), 64.0);
     assert_eq!(value("modus_director_queue_length", None), 0.0);
