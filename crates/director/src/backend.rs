@@ -342,6 +342,8 @@ pub struct Backend {
     pub probe_successes: u32,
     /// Active checks that failed.
     pub probe_failures: u64,
+    /// Active checks: consecutive failures since the last success.
+    pub probe_failures_in_row: u32,
     /// The adaptive concurrency limit.
     pub limiter: Limiter,
     /// The monitor's verdict.
@@ -381,6 +383,7 @@ impl Backend {
             failures: FailureWindow::default(),
             probe_successes: 0,
             probe_failures: 0,
+            probe_failures_in_row: 0,
             limiter,
             monitor: if monitored { MonitorState::Unknown } else { MonitorState::Off },
             monitor_seen: None,

@@ -82,7 +82,11 @@ const PROBE: u64 = 5;
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Consecutive passing health checks that bring a backend back.
 const HEALTH_RISE: u32 = 2;
-/// Statuses that count as backend failures (passive health, limiter).
+/// Consecutive failing health checks that take a backend out (one lost
+/// check is not an outage; with the 500 ms default interval a dead backend
+/// is still out within about a second).
+const HEALTH_FALL: u32 = 2;
+/// Statuses that count as failures for the adaptive limiter.
 fn is_server_error(status: u16) -> bool {
     matches!(status, 500 | 502 | 503 | 504)
 }
@@ -1811,22 +1815,24 @@ impl Director {
         }
     }
 
-    /// A check failing takes the backend out at once (the check has a
-    /// sub-second deadline, so a hung backend is out within about one
-    /// interval plus the timeout); [`HEALTH_RISE`] passing in a row bring it
-    /// back.
+    /// [`HEALTH_FALL`] checks failing in a row take the backend out (the
+    /// check has a sub-second deadline, so a hung backend is out within
+    /// about two intervals plus the timeout); [`HEALTH_RISE`] passing in a
+    /// row bring it back.
     fn probe_result(&mut self, b: usize, ok: bool) {
         let backend = &mut self.backends[b];
         if ok {
             backend.probe_successes += 1;
+            backend.probe_failures_in_row = 0;
             if !backend.up && backend.probe_successes >= HEALTH_RISE {
                 self.mark_up(b);
             }
         } else {
             backend.probe_failures += 1;
             backend.probe_successes = 0;
+            backend.probe_failures_in_row += 1;
             self.count_failure(b, "health_check");
-            if self.backends[b].up {
+            if self.backends[b].up && self.backends[b].probe_failures_in_row >= HEALTH_FALL {
                 self.mark_down(b, "health check failed");
                 self.dispatch_queue();
             }

@@ -1250,3 +1250,30 @@ fn an_early_answer_never_leaves_a_pooled_connection_with_unsent_body() {
         assert_eq!(r.body_str(), path, "round {round}: a response meant for another request");
     }
 }
+
+#[test]
+fn one_failed_health_check_in_a_row_does_not_take_a_backend_out() {
+    let checks = Arc::new(AtomicUsize::new(0));
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (seen, dead) = (checks.clone(), broken.clone());
+    let backend = TestBackend::start(move |head, _| {
+        if head.contains("/health") {
+            // Every other check fails, then (once `dead`) all of them.
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            if dead.load(Ordering::SeqCst) || n % 2 == 1 {
+                return b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nsick".to_vec();
+            }
+        }
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+    });
+    let d = director(
+        &[backend.addr],
+        &["--health-path", "/health", "--health-interval", "20ms", "--status-path", "/.director"],
+    );
+    eventually("20 health checks", || checks.load(Ordering::SeqCst) >= 20);
+    let st = status(&d);
+    assert!(st.contains("health=up"), "alternate failures are never two in a row:\n{st}");
+    d.client().request("GET", "/", &[]).assert_status(200);
+    broken.store(true, Ordering::SeqCst);
+    wait_status(&d, "health=down", |s| s.contains("health=down"));
+}
