@@ -7,7 +7,8 @@
 //!
 //! Beyond the paper (whose only overload signal is the monitor), the
 //! director measures each backend itself: every exchange yields a sample,
-//! the time from sending the request to the backend's response head, and
+//! the time from the whole request (head and body) being written to the
+//! backend to its response head (a slow upload is not backend latency), and
 //! whether it failed (a 500/502/503/504, a timeout, a broken connection).
 //! A [`Limiter`] turns the samples into a limit on requests in flight,
 //! always within `[1, --max-backend-conns]`; admission uses the smaller of

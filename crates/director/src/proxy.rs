@@ -225,8 +225,13 @@ struct Exchange {
     queued_at: Option<Instant>,
     /// The request was parsed (REQUEST done).
     started: Instant,
-    /// The request went to the backend, which then had this many requests
-    /// in flight (the limiter's samples).
+    /// The backend's requests in flight when this one was attached.
+    attached_inflight: usize,
+    /// When the whole request (head and body) had been written to the
+    /// backend, and `attached_inflight`: the limiter's latency clock
+    /// starts there, so a client's slow upload is not the backend's
+    /// latency. `None` before (an early answer or a failure during the
+    /// upload gives no latency sample).
     sent: Option<(Instant, usize)>,
     /// The status answered (relayed or local).
     status: u16,
@@ -814,6 +819,7 @@ impl Director {
                             close_after: false,
                             queued_at: None,
                             started: Instant::now(),
+                            attached_inflight: 0,
                             sent: None,
                             status: 0,
                         });
@@ -909,7 +915,8 @@ impl Director {
         self.backends[b].inflight += 1;
         let now = Instant::now();
         ex.backend = Some((b, btoken));
-        ex.sent = Some((now, self.backends[b].inflight));
+        ex.attached_inflight = self.backends[b].inflight;
+        ex.sent = None;
         if let Some(queued) = ex.queued_at.take() {
             let waited = now.duration_since(queued);
             record(&mut self.latencies.queue, waited);
@@ -1009,6 +1016,9 @@ impl Director {
                 return self.backend_failed(token, retry, "backend connection failed");
             }
         }
+        if ex.sent.is_none() && matches!(ex.body, ReqBody::Done) && bc.out_pos == bc.out.len() {
+            ex.sent = Some((Instant::now(), ex.attached_inflight));
+        }
 
         if c.phase == Phase::Receive {
             loop {
@@ -1023,9 +1033,12 @@ impl Director {
                             continue;
                         }
                         ex.status = head.status;
+                        let failed = is_server_error(head.status);
+                        if failed {
+                            self.backends[b].server_errors += 1;
+                        }
                         if let Some((sent, inflight)) = ex.sent {
                             let latency = sent.elapsed();
-                            let failed = is_server_error(head.status);
                             let backend = &mut self.backends[b];
                             backend.limiter.sample(latency, failed, inflight);
                             record(&mut self.latencies.backend, latency);
@@ -1034,9 +1047,6 @@ impl Director {
                                 .backend_response
                                 .get_or_create(&label("backend", &backend.name))
                                 .observe(latency.as_secs_f64());
-                            if failed {
-                                backend.server_errors += 1;
-                            }
                         }
                         let keep = ex.keep_alive && !ex.close_after;
                         let (bytes, to_client, keep) = client_head(&head, ex.client_11, keep);
@@ -2231,6 +2241,7 @@ fn respond_local(
         close_after: true,
         queued_at: None,
         started: Instant::now(),
+        attached_inflight: 0,
         sent: None,
         status,
     });
