@@ -254,6 +254,9 @@ struct Client {
     /// A chunked body being pre-buffered in REQUEST: its decoder and the
     /// bytes after the head it has consumed.
     chunk_scan: Option<(Box<ChunkedDecoder>, usize)>,
+    /// The director answered `100 Continue` to the request being read (it
+    /// pre-buffers the body itself; RFC 9110 §10.1.1 lets a proxy do so).
+    continued: bool,
     ex: Option<Exchange>,
 }
 
@@ -672,6 +675,7 @@ impl Director {
                     armed: None,
                     head_started: Some(now),
                     chunk_scan: None,
+                    continued: false,
                     ex: None,
                 },
             );
@@ -759,8 +763,8 @@ impl Director {
                             respond_local(c, 413, "text/plain", &page, &[], false, true);
                             return Step::Again;
                         }
-                        BodyFraming::Length(n) if n <= PREBUFFER && !head.expect_continue => n as usize,
-                        BodyFraming::Chunked if !head.expect_continue => {
+                        BodyFraming::Length(n) if n <= PREBUFFER => n as usize,
+                        BodyFraming::Chunked => {
                             let (decoder, scanned) = c
                                 .chunk_scan
                                 .get_or_insert_with(|| (Box::new(ChunkedDecoder::new(cfg.max_body)), 0));
@@ -785,9 +789,23 @@ impl Director {
                         }
                         _ => 0,
                     };
+                    if c.inbuf.len() < len + small
+                        && head.expect_continue
+                        && head.version == h1::Version::Http11
+                        && !c.continued
+                    {
+                        // The body is pre-buffered here, so the client is
+                        // told to send it now rather than when a backend
+                        // slot frees (a client that never sends it then
+                        // holds no slot).
+                        c.continued = true;
+                        c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                        return Step::Again;
+                    }
                     if c.inbuf.len() >= len + small {
                         c.inbuf.drain(..len);
                         c.chunk_scan = None;
+                        let continued = std::mem::take(&mut c.continued);
                         self.stats.requests += 1;
                         let backend_name = &cfg.backends[0].0;
                         let body = match head.framing {
@@ -808,7 +826,7 @@ impl Director {
                             head_request: head.method == h1::Method::Head,
                             client_11: head.version == h1::Version::Http11,
                             keep_alive: head.keep_alive && self.stopping.is_none(),
-                            expect_continue: head.expect_continue,
+                            expect_continue: head.expect_continue && !continued,
                             body,
                             retryable,
                             attempts: 0,

@@ -814,7 +814,10 @@ fn expect_100_continue() {
     c.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
     let interim = c.read_response("POST");
     assert_eq!(interim.status, 100, "{}", interim.describe());
-    assert!(backend.requests().is_empty(), "nothing forwarded before the body");
+    // Answered by the director, which pre-buffers the body: not a byte
+    // went to the backend yet.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(backend.shared.bytes.load(Ordering::SeqCst), 0, "nothing forwarded before the body");
     c.send("hello");
     let r = c.read_response("POST");
     r.assert_status(200);
@@ -826,6 +829,29 @@ fn expect_100_continue() {
         "Expect is handled by the director: {}",
         reqs[0]
     );
+}
+
+#[test]
+fn an_expect_100_continue_client_that_never_sends_its_body_holds_no_backend_slot() {
+    let backend = echo_backend();
+    let d = director(&[backend.addr], &["--max-backend-conns", "1", "--queue", "0"]);
+    let mut stalled = d.client();
+    stalled.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+    assert_eq!(stalled.read_response("POST").status, 100);
+    let mut chunked = d.client();
+    chunked
+        .send("POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n");
+    assert_eq!(chunked.read_response("POST").status, 100);
+    // The only slot is free: with no queue, a held slot would mean a 503.
+    for _ in 0..3 {
+        let r = d.client().request("GET", "/", &[]);
+        r.assert_status(200);
+    }
+    chunked.send("5\r\nhello\r\n0\r\n\r\n");
+    let r = chunked.read_response("POST");
+    r.assert_status(200);
+    assert_eq!(dechunk(&r.body), b"hello");
+    assert_eq!(backend.requests().len(), 4);
 }
 
 #[test]
