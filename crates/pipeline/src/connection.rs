@@ -121,8 +121,6 @@ pub struct Connection {
     stats: std::sync::Arc<Stats>,
     /// The current request's timestamps (timing on).
     tm: Timing,
-    /// The model runs the pipeline elsewhere (`drive_split`).
-    split: bool,
     /// Numbered per process, for the trace.
     conn_id: u64,
 }
@@ -180,8 +178,14 @@ struct Timing {
     first: Option<u64>,
     /// The head was parsed; the pipeline may start.
     service_start: Option<u64>,
-    /// `take_request`; the time only in split mode, where it starts the queue.
-    taken: Option<u64>,
+    /// A request is out with the pipeline: `deliver` records its phases.
+    taken: bool,
+    /// When the model took the request out of the loop (`drive_split`, or
+    /// a script under `drive_except_cgi`): its queue starts.
+    handed_out: Option<u64>,
+    /// What the connection waited before it reached this `Connection` (a
+    /// model's handoff queue): part of its first request's total.
+    queued_before: u64,
     /// The response began to be written.
     write_start: Option<u64>,
     /// The CGI script started.
@@ -288,7 +292,6 @@ impl Connection {
                 idle_since: pipeline.stats.timing.then(|| pipeline.stats.ns_at(now)),
                 ..Timing::default()
             },
-            split: false,
             conn_id: pipeline.stats.next_conn_id(),
         }
     }
@@ -328,7 +331,8 @@ impl Connection {
         };
         let tm = &mut self.tm;
         if let Some(first) = tm.first {
-            tm.phases.set(TimedPhase::Total, end.saturating_sub(first));
+            let total = end.saturating_sub(first).saturating_add(std::mem::take(&mut tm.queued_before));
+            tm.phases.set(TimedPhase::Total, total);
         }
         stats.record_request(status, bytes, &tm.phases);
         if let Some(path) = tm.trace_path.take() {
@@ -350,7 +354,8 @@ impl Connection {
         tm.idle_since = Some(end);
         tm.first = None;
         tm.service_start = None;
-        tm.taken = None;
+        tm.taken = false;
+        tm.handed_out = None;
         tm.write_start = None;
         tm.cgi_start = None;
         tm.phases.clear();
@@ -400,12 +405,35 @@ impl Connection {
 
     /// Takes the request announced by [`Want::Process`].
     pub fn take_request(&mut self) -> Option<Request> {
+        self.take_ready(true)
+    }
+
+    /// The connection waited `waited` in the model's queue before it
+    /// reached this `Connection`: counted in its first request's queue
+    /// phase and total.
+    pub fn queued_before(&mut self, waited: Duration) {
+        if self.stats.timing {
+            let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+            self.tm.queued_before = ns;
+            self.add_queue(ns);
+        }
+    }
+
+    fn add_queue(&mut self, ns: u64) {
+        let before = self.tm.phases.get(TimedPhase::Queue).unwrap_or(0);
+        self.tm.phases.set(TimedPhase::Queue, before.saturating_add(ns));
+    }
+
+    /// `handed_out`: the model takes the request out of the loop (to a
+    /// queue, a pool, a spawner thread), rather than the connection
+    /// running it inline.
+    fn take_ready(&mut self, handed_out: bool) -> Option<Request> {
         match std::mem::replace(&mut self.phase, Phase::Head) {
             Phase::Ready(ready) => {
                 let (request, plan) = *ready;
                 if self.stats.timing {
-                    // Only split mode times the queue that starts here.
-                    self.tm.taken = Some(if self.split { now_ns() } else { 0 });
+                    self.tm.taken = true;
+                    self.tm.handed_out = handed_out.then(now_ns);
                 }
                 self.phase = Phase::Processing(Box::new(plan));
                 Some(request)
@@ -423,22 +451,29 @@ impl Connection {
         let Phase::Processing(plan) = std::mem::replace(&mut self.phase, Phase::Head) else {
             panic!("deliver without a request taken");
         };
-        if let Some(taken) = self.tm.taken.take() {
+        if std::mem::take(&mut self.tm.taken) {
             let took = u64::try_from(reply.data.took.as_nanos()).unwrap_or(u64::MAX);
-            let (phase, name) = if reply.cgi.is_some() {
-                (TimedPhase::CgiSpawn, "cgi")
-            } else if reply.data.hit {
-                (TimedPhase::DataHit, "hit")
-            } else {
-                (TimedPhase::DataMiss, "miss")
-            };
-            self.tm.phases.set(phase, took);
-            self.tm.data = name;
-            if self.split {
+            // A 100-continue probe found the script: the request is not
+            // answered yet, and its script start is recorded when it runs.
+            let probe_passed = reply.status == 100
+                && reply.cgi.is_none()
+                && plan.cgi.as_ref().is_some_and(|cgi| cgi.probed.is_some());
+            if !probe_passed {
+                let (phase, name) = if reply.cgi.is_some() {
+                    (TimedPhase::CgiSpawn, "cgi")
+                } else if reply.data.hit {
+                    (TimedPhase::DataHit, "hit")
+                } else {
+                    (TimedPhase::DataMiss, "miss")
+                };
+                self.tm.phases.set(phase, took);
+                self.tm.data = name;
+            }
+            if let Some(handed_out) = self.tm.handed_out.take() {
                 // Time between handing the request out and getting the
-                // reply back, not spent in the pipeline: queues.
-                let queued = now_ns().saturating_sub(taken).saturating_sub(took);
-                self.tm.phases.set(TimedPhase::Queue, queued);
+                // reply back, not spent in the pipeline: queues (a probe's
+                // and its script's start add up).
+                self.add_queue(now_ns().saturating_sub(handed_out).saturating_sub(took));
             }
         }
         self.respond_planned(*plan, reply, p);
@@ -498,7 +533,6 @@ impl Connection {
     }
 
     fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
-        self.split = inline == Inline::None;
         let want = self.run_phases(sock, p, stopping, inline);
         self.set_gauge(&want);
         want
@@ -510,7 +544,7 @@ impl Connection {
                 Phase::Ready(ready)
                     if inline == Inline::All || (inline == Inline::ExceptCgi && ready.1.cgi.is_none()) =>
                 {
-                    if let Some(request) = self.take_request() {
+                    if let Some(request) = self.take_ready(false) {
                         let reply = p.handle_request(&request);
                         self.deliver(reply, p);
                     }
@@ -1239,8 +1273,22 @@ pub const BLOCKING_TICK: Duration = Duration::from_millis(250);
 /// into periodic checks of the connection's deadlines and of `stop`, at no
 /// cost while data flows.
 pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
+    serve_blocking_from(stream, p, stop, None);
+}
+
+/// [`serve_blocking`] for a connection that waited `queued` in the model's
+/// handoff queue since it was accepted: the wait counts in its first
+/// request (queue phase, total).
+pub fn serve_blocking_queued(stream: TcpStream, p: &Pipeline, stop: &Shutdown, queued: Duration) {
+    serve_blocking_from(stream, p, stop, Some(queued));
+}
+
+fn serve_blocking_from(stream: TcpStream, p: &Pipeline, stop: &Shutdown, queued: Option<Duration>) {
     let Ok(peer) = stream.peer_addr() else { return };
     let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p);
+    if let Some(queued) = queued {
+        conn.queued_before(queued);
+    }
     loop {
         let deadline = match conn.drive(&stream, p, stop.is_triggered()) {
             Want::Close => return,

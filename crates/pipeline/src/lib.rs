@@ -37,7 +37,8 @@ pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
 pub use cgi::{CgiSettings, Scripts};
 pub use connection::{
-    refuse_overloaded, serve_blocking, ConnInfo, Connection, Request, Waiting, Want, BLOCKING_TICK,
+    refuse_overloaded, serve_blocking, serve_blocking_queued, ConnInfo, Connection, Request, Waiting, Want,
+    BLOCKING_TICK,
 };
 pub use errorlog::ErrorLog;
 pub use reply::Reply;

@@ -418,6 +418,43 @@ fn worker_handoff_queue_is_measured() {
     assert_eq!(v["phases_us"]["queue"]["count"], 1, "{v:#}");
 }
 
+/// A chunked upload with `Expect: 100-continue` to a script: its
+/// request first probes for the script, which answers nothing yet. The
+/// probe must leave no `data_miss` of its own; the script's start is one
+/// `cgi_spawn`, and where the start leaves the loop (`event` spawns on a
+/// helper thread) its wait is a `queue` sample.
+fn continue_probe_records_one_script_start(model: &str, queued: u64) {
+    let root = Docroot::standard();
+    let cgi = tempfile::Builder::new().prefix("modus-admin-cgi-").tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cgi-echo"), cgi.path().join("echo")).unwrap();
+    let srv = start(model, &root, &["--cgi-dir", cgi.path().to_str().unwrap()]);
+    let admin = admin_addr(&srv);
+    let mut c: Client = srv.client();
+    c.send(
+        "POST /cgi-bin/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+    );
+    assert_eq!(c.read_response("POST").status, 100);
+    c.send("5\r\nhello\r\n0\r\n\r\n");
+    c.read_response("POST").assert_status(200);
+    let v = status_after(admin, 1);
+    assert_eq!(v["requests_total"], 1, "{v:#}");
+    assert_eq!(v["phases_us"]["data_miss"]["count"], 0, "{v:#}");
+    assert_eq!(v["phases_us"]["data_hit"]["count"], 0, "{v:#}");
+    assert_eq!(v["phases_us"]["cgi_spawn"]["count"], 1, "{v:#}");
+    assert_eq!(v["phases_us"]["cgi_run"]["count"], 1, "{v:#}");
+    assert_eq!(v["phases_us"]["queue"]["count"], queued, "{v:#}");
+}
+
+#[test]
+fn continue_probe_records_one_script_start_inline() {
+    continue_probe_records_one_script_start("per-request", 0);
+}
+
+#[test]
+fn continue_probe_records_one_script_start_on_the_spawner_thread() {
+    continue_probe_records_one_script_start("event", 1);
+}
+
 #[test]
 fn staged_queue_waits_have_percentiles() {
     let root = Docroot::standard();
