@@ -494,6 +494,11 @@ pub struct Director {
     stopping: Option<Instant>,
     next_tick: Instant,
     started: Instant,
+    /// Listener tokens taken out of the poller after an accept failed for
+    /// lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS): a
+    /// level-triggered listener would wake the loop at once, forever;
+    /// `tick` puts them back.
+    paused_listeners: Vec<u64>,
 }
 
 impl Director {
@@ -559,6 +564,7 @@ impl Director {
             stats: Stats::default(),
             stopping: None,
             next_tick: now,
+            paused_listeners: Vec::new(),
             started: now,
         })
     }
@@ -630,9 +636,10 @@ impl Director {
                 Ok(pair) => pair,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // EMFILE and friends: the listener stays readable; the next
-                // tick retries rather than spinning now.
-                Err(_) => return,
+                Err(_) => {
+                    self.pause_listener(LISTENER);
+                    return;
+                }
             };
             self.stats.accepted += 1;
             let _ = stream.set_nonblocking(true);
@@ -1747,8 +1754,36 @@ impl Director {
         if changed {
             self.dispatch_queue();
         }
+        for token in std::mem::take(&mut self.paused_listeners) {
+            if let Some(l) = self.listener_of(token) {
+                let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
+            }
+        }
         if self.listener.is_some() {
             self.accept();
+        }
+    }
+
+    fn listener_of(&self, token: u64) -> Option<&TcpListener> {
+        match token {
+            LISTENER => self.listener.as_ref(),
+            MONITOR_LISTENER => self.monitor_listener.as_ref(),
+            ADMIN_LISTENER => self.admin_listener.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// An accept failed other than for want of connections (out of
+    /// descriptors, typically): stop polling that listener until the next
+    /// tick instead of spinning on it.
+    fn pause_listener(&mut self, token: u64) {
+        if self.paused_listeners.contains(&token) {
+            return;
+        }
+        if let Some(l) = self.listener_of(token) {
+            if self.poller.delete(l).is_ok() {
+                self.paused_listeners.push(token);
+            }
         }
     }
 
@@ -1872,7 +1907,15 @@ impl Director {
     fn accept_admins(&mut self) {
         for _ in 0..ACCEPT_BATCH {
             let Some(l) = &self.admin_listener else { return };
-            let Ok((stream, _)) = l.accept() else { return };
+            let stream = match l.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.pause_listener(ADMIN_LISTENER);
+                    return;
+                }
+            };
             let _ = stream.set_nonblocking(true);
             let token = self.admins.vacant();
             if self.poller.add(&stream, token, Interest::BOTH, Trigger::Edge).is_err() {
@@ -1949,7 +1992,15 @@ impl Director {
     fn accept_monitors(&mut self) {
         for _ in 0..ACCEPT_BATCH {
             let Some(l) = &self.monitor_listener else { return };
-            let Ok((stream, peer)) = l.accept() else { return };
+            let (stream, peer) = match l.accept() {
+                Ok(pair) => pair,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.pause_listener(MONITOR_LISTENER);
+                    return;
+                }
+            };
             let _ = stream.set_nonblocking(true);
             let token = self.monitors.vacant();
             if self.poller.add(&stream, token, Interest::READABLE, Trigger::Edge).is_err() {

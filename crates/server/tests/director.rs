@@ -1303,3 +1303,47 @@ fn one_failed_health_check_in_a_row_does_not_take_a_backend_out() {
     broken.store(true, Ordering::SeqCst);
     wait_status(&d, "health=down", |s| s.contains("health=down"));
 }
+
+/// CPU time (user + system, clock ticks) a process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn out_of_descriptors_the_director_neither_spins_nor_stops_accepting() {
+    use rustix::process::{prlimit, Pid, Resource, Rlimit};
+    let backend = TestBackend::ok();
+    let d = director(&[backend.addr], &["--backend-conns", "1", "--health-interval", "100ms"]);
+    d.client().request("GET", "/", &[]).assert_status(200);
+    let pid = Pid::from_raw(d.pid() as i32).unwrap();
+    let open = std::fs::read_dir(format!("/proc/{}/fd", d.pid())).unwrap().count() as u64;
+    // The hard limit stays (raising it back would need privileges).
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    let hard =
+        limits.lines().find(|l| l.starts_with("Max open files")).unwrap().split_whitespace().nth(4).unwrap();
+    let maximum = hard.parse::<u64>().ok();
+    let old = prlimit(Some(pid), Resource::Nofile, Rlimit { current: Some(open + 2), maximum }).unwrap();
+    // More clients than descriptors: the rest wait in the backlog, and
+    // accept fails with EMFILE while they do.
+    let held: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(d.addr()).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_ticks(d.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(d.pid()) - before;
+    // A level-triggered listener failing accept spins a core (~100 ticks a
+    // second); paused, the loop only wakes on its ticks.
+    assert!(used < 50, "the director used {used} ticks in a second while out of descriptors");
+    drop(held);
+    prlimit(Some(pid), Resource::Nofile, old).unwrap();
+    let mut served = false;
+    for _ in 0..100 {
+        if d.client().request("GET", "/", &[]).status == 200 {
+            served = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(served, "the director accepts again once descriptors are free");
+}
