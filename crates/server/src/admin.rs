@@ -71,12 +71,14 @@ pub fn run(listener: TcpListener, source: &dyn Fn() -> Snapshot, info: &Info, st
     }
 }
 
-/// (requests/s, bytes/s) over the sampled window.
+/// (requests/s, bytes/s) over the sampled window. A total that went down
+/// (a board region read stale, a child's last publication lost) shows as
+/// no traffic rather than wrapping to ~1.8e19/s.
 fn rates(samples: &VecDeque<(Instant, u64, u64)>) -> (f64, f64) {
     match (samples.front(), samples.back()) {
         (Some(a), Some(b)) if b.0 > a.0 => {
             let dt = (b.0 - a.0).as_secs_f64();
-            ((b.1 - a.1) as f64 / dt, (b.2 - a.2) as f64 / dt)
+            (b.1.saturating_sub(a.1) as f64 / dt, b.2.saturating_sub(a.2) as f64 / dt)
         }
         _ => (0.0, 0.0),
     }
@@ -270,13 +272,13 @@ impl EncodeMetric for Seconds<'_> {
         let mut buckets: Vec<(f64, u64)> = LE_EXPONENTS
             .map(|k| {
                 let cumulative = self.0.count_below(1 << k);
-                let in_bucket = cumulative - below;
+                let in_bucket = cumulative.saturating_sub(below);
                 below = cumulative;
                 ((1u64 << k) as f64 / 1e9, in_bucket)
             })
             .collect();
         let count = self.0.count();
-        buckets.push((f64::INFINITY, count - below));
+        buckets.push((f64::INFINITY, count.saturating_sub(below)));
         encoder.encode_histogram::<NoLabelSet>(self.0.sum_ns as f64 / 1e9, count, &buckets, None)
     }
 
@@ -591,4 +593,21 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
     }
     h.push_str("</table></div><p><small><a href=\"/status.json\">/status.json</a> · <a href=\"/metrics\">/metrics</a></small></p></body></html>\n");
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_of_totals_that_went_down_are_zero_not_wrapped() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(2);
+        let samples: VecDeque<_> = [(t0, 100, 5_000), (t1, 40, 1_000)].into_iter().collect();
+        assert_eq!(rates(&samples), (0.0, 0.0));
+        let samples: VecDeque<_> = [(t0, 100, 5_000), (t1, 140, 9_000)].into_iter().collect();
+        assert_eq!(rates(&samples), (20.0, 2_000.0));
+        let samples: VecDeque<_> = [(t0, 100, 5_000)].into_iter().collect();
+        assert_eq!(rates(&samples), (0.0, 0.0));
+    }
 }
