@@ -12,10 +12,16 @@
 //!
 //! **Torn reads.** Each region starts with a sequence number, a seqlock
 //! done with system calls: the writer stores it odd, writes the body, then
-//! stores it even again; a reader reads the number, the body and the number
-//! again and retries unless both are the same even value (after 100 tries
-//! the reader's last whole read of that region stands in). Each region has
-//! one writer (the child for its slot, the master for the ledger).
+//! stores it even again. The ledger is one body: a reader reads the number,
+//! the body and the number again and retries unless both are the same even
+//! value (after 100 tries the reader's last whole read stands in). A slot
+//! is two bodies (halves): publication `v` (the sequence is `2v` once it is
+//! complete) goes to half `v % 2`, so the half the sequence names is never
+//! the one being written, and a reader's copy of it is whole unless the
+//! writer got as far as starting publication `v + 2`. A child that dies
+//! mid-write (SIGKILL, or `exit` racing its housekeeping thread) thus
+//! leaves its previous publication whole for the master to fold. Each
+//! region has one writer (the child for its slot, the master for the ledger).
 //!
 //! **Totals never go backwards.** When the master reaps a child it reads
 //! the dead child's slot (no writer any more), adds its counters to the
@@ -37,8 +43,10 @@ use std::time::Duration;
 
 use pipeline::stats::Snapshot;
 
-/// Bytes of a slot's header: sequence, tag, body length.
-const SLOT_HEAD: usize = 24;
+/// Bytes of a slot's sequence number, before its two halves.
+const SLOT_SEQ: usize = 8;
+/// Bytes of a half's header: tag, body length.
+const HALF_HEAD: usize = 16;
 /// Bytes of the ledger's header: sequence, body length.
 const LEDGER_HEAD: usize = 16;
 
@@ -51,7 +59,8 @@ const TORN_RETRIES: usize = 100;
 pub(crate) struct Board {
     file: File,
     slots: usize,
-    slot_len: usize,
+    /// Bytes of one half of a slot: header and the largest snapshot.
+    half_len: usize,
     ledger_len: usize,
     workers: usize,
     last_read: std::sync::Mutex<LastRead>,
@@ -63,7 +72,7 @@ enum SlotRead {
     Empty,
     /// Its owner's tag and last snapshot.
     Written(u64, Snapshot),
-    /// Torn through every retry, or unreadable.
+    /// Overwritten under every retry, or unreadable.
     Unreadable,
 }
 
@@ -89,6 +98,7 @@ pub(crate) struct Ledger {
 pub(crate) struct SlotWriter {
     slot: usize,
     tag: u64,
+    /// Always even between publications: twice the publications completed.
     seq: u64,
     wire: Vec<u8>,
 }
@@ -98,11 +108,11 @@ impl Board {
     pub(crate) fn create(slots: usize, workers: usize) -> io::Result<(Board, Ledger)> {
         let fd = rustix::fs::memfd_create("modus-stats", rustix::fs::MemfdFlags::CLOEXEC)?;
         let file = File::from(fd);
-        let slot_len = SLOT_HEAD + Snapshot::wire_len(workers);
+        let half_len = HALF_HEAD + Snapshot::wire_len(workers);
         let ledger_len = LEDGER_HEAD + 4 + 8 * slots + Snapshot::wire_len(0);
         // A sparse file: only the pages children write take memory.
-        file.set_len((ledger_len + slots * slot_len) as u64)?;
-        let board = Board { file, slots, slot_len, ledger_len, workers, last_read: Default::default() };
+        file.set_len((ledger_len + slots * (SLOT_SEQ + 2 * half_len)) as u64)?;
+        let board = Board { file, slots, half_len, ledger_len, workers, last_read: Default::default() };
         let mut ledger = Ledger { seq: 0, retired: Snapshot::empty(Duration::ZERO), folded: vec![0; slots] };
         let mut seq = 0;
         board.write_ledger(&mut seq, &ledger)?;
@@ -116,29 +126,37 @@ impl Board {
     }
 
     fn slot_at(&self, slot: usize) -> u64 {
-        (self.ledger_len + slot * self.slot_len) as u64
+        (self.ledger_len + slot * (SLOT_SEQ + 2 * self.half_len)) as u64
+    }
+
+    /// Where publication `version` of `slot` lives.
+    fn half_at(&self, slot: usize, version: u64) -> u64 {
+        self.slot_at(slot) + (SLOT_SEQ + (version % 2) as usize * self.half_len) as u64
     }
 
     /// The writing end for the child with `serial` in `slot`; it carries
     /// on the slot's sequence numbers (the slot's previous owner is dead).
+    /// An odd sequence is a write the previous owner died in: its next
+    /// publication goes to that torn half again, never over the whole one.
     pub(crate) fn writer(&self, slot: usize, serial: u32) -> io::Result<SlotWriter> {
         let mut head = [0u8; 8];
         self.file.read_exact_at(&mut head, self.slot_at(slot))?;
         let seq = u64::from_le_bytes(head);
-        Ok(SlotWriter { slot, tag: u64::from(serial) + 1, seq: seq + (seq & 1), wire: Vec::new() })
+        Ok(SlotWriter { slot, tag: u64::from(serial) + 1, seq: seq & !1, wire: Vec::new() })
     }
 
     /// Publishes a child's snapshot into its slot.
     pub(crate) fn publish(&self, w: &mut SlotWriter, snap: &Snapshot) -> io::Result<()> {
         snap.encode(self.workers, &mut w.wire);
         let at = self.slot_at(w.slot);
+        let version = w.seq / 2 + 1;
         w.seq += 1;
         self.file.write_all_at(&w.seq.to_le_bytes(), at)?;
-        let mut body = Vec::with_capacity(16 + w.wire.len());
+        let mut body = Vec::with_capacity(HALF_HEAD + w.wire.len());
         body.extend_from_slice(&w.tag.to_le_bytes());
         body.extend_from_slice(&(w.wire.len() as u64).to_le_bytes());
         body.extend_from_slice(&w.wire);
-        self.file.write_all_at(&body, at + 8)?;
+        self.file.write_all_at(&body, self.half_at(w.slot, version))?;
         w.seq += 1;
         self.file.write_all_at(&w.seq.to_le_bytes(), at)
     }
@@ -160,29 +178,46 @@ impl Board {
         None
     }
 
-    /// A slot's tag and snapshot.
+    /// A slot's tag and its last complete snapshot, even if its writer is
+    /// (or died) mid-write.
     fn read_slot(&self, slot: usize, now: Duration) -> SlotRead {
         let at = self.slot_at(slot);
         let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        // The header first: most slots of a large prefork are unused, and
-        // a used one is read only as far as its body goes.
-        let mut head = [0u8; SLOT_HEAD];
-        if self.file.read_exact_at(&mut head, at).is_err() {
-            return SlotRead::Unreadable;
-        }
-        if word(&head, 8) == 0 {
-            return SlotRead::Empty;
-        }
-        let guess = (SLOT_HEAD + word(&head, 16) as usize).min(self.slot_len);
-        for len in [guess, self.slot_len] {
-            let Some(buf) = self.read_consistent(at, len) else { return SlotRead::Unreadable };
-            let (tag, body) = (word(&buf, 8), word(&buf, 16) as usize);
-            // The body grew since the header was read: read it all.
-            if SLOT_HEAD + body <= buf.len() {
-                return match Snapshot::decode(&buf[SLOT_HEAD..SLOT_HEAD + body], now) {
-                    Some(snap) => SlotRead::Written(tag, snap),
-                    None => SlotRead::Unreadable,
-                };
+        let read_seq = || {
+            let mut seq = [0u8; 8];
+            self.file.read_exact_at(&mut seq, at).ok().map(|()| u64::from_le_bytes(seq))
+        };
+        let mut head = [0u8; HALF_HEAD];
+        let mut body = Vec::new();
+        for _ in 0..TORN_RETRIES {
+            let Some(seq) = read_seq() else { return SlotRead::Unreadable };
+            let version = seq / 2;
+            // Most slots of a large prefork were never written.
+            if version == 0 {
+                return SlotRead::Empty;
+            }
+            let half = self.half_at(slot, version);
+            if self.file.read_exact_at(&mut head, half).is_err() {
+                return SlotRead::Unreadable;
+            }
+            // Read only as far as the body goes; a length past the half is
+            // a header caught mid-write.
+            let len = word(&head, 8) as usize;
+            let whole = len <= self.half_len - HALF_HEAD && {
+                body.resize(len, 0);
+                self.file.read_exact_at(&mut body, half + HALF_HEAD as u64).is_ok()
+            };
+            // This half is rewritten only by publication `version + 2`,
+            // which starts by storing the sequence `2 * version + 3`.
+            match read_seq() {
+                Some(again) if whole && again <= 2 * version + 2 => {
+                    return match Snapshot::decode(&body, now) {
+                        Some(snap) => SlotRead::Written(word(&head, 0), snap),
+                        None => SlotRead::Unreadable,
+                    };
+                }
+                Some(_) => std::thread::yield_now(),
+                None => return SlotRead::Unreadable,
             }
         }
         SlotRead::Unreadable
@@ -220,7 +255,8 @@ impl Board {
     }
 
     /// The master, after reaping the child `serial` of `slot`: adds what it
-    /// published last to the retired totals and marks it folded.
+    /// published last to the retired totals and marks it folded. A child
+    /// that died mid-write still has its previous publication whole.
     pub(crate) fn fold(&self, ledger: &mut Ledger, slot: usize, serial: u32) -> io::Result<()> {
         let tag = u64::from(serial) + 1;
         if let SlotRead::Written(found, mut last) = self.read_slot(slot, Duration::ZERO) {
@@ -370,16 +406,63 @@ mod tests {
     }
 
     #[test]
-    fn a_torn_slot_is_not_read() {
+    fn a_torn_slot_reads_its_last_whole_publication() {
         let (board, _ledger) = Board::create(1, 1).unwrap();
         let mut w = board.writer(0, 0).unwrap();
         board.publish(&mut w, &child_stats(2).snapshot()).unwrap();
         assert_eq!(board.total(Duration::ZERO).requests(), 2);
-        // A writer caught mid-write: odd sequence.
-        board.file.write_all_at(&(w.seq + 1).to_le_bytes(), board.slot_at(0)).unwrap();
-        assert!(matches!(board.read_slot(0, Duration::ZERO), SlotRead::Unreadable));
-        assert_eq!(board.total(Duration::ZERO).requests(), 2, "the last whole read stands in");
-        board.file.write_all_at(&(w.seq + 2).to_le_bytes(), board.slot_at(0)).unwrap();
+        // A writer caught mid-write: odd sequence, and the next half
+        // already scribbled on.
+        let at = board.slot_at(0);
+        board.file.write_all_at(&(w.seq + 1).to_le_bytes(), at).unwrap();
+        board.file.write_all_at(&[0xff; 64], board.half_at(0, w.seq / 2 + 1)).unwrap();
         assert!(matches!(board.read_slot(0, Duration::ZERO), SlotRead::Written(1, s) if s.requests() == 2));
+        assert_eq!(board.total(Duration::ZERO).requests(), 2);
+        board.file.write_all_at(&(w.seq + 2).to_le_bytes(), at).unwrap();
+        assert!(matches!(board.read_slot(0, Duration::ZERO), SlotRead::Unreadable), "garbage is not decoded");
+    }
+
+    /// A child that exits or is killed mid-publish: the master folds its
+    /// previous publication, and the totals never go backwards.
+    #[test]
+    fn a_child_dead_mid_publish_is_folded_from_its_last_whole_publication() {
+        let (board, mut ledger) = Board::create(2, 2).unwrap();
+        let other = child_stats(4);
+        let mut wo = board.writer(1, 1).unwrap();
+        board.publish(&mut wo, &other.snapshot()).unwrap();
+
+        let dying = child_stats(3);
+        let mut w = board.writer(0, 5).unwrap();
+        board.publish(&mut w, &dying.snapshot()).unwrap();
+        dying.count_response(200, 10);
+        board.publish(&mut w, &dying.snapshot()).unwrap();
+        let before = board.total(Duration::ZERO).requests();
+        assert_eq!(before, 8);
+
+        // The next publication dies halfway: sequence odd, half its bytes.
+        dying.count_response(200, 10);
+        let mut wire = Vec::new();
+        dying.snapshot().encode(board.workers, &mut wire);
+        let mut half = Vec::new();
+        half.extend_from_slice(&w.tag.to_le_bytes());
+        half.extend_from_slice(&(wire.len() as u64).to_le_bytes());
+        half.extend_from_slice(&wire[..wire.len() / 2]);
+        board.file.write_all_at(&(w.seq + 1).to_le_bytes(), board.slot_at(0)).unwrap();
+        board.file.write_all_at(&half, board.half_at(0, w.seq / 2 + 1)).unwrap();
+        drop(w);
+
+        assert_eq!(board.total(Duration::ZERO).requests(), before, "live read of a torn slot");
+        board.fold(&mut ledger, 0, 5).unwrap();
+        assert_eq!(board.total(Duration::ZERO).requests(), before, "the fold kept the child's history");
+
+        // The slot's next owner writes over the torn half, not the folded one.
+        let next = child_stats(1);
+        let mut wn = board.writer(0, 6).unwrap();
+        assert_eq!(wn.seq % 2, 0);
+        board.publish(&mut wn, &next.snapshot()).unwrap();
+        assert_eq!(board.total(Duration::ZERO).requests(), before + 1);
+        board.fold(&mut ledger, 0, 6).unwrap();
+        board.fold(&mut ledger, 1, 1).unwrap();
+        assert_eq!(board.total(Duration::ZERO).requests(), before + 1);
     }
 }

@@ -573,7 +573,7 @@ impl Master {
                 child.status.send();
                 child.pipeline.access_log.flush();
                 child.pipeline.stats.flush();
-                child.publisher.publish(&child.pipeline);
+                child.publisher.publish_last(&child.pipeline);
                 if outcome.is_ok() {
                     0
                 } else {
@@ -709,17 +709,32 @@ pub(crate) struct Child {
     publisher: Arc<Publisher>,
 }
 
-/// A child's statistics on the board (a no-op without `--admin`).
+/// A child's statistics on the board (a no-op without `--admin`). The
+/// writer is gone after the last publication.
 #[derive(Debug)]
-struct Publisher(Option<(Arc<Board>, std::sync::Mutex<SlotWriter>)>);
+struct Publisher(Option<(Arc<Board>, std::sync::Mutex<Option<SlotWriter>>)>);
 
 impl Publisher {
     fn publish(&self, pipeline: &Pipeline) {
+        self.publish_then(pipeline, false);
+    }
+
+    /// The publication before `exit`: the housekeeping thread, still
+    /// running, must not start another one that `exit` would tear.
+    fn publish_last(&self, pipeline: &Pipeline) {
+        self.publish_then(pipeline, true);
+    }
+
+    fn publish_then(&self, pipeline: &Pipeline, last: bool) {
         let Some((board, writer)) = &self.0 else { return };
-        let snap = pipeline::stats::Stats::of_pipeline(pipeline);
         let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = board.publish(&mut writer, &snap) {
+        let Some(w) = writer.as_mut() else { return };
+        let snap = pipeline::stats::Stats::of_pipeline(pipeline);
+        if let Err(e) = board.publish(w, &snap) {
             pipeline.error_log.error(format_args!("child: statistics board: {e}"));
+        }
+        if last {
+            *writer = None;
         }
     }
 }
@@ -759,7 +774,7 @@ impl Child {
         });
         let publisher = Arc::new(Publisher(match (&master.board, slot) {
             (Some(board), Some(slot)) => {
-                Some((board.clone(), std::sync::Mutex::new(board.writer(slot, serial)?)))
+                Some((board.clone(), std::sync::Mutex::new(Some(board.writer(slot, serial)?))))
             }
             _ => None,
         }));
