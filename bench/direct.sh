@@ -37,7 +37,7 @@
 # of its own); the backend alone gets the same pinning, so both sides pay for the generator alike.
 #
 # Per point it records: total responses/s, admitted responses/s (status 200), busy-page share (503),
-# errors (timeouts, resets), and p50/p99 of the admitted requests' latency from `modus load --timeline`
+# other 5xx (the director's own 502/504, backend 500s), errors (timeouts, resets), and p50/p99 of the admitted requests' latency from `modus load --timeline`
 # (status 200 only: the busy page is fast and would flatter the percentiles). Plot data: plot.csv.
 #
 # Checks (issue 6's targets), for each backend behind the director:
@@ -249,13 +249,16 @@ name, clients, report, timeline = sys.argv[1], int(sys.argv[2]), sys.argv[3], sy
 try:
     r = json.load(open(report))
 except Exception:
-    print(f"{name},{clients},nan,nan,nan,nan,nan,nan,nan")
+    print(f"{name},{clients},nan,nan,nan,nan,nan,nan,nan,nan")
     sys.exit(0)
 d = r["duration_s"] or float("nan")
 status = {int(k): v for k, v in r.get("status", {}).items()}
 total = sum(status.values())
 ok = status.get(200, 0)
 busy = status.get(503, 0)
+# 5xx other than the busy page (the director's own 502/504, the backend's
+# 500s): neither admitted (200 only) nor busy, shown in their own column.
+other_5xx = sum(v for k, v in status.items() if 500 <= k <= 599 and k != 503)
 lat = []
 with open(timeline) as f:
     for row in csv.DictReader(f):
@@ -266,11 +269,11 @@ q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] / 1000 if lat else float
 share = busy / total if total else float("nan")
 # Transport errors only (timeouts, resets, refused): 5xx answers are counted by status, the busy page above.
 errors = sum(v for k, v in r.get("errors_by_kind", {}).items() if not k.startswith("status_"))
-print(f"{name},{clients},{total / d:.1f},{ok / d:.1f},{q(0.5):.2f},{q(0.99):.2f},{share:.4f},{errors},{total}")
+print(f"{name},{clients},{total / d:.1f},{ok / d:.1f},{q(0.5):.2f},{q(0.99):.2f},{share:.4f},{other_5xx},{errors},{total}")
 EOF
 }
 
-echo "backend,clients,rps,admitted_rps,p50_ms_200,p99_ms_200,busy_share,errors,responses" >"$RESULTS_DIR/points.csv"
+echo "backend,clients,rps,admitted_rps,p50_ms_200,p99_ms_200,busy_share,other_5xx,errors,responses" >"$RESULTS_DIR/points.csv"
 for s in $SERVERS; do
     base=${s%+direct}
     case $base in
@@ -297,12 +300,12 @@ f = lambda x: float(x) if x not in ("", "nan") else float("nan")
 by = {}
 for r in rows:
     by.setdefault(r["backend"], {})[int(r["clients"])] = {k: f(v) for k, v in r.items() if k not in ("backend", "clients")}
-print("| backend | clients | req/s | admitted req/s (200) | p50 admitted ms | p99 admitted ms | busy pages | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| backend | clients | req/s | admitted req/s (200) | p50 admitted ms | p99 admitted ms | busy pages | other 5xx | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for b, pts in by.items():
     for c in sorted(pts):
         p = pts[c]
-        print(f"| {b} | {c}{' (unloaded)' if c == unloaded else ''} | {p['rps']:.0f} | {p['admitted_rps']:.0f} | {p['p50_ms_200']:.2f} | {p['p99_ms_200']:.2f} | {100 * p['busy_share']:.1f} % | {p['errors']:.0f} |")
+        print(f"| {b} | {c}{' (unloaded)' if c == unloaded else ''} | {p['rps']:.0f} | {p['admitted_rps']:.0f} | {p['p50_ms_200']:.2f} | {p['p99_ms_200']:.2f} | {100 * p['busy_share']:.1f} % | {p['other_5xx']:.0f} | {p['errors']:.0f} |")
 print()
 for base in ("apache-prefork", "prefork"):
     alone, direct = by.get(base), by.get(base + "+direct")
