@@ -576,7 +576,11 @@ impl<'a> Worker<'a> {
                 think += Duration::from_micros(stream_off);
             }
             if !think.is_zero() && !self.conns[ci].inflight.is_empty() {
-                // Thinking users wait for their previous answer first.
+                // Thinking users wait for their previous answer first; the
+                // entry is chosen again then, so a replayed stream loses none.
+                if let Chooser::Stream(_) = self.cfg.workload.chooser {
+                    self.script_pos[ci] -= 1;
+                }
                 return;
             }
             let intended = now + think;

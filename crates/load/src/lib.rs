@@ -89,7 +89,7 @@ pub struct LoadArgs {
     /// Replay the request stream of `modus workload surge` (URLs relative to the first URL)
     #[arg(long, value_name = "DIR")]
     pub workload: Option<PathBuf>,
-    /// With --workload: honour the stream's OFF times (SURGE user think times) in the closed loop
+    /// With --workload: honour the stream's OFF times (SURGE user think times) in the closed loop; needs -c >= the stream's users
     #[arg(long)]
     pub stream_think: bool,
     /// With --workload: start the stream over when it ends (default: the run ends with the stream)
@@ -158,6 +158,18 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
         }
         if a.rate.is_some() || a.think_time.is_some() || a.stream_think || a.repeat_stream {
             bail!("--stream-times sets the arrivals: not with --rate, --think-time, --stream-think or --repeat-stream");
+        }
+    }
+    if let (true, target::Chooser::Stream(seq)) = (a.stream_think, &workload.chooser) {
+        // Users sharing a connection would queue behind each other, their
+        // OFF times added end to end: far less load and no ON/OFF pattern.
+        let users = seq.iter().map(|r| r.user as usize + 1).max().unwrap_or(0);
+        if users > a.connections {
+            bail!(
+                "--stream-think needs a connection per SURGE user: the stream has {users} users, -c is {} \
+                 (use -c {users}, or --stream-times for the stream's own pace)",
+                a.connections
+            );
         }
     }
     if a.rate.is_some() && a.think_time.is_some() {

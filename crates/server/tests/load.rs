@@ -627,3 +627,40 @@ fn workload_users_keep_their_connection() {
         assert!((*got as f64 - base - want).abs() < 10.0, "intended {got} vs stream {want}");
     }
 }
+
+/// `--stream-think` with `--pipeline`: a user waiting for its previous
+/// answer before thinking must not skip the entry it was about to send;
+/// and users sharing a connection cannot keep their own OFF times, so that
+/// is refused rather than replayed at a fraction of the stream's load.
+#[test]
+fn stream_think_replays_every_entry_and_needs_a_connection_per_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w");
+    surge(&w, "20", "240", "4");
+    // SURGE's OFF times run to seconds: shorten them so the run is brief.
+    let stream = w.join("stream.txt");
+    let text: String = std::fs::read_to_string(&stream)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                return format!("{l}\n");
+            }
+            let mut f: Vec<&str> = l.split(' ').collect();
+            f[2] = "200";
+            format!("{}\n", f.join(" "))
+        })
+        .collect();
+    std::fs::write(&stream, text).unwrap();
+    let srv = Server::start(BIN, "event", &w.join("docs"), &[]);
+    let url = format!("http://{}/", srv.addr());
+    let ws = w.to_str().unwrap();
+    for depth in ["1", "2", "4"] {
+        let r = load_json(&[&url, "--workload", ws, "-c", "4", "--pipeline", depth, "--stream-think"]);
+        assert_eq!(u(&r["requests"]), 240, "--pipeline {depth}: the whole stream: {r}");
+        assert_eq!(u(&r["errors"]), 0, "{r}");
+    }
+    let out = run(BIN, ["load", &url, "--workload", ws, "-c", "2", "--stream-think"], LIMIT);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("the stream has 4 users, -c is 2"), "{}", out.stderr);
+}
