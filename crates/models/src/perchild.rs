@@ -98,7 +98,7 @@ fn work<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Po
                 if pool.idle.fetch_sub(1, Ordering::AcqRel) - 1 < pool.min_idle {
                     grow(s, c, pool);
                 }
-                c.serve(stream, &me);
+                c.serve(stream, &me, None);
                 pool.idle.fetch_add(1, Ordering::AcqRel);
             }
             Accepted::Idle => {

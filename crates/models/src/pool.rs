@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
-use pipeline::serve_blocking;
-use pipeline::stats::Phase;
+use pipeline::serve_blocking_queued;
 
 use crate::handoff::Handoff;
 use crate::{accept, Caps, ModelEnv, ModelInfo};
@@ -45,11 +44,9 @@ fn run(env: ModelEnv) -> io::Result<()> {
                 while let Some((stream, queued)) = jobs.pop() {
                     let waited = queued.elapsed();
                     waiting.pop(waited);
-                    if pipeline.stats.timing {
-                        pipeline.stats.record(Phase::Queue, waited);
-                    }
                     me.busy();
-                    serve_blocking(stream, &pipeline, &shutdown);
+                    // The wait is the first request's `queue` phase.
+                    serve_blocking_queued(stream, &pipeline, &shutdown, waited);
                     me.idle();
                 }
             })?;

@@ -122,7 +122,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use pipeline::stats::Worker;
-use pipeline::{serve_blocking, Pipeline, BLOCKING_TICK};
+use pipeline::{serve_blocking, serve_blocking_queued, Pipeline, BLOCKING_TICK};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::pipe::{pipe_with, PipeFlags};
@@ -825,11 +825,15 @@ impl Child {
     /// master and on the scoreboard line `me`). A panic in the request path
     /// is contained to the connection: the thread (or process) goes on
     /// serving.
-    pub fn serve(&self, stream: TcpStream, me: &Worker) {
+    pub fn serve(&self, stream: TcpStream, me: &Worker, queued: Option<Duration>) {
         self.status.idle.fetch_sub(1, Ordering::Relaxed);
         self.status.busy.fetch_add(1, Ordering::Relaxed);
         me.busy();
-        if catch_unwind(AssertUnwindSafe(|| serve_blocking(stream, &self.pipeline, &self.stop))).is_err() {
+        let served = catch_unwind(AssertUnwindSafe(|| match queued {
+            Some(waited) => serve_blocking_queued(stream, &self.pipeline, &self.stop, waited),
+            None => serve_blocking(stream, &self.pipeline, &self.stop),
+        }));
+        if served.is_err() {
             self.pipeline.error_log.error(format_args!("a connection handler panicked; connection dropped"));
         }
         me.idle();

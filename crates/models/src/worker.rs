@@ -26,7 +26,6 @@ use std::sync::{Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pipeline::stats::Phase;
 use pipeline::BLOCKING_TICK;
 
 use crate::handoff::Handoff;
@@ -71,10 +70,8 @@ fn child(c: &Child) {
                 while let Some((stream, queued)) = jobs.pop() {
                     let waited = queued.elapsed();
                     waiting.pop(waited);
-                    if c.pipeline.stats.timing {
-                        c.pipeline.stats.record(Phase::Queue, waited);
-                    }
-                    c.serve(stream, &me);
+                    // The wait is the first request's `queue` phase.
+                    c.serve(stream, &me, Some(waited));
                     idlers.release();
                 }
                 c.idle_workers(-1);
