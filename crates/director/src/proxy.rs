@@ -647,7 +647,9 @@ impl Director {
             let per_ip = self.per_ip.get(&ip).copied().unwrap_or(0);
             if self.clients.live >= self.cfg.max_conns {
                 self.stats.refused_total += 1;
+                *self.stats.responses.entry(503).or_default() += 1;
                 self.metrics.responses.get_or_create(&label("status", 503)).inc();
+                self.metrics.refused.get_or_create(&label("reason", "max_conns")).inc();
                 let body = error_page(503, "too many connections");
                 let extra = [("Retry-After", self.cfg.retry_after.to_string())];
                 let _ = stream.write(&local_bytes(503, "text/plain", &body, &extra, true, false, false));
@@ -655,7 +657,9 @@ impl Director {
             }
             if self.cfg.max_conns_per_ip > 0 && per_ip >= self.cfg.max_conns_per_ip {
                 self.stats.refused_per_ip += 1;
+                *self.stats.responses.entry(429).or_default() += 1;
                 self.metrics.responses.get_or_create(&label("status", 429)).inc();
+                self.metrics.refused.get_or_create(&label("reason", "per_ip")).inc();
                 let body = error_page(429, "too many connections from your address");
                 let extra = [("Retry-After", self.cfg.retry_after.to_string())];
                 let _ = stream.write(&local_bytes(429, "text/plain", &body, &extra, true, false, false));
@@ -907,12 +911,13 @@ impl Director {
             return;
         }
         self.stats.queue_full += 1;
-        self.busy_page(token);
+        self.busy_page(token, "queue_full");
     }
 
-    fn busy_page(&mut self, token: u64) {
+    fn busy_page(&mut self, token: u64, reason: &str) {
         let Some(c) = self.clients.get_mut(token) else { return };
         self.stats.busy_pages += 1;
+        self.metrics.refused.get_or_create(&label("reason", reason)).inc();
         let keep = discard_body(c);
         let extra = [("Retry-After", self.cfg.retry_after.to_string()), ("Cache-Control", "no-store".into())];
         respond_local(c, 503, "text/html; charset=utf-8", &self.cfg.busy_page, &extra, keep, false);
@@ -1676,7 +1681,7 @@ impl Director {
                     ex.queued_at = None;
                 }
                 self.queue.retain(|&t| t != token);
-                self.busy_page(token);
+                self.busy_page(token, "queue_timeout");
             }
             Phase::Receive => {
                 let ex = c.ex.as_ref();

@@ -1347,3 +1347,47 @@ fn out_of_descriptors_the_director_neither_spins_nor_stops_accepting() {
     }
     assert!(served, "the director accepts again once descriptors are free");
 }
+
+#[test]
+fn refusals_are_counted_alike_in_status_json_and_metrics() {
+    let backend = TestBackend::ok();
+    backend.close_gate();
+    let d = director(
+        &[backend.addr],
+        &["--admin", "127.0.0.1:0", "--max-conns-per-ip", "2", "--max-backend-conns", "1", "--queue", "0"],
+    );
+    let admin = admin_addr(&d);
+    // The only slot is held; the next request gets the busy page.
+    let mut slow = d.client();
+    slow.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    backend.wait_requests(1);
+    let mut busy = d.client();
+    busy.request("GET", "/", &[]).assert_status(503);
+    // A third connection from 127.0.0.1: refused at accept.
+    let mut over = d.client();
+    over.read_response("GET").assert_status(429);
+    let v = admin_json(admin);
+    assert_eq!(v["responses"]["429"], 1, "{v:#}");
+    assert_eq!(v["responses"]["503"], 1, "{v:#}");
+    assert_eq!(v["admission"]["refused"]["per_ip"], 1, "{v:#}");
+    assert_eq!(v["admission"]["refused"]["queue_full"], 1, "{v:#}");
+    let (_, _, body) = admin_get(admin, "/metrics");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("parses");
+    let value = |name: &str, (k, v): (&str, &str)| -> f64 {
+        let sample = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && s.labels.get(k) == Some(v))
+            .unwrap_or_else(|| panic!("{name} {k}={v} in\n{body}"));
+        match &sample.value {
+            prometheus_parse::Value::Counter(x) | prometheus_parse::Value::Untyped(x) => *x,
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    assert_eq!(value("modus_director_refused_total", ("reason", "per_ip")), 1.0);
+    assert_eq!(value("modus_director_refused_total", ("reason", "queue_full")), 1.0);
+    assert_eq!(value("modus_director_requests_total", ("status", "429")), 1.0);
+    assert_eq!(value("modus_director_requests_total", ("status", "503")), 1.0);
+    backend.open_gate();
+    slow.read_response("GET").assert_status(200);
+}
