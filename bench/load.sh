@@ -89,7 +89,13 @@ if [ "${#need_pkgs[@]}" -gt 0 ]; then
 fi
 WRK2_NOTE="wrk2 is not in Debian's archive"
 if apt-cache show wrk2 >/dev/null 2>&1; then WRK2_NOTE="wrk2 is packaged here but not used"; fi
+MODUS_SUPPLIED=${MODUS_BIN:+1}
 ensure_modus_bin
+# The binary under test, identified even when MODUS_BIN came from elsewhere
+# (then the tree's commit need not be the one it was built from).
+MODUS_LABEL="$("$MODUS_BIN" --version) (binary sha256 $(sha256sum "$MODUS_BIN" | cut -c1-12), \
+$([ -n "$MODUS_SUPPLIED" ] && echo "MODUS_BIN=$MODUS_BIN, tree at" || echo "built from") $(git_rev_label))"
+log "modus load: $MODUS_LABEL"
 
 declare -A FILE_OF=()
 make_docroot "$DOCROOT" 500B
@@ -242,8 +248,8 @@ timeout "$(( $(to_seconds "$OPEN_DURATION") + $(to_seconds "$OPEN_WARMUP") + 60 
     -d"$OPEN_DURATION" --warmup "$OPEN_WARMUP" -R "$HALF" --json "$URL" >"$OPEN_RAW" 2>"$OPEN_RAW.stderr" || die "open-loop run failed (see $OPEN_RAW.stderr)"
 read -r bl1 tl1 < <(cpu_jiffies "$LOAD_CPU")
 a1=$(all_user_ticks); o1=$(tree_ticks $$)
-OPEN_OTHER=$(awk -v t="$(( (a1 - a0) - (o1 - o0) ))" -v hz="$CLK_TCK" -v d="$(to_seconds "$OPEN_DURATION")" \
-    'BEGIN { v = 100 * t / hz / d; if (v < 0) v = 0; printf "%.0f", v }')
+OPEN_OTHER=$(awk -v t="$(( (a1 - a0) - (o1 - o0) ))" -v hz="$CLK_TCK" \
+    -v d="$(( $(to_seconds "$OPEN_DURATION") + $(to_seconds "$OPEN_WARMUP") ))" 'BEGIN { v = 100 * t / hz / d; if (v < 0) v = 0; printf "%.0f", v }')
 OPEN_BUSY=$(awk -v b="$((bl1 - bl0))" -v t="$((tl1 - tl0))" 'BEGIN { if (t > 0) printf "%.0f", 100 * b / t; else print "nan" }')
 LAT=$(json_obj "$OPEN_RAW" latency_us)
 SVC=$(json_obj "$OPEN_RAW" service_us)
@@ -257,7 +263,7 @@ OPEN_BEHIND=$(grep -o '"generator_fell_behind":[a-z]*' "$OPEN_RAW" | cut -d: -f2
 ms() { awk -v v="$1" 'BEGIN { if (v == "") print "—"; else printf "%.3f", v / 1000 }'; }
 table=$RESULTS_DIR/load.md
 {
-    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC')$([ "$SMOKE" = 1 ] && echo ' — SMOKE RUN (short durations: proves the script, not a measurement to quote)'), $(machine_label), modus $(git_rev_label)."
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC')$([ "$SMOKE" = 1 ] && echo ' — SMOKE RUN (short durations: proves the script, not a measurement to quote)'), $(machine_label), $MODUS_LABEL."
     echo "Server: \`$SERVER_CMD\` ($SERVER_VER) on CPU $SERVER_CPU, 500 B file. Load on CPU $LOAD_CPU: \`wrk -t1 -c$CONNS -d$DURATION\` and"
     echo "\`modus load -t1 -c$CONNS -d$DURATION --json\`, $ROUNDS alternating rounds per mode (medians; the order swaps every round)."
     if [ "$NOISY" -gt 0 ]; then echo "**$NOISY of the runs had other jobs using more than $NOISE_PCT % of a core (after $RETRY_NOISY retries): noisy.**"; fi
