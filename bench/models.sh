@@ -165,7 +165,7 @@ modus_model_args() {
         per-request) echo "" ;;                                                 # --max-threads 4096 (default)
         pool) if [ "$ACTION" = idle ]; then echo "--threads $((IDLE_CONNS + 100))"; else echo ""; fi ;;  # 128 threads
         staged) echo "" ;;                                                      # read=2,data=2,cgi=4,write=2,log=1
-        prefork) echo "--min-spare 10 --max-spare 60 --max-clients 128" ;;
+        prefork) echo "--start-servers 60 --min-spare 10 --max-spare 60 --max-clients 128" ;;
         worker) echo "--threads-per-child 25 --min-spare 25 --max-spare 75 --max-clients 150" ;;  # Apache worker's Debian sizing
         perchild) echo "--processes 2 --threads-per-child 64 --min-spare 5 --max-spare 60 --max-clients 128" ;;
         event) echo "--workers 1" ;;
@@ -179,7 +179,7 @@ modus_model_note() {
         per-request) echo "a thread per connection, \`--max-threads 4096\` (default)" ;;
         pool) if [ "$ACTION" = idle ]; then echo "one thread per connection held"; else echo "\`--threads 128 --queue 1024\` (defaults)"; fi ;;
         staged) echo "\`--stage-threads read=2,data=2,cgi=4,write=2,log=1\` (default)" ;;
-        prefork) echo "sized like Apache prefork below, but starts at --min-spare children (modus has no StartServers)" ;;
+        prefork) echo "sized like Apache prefork below, StartServers included" ;;
         worker) echo "Apache worker's sizing below" ;;
         perchild) echo "2 processes × up to 64 threads" ;;
         event) echo "one epoll loop" ;;

@@ -59,6 +59,9 @@ pub struct Tuning {
     pub min_spare: usize,
     /// Most idle workers kept; extra ones are retired.
     pub max_spare: usize,
+    /// Child processes forked at start (`prefork`, `worker`; Apache's
+    /// StartServers); 0: as many as `min_spare` needs.
+    pub start_servers: usize,
     /// Most connections served at once across all processes (Apache's MaxClients).
     pub max_clients: usize,
     /// Threads in each child process (`worker`; the upper bound for `perchild`).
@@ -90,6 +93,7 @@ impl Default for Tuning {
             // 10, MaxRequestWorkers 256; worker's ThreadsPerChild 25.
             min_spare: 5,
             max_spare: 10,
+            start_servers: 0,
             max_clients: 256,
             threads_per_child: 25,
             // The server lifts its open-file limit to the hard maximum

@@ -37,6 +37,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
         min_idle,
         max_idle: t.max_spare.max(min_idle + 1),
         max_children: t.max_clients.max(1),
+        start: t.start_servers,
     };
     process::run(env, scaling, 1, child)
 }

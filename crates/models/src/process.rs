@@ -149,7 +149,9 @@ pub(crate) enum Scaling {
     /// Keep between `min_idle` and `max_idle` idle workers over all
     /// children, adding or retiring whole children, each of which brings
     /// `unit` workers; never more than `max_children` children.
-    Spare { unit: usize, min_idle: usize, max_idle: usize, max_children: usize },
+    /// `start` children are forked at once (Apache's StartServers), at
+    /// least enough for `min_idle`.
+    Spare { unit: usize, min_idle: usize, max_idle: usize, max_children: usize, start: usize },
     /// Exactly this many children; a dead one is replaced.
     Fixed { children: usize },
 }
@@ -285,8 +287,8 @@ impl Master {
     /// Until a stop is requested (`Ok`) or the master cannot go on (`Err`).
     fn serve(&mut self) -> io::Result<()> {
         let first = match self.scaling {
-            Scaling::Spare { unit, min_idle, max_children, .. } => {
-                min_idle.div_ceil(unit.max(1)).clamp(1, max_children)
+            Scaling::Spare { unit, min_idle, max_children, start, .. } => {
+                min_idle.div_ceil(unit.max(1)).max(start).clamp(1, max_children)
             }
             Scaling::Fixed { children } => children,
         };

@@ -49,6 +49,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
         min_idle,
         max_idle: t.max_spare.max(min_idle + per_child),
         max_children: (t.max_clients / per_child).max(1),
+        start: t.start_servers,
     };
     process::run(env, scaling, per_child, child)
 }

@@ -59,6 +59,10 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub max_spare: Option<usize>,
 
+    /// Child processes forked at start (prefork, worker; Apache's StartServers) [default: as many as --min-spare needs]
+    #[arg(long, value_name = "N")]
+    pub start_servers: Option<usize>,
+
     /// Most connections served at once, all processes together (Apache MaxClients) [default: 256]
     #[arg(long, value_name = "N")]
     pub max_clients: Option<usize>,
@@ -223,6 +227,7 @@ impl ServeOptions {
             processes: Some(t.processes),
             min_spare: Some(t.min_spare),
             max_spare: Some(t.max_spare),
+            start_servers: Some(t.start_servers),
             max_clients: Some(t.max_clients),
             threads_per_child: Some(t.threads_per_child),
             max_connections: Some(t.max_connections),
@@ -267,6 +272,7 @@ impl ServeOptions {
             processes: self.processes.unwrap_or(d.processes),
             min_spare: self.min_spare.unwrap_or(d.min_spare),
             max_spare: self.max_spare.unwrap_or(d.max_spare),
+            start_servers: self.start_servers.unwrap_or(d.start_servers),
             max_clients: self.max_clients.unwrap_or(d.max_clients),
             threads_per_child: self.threads_per_child.unwrap_or(d.threads_per_child),
             max_connections: self.max_connections.unwrap_or(d.max_connections),

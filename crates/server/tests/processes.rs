@@ -247,6 +247,20 @@ fn hold_connections(srv: &Server, n: usize) -> Vec<TcpStream> {
         .collect()
 }
 
+/// `--start-servers` forks that many children at once (Apache's
+/// StartServers), beyond what `--min-spare` alone would start.
+#[test]
+fn start_servers_forks_that_many_children_at_start() {
+    let root = Docroot::standard();
+    let mut srv = serve("prefork", &root, &["--start-servers", "6", "--min-spare", "1", "--max-spare", "10"]);
+    let kids = eventually("six children", &srv, || {
+        let kids = children(srv.pid());
+        (kids.len() == 6).then_some(kids)
+    });
+    assert_serves(&srv);
+    stop_cleanly(&mut srv, &kids);
+}
+
 #[test]
 fn prefork_keeps_spare_processes_within_bounds() {
     let root = Docroot::standard();
