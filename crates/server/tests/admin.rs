@@ -11,35 +11,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use testkit::{Client, Docroot, Server, Signal};
+use testkit::{get_once, Client, Docroot, Server, Signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
-
-/// The admin address from `listening on ... admin=ADDR`.
-fn admin_addr(srv: &Server) -> SocketAddr {
-    let line = srv.first_line();
-    let addr =
-        line.split_whitespace().find_map(|w| w.strip_prefix("admin=")).expect("admin= in the first line");
-    addr.parse().expect("admin address")
-}
-
-/// One GET on a fresh connection: (status, content-type, body).
-fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8(raw).expect("utf-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
-    let status = head[9..12].parse().unwrap();
-    let ctype = head
-        .lines()
-        .find_map(|l| l.strip_prefix("Content-Type: ").or_else(|| l.strip_prefix("content-type: ")))
-        .unwrap_or_default()
-        .to_string();
-    (status, ctype, body.to_string())
-}
 
 /// `/status.json` once `requests_total` reached `n` and `open`
 /// connections are idle in keep-alive (a response reaches the client a
@@ -48,7 +22,7 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
 fn status_after_open(addr: SocketAddr, n: u64, open: u64) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (status, ctype, body) = get(addr, "/status.json");
+        let (status, ctype, body) = get_once(addr, "/status.json");
         assert_eq!(status, 200);
         assert_eq!(ctype, "application/json");
         let v: Value = serde_json::from_str(&body).expect("valid JSON");
@@ -90,7 +64,7 @@ fn start(model: &str, root: &Docroot, extra: &[&str]) -> Server {
 fn json_counts_after_known_requests(model: &str) {
     let root = Docroot::standard();
     let srv = start(model, &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
     assert_eq!(v["model"], model);
@@ -131,10 +105,10 @@ fn json_counts_after_known_requests(model: &str) {
 fn metrics_parse(model: &str) {
     let root = Docroot::standard();
     let srv = start(model, &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     status_after(admin, 6);
-    let (status, ctype, body) = get(admin, "/metrics");
+    let (status, ctype, body) = get_once(admin, "/metrics");
     assert_eq!(status, 200);
     assert!(ctype.starts_with("application/openmetrics-text; version=1.0.0"), "{ctype}");
     assert!(body.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
@@ -178,17 +152,17 @@ fn metrics_parse(model: &str) {
 fn status_page(model: &str) {
     let root = Docroot::standard();
     let srv = start(model, &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     status_after(admin, 6);
-    let (status, ctype, body) = get(admin, "/status");
+    let (status, ctype, body) = get_once(admin, "/status");
     assert_eq!(status, 200);
     assert!(ctype.starts_with("text/html"));
     assert!(body.contains(&format!("<span id=\"model\">{model}</span>")), "{body}");
     assert!(body.contains("<b id=\"requests\">6</b>"), "{body}");
     assert!(body.contains("http-equiv=\"refresh\""));
     assert!(!body.contains("src=\"http") && !body.contains("href=\"http"), "no external assets");
-    assert_eq!(get(admin, "/nothing").0, 404);
+    assert_eq!(get_once(admin, "/nothing").0, 404);
 }
 
 fn trace_rows(model: &str) {
@@ -260,7 +234,7 @@ every_model! {
 fn no_timing_keeps_counters() {
     let root = Docroot::standard();
     let srv = start("pool", &root, &["--no-timing"]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
     assert_eq!(v["timing"], false);
@@ -272,7 +246,7 @@ fn no_timing_keeps_counters() {
 fn pool_accept_queue_is_measured() {
     let root = Docroot::standard();
     let srv = start("pool", &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
     assert_eq!(v["queues"]["accept"]["items"], 1, "{v:#}");
@@ -293,7 +267,7 @@ fn kill(pid: u32, signal: rustix::process::Signal) {
 fn poll_until(addr: SocketAddr, at_least: u64, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let v: Value = serde_json::from_str(&get(addr, "/status.json").2).unwrap();
+        let v: Value = serde_json::from_str(&get_once(addr, "/status.json").2).unwrap();
         let total = v["requests_total"].as_u64().unwrap();
         assert!(total >= at_least, "totals went backwards: {total} < {at_least}\n{v:#}");
         if done(&v) {
@@ -309,7 +283,7 @@ fn poll_until(addr: SocketAddr, at_least: u64, done: impl Fn(&Value) -> bool) ->
 fn killed_child_keeps_its_counts(model: &str) {
     let root = Docroot::standard();
     let srv = start(model, &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let client = known_requests(&srv);
     let v = status_after(admin, 6);
     assert_eq!(v["requests_total"], 6, "{v:#}");
@@ -353,7 +327,7 @@ fn perchild_killed_child_keeps_its_counts() {
 fn admin_child_is_replaced_when_it_dies() {
     let root = Docroot::standard();
     let srv = start("prefork", &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
     let first = v["admin_pid"].as_u64().unwrap() as u32;
@@ -388,7 +362,7 @@ fn admin_child_is_replaced_when_it_dies() {
 fn process_scoreboard_shows_each_child() {
     let root = Docroot::standard();
     let srv = start("prefork", &root, &["--min-spare", "3", "--max-spare", "6"]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let v = poll_until(admin, 0, |v| v["workers"]["scoreboard"].as_array().unwrap().len() >= 3);
     let board = v["workers"]["scoreboard"].as_array().unwrap();
     let mut pids: Vec<u32> = board.iter().map(pid_of).collect();
@@ -410,7 +384,7 @@ fn process_scoreboard_shows_each_child() {
 fn worker_handoff_queue_is_measured() {
     let root = Docroot::standard();
     let srv = start("worker", &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
     assert_eq!(v["queues"]["handoff"]["items"], 1, "{v:#}");
@@ -428,7 +402,7 @@ fn continue_probe_records_one_script_start(model: &str, queued: u64) {
     let cgi = tempfile::Builder::new().prefix("modus-admin-cgi-").tempdir().unwrap();
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cgi-echo"), cgi.path().join("echo")).unwrap();
     let srv = start(model, &root, &["--cgi-dir", cgi.path().to_str().unwrap()]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let mut c: Client = srv.client();
     c.send(
         "POST /cgi-bin/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
@@ -459,7 +433,7 @@ fn continue_probe_records_one_script_start_on_the_spawner_thread() {
 fn staged_queue_waits_have_percentiles() {
     let root = Docroot::standard();
     let srv = start("staged", &root, &[]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
     // (No `log` here: the test servers keep no access log.)
@@ -472,7 +446,7 @@ fn staged_queue_waits_have_percentiles() {
     // Six requests went through data, none through cgi.
     assert_eq!(v["queues"]["data"]["items"], 6, "{v:#}");
     assert_eq!(v["queues"]["cgi"]["items"], 0, "{v:#}");
-    let (_, _, metrics) = get(admin, "/metrics");
+    let (_, _, metrics) = get_once(admin, "/metrics");
     assert!(metrics.contains("modus_queue_wait_seconds_count{stage=\"data\"} 6"), "{metrics}");
 }
 

@@ -90,11 +90,6 @@ fn run_chromium(chromium: &Path, url: &str, args: &[&str]) -> String {
     out
 }
 
-fn admin_addr(srv: &Server) -> SocketAddr {
-    let line = srv.first_line();
-    line.split_whitespace().find_map(|w| w.strip_prefix("admin=")).expect("admin=").parse().unwrap()
-}
-
 /// `/status.json` until `requests_total` is `n` (process models publish
 /// every 250 ms).
 fn wait_for_requests(admin: SocketAddr, n: u64) {
@@ -117,7 +112,7 @@ fn wait_for_requests(admin: SocketAddr, n: u64) {
 /// the server, its open client and the status page's URL.
 fn server_after_requests(model: &str, root: &Docroot) -> (Server, Client, String) {
     let srv = Server::start(BIN, model, root.path(), &["--admin", "127.0.0.1:0"]);
-    let admin = admin_addr(&srv);
+    let admin = srv.announced("admin");
     let mut c: Client = srv.client();
     for _ in 0..4 {
         c.request("GET", "/hello.txt", &[]).assert_status(200);
@@ -160,7 +155,7 @@ fn status_page_renders_in_chromium_for_event() {
 #[test]
 fn status_page_renders_in_chromium_for_prefork_with_screenshot() {
     let Some((srv, _client, chromium)) = renders_model_and_counts("prefork") else { return };
-    let url = format!("http://{}/status", admin_addr(&srv));
+    let url = format!("http://{}/status", srv.announced("admin"));
     // target/debug/deps/browser-… → target/
     let exe = std::env::current_exe().unwrap();
     let target = exe.ancestors().nth(3).expect("the target directory");

@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use testkit::{assert_bytes_eq, pseudo_random_bytes, Client, Docroot, Server};
+use testkit::{assert_bytes_eq, get_once, pseudo_random_bytes, Client, Docroot, Server};
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
 
@@ -631,12 +631,6 @@ fn monitor_reports_with_hysteresis() {
     assert!(next_with(0).contains(" OK "));
 }
 
-fn monitor_addr(d: &Server) -> SocketAddr {
-    let word =
-        d.first_line().split(' ').find_map(|w| w.strip_prefix("monitor=")).expect("monitor= in first line");
-    word.parse().unwrap()
-}
-
 #[test]
 fn an_overloaded_backend_is_paused_and_a_silent_monitor_is_unknown() {
     let backend = TestBackend::ok();
@@ -656,7 +650,7 @@ fn an_overloaded_backend_is_paused_and_a_silent_monitor_is_unknown() {
     // No monitor yet: unknown, half the limit — not "healthy".
     let st = status(&d);
     assert!(st.contains("monitor=unknown inflight=0 limit=2"), "{st}");
-    let mut m = TcpStream::connect(monitor_addr(&d)).unwrap();
+    let mut m = TcpStream::connect(d.announced("monitor")).unwrap();
     m.write_all(
         format!("MODUS-MONITOR 1 interval_ms=5000 backend={}\nS 1 OVER cpu=0.99\n", backend.addr).as_bytes(),
     )
@@ -675,7 +669,7 @@ fn an_overloaded_backend_is_paused_and_a_silent_monitor_is_unknown() {
     // End to end: the real monitor on a hot fake /proc pauses admission.
     let proc_dir = tempfile::tempdir().unwrap();
     fake_proc(proc_dir.path(), 200);
-    let _monitor = spawn_monitor(monitor_addr(&d), proc_dir.path(), &backend.addr.to_string());
+    let _monitor = spawn_monitor(d.announced("monitor"), proc_dir.path(), &backend.addr.to_string());
     let st = wait_status(&d, "overloaded from modus monitor", |s| s.contains("monitor=overloaded"));
     assert!(st.contains("synrecv=200"), "{st}");
     d.client().request("GET", "/", &[]).assert_status(503);
@@ -1009,31 +1003,10 @@ fn a_hung_backend_fails_its_health_checks_and_returns_when_it_answers() {
 
 /// `/status.json` from the admin listener.
 fn admin_json(admin: SocketAddr) -> Value {
-    let (status, ctype, body) = admin_get(admin, "/status.json");
+    let (status, ctype, body) = get_once(admin, "/status.json");
     assert_eq!(status, 200);
     assert_eq!(ctype, "application/json");
     serde_json::from_str(&body).expect("valid JSON")
-}
-
-fn admin_addr(d: &Server) -> SocketAddr {
-    let line = d.first_line();
-    let addr =
-        line.split_whitespace().find_map(|w| w.strip_prefix("admin=")).expect("admin= in the first line");
-    addr.parse().expect("admin address")
-}
-
-/// One GET on a fresh connection: (status, content-type, body).
-fn admin_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8(raw).expect("utf-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
-    let status = head[9..12].parse().unwrap();
-    let ctype = head.lines().find_map(|l| l.strip_prefix("Content-Type: ")).unwrap_or_default().to_string();
-    (status, ctype, body.to_string())
 }
 
 /// Runs `clients` concurrent clients of `each` requests against a backend
@@ -1063,7 +1036,7 @@ fn adaptive_limit_after_load(mode: &str) -> u64 {
             "127.0.0.1:0",
         ],
     );
-    let admin = admin_addr(&d);
+    let admin = d.announced("admin");
     // One at a time: the baseline.
     let mut c = d.client();
     for _ in 0..48 {
@@ -1109,7 +1082,7 @@ fn admin_status_json_and_metrics_count_a_known_sequence() {
         }
     });
     let d = director(&[backend.addr], &["--admin", "127.0.0.1:0", "--max-fails", "0"]);
-    let admin = admin_addr(&d);
+    let admin = d.announced("admin");
     let mut c = d.client();
     for _ in 0..3 {
         c.request("GET", "/", &[]).assert_status(200);
@@ -1149,7 +1122,7 @@ fn admin_status_json_and_metrics_count_a_known_sequence() {
     assert_eq!(b["limit"], 64);
     assert_eq!(b["adaptive_limit"], 64);
 
-    let (status, ctype, body) = admin_get(admin, "/metrics");
+    let (status, ctype, body) = get_once(admin, "/metrics");
     assert_eq!(status, 200);
     assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
     let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("parses");
@@ -1180,7 +1153,7 @@ fn admin_status_json_and_metrics_count_a_known_sequence() {
     assert_eq!(value("modus_director_queue_length", None), 0.0);
     assert!(value("modus_director_connections", Some(("state", "REQUEST"))) >= 1.0);
 
-    let (status, ctype, page) = admin_get(admin, "/status");
+    let (status, ctype, page) = get_once(admin, "/status");
     assert_eq!(status, 200);
     assert!(ctype.starts_with("text/html"), "{ctype}");
     assert!(page.contains("http-equiv=\"refresh\"") && page.contains("name=\"viewport\""));
@@ -1188,7 +1161,7 @@ fn admin_status_json_and_metrics_count_a_known_sequence() {
     for needle in ["director", "REQUEST", "PEEK", "RECEIVE", "RESPONSE", &backend.addr.to_string()] {
         assert!(page.contains(needle), "{needle} missing from the page");
     }
-    assert_eq!(admin_get(admin, "/nope").0, 404);
+    assert_eq!(get_once(admin, "/nope").0, 404);
 }
 
 /// A backend that answers a POST before reading its body (as an auth check
@@ -1356,7 +1329,7 @@ fn refusals_are_counted_alike_in_status_json_and_metrics() {
         &[backend.addr],
         &["--admin", "127.0.0.1:0", "--max-conns-per-ip", "2", "--max-backend-conns", "1", "--queue", "0"],
     );
-    let admin = admin_addr(&d);
+    let admin = d.announced("admin");
     // The only slot is held; the next request gets the busy page.
     let mut slow = d.client();
     slow.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -1371,7 +1344,7 @@ fn refusals_are_counted_alike_in_status_json_and_metrics() {
     assert_eq!(v["responses"]["503"], 1, "{v:#}");
     assert_eq!(v["admission"]["refused"]["per_ip"], 1, "{v:#}");
     assert_eq!(v["admission"]["refused"]["queue_full"], 1, "{v:#}");
-    let (_, _, body) = admin_get(admin, "/metrics");
+    let (_, _, body) = get_once(admin, "/metrics");
     let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("parses");
     let value = |name: &str, (k, v): (&str, &str)| -> f64 {
         let sample = scrape

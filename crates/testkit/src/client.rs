@@ -85,6 +85,25 @@ impl Response {
     }
 }
 
+/// One GET on a fresh connection to a server that closes after answering
+/// (the admin listeners): (status, content-type, body).
+pub fn get_once(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8(raw).expect("utf-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+    let status = head[9..12].parse().unwrap();
+    let ctype = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Type: ").or_else(|| l.strip_prefix("content-type: ")))
+        .unwrap_or_default()
+        .to_string();
+    (status, ctype, body.to_string())
+}
+
 /// A raw client connection with 5 s read and write timeouts.
 ///
 /// Bytes received but not yet consumed by a parse are kept, so pipelined

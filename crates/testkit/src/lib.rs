@@ -25,7 +25,7 @@ mod client;
 mod fixtures;
 mod server;
 
-pub use client::{Client, Response};
+pub use client::{get_once, Client, Response};
 pub use fixtures::{Docroot, SECRET};
 pub use server::{run, Output, Server, ServerBuilder, Signal};
 

@@ -282,6 +282,17 @@ impl Server {
         &self.first_line
     }
 
+    /// The address the first line announces as `KEY=ADDR` (e.g. `admin`,
+    /// `monitor`). Panics if there is none.
+    #[track_caller]
+    pub fn announced(&self, key: &str) -> SocketAddr {
+        let prefix = format!("{key}=");
+        let word = self.first_line.split_whitespace().find_map(|w| w.strip_prefix(prefix.as_str()));
+        word.unwrap_or_else(|| panic!("{key}= in the first line: {:?}", self.first_line))
+            .parse()
+            .unwrap_or_else(|e| panic!("{key}= address in {:?}: {e}", self.first_line))
+    }
+
     /// A new raw client connected to the server.
     pub fn client(&self) -> Client {
         Client::connect(self.addr)
