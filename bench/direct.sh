@@ -103,7 +103,7 @@ WORK=$(mktemp -d /tmp/modus-direct.XXXXXX)
 chmod 755 "$WORK"   # Apache's children run as www-data and must reach the docroot and the script
 DOCROOT=$WORK/www
 CGI_DIR=$WORK/cgi-bin
-declare -A FILE_OF=() PID_OF=() PORT_OF=()
+declare -A FILE_OF=() PID_OF=() PORT_OF=() ADMIN_OF=()
 STARTED=()
 cleanup() {
     local s
@@ -196,27 +196,12 @@ EOF
     PORT_OF[$name]=$port
 }
 
-start_modus_prefork() {
-    local name=prefork line addr
-    taskset -c "$SERVER_CPU" "$MODUS_BIN" serve "$DOCROOT" --listen 127.0.0.1:0 --model prefork \
-        --min-spare 10 --max-spare 60 --max-clients 128 --max-keepalive-requests 100000000 --cgi-dir "$CGI_DIR" \
-        >"$RESULTS_DIR/$name.stdout" 2>"$RESULTS_DIR/$name.stderr" &
-    PID_OF[$name]=$!
-    STARTED+=("$name")
-    line=$(wait_modus_listening "${PID_OF[$name]}" "$RESULTS_DIR/$name.stdout" "$RESULTS_DIR/$name.stderr") || exit 2
-    addr=$(awk '{ print $3 }' <<<"$line")
-    PORT_OF[$name]=${addr##*:}
-    wait_http "${PORT_OF[$name]}" "${PID_OF[$name]}" "$name"
-}
-
-# start_director NAME BACKEND_PORT: `modus direct` on LOAD_CPU with an admin listener.
-start_director() {
-    local name=$1 line addr
-    local -a argv=()
-    read -r -a argv <<<"$DIRECTOR_ARGS"
-    taskset -c "$LOAD_CPU" "$MODUS_BIN" direct --listen 127.0.0.1:0 --backend "127.0.0.1:$2" \
-        --admin 127.0.0.1:0 "${argv[@]}" \
-        >"$RESULTS_DIR/$name.stdout" 2>"$RESULTS_DIR/$name.stderr" &
+# start_modus NAME CPU ARGS...: a modus subcommand pinned to CPU, listening on an ephemeral port;
+# sets PID_OF, PORT_OF and, when it has an admin listener, ADMIN_OF.
+start_modus() {
+    local name=$1 cpu=$2 line addr
+    shift 2
+    taskset -c "$cpu" "$MODUS_BIN" "$@" >"$RESULTS_DIR/$name.stdout" 2>"$RESULTS_DIR/$name.stderr" &
     PID_OF[$name]=$!
     STARTED+=("$name")
     line=$(wait_modus_listening "${PID_OF[$name]}" "$RESULTS_DIR/$name.stdout" "$RESULTS_DIR/$name.stderr") || exit 2
@@ -225,7 +210,21 @@ start_director() {
     ADMIN_OF[$name]=$(tr ' ' '\n' <<<"$line" | sed -n 's/^admin=//p')
     wait_http "${PORT_OF[$name]}" "${PID_OF[$name]}" "$name"
 }
-declare -A ADMIN_OF=()
+
+# modus prefork sized like Apache prefork above, StartServers included.
+start_modus_prefork() {
+    start_modus prefork "$SERVER_CPU" serve "$DOCROOT" --listen 127.0.0.1:0 --model prefork \
+        --start-servers 60 --min-spare 10 --max-spare 60 --max-clients 128 \
+        --max-keepalive-requests 100000000 --cgi-dir "$CGI_DIR"
+}
+
+# start_director NAME BACKEND_PORT: `modus direct` on LOAD_CPU with an admin listener.
+start_director() {
+    local -a argv=()
+    read -r -a argv <<<"$DIRECTOR_ARGS"
+    start_modus "$1" "$LOAD_CPU" direct --listen 127.0.0.1:0 --backend "127.0.0.1:$2" \
+        --admin 127.0.0.1:0 "${argv[@]}"
+}
 
 MIX=$WORK/mix.txt
 printf '%s /cgi-bin/spin?ms=%s\n%s /500B.txt\n' "$CGI_WEIGHT" "$SPIN_MS" "$((100 - CGI_WEIGHT))" >"$MIX"
