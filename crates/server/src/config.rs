@@ -73,6 +73,11 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
 
+    /// Hold a new connection in the kernel until its first bytes arrive, up to
+    /// this long (TCP_DEFER_ACCEPT; a silent client is accepted after it); 0 = off [default: 1s]
+    #[arg(long, value_name = "DURATION")]
+    pub defer_accept: Option<Dur>,
+
     /// Threads per child process (worker; upper bound for perchild) [default: 25]
     #[arg(long, value_name = "N")]
     pub threads_per_child: Option<usize>,
@@ -231,6 +236,7 @@ impl ServeOptions {
             max_clients: Some(t.max_clients),
             threads_per_child: Some(t.threads_per_child),
             max_connections: Some(t.max_connections),
+            defer_accept: Some(Dur(DEFER_ACCEPT)),
             access_log: Some("-".into()),
             error_log: Some("-".into()),
             keepalive_timeout: Some(Dur(d.keepalive_timeout)),
@@ -325,6 +331,11 @@ impl ServeOptions {
         }
     }
 }
+
+/// `--defer-accept`'s default: h2o's. Long enough to cover any client that
+/// sends its request with the handshake, short enough that a silent one is
+/// still answered by the header timeout soon after.
+pub const DEFER_ACCEPT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A duration written the human way: `500ms`, `5s`, `1m 30s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

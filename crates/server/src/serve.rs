@@ -155,6 +155,8 @@ impl Server {
         // the model calls accept(), so setting them later would leave the
         // first connections without timeouts.
         transport::listener::set_accepted_defaults(&listener, pipeline::BLOCKING_TICK)?;
+        let defer = options.defer_accept.map_or(crate::config::DEFER_ACCEPT, |d| d.0);
+        transport::listener::set_defer_accept(&listener, defer).context("--defer-accept")?;
         let local = listener.local_addr()?;
         let shutdown = Shutdown::new()?;
         let admin_addr = match &self.admin {

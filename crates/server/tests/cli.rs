@@ -226,3 +226,47 @@ fn error_log_to_file() {
     assert!(lines[0].contains("serving") && lines[0].contains("pool"), "{text}");
     assert!(text.contains("stopping"), "{text}");
 }
+
+/// With `--defer-accept` (on by default) the kernel holds a connection until
+/// its first bytes; one that stays silent must still reach the server once
+/// the wait is over, and be closed by the header timeout like any idle
+/// connection — not left in the kernel for ever. `--defer-accept 0` serves too.
+#[test]
+fn defer_accept_still_ends_silent_connections() {
+    use std::io::Read;
+    let root = Docroot::standard();
+    for (model, defer) in [("event", "1s"), ("pool", "1s"), ("event", "0")] {
+        let srv = Server::start(
+            BIN,
+            model,
+            root.path(),
+            &["--defer-accept", defer, "--header-timeout", "1s", "--keepalive-timeout", "1s"],
+        );
+        let mut silent = std::net::TcpStream::connect(srv.addr()).unwrap();
+        silent.set_read_timeout(Some(RUN_TIMEOUT)).unwrap();
+        let mut buf = [0u8; 64];
+        // Closed without a word (nginx does the same for idle connections);
+        // a reset counts as closed too.
+        let end = silent.read(&mut buf);
+        assert!(
+            matches!(end, Ok(0))
+                || end.is_err()
+                    && !matches!(
+                        end.as_ref().unwrap_err().kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ),
+            "{model} --defer-accept {defer}: {end:?}"
+        );
+        get_ok(&srv, "/hello.txt");
+    }
+}
+
+#[test]
+fn defer_accept_is_in_the_effective_config() {
+    let out = run_modus(&["serve", "--print-config"]);
+    assert_exit(&out, 0);
+    assert!(out.stdout.contains("defer-accept = \"1s\""), "{}", out.stdout);
+    let out = run_modus(&["serve", "--defer-accept", "0", "--print-config"]);
+    assert_exit(&out, 0);
+    assert!(out.stdout.contains("defer-accept = \"0s\""), "{}", out.stdout);
+}

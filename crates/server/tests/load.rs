@@ -413,7 +413,7 @@ fn generator_falling_behind_is_reported() {
         }
     });
     let url = format!("http://{addr}/");
-    let args = [url.as_str(), "-R", "500", "-c", "1", "-d", "1s", "--checksum", "--lag-threshold", "5ms"];
+    let args = [url.as_str(), "-R", "500", "-c", "1", "-d", "3s", "--checksum", "--lag-threshold", "5ms"];
     let r = load_json(&args);
     assert!(u(&r["requests"]) >= 1, "{r}");
     assert!(u(&r["open_loop"]["generator_late"]) > 0, "{}", r["open_loop"]);
