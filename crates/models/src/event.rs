@@ -506,7 +506,8 @@ impl Loop {
 
     fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
         let now = Instant::now();
-        let conn = Connection::new(ConnInfo { peer }, now, &self.pipeline);
+        let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline);
+        conn.set_edge_triggered();
         let conn = Conn {
             stream,
             conn,
@@ -542,7 +543,10 @@ impl Loop {
         }
         // None: the connection closed earlier in this batch.
         let Some(c) = self.conns.get_mut(token) else { return };
-        c.readable |= event.is_readable();
+        if event.is_readable() {
+            c.readable = true;
+            c.conn.readable();
+        }
         c.writable |= event.is_writable();
         match c.waits {
             // The client is gone while a helper works for it: close now;
@@ -585,8 +589,8 @@ impl Loop {
             }
         }
         match want {
-            // Either comes back only after the socket said EAGAIN, so the
-            // next edge will be a fresh one.
+            // Either comes back only after the socket said EAGAIN or a read
+            // came back short, so the next edge will be a fresh one.
             Want::Read(deadline) => {
                 (c.waits, c.readable) = (Waits::Read, false);
                 self.timers.set(c, token, deadline);

@@ -116,6 +116,12 @@ pub struct Connection {
     deferred_log: Vec<LogRecord>,
     /// A script was started whose pipes [`Connection::new_pipes`] has not handed out.
     cgi_new: bool,
+    /// The driver is told of every new byte (edge-triggered epoll), so a
+    /// short read means the socket is empty until it says otherwise.
+    edge_triggered: bool,
+    /// The last read returned less than it had room for, and no readiness
+    /// was reported since: reading again would only say EAGAIN.
+    drained: bool,
     /// Where the connection counts in the `connections` gauge.
     gauge: ConnState,
     stats: std::sync::Arc<Stats>,
@@ -286,6 +292,8 @@ impl Connection {
             defer_log: false,
             deferred_log: Vec::new(),
             cgi_new: false,
+            edge_triggered: false,
+            drained: false,
             gauge: ConnState::None,
             stats: pipeline.stats.clone(),
             tm: Timing {
@@ -401,6 +409,20 @@ impl Connection {
     /// may block: for an event loop that runs everything else itself.
     pub fn drive_except_cgi(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
         self.run(sock, p, stopping, Inline::ExceptCgi)
+    }
+
+    /// Declares that the driver waits for readiness edge-triggered and calls
+    /// [`readable`](Self::readable) for every readable event. A read that
+    /// comes back short then ends the reading, as in nginx: the next bytes
+    /// raise a new edge, so the `recv` that would only return EAGAIN — after
+    /// most keep-alive responses — is skipped.
+    pub fn set_edge_triggered(&mut self) {
+        self.edge_triggered = true;
+    }
+
+    /// The socket reported readable (edge-triggered drivers).
+    pub fn readable(&mut self) {
+        self.drained = false;
     }
 
     /// Takes the request announced by [`Want::Process`].
@@ -750,6 +772,9 @@ impl Connection {
     /// keeps it only if bytes came: a connection that turns out to be idle —
     /// most keep-alive connections, most of the time — then holds none.
     fn fill(&mut self, sock: &TcpStream) -> io::Result<usize> {
+        if self.drained {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
             if self.buf.is_empty() {
@@ -762,6 +787,7 @@ impl Connection {
                 }
                 let n = read?;
                 self.end = n;
+                self.drained = self.edge_triggered && n < self.buf.len();
                 return Ok(n);
             }
         } else if self.end == self.buf.len() {
@@ -775,8 +801,11 @@ impl Connection {
                 self.buf = bigger;
             }
         }
+        let room = self.buf.len() - self.end;
         let n = read_retrying(sock, &mut self.buf[self.end..])?;
         self.end += n;
+        // Zero is end of stream, which ends the connection anyway.
+        self.drained = self.edge_triggered && n < room;
         Ok(n)
     }
 
