@@ -10,6 +10,9 @@
 //!   input and output (no `epoll_ctl` per request, as nginx does); the
 //!   connection's last [`Want`] says which readiness it is waiting for, and
 //!   the loop remembers readiness that arrived while it waited for the other.
+//!   It passes every readable event on (`Connection::readable`), so a read
+//!   that came back short can end the reading without the `recv` that would
+//!   only say EAGAIN (`Connection::set_edge_triggered`; nginx does the same).
 //! * **Timers**: a min-heap of (deadline, token), lazily invalidated, with at
 //!   most one live entry per connection (see [`Timers`]); the wait's timeout
 //!   is the time to the next one.
