@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 use std::io::Write;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use httpdate::HttpDate;
 
@@ -12,6 +12,30 @@ const IMF_FIXDATE_LEN: usize = 29;
 thread_local! {
     /// The second last formatted on this thread, and its IMF-fixdate.
     static NOW: Cell<Option<(u64, [u8; IMF_FIXDATE_LEN])>> = const { Cell::new(None) };
+    /// The monotonic reading [`with_now`] lends to this thread's calls.
+    static LENT: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// When the second of `NOW` ends on the monotonic clock, as of the
+    /// last wall-clock read made for a lent reading.
+    static SECOND_ENDS: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with `now`, a monotonic reading the caller took and has not
+/// waited since, standing in for the clock in this thread's
+/// [`http_date_now`] calls: a `Date` then costs a wall-clock read once a
+/// second instead of once a response (nginx's cached time, scoped).
+///
+/// A `Date` may lag by as long as `now` is stale; a reading lent while a
+/// caller blocks would make it wrong, so lend only fresh ones.
+pub fn with_now<R>(now: Instant, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // During thread exit the cell may already be gone.
+            let _ = LENT.try_with(|lent| lent.set(self.0));
+        }
+    }
+    let _restore = Restore(LENT.with(|lent| lent.replace(Some(now))));
+    f()
 }
 
 /// The current time as an IMF-fixdate, for the `Date` field (RFC 9110 §6.6.1).
@@ -20,12 +44,26 @@ thread_local! {
 /// read the clock and copy 29 bytes. A thread-local cache needs no
 /// synchronisation, and `Date` has a resolution of one second anyway.
 pub fn http_date_now() -> [u8; IMF_FIXDATE_LEN] {
-    let now = SystemTime::now();
-    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let lent = LENT.with(Cell::get);
+    if let (Some(now), Some(ends), Some((_, date))) = (lent, SECOND_ENDS.with(Cell::get), NOW.with(Cell::get))
+    {
+        if now < ends {
+            return date;
+        }
+    }
+    let wall = SystemTime::now();
+    let since_epoch = wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+    if let Some(now) = lent {
+        // Early by however stale `now` is: the next second's first
+        // responses read the wall clock once more rather than keep an old date.
+        let left = Duration::from_secs(1) - Duration::from_nanos(since_epoch.subsec_nanos().into());
+        SECOND_ENDS.with(|ends| ends.set(Some(now + left)));
+    }
+    let second = since_epoch.as_secs();
     NOW.with(|cache| match cache.get() {
         Some((cached, date)) if cached == second => date,
         _ => {
-            let date = imf_fixdate(now);
+            let date = imf_fixdate(wall);
             cache.set(Some((second, date)));
             date
         }
@@ -141,5 +179,27 @@ mod tests {
         let (cached_second, cached) = NOW.with(Cell::get).unwrap();
         assert_eq!(cached, second);
         assert_eq!(at(cached_second), parse_http_date(std::str::from_utf8(&second).unwrap()).unwrap());
+    }
+
+    #[test]
+    fn a_lent_reading_reads_the_wall_clock_once_a_second() {
+        let now = Instant::now();
+        let before = SystemTime::now() - Duration::from_secs(1);
+        let first = with_now(now, http_date_now);
+        let parsed = parse_http_date(std::str::from_utf8(&first).unwrap()).unwrap();
+        assert!(before <= parsed && parsed <= SystemTime::now(), "{parsed:?}");
+        let ends = SECOND_ENDS.with(Cell::get).unwrap();
+        assert!(ends > now && ends <= now + Duration::from_secs(1));
+        // Within the second, the cached date is used whatever the wall clock
+        // says: plant a different one to see that it is not read.
+        let planted = *b"Sun, 06 Nov 1994 08:49:37 GMT";
+        NOW.with(|cache| cache.set(Some((0, planted))));
+        assert_eq!(with_now(now, http_date_now), planted);
+        // Past the second's end the wall clock is read again.
+        assert_ne!(with_now(ends, http_date_now), planted);
+        assert_eq!(LENT.with(Cell::get), None, "the reading is lent only for the call");
+        // Without a lent reading, every call reads the wall clock.
+        NOW.with(|cache| cache.set(Some((0, planted))));
+        assert_ne!(http_date_now(), planted);
     }
 }

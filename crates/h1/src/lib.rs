@@ -24,7 +24,7 @@ mod syntax;
 mod target;
 
 pub use chunked::ChunkedDecoder;
-pub use date::{format_http_date, http_date_now, parse_http_date};
+pub use date::{format_http_date, http_date_now, parse_http_date, with_now};
 pub use error::ParseError;
 pub use framing::BodyFraming;
 pub use request::{parse_request, Header, Limits, Method, Parsed, RequestHead, Version};

@@ -15,7 +15,9 @@
 //!   only say EAGAIN (`Connection::set_edge_triggered`; nginx does the same).
 //! * **Timers**: a min-heap of (deadline, token), lazily invalidated, with at
 //!   most one live entry per connection (see [`Timers`]); the wait's timeout
-//!   is the time to the next one.
+//!   is the time to the next one. The clock is read once per wakeup, and
+//!   that reading serves the turn's timers and connection deadlines
+//!   (`Connection::set_now`), as nginx's cached time does.
 //! * **Connection cap** (`--max-connections`, nginx's
 //!   `worker_connections`): the server-wide cap is split between the loops
 //!   (loop `i` of `w` gets `N / w`, plus one for the first `N % w`), since a
@@ -338,6 +340,10 @@ struct Loop {
     send_away: SendAway,
     conns: Slab,
     timers: Timers,
+    /// The clock as read once when the last wait returned: the time of
+    /// everything this turn of the loop does, except per-request timing,
+    /// which is read exactly (nginx's `ngx_time_update`).
+    now: Instant,
 }
 
 impl Loop {
@@ -375,6 +381,7 @@ impl Loop {
             send_away,
             conns: Slab::default(),
             timers: Timers::default(),
+            now: Instant::now(),
         })
     }
 
@@ -393,15 +400,18 @@ impl Loop {
         // A stop that fired before the registration is still seen: the pipe
         // stays readable.
         while !(self.stopping && self.conns.live == 0) {
-            let now = Instant::now();
+            // As of the wakeup: a turn's work makes timers fire that much
+            // late, and the scoreboard's idle time start that much early.
+            let now = self.now;
             let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
             let timeout = match (self.timers.next(now), resume) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            me.idle();
+            me.idle_at(now);
             self.poller.wait(&mut events, timeout)?;
-            me.busy();
+            self.now = Instant::now();
+            me.busy_at(self.now);
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept(),
@@ -418,7 +428,7 @@ impl Loop {
                 }
             }
             self.expire_timers();
-            if self.accept_resume.is_some_and(|at| at <= Instant::now()) {
+            if self.accept_resume.is_some_and(|at| at <= self.now) {
                 self.accept_resume = None;
             }
             self.watch_listener();
@@ -508,7 +518,7 @@ impl Loop {
     }
 
     fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
-        let now = Instant::now();
+        let now = self.now;
         let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline);
         conn.set_edge_triggered();
         let conn = Conn {
@@ -568,7 +578,8 @@ impl Loop {
     /// Runs the connection's state machine as far as its socket allows.
     fn drive(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(token) else { return };
-        let (p, stopping) = (&*self.pipeline, self.stopping);
+        let (p, stopping, now) = (&*self.pipeline, self.stopping, self.now);
+        c.conn.set_now(now);
         let drive = |c: &mut Conn| match (&self.helpers, self.send_away) {
             (Some(_), SendAway::All) => c.conn.drive_split(&c.stream, p, stopping),
             (Some(_), SendAway::Cgi) => c.conn.drive_except_cgi(&c.stream, p, stopping),
@@ -582,6 +593,7 @@ impl Loop {
             let Some(request) = c.conn.take_request() else { break };
             match p.handle_in_memory(&request.head, request.keep_alive) {
                 Some(reply) => {
+                    c.conn.set_now(now);
                     c.conn.deliver(reply, p);
                     want = drive(c);
                 }
@@ -644,6 +656,7 @@ impl Loop {
             let Some(c) = self.conns.get_mut(token) else { continue };
             match reply {
                 Some(reply) if c.waits == Waits::Helper => {
+                    c.conn.set_now(self.now);
                     c.conn.deliver(reply, &self.pipeline);
                     self.drive(token);
                 }
@@ -655,7 +668,7 @@ impl Loop {
     }
 
     fn expire_timers(&mut self) {
-        let now = Instant::now();
+        let now = self.now;
         while let Some(&Reverse((when, token))) = self.timers.heap.peek() {
             if when > now {
                 break;
@@ -675,6 +688,7 @@ impl Loop {
                 continue;
             }
             // The connection decides: a 408 to send, or a silent close.
+            c.conn.set_now(now);
             if c.conn.timed_out(&self.pipeline) {
                 self.drive(token);
             } else {

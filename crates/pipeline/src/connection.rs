@@ -129,6 +129,9 @@ pub struct Connection {
     tm: Timing,
     /// Numbered per process, for the trace.
     conn_id: u64,
+    /// The caller's clock reading for deadlines ([`Connection::set_now`]),
+    /// until the next `drive` ends.
+    now: Option<Instant>,
 }
 
 impl Drop for Connection {
@@ -301,6 +304,41 @@ impl Connection {
                 ..Timing::default()
             },
             conn_id: pipeline.stats.next_conn_id(),
+            now: None,
+        }
+    }
+
+    /// The caller read the clock at `now` and has not waited since — an
+    /// event loop, once per wakeup, as nginx caches its time: deadlines set
+    /// until the next `drive` (with the `deliver` or `timed_out` before it)
+    /// ends count from `now` instead of a reading of their own, and so may
+    /// be as stale as `now` is. Phase timestamps (timing on) are always
+    /// read exactly. A blocking thread must not call this: its `drive` waits.
+    pub fn set_now(&mut self, now: Instant) {
+        self.now = Some(now);
+    }
+
+    /// The time a deadline counts from: `stamp`, a timestamp ([`now_ns`])
+    /// just taken, if there is one; else the caller's reading; else the clock.
+    fn deadline_base(&self, stamp: Option<u64>) -> Instant {
+        match stamp {
+            Some(ns) => self.stats.instant_at(ns),
+            None => self.now.unwrap_or_else(Instant::now),
+        }
+    }
+
+    /// A phase boundary's timestamp (timing on): `fresh` if it was just
+    /// taken, else a clock read.
+    fn stamp(&self, fresh: Option<u64>) -> Option<u64> {
+        self.stats.timing.then(|| fresh.unwrap_or_else(now_ns))
+    }
+
+    /// Runs `f` with a reading already at hand (`stamp`, or the caller's)
+    /// lent to its `Date` fields, so they need no clock read of their own.
+    fn lend_now<R>(&self, stamp: Option<u64>, f: impl FnOnce() -> R) -> R {
+        match stamp.map(|ns| self.stats.instant_at(ns)).or(self.now) {
+            Some(now) => h1::with_now(now, f),
+            None => f(),
         }
     }
 
@@ -470,11 +508,24 @@ impl Connection {
     /// Hands back the reply for the request taken with
     /// [`take_request`](Self::take_request); drive the connection again to send it.
     pub fn deliver(&mut self, reply: Reply, p: &Pipeline) {
+        self.deliver_from(reply, None, p);
+    }
+
+    /// `inline_start`: the pipeline ran untimed on this thread since then
+    /// (timing on), so its data phase ends with the timestamp taken here.
+    fn deliver_from(&mut self, reply: Reply, inline_start: Option<u64>, p: &Pipeline) {
         let Phase::Processing(plan) = std::mem::replace(&mut self.phase, Phase::Head) else {
             panic!("deliver without a request taken");
         };
+        let mut at = None;
         if std::mem::take(&mut self.tm.taken) {
-            let took = u64::try_from(reply.data.took.as_nanos()).unwrap_or(u64::MAX);
+            // The data phase's end starts the next one (write, or a script's run).
+            let now = now_ns();
+            at = Some(now);
+            let took = match inline_start {
+                Some(start) => now.saturating_sub(start),
+                None => u64::try_from(reply.data.took.as_nanos()).unwrap_or(u64::MAX),
+            };
             // A 100-continue probe found the script: the request is not
             // answered yet, and its script start is recorded when it runs.
             let probe_passed = reply.status == 100
@@ -495,10 +546,10 @@ impl Connection {
                 // Time between handing the request out and getting the
                 // reply back, not spent in the pipeline: queues (a probe's
                 // and its script's start add up).
-                self.add_queue(now_ns().saturating_sub(handed_out).saturating_sub(took));
+                self.add_queue(now.saturating_sub(handed_out).saturating_sub(took));
             }
         }
-        self.respond_planned(*plan, reply, p);
+        self.respond_planned(*plan, reply, at, p);
     }
 
     /// While [`Want::Pipes`]: what the connection waits for, exactly (for
@@ -557,18 +608,25 @@ impl Connection {
     fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
         let want = self.run_phases(sock, p, stopping, inline);
         self.set_gauge(&want);
+        self.now = None;
         want
     }
 
     fn run_phases(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
+        // A timestamp (timing on) taken at the end of one step, for the next
+        // step to start with instead of reading the clock again: valid for
+        // one turn of the loop only, in which nothing waits.
+        let mut just_read: Option<u64> = None;
         loop {
+            let fresh = just_read.take();
             match &mut self.phase {
                 Phase::Ready(ready)
                     if inline == Inline::All || (inline == Inline::ExceptCgi && ready.1.cgi.is_none()) =>
                 {
+                    let start = self.stamp(fresh);
                     if let Some(request) = self.take_ready(false) {
-                        let reply = p.handle_request(&request);
-                        self.deliver(reply, p);
+                        let reply = self.lend_now(start, || p.answer(&request));
+                        self.deliver_from(reply, start, p);
                     }
                 }
                 Phase::Ready(_) | Phase::Processing(_) => return Want::Process,
@@ -584,8 +642,7 @@ impl Connection {
                 }
                 Phase::Head => {
                     if self.start < self.end {
-                        let parse_start = if p.stats.timing {
-                            let now = now_ns();
+                        let parse_start = if let Some(now) = self.stamp(fresh) {
                             if self.tm.first.is_none() {
                                 self.tm.first = Some(now);
                                 if let Some(idle_since) = self.tm.idle_since {
@@ -604,6 +661,7 @@ impl Connection {
                                     self.tm.phases.set(TimedPhase::Read, t0.saturating_sub(first));
                                     self.tm.phases.set(TimedPhase::Parse, now.saturating_sub(t0));
                                     self.tm.service_start = Some(now);
+                                    just_read = Some(now);
                                     if p.stats.sample() {
                                         self.tm.trace_path = Some(head.path.clone());
                                     }
@@ -651,7 +709,7 @@ impl Connection {
                             // A client that keeps dribbling never lets a
                             // blocking read time out: the head deadline is
                             // checked on the data path too (slowloris).
-                            Ok(Parsed::Partial) if Instant::now() >= self.head_deadline => {
+                            Ok(Parsed::Partial) if self.deadline_base(parse_start) >= self.head_deadline => {
                                 self.refuse(408, p);
                                 continue;
                             }
@@ -670,7 +728,10 @@ impl Connection {
                         Ok(0) => return Want::Close,
                         Ok(_) if was_empty && self.served > 0 => {
                             self.set_state(ConnState::Reading);
-                            self.head_deadline = Instant::now() + p.settings.header_timeout;
+                            // The next request began: one reading for its
+                            // deadline and its first timestamp.
+                            just_read = self.stamp(None);
+                            self.head_deadline = self.deadline_base(just_read) + p.settings.header_timeout;
                         }
                         Ok(_) => {}
                         Err(e) if would_block(&e) => {
@@ -689,12 +750,16 @@ impl Connection {
                         if let Some(want) = self.finish_response(sock, p) {
                             return want;
                         }
+                        // The response's end (timing on) is a pipelined
+                        // request's first timestamp.
+                        just_read = self.tm.idle_since;
                     }
                     Ok(Progress::Blocked) => {
                         let sent = pending.reply.out.bytes_sent();
                         if sent != pending.sent_mark {
                             pending.sent_mark = sent;
-                            pending.deadline = Instant::now() + p.settings.send_timeout;
+                            pending.deadline =
+                                self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
                         }
                         return Want::Write(pending.deadline);
                     }
@@ -709,7 +774,8 @@ impl Connection {
                     self.start += take as usize;
                     *remaining -= take;
                     if *remaining == 0 {
-                        self.await_next_head(p, None);
+                        self.await_next_head(p, fresh);
+                        just_read = fresh;
                         continue;
                     }
                     let deadline = *deadline;
@@ -880,7 +946,7 @@ impl Connection {
     fn fail_planned(&mut self, plan: Plan, status: u16, p: &Pipeline) {
         let log = plan.log.map(|log| LogRecord { status, ..log });
         let reply = reply::error_page(&p.settings, status, h1::Version::Http11, false, plan.head_only, &[]);
-        self.respond(reply, log, 0, true, p);
+        self.respond(reply, log, 0, true, None, p);
     }
 
     /// Collects a chunked body for a script. `Some` ends `drive`.
@@ -985,9 +1051,10 @@ impl Connection {
                         return Some(Want::Close);
                     }
                     let _ = sock.shutdown(Direction::Write);
-                    self.phase = Phase::Linger { deadline: Instant::now() + p.settings.linger_timeout };
+                    let deadline = self.deadline_base(self.tm.idle_since) + p.settings.linger_timeout;
+                    self.phase = Phase::Linger { deadline };
                 } else if discard > 0 {
-                    let deadline = Instant::now() + p.settings.header_timeout;
+                    let deadline = self.deadline_base(self.tm.idle_since) + p.settings.header_timeout;
                     self.phase = Phase::Discard { remaining: discard, deadline };
                 } else {
                     self.await_next_head(p, self.tm.idle_since);
@@ -1074,7 +1141,7 @@ impl Connection {
             if self.defer_log {
                 self.deferred_log.push(record);
             } else {
-                p.access_log.record(&record);
+                self.lend_now(end, || p.access_log.record(&record));
                 end = end.map(|start| self.timed_log(start));
             }
         } else {
@@ -1091,7 +1158,8 @@ impl Connection {
         now
     }
 
-    fn respond_planned(&mut self, mut plan: Plan, mut reply: Reply, p: &Pipeline) {
+    /// `at`: a timestamp just taken (timing on), the start of what follows.
+    fn respond_planned(&mut self, mut plan: Plan, mut reply: Reply, at: Option<u64>, p: &Pipeline) {
         if let Some(request) = plan.cgi.as_mut().and_then(|cgi| cgi.probed.take()) {
             if reply.status == 100 && reply.cgi.is_none() {
                 // The script exists: ask for the body, then start it.
@@ -1106,7 +1174,7 @@ impl Connection {
                 // The script did not start (404, 403, 503...): its body, if
                 // any, is dropped to find the next request.
                 plan.discard += remaining;
-                return self.respond_planned(plan, reply, p);
+                return self.respond_planned(plan, reply, at, p);
             };
             let buffered = if collected.is_empty() {
                 // The part of the body that arrived with the head.
@@ -1128,14 +1196,12 @@ impl Connection {
             });
             self.phase = Phase::Cgi(Box::new((run, plan)));
             self.cgi_new = true;
-            if self.stats.timing {
-                self.tm.cgi_start = Some(now_ns());
-            }
+            self.tm.cgi_start = self.stamp(at);
             return;
         }
         let log = plan.log.map(|log| LogRecord { status: reply.status, ..log });
         let close = reply.close;
-        self.respond(reply, log, if close { 0 } else { plan.discard }, close && plan.unread, p);
+        self.respond(reply, log, if close { 0 } else { plan.discard }, close && plan.unread, at, p);
     }
 
     /// Answers input that is not a request: parse errors and timeouts.
@@ -1148,20 +1214,23 @@ impl Connection {
             referer: None,
             user_agent: None,
         });
-        self.respond(reply::refuse(&p.settings, status), log, 0, true, p);
+        self.respond(reply::refuse(&p.settings, status), log, 0, true, None, p);
     }
 
-    fn respond(&mut self, reply: Reply, log: Option<LogRecord>, discard: u64, linger: bool, p: &Pipeline) {
+    /// `at`: a timestamp just taken (timing on), when the write starts.
+    fn respond(
+        &mut self,
+        reply: Reply,
+        log: Option<LogRecord>,
+        discard: u64,
+        linger: bool,
+        at: Option<u64>,
+        p: &Pipeline,
+    ) {
         // The write starts when its deadline is set: one clock read for both.
-        let now = if p.stats.timing {
-            let ns = now_ns();
-            self.tm.write_start = Some(ns);
-            p.stats.instant_at(ns)
-        } else {
-            Instant::now()
-        };
+        self.tm.write_start = self.stamp(at);
         self.set_state(ConnState::Writing);
-        let deadline = now + p.settings.send_timeout;
+        let deadline = self.deadline_base(self.tm.write_start) + p.settings.send_timeout;
         self.phase = Phase::Write(Box::new(Pending { reply, log, discard, linger, sent_mark: 0, deadline }));
     }
 
@@ -1177,9 +1246,10 @@ impl Connection {
                 return Some(Want::Close);
             }
             let _ = sock.shutdown(Direction::Write);
-            self.phase = Phase::Linger { deadline: Instant::now() + p.settings.linger_timeout };
+            let deadline = self.deadline_base(self.tm.idle_since) + p.settings.linger_timeout;
+            self.phase = Phase::Linger { deadline };
         } else if pending.discard > 0 {
-            let deadline = Instant::now() + p.settings.header_timeout;
+            let deadline = self.deadline_base(self.tm.idle_since) + p.settings.header_timeout;
             self.phase = Phase::Discard { remaining: pending.discard, deadline };
         } else {
             self.await_next_head(p, self.tm.idle_since);
@@ -1198,7 +1268,7 @@ impl Connection {
             (self.start, self.end) = (0, 0);
             self.set_state(ConnState::KeepAlive);
         }
-        let now = ended.map_or_else(Instant::now, |ns| self.stats.instant_at(ns));
+        let now = self.deadline_base(ended);
         self.phase = Phase::Head;
         self.head_deadline = now + p.settings.header_timeout;
         self.idle_deadline = now + p.settings.keepalive_timeout;
@@ -1227,7 +1297,7 @@ impl Connection {
             if self.defer_log {
                 self.deferred_log.push(record);
             } else {
-                p.access_log.record(&record);
+                self.lend_now(end, || p.access_log.record(&record));
                 end = end.map(|start| self.timed_log(start));
             }
         }
@@ -1371,6 +1441,7 @@ pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
 mod tests {
     use super::*;
     use crate::accesslog::LogTarget;
+    use crate::stats::TRACE_HEADER;
     use crate::{AccessLog, EmbeddedFile, ErrorLog, Settings, Site};
     use std::io::Write;
     use std::net::TcpListener;
@@ -1405,5 +1476,89 @@ mod tests {
         assert_eq!(got[1].0, 404);
         assert_eq!(records[0].request_line.as_deref(), Some("GET /a.txt HTTP/1.1"));
         assert!(conn.take_log().next().is_none(), "taken records are gone");
+    }
+
+    static FILE: &[EmbeddedFile] = &[EmbeddedFile { path: "/a.txt", bytes: b"hello" }];
+    const GET: &[u8] = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    /// A client and the server's non-blocking end of its connection.
+    fn connected() -> (TcpStream, TcpStream, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, peer) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (client, server, peer)
+    }
+
+    /// Drives until `served` responses are out; the deadline it then waits for.
+    fn drive_until_served(
+        conn: &mut Connection,
+        sock: &TcpStream,
+        p: &Pipeline,
+        served: u32,
+        now: Option<Instant>,
+    ) -> Instant {
+        for _ in 0..100 {
+            if let Some(now) = now {
+                conn.set_now(now);
+            }
+            match conn.drive(sock, p, false) {
+                Want::Read(deadline) if conn.served() == served => return deadline,
+                Want::Read(_) => std::thread::sleep(Duration::from_millis(10)),
+                other => panic!("{other:?}"),
+            }
+        }
+        panic!("no response");
+    }
+
+    #[test]
+    fn deadlines_count_from_the_callers_reading_for_one_drive() {
+        let access = Arc::new(AccessLog::off());
+        let p =
+            Pipeline::new(Settings::default(), Site::embedded(FILE), access, Arc::new(ErrorLog::stderr()))
+                .with_stats(Stats::new(false));
+        let (mut client, server, peer) = connected();
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p);
+        // A reading the connection cannot have taken itself.
+        let lent = Instant::now() + Duration::from_secs(3600);
+        client.write_all(GET).unwrap();
+        let idle = drive_until_served(&mut conn, &server, &p, 1, Some(lent));
+        assert_eq!(idle, lent + p.settings.keepalive_timeout);
+        // Not lent again: the connection reads the clock.
+        client.write_all(GET).unwrap();
+        let idle = drive_until_served(&mut conn, &server, &p, 2, None);
+        assert!(idle <= Instant::now() + p.settings.keepalive_timeout, "{idle:?}");
+    }
+
+    #[test]
+    fn phases_follow_each_other_without_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, trace) = (dir.path().join("access.log"), dir.path().join("trace.csv"));
+        let access = Arc::new(AccessLog::open(LogTarget::File(log)).unwrap());
+        let stats = Stats::new(true).with_trace(&trace, 1.0).unwrap();
+        let p =
+            Pipeline::new(Settings::default(), Site::embedded(FILE), access, Arc::new(ErrorLog::stderr()))
+                .with_stats(stats);
+        let (mut client, server, peer) = connected();
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p);
+        // The second request is pipelined: it starts when the first ends.
+        client.write_all(&[GET, GET].concat()).unwrap();
+        let idle = drive_until_served(&mut conn, &server, &p, 2, None);
+        assert!(idle <= Instant::now() + p.settings.keepalive_timeout, "{idle:?}");
+        p.stats.flush();
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let header: Vec<&str> = TRACE_HEADER.trim_end().split(',').collect();
+        let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        for row in rows {
+            let us =
+                |name: &str| row[header.iter().position(|h| *h == name).unwrap()].parse::<f64>().unwrap();
+            let phases = ["read_us", "parse_us", "data_us", "write_us", "log_us"].map(us);
+            let total = us("service_end_us") - us("arrival_us");
+            // Microseconds, each rounded on its own.
+            assert!((phases.iter().sum::<f64>() - total).abs() <= 2.0, "{phases:?} against {total}: {row:?}");
+            let head = us("service_start_us") - us("arrival_us");
+            assert!((phases[0] + phases[1] - head).abs() <= 2.0, "{phases:?} against {head}: {row:?}");
+        }
     }
 }

@@ -107,9 +107,11 @@ impl Pipeline {
     /// the response. `keep_alive` is the connection's decision, echoed in
     /// the `Connection` header.
     pub fn handle(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
-        self.timed(|| {
-            reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed")
-        })
+        self.timed(|| self.handle_untimed(head, keep_alive))
+    }
+
+    fn handle_untimed(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
+        reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed")
     }
 
     /// Whether `head` names a CGI script (its normalised path is under the
@@ -126,9 +128,15 @@ impl Pipeline {
     /// `stat` and `exec`, like a disk read) and handed to the connection in
     /// the reply, which then streams its I/O.
     pub fn handle_request(&self, req: &Request) -> Reply {
+        self.timed(|| self.answer(req))
+    }
+
+    /// [`handle_request`](Self::handle_request) without its timing, for a
+    /// connection that runs the pipeline itself between timestamps it takes anyway.
+    pub(crate) fn answer(&self, req: &Request) -> Reply {
         match &self.settings.cgi {
-            Some(cgi) if self.is_cgi(&req.head) => self.timed(|| self.start_script(cgi, req)),
-            _ => self.handle(&req.head, req.keep_alive),
+            Some(cgi) if self.is_cgi(&req.head) => self.start_script(cgi, req),
+            _ => self.handle_untimed(&req.head, req.keep_alive),
         }
     }
 

@@ -364,11 +364,17 @@ pub struct Slot {
 impl Slot {
     /// Sets the state (one store and a clock read).
     pub fn set(&self, state: WorkerState) {
+        self.set_at(state, Instant::now());
+    }
+
+    /// Sets the state as of `now`, a clock reading the caller already has.
+    pub fn set_at(&self, state: WorkerState, now: Instant) {
         if state == WorkerState::Busy {
             self.served.fetch_add(1, Ordering::Relaxed);
         }
         self.state.store(state as u8, Ordering::Relaxed);
-        self.since_ns.store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let since = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.since_ns.store(since, Ordering::Relaxed);
     }
 
     /// The state now.
@@ -400,6 +406,17 @@ impl Worker {
     /// Marks the worker idle.
     pub fn idle(&self) {
         self.0.set(WorkerState::Idle);
+    }
+
+    /// [`busy`](Self::busy) as of `now`, a reading the caller already has
+    /// (an event loop's, once per wakeup).
+    pub fn busy_at(&self, now: Instant) {
+        self.0.set_at(WorkerState::Busy, now);
+    }
+
+    /// [`idle`](Self::idle) as of `now`.
+    pub fn idle_at(&self, now: Instant) {
+        self.0.set_at(WorkerState::Idle, now);
     }
 }
 
