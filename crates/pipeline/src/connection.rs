@@ -583,7 +583,7 @@ impl Connection {
                                     self.tm.phases.set(TimedPhase::Parse, now.saturating_sub(t0));
                                     self.tm.service_start = Some(now);
                                     if p.stats.sample() {
-                                        self.tm.trace_path = Some(head.path.clone());
+                                        self.tm.trace_path = Some(head.path().to_owned());
                                     }
                                 }
                                 let (request, plan) = self.plan(head, sock, p, stopping);
@@ -984,24 +984,16 @@ impl Connection {
                 // body; a HEAD stays a HEAD (Apache keeps `header_only`),
                 // so its answer has no body either.
                 let sp = &run.sp;
-                let mut head = sp.head.clone();
-                let (path, query) = match location.split_once('?') {
-                    Some((path, query)) => (path.to_string(), Some(query.to_string())),
-                    None => (location.clone(), None),
-                };
-                if head.method != h1::Method::Head {
-                    head.method = h1::Method::Get;
-                }
-                head.target = location;
-                head.path = path;
-                head.query = query;
-                head.framing = BodyFraming::None;
-                head.expect_continue = false;
-                head.headers.retain(|h| {
+                let mut head = sp.head.redirected(&location, |h| {
                     !["content-length", "content-type", "transfer-encoding"]
                         .iter()
                         .any(|n| h.name.eq_ignore_ascii_case(n))
                 });
+                if head.method != h1::Method::Head {
+                    head.method = h1::Method::Get;
+                }
+                head.framing = BodyFraming::None;
+                head.expect_continue = false;
                 let keep_alive = plan.cgi.as_ref().is_some_and(|c| c.keep_alive);
                 let request = Request {
                     head,
@@ -1224,10 +1216,10 @@ fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pip
 /// `format!` costs a measurable share of a small keep-alive request.
 fn request_line(head: &RequestHead) -> String {
     let (method, version) = (head.method.as_str(), version_str(head.version));
-    let mut line = String::with_capacity(method.len() + head.target.len() + version.len() + 2);
+    let mut line = String::with_capacity(method.len() + head.target().len() + version.len() + 2);
     line.push_str(method);
     line.push(' ');
-    line.push_str(&head.target);
+    line.push_str(head.target());
     line.push(' ');
     line.push_str(version);
     line

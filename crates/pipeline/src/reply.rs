@@ -133,14 +133,14 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
         if blocking == Blocking::Avoid {
             return None;
         }
-        p.error_log.error(format_args!("{}: CGI request without its connection", req.path));
+        p.error_log.error(format_args!("{}: CGI request without its connection", req.path()));
         return Some(page(500, &[]));
     }
-    if req.path == "*" {
+    if req.path() == "*" {
         // The parser admits `*` only with OPTIONS: the server-wide question.
         return Some(no_content_allow(settings, req, keep_alive));
     }
-    let path = match resolve::normalize(&req.path) {
+    let path = match resolve::normalize(req.path()) {
         Ok(path) => path,
         Err(PathError::BadRequest) => return Some(page(400, &[])),
         Err(PathError::NotFound) => return Some(page(404, &[])),
@@ -163,7 +163,7 @@ fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: 
             Found::AddSlash => {
                 let mut location = utf8_percent_encode(path, PATH_ESCAPES).to_string();
                 location.push('/');
-                if let Some(query) = &req.query {
+                if let Some(query) = req.query() {
                     location.push('?');
                     location.push_str(query);
                 }
