@@ -1254,12 +1254,12 @@ fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pip
 /// held; built by hand because `format!` costs a measurable share of a
 /// small keep-alive request.
 fn write_request_line(head: &RequestHead, line: &mut String) {
-    let (method, version) = (head.method.as_str(), version_str(head.version));
+    let (method, target, version) = (head.method.as_str(), head.target(), version_str(head.version));
     line.clear();
-    line.reserve(method.len() + head.target().len() + version.len() + 2);
+    line.reserve(method.len() + target.len() + version.len() + 2);
     line.push_str(method);
     line.push(' ');
-    line.push_str(head.target());
+    line.push_str(target);
     line.push(' ');
     line.push_str(version);
 }

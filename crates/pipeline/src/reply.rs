@@ -185,11 +185,12 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
         p.error_log.error(format_args!("{}: CGI request without its connection", req.path()));
         return Some(page(500, &[]));
     }
-    if req.path() == "*" {
+    let raw_path = req.path();
+    if raw_path == "*" {
         // The parser admits `*` only with OPTIONS: the server-wide question.
         return Some(no_content_allow(settings, req, keep_alive));
     }
-    let path = match resolve::normalize(req.path()) {
+    let path = match resolve::normalize(raw_path) {
         Ok(path) => path,
         Err(PathError::BadRequest) => return Some(page(400, &[])),
         Err(PathError::NotFound) => return Some(page(404, &[])),
