@@ -159,9 +159,10 @@ impl Span {
         &bytes[self.start..self.end]
     }
 
-    /// A span of ASCII text: the target and the host were checked to be.
+    /// A span made from a `&str` (the target and its parts, the host, field
+    /// names: ASCII when parsed; a redirect's target is any UTF-8).
     fn text<'a>(&self, bytes: &'a [u8]) -> &'a str {
-        ascii(self.of(bytes))
+        std::str::from_utf8(self.of(bytes)).expect("a span of text")
     }
 }
 
