@@ -18,24 +18,24 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, backend: &str) -> Vec<
     // Origin-form always (RFC 9112 §3.2.1); the authority of an
     // absolute-form target becomes Host (§3.2.2), consistently with the
     // host h1 validated.
-    match head.path.as_str() {
+    match head.path() {
         "*" => out.push(b'*'),
         path => {
             out.extend_from_slice(if path.is_empty() { b"/" } else { path.as_bytes() });
-            if let Some(q) = &head.query {
+            if let Some(q) = head.query() {
                 out.push(b'?');
                 out.extend_from_slice(q.as_bytes());
             }
         }
     }
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-    out.extend_from_slice(head.host.as_deref().unwrap_or(backend).as_bytes());
+    out.extend_from_slice(head.host().unwrap_or(backend).as_bytes());
     out.extend_from_slice(b"\r\n");
     let connection: Vec<&[u8]> = head.headers_named("connection").collect();
     let mut xff: Option<Vec<u8>> = None;
     let mut forwarded: Option<Vec<u8>> = None;
-    for h in &head.headers {
-        let name = h.name.as_str();
+    for h in head.headers() {
+        let name = h.name;
         if name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("content-length")
             || name.eq_ignore_ascii_case("expect")
@@ -47,14 +47,14 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, backend: &str) -> Vec<
         // Chains the director extends rather than copies. They are the
         // client's claims: admission never looks at them (note M7).
         if name.eq_ignore_ascii_case("x-forwarded-for") {
-            append_list(&mut xff, &h.value);
+            append_list(&mut xff, h.value);
             continue;
         }
         if name.eq_ignore_ascii_case("forwarded") {
-            append_list(&mut forwarded, &h.value);
+            append_list(&mut forwarded, h.value);
             continue;
         }
-        field(&mut out, name, &h.value);
+        field(&mut out, name, h.value);
     }
     let ip = peer.ip();
     append_list(&mut xff, ip.to_string().as_bytes());
@@ -64,7 +64,7 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, backend: &str) -> Vec<
         IpAddr::V6(v6) => format!("\"[{v6}]\""),
     };
     let mut element = format!("for={node};proto=http");
-    if let Some(host) = head.host.as_deref() {
+    if let Some(host) = head.host() {
         element.push_str(&format!(";host=\"{host}\""));
     }
     append_list(&mut forwarded, element.as_bytes());

@@ -827,7 +827,7 @@ impl Director {
                             }
                         };
                         let retryable = matches!(body, ReqBody::Done);
-                        let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path == p);
+                        let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
                         c.ex = Some(Exchange {
                             fwd_head: if is_status {
                                 Vec::new()
@@ -1958,7 +1958,7 @@ impl Director {
             let Some(request) = request else { return };
             let bytes = match request {
                 Ok(head) => {
-                    crate::admin::answer(&head.method, &head.path, || self.status_json(), &self.metrics)
+                    crate::admin::answer(&head.method, head.path(), || self.status_json(), &self.metrics)
                 }
                 Err(e) => local_bytes(
                     e.status(),

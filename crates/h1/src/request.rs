@@ -123,41 +123,76 @@ impl Method {
     }
 }
 
-/// One field line of a request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Header {
+/// One field line of a request, borrowed from its [`RequestHead`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header<'a> {
     /// The field name as received (a `token`; compare it case-insensitively).
-    pub name: String,
+    pub name: &'a str,
     /// The field value without leading and trailing whitespace. Guaranteed
     /// free of CR, LF, NUL and other controls except HTAB; may contain
     /// obs-text bytes (≥ 0x80), so it is not necessarily UTF-8.
-    pub value: Vec<u8>,
+    pub value: &'a [u8],
+}
+
+/// Where a part of the head lies in [`RequestHead::bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: usize,
+    end: usize,
+}
+
+impl Span {
+    /// Where `part`, a subslice of `whole`, lies in it. An empty `part` may
+    /// come from anywhere (a parser's `&[]`); any empty span reads the same.
+    fn within(whole: &[u8], part: &[u8]) -> Span {
+        if part.is_empty() {
+            return Span { start: 0, end: 0 };
+        }
+        let start = (part.as_ptr().addr())
+            .checked_sub(whole.as_ptr().addr())
+            .filter(|start| start + part.len() <= whole.len())
+            .expect("part of the head's bytes");
+        Span { start, end: start + part.len() }
+    }
+
+    fn of<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
+        &bytes[self.start..self.end]
+    }
+
+    /// A span made from a `&str` (the target and its parts, the host, field
+    /// names: ASCII when parsed; a redirect's target is any UTF-8).
+    fn text<'a>(&self, bytes: &'a [u8]) -> &'a str {
+        std::str::from_utf8(self.of(bytes)).expect("a span of text")
+    }
+}
+
+/// A field line's name and value in [`RequestHead::bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FieldSpan {
+    name: Span,
+    value: Span,
+}
+
+/// The path of a request: part of the target, or implied by its form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PathSpan {
+    Received(Span),
+    /// `"/"` for an absolute-form target with empty path, `"*"` for the
+    /// server-wide OPTIONS in absolute-form (RFC 9112 §3.2.4).
+    Implied(&'static str),
 }
 
 /// A parsed and validated request head.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The head is copied once, as received; the target, path, query, host and
+/// field lines are views into that copy, so a request costs two allocations
+/// (bytes and field positions) however many fields it has.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RequestHead {
     /// The request method.
     pub method: Method,
-    /// The raw request-target as received.
-    pub target: String,
-    /// The raw, still percent-encoded path: the path of an origin-form target
-    /// or of an absolute-form target (`"/"` if empty), `"*"` for asterisk-form
-    /// and for an absolute-form OPTIONS with empty path and no query (RFC 9112
-    /// §3.2.4), and `""` for the authority-form of CONNECT, which has no path.
-    pub path: String,
-    /// The raw query after the first `?`, without the `?`.
-    pub query: Option<String>,
     /// The HTTP version.
     pub version: Version,
-    /// All field lines in the order received.
-    pub headers: Vec<Header>,
-    /// The authority of an absolute-form or authority-form target if there is
-    /// one (then the Host field is ignored, RFC 9112 §3.2.2), else the `Host`
-    /// value; `None` only for an HTTP/1.0 request without Host. Validated as
-    /// `uri-host [ ":" port ]` but not normalised: compare it
-    /// case-insensitively.
-    pub host: Option<String>,
     /// How the body is delimited.
     pub framing: BodyFraming,
     /// Whether the connection may be reused after this request: for 1.1
@@ -167,15 +202,60 @@ pub struct RequestHead {
     /// Whether the request carries `Expect: 100-continue` (RFC 9110 §10.1.1;
     /// always false for HTTP/1.0, where the expectation MUST be ignored).
     pub expect_continue: bool,
+    /// The request line and field lines as received (or as rebuilt by
+    /// [`redirected`](Self::redirected)); the spans below point into it.
+    bytes: Box<[u8]>,
+    target: Span,
+    path: PathSpan,
+    query: Option<Span>,
+    host: Option<Span>,
+    /// All field lines in the order received.
+    fields: Vec<FieldSpan>,
 }
 
 impl RequestHead {
+    /// The raw request-target as received.
+    pub fn target(&self) -> &str {
+        self.target.text(&self.bytes)
+    }
+
+    /// The raw, still percent-encoded path: the path of an origin-form target
+    /// or of an absolute-form target (`"/"` if empty), `"*"` for asterisk-form
+    /// and for an absolute-form OPTIONS with empty path and no query (RFC 9112
+    /// §3.2.4), and `""` for the authority-form of CONNECT, which has no path.
+    pub fn path(&self) -> &str {
+        match self.path {
+            PathSpan::Received(span) => span.text(&self.bytes),
+            PathSpan::Implied(path) => path,
+        }
+    }
+
+    /// The raw query after the first `?`, without the `?`.
+    pub fn query(&self) -> Option<&str> {
+        self.query.map(|span| span.text(&self.bytes))
+    }
+
+    /// The authority of an absolute-form or authority-form target if there is
+    /// one (then the Host field is ignored, RFC 9112 §3.2.2), else the `Host`
+    /// value; `None` only for an HTTP/1.0 request without Host. Validated as
+    /// `uri-host [ ":" port ]` but not normalised: compare it
+    /// case-insensitively.
+    pub fn host(&self) -> Option<&str> {
+        self.host.map(|span| span.text(&self.bytes))
+    }
+
+    /// All field lines in the order received.
+    pub fn headers(&self) -> impl ExactSizeIterator<Item = Header<'_>> + '_ {
+        self.fields.iter().map(|field| Header {
+            // Field names are tokens, which are ASCII.
+            name: field.name.text(&self.bytes),
+            value: field.value.of(&self.bytes),
+        })
+    }
+
     /// The value of the first field named `name` (ASCII case-insensitive).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|header| header.name.eq_ignore_ascii_case(name))
-            .map(|header| header.value.as_slice())
+        self.fields.iter().find(|field| self.is_named(field, name)).map(|field| field.value.of(&self.bytes))
     }
 
     /// Like [`header`](Self::header), if the value is valid UTF-8.
@@ -186,10 +266,84 @@ impl RequestHead {
     /// The values of all fields named `name` (ASCII case-insensitive), in
     /// order received.
     pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.headers
+        self.fields
             .iter()
-            .filter(move |header| header.name.eq_ignore_ascii_case(name))
-            .map(|header| header.value.as_slice())
+            .filter(move |field| self.is_named(field, name))
+            .map(|field| field.value.of(&self.bytes))
+    }
+
+    fn is_named(&self, field: &FieldSpan, name: &str) -> bool {
+        field.name.of(&self.bytes).eq_ignore_ascii_case(name.as_bytes())
+    }
+
+    /// A copy of this head that asks for `target` instead, keeping the host
+    /// and the field lines `keep` accepts: for a redirect the server follows
+    /// itself (a CGI local redirect). `target` is an origin-form path with an
+    /// optional `?query`; it is taken as given, not validated again.
+    pub fn redirected(&self, target: &str, mut keep: impl FnMut(&Header<'_>) -> bool) -> RequestHead {
+        let kept: Vec<Header<'_>> = self.headers().filter(|header| keep(header)).collect();
+        let host = self.host().unwrap_or_default();
+        let size = target.len()
+            + host.len()
+            + kept.iter().map(|header| header.name.len() + header.value.len()).sum::<usize>();
+        let mut bytes = Vec::with_capacity(size);
+        let mut append = |part: &[u8]| {
+            let start = bytes.len();
+            bytes.extend_from_slice(part);
+            Span { start, end: bytes.len() }
+        };
+        let target_span = append(target.as_bytes());
+        let host_span = self.host.map(|_| append(host.as_bytes()));
+        let fields = kept
+            .iter()
+            .map(|header| FieldSpan { name: append(header.name.as_bytes()), value: append(header.value) })
+            .collect();
+        let (path, query) = match target.split_once('?') {
+            Some((path, _)) => (
+                Span { start: target_span.start, end: target_span.start + path.len() },
+                Some(Span { start: target_span.start + path.len() + 1, end: target_span.end }),
+            ),
+            None => (target_span, None),
+        };
+        RequestHead {
+            method: self.method.clone(),
+            version: self.version,
+            framing: self.framing,
+            keep_alive: self.keep_alive,
+            expect_continue: self.expect_continue,
+            bytes: bytes.into_boxed_slice(),
+            target: target_span,
+            path: PathSpan::Received(path),
+            query,
+            host: host_span,
+            fields,
+        }
+    }
+}
+
+/// Shows the parts, not the spans.
+impl std::fmt::Debug for RequestHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Fields<'a>(&'a RequestHead);
+        impl std::fmt::Debug for Fields<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_map()
+                    .entries(self.0.headers().map(|h| (h.name, String::from_utf8_lossy(h.value))))
+                    .finish()
+            }
+        }
+        f.debug_struct("RequestHead")
+            .field("method", &self.method)
+            .field("target", &self.target())
+            .field("path", &self.path())
+            .field("query", &self.query())
+            .field("version", &self.version)
+            .field("headers", &Fields(self))
+            .field("host", &self.host())
+            .field("framing", &self.framing)
+            .field("keep_alive", &self.keep_alive)
+            .field("expect_continue", &self.expect_continue)
+            .finish()
     }
 }
 
@@ -275,7 +429,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> 
         Err(error) => return Err(field_section_error(error)),
     };
     check_field_lines(&block[..fields_len], limits.max_field_size)?;
-    let head = validate(method, line, target, fields)?;
+    let head = validate(&buf[line_start..fields_start + fields_len], method, line, target, fields)?;
     Ok(Parsed::Complete { head, len: fields_start + fields_len })
 }
 
@@ -415,14 +569,16 @@ fn check_field_lines(section: &[u8], max_field_size: usize) -> Result<(), ParseE
     Ok(())
 }
 
-/// The checks and interpretation that need the whole head.
+/// The checks and interpretation that need the whole head. `received` is
+/// the head from its request line on; every other argument borrows from it.
 fn validate(
+    received: &[u8],
     method: Method,
     line: RequestLine<'_>,
     target: target::Target<'_>,
     fields: &[httparse::Header<'_>],
 ) -> Result<RequestHead, ParseError> {
-    let mut headers = Vec::with_capacity(fields.len());
+    let mut field_spans = Vec::with_capacity(fields.len());
     let mut framing = FramingFields::default();
     let mut host_field = None;
     let mut close = false;
@@ -448,7 +604,10 @@ fn validate(
         } else if name.eq_ignore_ascii_case("expect") {
             expect_continue |= has_token(value, "100-continue");
         }
-        headers.push(Header { name: name.to_owned(), value: value.to_vec() });
+        field_spans.push(FieldSpan {
+            name: Span::within(received, name.as_bytes()),
+            value: Span::within(received, value),
+        });
     }
 
     // RFC 9112 §3.2: MUST 400 on an HTTP/1.1 request without Host and on a
@@ -460,26 +619,31 @@ fn validate(
         Some(value) if !is_valid_authority(value, PortRule::Optional) => {
             return Err(ParseError::BadRequest("invalid Host header"));
         }
-        // A valid authority is ASCII.
-        host_field => host_field.map(ascii),
+        host_field => host_field,
     };
     let framing = framing.finish(line.version)?;
     let (keep_alive, expect_continue) = match line.version {
         Version::Http11 => (!close, expect_continue),
         Version::Http10 => (keep_alive && !close, false),
     };
+    let path = match target.path {
+        target::Path::Received(path) => PathSpan::Received(Span::within(received, path.as_bytes())),
+        target::Path::Implied(path) => PathSpan::Implied(path),
+    };
+    // RFC 9112 §3.2.2: the authority of the target wins over Host.
+    let host = target.authority.map(str::as_bytes).or(host_field);
     Ok(RequestHead {
         method,
-        target: line.target.to_owned(),
-        path: target.path.to_owned(),
-        query: target.query.map(str::to_owned),
         version: line.version,
-        headers,
-        // RFC 9112 §3.2.2: the authority of the target wins over Host.
-        host: target.authority.or(host_field).map(str::to_owned),
         framing,
         keep_alive,
         expect_continue,
+        target: Span::within(received, line.target.as_bytes()),
+        path,
+        query: target.query.map(|query| Span::within(received, query.as_bytes())),
+        host: host.map(|host| Span::within(received, host)),
+        fields: field_spans,
+        bytes: received.into(),
     })
 }
 

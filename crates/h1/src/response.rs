@@ -85,8 +85,14 @@ impl ResponseHead {
 
     /// Like [`new`](Self::new), reserving `cap` bytes for the whole head.
     pub fn with_capacity(status: u16, cap: usize) -> Self {
+        Self::in_buffer(status, Vec::with_capacity(cap))
+    }
+
+    /// Like [`new`](Self::new), writing into `buf` in place of what it
+    /// held: a sent head's buffer is reused without allocating again.
+    pub fn in_buffer(status: u16, mut buf: Vec<u8>) -> Self {
         debug_assert!((100..=999).contains(&status), "status code {status} does not have three digits");
-        let mut buf = Vec::with_capacity(cap);
+        buf.clear();
         buf.extend_from_slice(b"HTTP/1.1 ");
         let digits = [status / 100 % 10, status / 10 % 10, status % 10];
         buf.extend(digits.map(|digit| b'0' + digit as u8));

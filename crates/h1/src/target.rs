@@ -9,12 +9,19 @@ use crate::{Method, ParseError};
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Target<'a> {
     /// See [`RequestHead::path`](crate::RequestHead::path).
-    pub(crate) path: &'a str,
+    pub(crate) path: Path<'a>,
     /// The query without its `?`.
     pub(crate) query: Option<&'a str>,
     /// The authority of an absolute-form or authority-form target, which
     /// takes the place of `Host` (RFC 9112 §3.2.2, §3.3).
     pub(crate) authority: Option<&'a str>,
+}
+
+/// The path of a target: received as part of it, or implied by its form.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Path<'a> {
+    Received(&'a str),
+    Implied(&'static str),
 }
 
 /// Whether `b` may appear in a request-target.
@@ -35,7 +42,7 @@ pub(crate) fn parse<'a>(method: &Method, target: &'a str) -> Result<Target<'a>, 
     // (RFC 9112 §3.2.3). It has no path.
     if *method == Method::Connect {
         return if is_valid_authority(target.as_bytes(), PortRule::Required) {
-            Ok(Target { path: "", query: None, authority: Some(target) })
+            Ok(Target { path: Path::Implied(""), query: None, authority: Some(target) })
         } else {
             Err(ParseError::BadRequest("CONNECT needs an authority-form target"))
         };
@@ -43,14 +50,14 @@ pub(crate) fn parse<'a>(method: &Method, target: &'a str) -> Result<Target<'a>, 
     if target == "*" {
         // asterisk-form is only for a server-wide OPTIONS (RFC 9112 §3.2.4).
         return if *method == Method::Options {
-            Ok(Target { path: "*", query: None, authority: None })
+            Ok(Target { path: Path::Received(target), query: None, authority: None })
         } else {
             Err(ParseError::BadRequest("asterisk-form target without OPTIONS"))
         };
     }
     if target.starts_with('/') {
         let (path, query) = split_query(target);
-        return Ok(Target { path, query, authority: None });
+        return Ok(Target { path: Path::Received(path), query, authority: None });
     }
     // absolute-form (RFC 9112 §3.2.2), which servers MUST accept. Only http
     // and https name resources this server can have.
@@ -68,10 +75,10 @@ pub(crate) fn parse<'a>(method: &Method, target: &'a str) -> Result<Target<'a>, 
     let path = match path {
         // RFC 9112 §3.2.4: an OPTIONS for an absolute URI with an empty path
         // and no query is the server-wide OPTIONS that asterisk-form spells `*`.
-        "" if *method == Method::Options && query.is_none() => "*",
+        "" if *method == Method::Options && query.is_none() => Path::Implied("*"),
         // RFC 9110 §4.2.3: an empty path is equivalent to "/".
-        "" => "/",
-        path => path,
+        "" => Path::Implied("/"),
+        path => Path::Received(path),
     };
     Ok(Target { path, query, authority: Some(authority) })
 }
@@ -180,12 +187,21 @@ fn is_port(port: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn target(method: Method, target: &str) -> Result<Target<'_>, ParseError> {
-        parse(&method, target)
+    /// The path (received or implied alike), query and authority.
+    type Parts<'a> = (&'a str, Option<&'a str>, Option<&'a str>);
+
+    fn target(method: Method, target: &str) -> Result<Parts<'_>, ParseError> {
+        parse(&method, target).map(|t| {
+            let path = match t.path {
+                Path::Received(path) => path,
+                Path::Implied(path) => path,
+            };
+            (path, t.query, t.authority)
+        })
     }
 
-    fn ok<'a>(path: &'a str, query: Option<&'a str>, authority: Option<&'a str>) -> Target<'a> {
-        Target { path, query, authority }
+    fn ok<'a>(path: &'a str, query: Option<&'a str>, authority: Option<&'a str>) -> Parts<'a> {
+        (path, query, authority)
     }
 
     #[test]

@@ -860,7 +860,7 @@ mod tests {
         let h = Harness::start(Settings::default());
         let c = h.client("GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /b.txt HTTP/1.1\r\nHost: x\r\n\r\n");
         let (token, first) = h.job();
-        assert_eq!(first.head.target, "/a.txt");
+        assert_eq!(first.head.target(), "/a.txt");
         // One request at a time per connection: the second waits in the buffer.
         assert!(h.jobs.recv_timeout(Duration::from_millis(100)).is_err());
         h.shutdown.trigger();
@@ -868,7 +868,7 @@ mod tests {
         assert!(!h.thread.is_finished(), "a request with the helpers keeps the loop alive");
         h.answer(token, &first);
         let (token, second) = h.job();
-        assert_eq!(second.head.target, "/b.txt");
+        assert_eq!(second.head.target(), "/b.txt");
         assert!(!second.keep_alive, "a request parsed while stopping closes the connection");
         h.answer(token, &second);
         let response = read_all(c);
@@ -900,7 +900,7 @@ mod tests {
         let script_client = h.client(&get("/cgi-bin/ran"));
         // The start (a stat, an exec) is handed out; nothing is spawned by the loop.
         let (token, request) = h.job();
-        assert_eq!(request.head.path, "/cgi-bin/ran");
+        assert_eq!(request.head.path(), "/cgi-bin/ran");
         // While it waits, the loop serves other connections itself, from the disk.
         let response = read_all(h.client(&get("/a.txt")));
         assert!(response.starts_with("HTTP/1.1 200 ") && response.ends_with("AAAA"), "{response}");

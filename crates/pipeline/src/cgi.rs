@@ -205,7 +205,7 @@ const NOT_EXPORTED: &[&str] = &[
 /// caller starts the program with *only* these (K7: no inherited variables).
 pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
     let head = input.head;
-    let mut env: Vec<(String, OsString)> = Vec::with_capacity(24 + head.headers.len());
+    let mut env: Vec<(String, OsString)> = Vec::with_capacity(24 + head.headers().len());
     let mut set = |name: &str, value: OsString| env.push((name.to_string(), value));
     let s = |v: &str| OsString::from(v);
     set("GATEWAY_INTERFACE", s("CGI/1.1"));
@@ -213,7 +213,7 @@ pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
     set("SERVER_SOFTWARE", s(input.server_software));
     // §4.1.14: the host the client asked for (its Host or absolute-form
     // authority, without the port), else our address.
-    let (host_name, host_port) = input.head.host.as_deref().map(split_host_port).unwrap_or(("", None));
+    let (host_name, host_port) = input.head.host().map(split_host_port).unwrap_or(("", None));
     let server_name = match (host_name, input.local) {
         ("", Some(local)) => local.ip().to_string(),
         ("", None) => "localhost".to_string(),
@@ -234,7 +234,7 @@ pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
         }),
     );
     set("REQUEST_METHOD", s(head.method.as_str()));
-    set("REQUEST_URI", s(&head.target));
+    set("REQUEST_URI", s(head.target()));
     set("SCRIPT_NAME", s(input.script_name));
     set("SCRIPT_FILENAME", input.script_filename.as_os_str().to_owned());
     // §4.1.5: PATH_INFO is not URL-encoded; §4.1.6: PATH_TRANSLATED only
@@ -253,7 +253,7 @@ pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
     // §4.1.7: the query as received (still URL-encoded), "" if none. It is
     // never turned into argv (§4.4 makes that optional; PHP-CGI's
     // CVE-2012-1823 is what doing it costs).
-    set("QUERY_STRING", s(head.query.as_deref().unwrap_or("")));
+    set("QUERY_STRING", s(head.query().unwrap_or("")));
     let remote_addr = input.remote.ip().to_string();
     // §4.1.9: without a reverse lookup (which would cost a DNS round trip
     // per request) the address stands in for the name, as Apache does
@@ -275,13 +275,13 @@ pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
     // otherwise be indistinguishable from `X-Foo` and could overwrite a
     // variable a proxy in front of us vetted (Apache 2.4, nginx).
     let mut seen: Vec<String> = Vec::new();
-    for header in &head.headers {
+    for header in head.headers() {
         let lower = header.name.to_ascii_lowercase();
         if lower.contains('_') || NOT_EXPORTED.contains(&lower.as_str()) || seen.contains(&lower) {
             continue;
         }
         let mut value = Vec::new();
-        for (i, v) in head.headers_named(&header.name).enumerate() {
+        for (i, v) in head.headers_named(header.name).enumerate() {
             if i > 0 {
                 value.extend_from_slice(b", ");
             }
@@ -691,28 +691,25 @@ impl Drop for CgiProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use h1::{Header, Method};
+    use h1::Method;
 
+    /// The head of a request with these fields; HTTP/1.0 unless there is a
+    /// Host, which 1.1 requires.
     fn head(method: Method, target: &str, headers: &[(&str, &str)], framing: BodyFraming) -> RequestHead {
-        let (path, query) = match target.split_once('?') {
-            Some((p, q)) => (p.to_string(), Some(q.to_string())),
-            None => (target.to_string(), None),
-        };
-        RequestHead {
-            method,
-            target: target.into(),
-            path,
-            query,
-            version: Version::Http11,
-            headers: headers
-                .iter()
-                .map(|(n, v)| Header { name: n.to_string(), value: v.as_bytes().to_vec() })
-                .collect(),
-            host: headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("host")).map(|(_, v)| v.to_string()),
-            framing,
-            keep_alive: true,
-            expect_continue: false,
+        let has_host = headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host"));
+        let version = if has_host { "HTTP/1.1" } else { "HTTP/1.0" };
+        let mut raw = format!("{} {target} {version}\r\n", method.as_str());
+        for (name, value) in headers {
+            raw.push_str(&format!("{name}: {value}\r\n"));
         }
+        raw.push_str("\r\n");
+        let h1::Parsed::Complete { head, .. } =
+            h1::parse_request(raw.as_bytes(), &h1::Limits::default()).unwrap()
+        else {
+            panic!("incomplete: {raw:?}");
+        };
+        assert_eq!(head.framing, framing, "{raw:?}");
+        head
     }
 
     fn env_of(head: &RequestHead, script_name: &str, path_info: &str) -> Vec<(String, String)> {

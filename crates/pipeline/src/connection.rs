@@ -114,6 +114,8 @@ pub struct Connection {
     defer_log: bool,
     /// Records kept back for [`Connection::take_log`].
     deferred_log: Vec<LogRecord>,
+    /// The last record logged, whose strings the next one reuses.
+    spare_log: Option<LogRecord>,
     /// A script was started whose pipes [`Connection::new_pipes`] has not handed out.
     cgi_new: bool,
     /// The driver is told of every new byte (edge-triggered epoll), so a
@@ -210,9 +212,10 @@ enum Phase {
     /// Waiting for (the rest of) a request head.
     Head,
     /// (Split mode) a request waits to be taken by the model.
-    Ready(Box<(Request, Plan)>),
-    /// (Split mode) the model is running the pipeline for it.
-    Processing(Box<Plan>),
+    Ready(Box<Job>),
+    /// (Split mode) the model is running the pipeline for it; the job's
+    /// request is out.
+    Processing(Box<Job>),
     /// Sending a response.
     Write(Box<Pending>),
     /// Reading and dropping a request body nobody needs, to find the next request.
@@ -225,6 +228,20 @@ enum Phase {
     CgiBody(Box<Collect>),
     /// A CGI script runs: its I/O is streamed.
     Cgi(Box<(CgiRun, Plan)>),
+}
+
+/// A request and its plan. Its one allocation lasts from the parsed head
+/// to the delivered reply: the request leaves it while the pipeline runs.
+#[derive(Debug)]
+struct Job {
+    request: Option<Request>,
+    plan: Plan,
+}
+
+impl Phase {
+    fn ready(request: Request, plan: Plan) -> Phase {
+        Phase::Ready(Box::new(Job { request: Some(request), plan }))
+    }
 }
 
 /// A chunked request body being collected for a script.
@@ -294,6 +311,7 @@ impl Connection {
             idle_deadline: now + pipeline.settings.header_timeout,
             defer_log: false,
             deferred_log: Vec::new(),
+            spare_log: None,
             cgi_new: false,
             edge_triggered: false,
             drained: false,
@@ -489,13 +507,13 @@ impl Connection {
     /// running it inline.
     fn take_ready(&mut self, handed_out: bool) -> Option<Request> {
         match std::mem::replace(&mut self.phase, Phase::Head) {
-            Phase::Ready(ready) => {
-                let (request, plan) = *ready;
+            Phase::Ready(mut job) => {
+                let request = job.request.take().expect("a ready job holds its request");
                 if self.stats.timing {
                     self.tm.taken = true;
                     self.tm.handed_out = handed_out.then(now_ns);
                 }
-                self.phase = Phase::Processing(Box::new(plan));
+                self.phase = Phase::Processing(job);
                 Some(request)
             }
             other => {
@@ -514,9 +532,10 @@ impl Connection {
     /// `inline_start`: the pipeline ran untimed on this thread since then
     /// (timing on), so its data phase ends with the timestamp taken here.
     fn deliver_from(&mut self, reply: Reply, inline_start: Option<u64>, p: &Pipeline) {
-        let Phase::Processing(plan) = std::mem::replace(&mut self.phase, Phase::Head) else {
+        let Phase::Processing(job) = std::mem::replace(&mut self.phase, Phase::Head) else {
             panic!("deliver without a request taken");
         };
+        let Job { plan, .. } = *job;
         let mut at = None;
         if std::mem::take(&mut self.tm.taken) {
             // The data phase's end starts the next one (write, or a script's run).
@@ -549,7 +568,7 @@ impl Connection {
                 self.add_queue(now.saturating_sub(handed_out).saturating_sub(took));
             }
         }
-        self.respond_planned(*plan, reply, at, p);
+        self.respond_planned(plan, reply, at, p);
     }
 
     /// While [`Want::Pipes`]: what the connection waits for, exactly (for
@@ -621,7 +640,7 @@ impl Connection {
             let fresh = just_read.take();
             match &mut self.phase {
                 Phase::Ready(ready)
-                    if inline == Inline::All || (inline == Inline::ExceptCgi && ready.1.cgi.is_none()) =>
+                    if inline == Inline::All || (inline == Inline::ExceptCgi && ready.plan.cgi.is_none()) =>
                 {
                     let start = self.stamp(fresh);
                     if let Some(request) = self.take_ready(false) {
@@ -663,7 +682,7 @@ impl Connection {
                                     self.tm.service_start = Some(now);
                                     just_read = Some(now);
                                     if p.stats.sample() {
-                                        self.tm.trace_path = Some(head.path.clone());
+                                        self.tm.trace_path = Some(head.path().to_owned());
                                     }
                                 }
                                 let (request, plan) = self.plan(head, sock, p, stopping);
@@ -692,7 +711,7 @@ impl Connection {
                                             if let Some(cgi) = plan.cgi.as_mut() {
                                                 cgi.probed = Some(Box::new(request));
                                             }
-                                            self.phase = Phase::Ready(Box::new((probe, plan)));
+                                            self.phase = Phase::ready(probe, plan);
                                             continue;
                                         }
                                         BodyFraming::Chunked => {
@@ -703,7 +722,7 @@ impl Connection {
                                     }
                                 }
                                 // Inline, the pipeline runs at the top of the loop.
-                                self.phase = Phase::Ready(Box::new((request, plan)));
+                                self.phase = Phase::ready(request, plan);
                                 continue;
                             }
                             // A client that keeps dribbling never lets a
@@ -877,7 +896,7 @@ impl Connection {
 
     /// Decides, before the pipeline runs, what happens to the connection
     /// after this request.
-    fn plan(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
+    fn plan(&mut self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
         let settings = &p.settings;
         if p.is_cgi(&head) {
             return self.plan_cgi(head, sock, p, stopping);
@@ -906,7 +925,13 @@ impl Connection {
     /// [`plan`](Self::plan) for a script: its body is the script's input,
     /// so it is read whole (a chunked one before the script starts), and
     /// the connection can stay open after any body we accept.
-    fn plan_cgi(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
+    fn plan_cgi(
+        &mut self,
+        head: RequestHead,
+        sock: &TcpStream,
+        p: &Pipeline,
+        stopping: bool,
+    ) -> (Request, Plan) {
         let settings = &p.settings;
         let (body_ok, remaining) = match head.framing {
             BodyFraming::None => (true, 0),
@@ -931,15 +956,26 @@ impl Connection {
         (request, plan)
     }
 
-    fn log_record(&self, head: &RequestHead, p: &Pipeline) -> Option<LogRecord> {
-        p.access_log.is_enabled().then(|| LogRecord {
+    /// The record is the previous request's, if it was logged here: its
+    /// strings keep their allocations.
+    fn log_record(&mut self, head: &RequestHead, p: &Pipeline) -> Option<LogRecord> {
+        if !p.access_log.is_enabled() {
+            return None;
+        }
+        let mut record = self.spare_log.take().unwrap_or_else(|| LogRecord {
             peer: self.info.peer.ip(),
-            request_line: Some(request_line(head)),
+            request_line: None,
             status: 0,
             body_bytes: 0,
-            referer: head.header_str("Referer").map(str::to_owned),
-            user_agent: head.header_str("User-Agent").map(str::to_owned),
-        })
+            referer: None,
+            user_agent: None,
+        });
+        record.peer = self.info.peer.ip();
+        (record.status, record.body_bytes) = (0, 0);
+        write_request_line(head, record.request_line.get_or_insert_default());
+        overwrite(&mut record.referer, head.header_str("Referer"));
+        overwrite(&mut record.user_agent, head.header_str("User-Agent"));
+        Some(record)
     }
 
     /// Answers a planned request with an error page and closes.
@@ -988,7 +1024,7 @@ impl Connection {
                         cgi.collected = body;
                         cgi.expect_continue = false;
                     }
-                    self.phase = Phase::Ready(Box::new((request, plan)));
+                    self.phase = Phase::ready(request, plan);
                     return None;
                 }
             }
@@ -1080,24 +1116,16 @@ impl Connection {
                 // body; a HEAD stays a HEAD (Apache keeps `header_only`),
                 // so its answer has no body either.
                 let sp = &run.sp;
-                let mut head = sp.head.clone();
-                let (path, query) = match location.split_once('?') {
-                    Some((path, query)) => (path.to_string(), Some(query.to_string())),
-                    None => (location.clone(), None),
-                };
-                if head.method != h1::Method::Head {
-                    head.method = h1::Method::Get;
-                }
-                head.target = location;
-                head.path = path;
-                head.query = query;
-                head.framing = BodyFraming::None;
-                head.expect_continue = false;
-                head.headers.retain(|h| {
+                let mut head = sp.head.redirected(&location, |h| {
                     !["content-length", "content-type", "transfer-encoding"]
                         .iter()
                         .any(|n| h.name.eq_ignore_ascii_case(n))
                 });
+                if head.method != h1::Method::Head {
+                    head.method = h1::Method::Get;
+                }
+                head.framing = BodyFraming::None;
+                head.expect_continue = false;
                 let keep_alive = plan.cgi.as_ref().is_some_and(|c| c.keep_alive);
                 let request = Request {
                     head,
@@ -1119,7 +1147,7 @@ impl Connection {
                     probed: None,
                 };
                 let plan = Plan { cgi: Some(cgi), discard, ..plan };
-                self.phase = Phase::Ready(Box::new((request, plan)));
+                self.phase = Phase::ready(request, plan);
                 None
             }
             Step::Abort => {
@@ -1241,6 +1269,7 @@ impl Connection {
         };
         self.served += 1;
         self.log(p, &mut pending);
+        reply::spare::give_back(std::mem::take(&mut pending.reply.out));
         if pending.reply.close {
             if !pending.linger {
                 return Some(Want::Close);
@@ -1299,6 +1328,7 @@ impl Connection {
             } else {
                 self.lend_now(end, || p.access_log.record(&record));
                 end = end.map(|start| self.timed_log(start));
+                self.spare_log = Some(record);
             }
         }
         self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), end);
@@ -1319,17 +1349,29 @@ fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pip
     }))
 }
 
-/// The request line as received, for the log; built by hand because
-/// `format!` costs a measurable share of a small keep-alive request.
-fn request_line(head: &RequestHead) -> String {
-    let (method, version) = (head.method.as_str(), version_str(head.version));
-    let mut line = String::with_capacity(method.len() + head.target.len() + version.len() + 2);
+/// The request line as received, for the log, in place of what `line`
+/// held; built by hand because `format!` costs a measurable share of a
+/// small keep-alive request.
+fn write_request_line(head: &RequestHead, line: &mut String) {
+    let (method, target, version) = (head.method.as_str(), head.target(), version_str(head.version));
+    line.clear();
+    line.reserve(method.len() + target.len() + version.len() + 2);
     line.push_str(method);
     line.push(' ');
-    line.push_str(&head.target);
+    line.push_str(target);
     line.push(' ');
     line.push_str(version);
-    line
+}
+
+/// Sets `slot` to `value`, in the string it already has if any.
+fn overwrite(slot: &mut Option<String>, value: Option<&str>) {
+    match (slot.as_mut(), value) {
+        (Some(old), Some(value)) => {
+            old.clear();
+            old.push_str(value);
+        }
+        (_, value) => *slot = value.map(str::to_owned),
+    }
 }
 
 fn read_retrying(mut sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {

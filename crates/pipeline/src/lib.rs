@@ -118,8 +118,8 @@ impl Pipeline {
     /// CGI prefix). Cheap: no file system access.
     pub fn is_cgi(&self, head: &h1::RequestHead) -> bool {
         self.settings.cgi.as_ref().is_some_and(|cgi| {
-            head.path.starts_with('/')
-                && resolve::normalize(&head.path).is_ok_and(|path| cgi::route(&cgi.prefix, &path))
+            head.path().starts_with('/')
+                && resolve::normalize(head.path()).is_ok_and(|path| cgi::route(&cgi.prefix, &path))
         })
     }
 
@@ -148,7 +148,7 @@ impl Pipeline {
         let page = |status, extra: &[(&str, &str)]| {
             reply::error_page(&self.settings, status, head.version, req.keep_alive, is_head, extra)
         };
-        let Ok(path) = resolve::normalize(&head.path) else { return page(400, &[]) };
+        let Ok(path) = resolve::normalize(head.path()) else { return page(400, &[]) };
         let (file, script_name, path_info) = match cgi::lookup(settings, &path) {
             cgi::Lookup::Script { file, script_name, path_info } => (file, script_name, path_info),
             cgi::Lookup::Missing => return page(404, &[]),

@@ -56,7 +56,7 @@ const PATH_ESCAPES: &AsciiSet = &CONTROLS
 
 /// Starts a response head with the headers every response carries.
 pub(crate) fn start(settings: &Settings, status: u16, version: Version, keep_alive: bool) -> ResponseHead {
-    let mut head = ResponseHead::with_capacity(status, 256);
+    let mut head = ResponseHead::in_buffer(status, spare::head_buffer());
     head.date().header("Server", &settings.server_name);
     if !keep_alive {
         head.header("Connection", "close");
@@ -67,15 +67,64 @@ pub(crate) fn start(settings: &Settings, status: u16, version: Version, keep_ali
     head
 }
 
-fn finish(status: u16, head: ResponseHead, body: Vec<Chunk>, keep_alive: bool) -> Reply {
+fn finish(status: u16, head: ResponseHead, body: impl IntoIterator<Item = Chunk>, keep_alive: bool) -> Reply {
     let head = head.finish();
     let head_len = head.len() as u64;
-    let mut out = Outbound::new();
+    let mut out = spare::outbound();
     out.push(Chunk::Bytes(Data::Owned(head)));
     for chunk in body {
         out.push(chunk);
     }
     Reply { status, out, head_len, close: !keep_alive, cgi: None, data: DataPhase::default() }
+}
+
+/// The allocations of sent replies, per thread, for the next ones: a head
+/// is written into a sent head's buffer and queued in a sent response's
+/// queue, which spares two allocations per response. A thread that builds
+/// replies another thread sends finds none and allocates, as before.
+pub(crate) mod spare {
+    use std::cell::RefCell;
+
+    use transport::Outbound;
+
+    /// Enough for the replies a thread has in flight, mostly; more are freed.
+    const KEEP: usize = 16;
+    /// A larger head buffer (a head with long fields) is freed.
+    const MAX_HEAD: usize = 4096;
+    /// What a new head reserves, as `ResponseHead::new` does.
+    const HEAD_CAPACITY: usize = 256;
+
+    struct Spare {
+        heads: Vec<Vec<u8>>,
+        queues: Vec<Outbound>,
+    }
+
+    thread_local! {
+        static SPARE: RefCell<Spare> = const { RefCell::new(Spare { heads: Vec::new(), queues: Vec::new() }) };
+    }
+
+    pub(super) fn head_buffer() -> Vec<u8> {
+        SPARE.with_borrow_mut(|spare| spare.heads.pop()).unwrap_or_else(|| Vec::with_capacity(HEAD_CAPACITY))
+    }
+
+    pub(super) fn outbound() -> Outbound {
+        SPARE.with_borrow_mut(|spare| spare.queues.pop()).unwrap_or_default()
+    }
+
+    /// Takes back a reply's `out` once it has been sent.
+    pub(crate) fn give_back(mut out: Outbound) {
+        let head = out.recycle();
+        // During thread exit the pool may be gone; then both are freed.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if (1..=MAX_HEAD).contains(&head.capacity()) && spare.heads.len() < KEEP {
+                spare.heads.push(head);
+            }
+            if spare.queues.len() < KEEP {
+                spare.queues.push(out);
+            }
+        });
+    }
 }
 
 /// A small HTML error page with exact framing. `extra` headers precede the body headers.
@@ -98,8 +147,8 @@ pub(crate) fn error_page(
         head.header(name, value);
     }
     head.header("Content-Type", "text/html; charset=utf-8").header_u64("Content-Length", body.len() as u64);
-    let chunks = if is_head { vec![] } else { vec![Chunk::Bytes(Data::Owned(body.into_bytes()))] };
-    finish(status, head, chunks, keep_alive)
+    let chunk = (!is_head).then(|| Chunk::Bytes(Data::Owned(body.into_bytes())));
+    finish(status, head, chunk, keep_alive)
 }
 
 /// The answer to a request that could not be parsed: always closes, since
@@ -133,14 +182,15 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
         if blocking == Blocking::Avoid {
             return None;
         }
-        p.error_log.error(format_args!("{}: CGI request without its connection", req.path));
+        p.error_log.error(format_args!("{}: CGI request without its connection", req.path()));
         return Some(page(500, &[]));
     }
-    if req.path == "*" {
+    let raw_path = req.path();
+    if raw_path == "*" {
         // The parser admits `*` only with OPTIONS: the server-wide question.
         return Some(no_content_allow(settings, req, keep_alive));
     }
-    let path = match resolve::normalize(&req.path) {
+    let path = match resolve::normalize(raw_path) {
         Ok(path) => path,
         Err(PathError::BadRequest) => return Some(page(400, &[])),
         Err(PathError::NotFound) => return Some(page(404, &[])),
@@ -163,7 +213,7 @@ fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: 
             Found::AddSlash => {
                 let mut location = utf8_percent_encode(path, PATH_ESCAPES).to_string();
                 location.push('/');
-                if let Some(query) = &req.query {
+                if let Some(query) = req.query() {
                     location.push('?');
                     location.push_str(query);
                 }
@@ -189,8 +239,8 @@ fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: 
             head.header("Content-Type", "text/html; charset=utf-8")
                 .header_u64("Content-Length", html.len() as u64)
                 .header("Cache-Control", "no-cache");
-            let body = if is_head { vec![] } else { vec![Chunk::Bytes(Data::Owned(html.into_bytes()))] };
-            finish(200, head, body, keep_alive)
+            let chunk = (!is_head).then(|| Chunk::Bytes(Data::Owned(html.into_bytes())));
+            finish(200, head, chunk, keep_alive)
         }
         _ => unreachable!("only resources and listings get here"),
     }
@@ -199,7 +249,7 @@ fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: 
 fn no_content_allow(settings: &Settings, req: &RequestHead, keep_alive: bool) -> Reply {
     let mut head = start(settings, 204, req.version, keep_alive);
     head.header("Allow", ALLOW);
-    finish(204, head, vec![], keep_alive)
+    finish(204, head, None, keep_alive)
 }
 
 /// GET or HEAD of a file: conditionals (RFC 9110 §13.2.2), then ranges (§14).
@@ -222,7 +272,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             // 304 carries the validators a 200 would have, and no body (RFC 9110 §15.4.5).
             let mut head = start(settings, 304, req.version, keep_alive);
             head.header("ETag", res.etag()).header("Last-Modified", res.last_modified().as_ref());
-            return finish(304, head, vec![], keep_alive);
+            return finish(304, head, None, keep_alive);
         }
     }
     // Range handling is defined for GET only (RFC 9110 §14.2).
@@ -240,11 +290,12 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
         _ => RangeOutcome::Full,
     };
     let content_type = res.content_type();
-    let (status, mut head, body) = match ranges {
+    // A whole file or a single range is one chunk: no list to allocate.
+    let (status, mut head, chunk, parts) = match ranges {
         RangeOutcome::Full => {
             let mut head = start(settings, 200, req.version, keep_alive);
             head.header("Content-Type", content_type).header_u64("Content-Length", len);
-            (200, head, vec![res.chunk(0..len)])
+            (200, head, Some(res.chunk(0..len)), Vec::new())
         }
         RangeOutcome::Unsatisfiable => {
             let content_range = format!("bytes */{len}");
@@ -263,7 +314,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             head.header("Content-Type", content_type)
                 .header("Content-Range", format!("bytes {}-{}/{len}", r.start, r.end - 1))
                 .header_u64("Content-Length", r.end - r.start);
-            (206, head, vec![res.chunk(r)])
+            (206, head, Some(res.chunk(r)), Vec::new())
         }
         RangeOutcome::Partial(ranges) => {
             let boundary = format!("{:016x}", fnv1a(res.etag().as_bytes()));
@@ -271,7 +322,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             let mut head = start(settings, 206, req.version, keep_alive);
             head.header("Content-Type", &layout.content_type)
                 .header_u64("Content-Length", layout.content_length);
-            let body = layout
+            let parts = layout
                 .parts
                 .into_iter()
                 .map(|part| match part {
@@ -279,11 +330,12 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
                     multipart::Part::File { offset, len } => res.chunk(offset..offset + len),
                 })
                 .collect();
-            (206, head, body)
+            (206, head, None, parts)
         }
     };
     head.header("Last-Modified", res.last_modified().as_ref())
         .header("ETag", res.etag())
         .header("Accept-Ranges", "bytes");
-    finish(status, head, if is_head { vec![] } else { body }, keep_alive)
+    let body = chunk.into_iter().chain(parts).filter(|_| !is_head);
+    finish(status, head, body, keep_alive)
 }

@@ -106,7 +106,7 @@ fn answer(stream: TcpStream, source: &dyn Fn() -> Snapshot, info: &Info, rates: 
         return respond(&stream, 405, "text/plain", b"GET or HEAD\n".to_vec(), is_head);
     }
     let snap = source();
-    match head.path.as_str() {
+    match head.path() {
         "/" | "/status" => {
             respond(&stream, 200, "text/html; charset=utf-8", html(info, &snap, rates).into_bytes(), is_head)
         }

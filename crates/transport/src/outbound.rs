@@ -97,6 +97,9 @@ pub struct Outbound {
     /// Bytes of the front chunk already sent.
     front_sent: u64,
     sent: u64,
+    /// The first sent chunk that was made for this response (the head,
+    /// usually), kept for [`recycle`](Self::recycle).
+    spent: Vec<u8>,
 }
 
 impl Outbound {
@@ -115,6 +118,18 @@ impl Outbound {
     /// Bytes written so far (for the access log, which must count what was really sent).
     pub fn bytes_sent(&self) -> u64 {
         self.sent
+    }
+
+    /// Empties the response, keeping its queue's allocation for the next
+    /// one, and returns the buffer of the first chunk made for it
+    /// ([`Data::Owned`]) that was sent, cleared (empty and unallocated if
+    /// there was none): a sent head's buffer, to write the next head into.
+    pub fn recycle(&mut self) -> Vec<u8> {
+        self.chunks.clear();
+        (self.front_sent, self.sent) = (0, 0);
+        let mut spent = std::mem::take(&mut self.spent);
+        spent.clear();
+        spent
     }
 
     /// True when nothing is left to write.
@@ -244,7 +259,11 @@ impl Outbound {
             }
             n -= left;
             self.front_sent = 0;
-            self.chunks.pop_front();
+            if let Some(Chunk::Bytes(Data::Owned(bytes))) = self.chunks.pop_front() {
+                if self.spent.capacity() == 0 {
+                    self.spent = bytes;
+                }
+            }
         }
         // A file that shrank under sendfile reads as a 0-byte send; the
         // caller's WriteZero error then ends the connection rather than spin.
@@ -354,6 +373,35 @@ mod tests {
         let mut got = String::new();
         client.read_to_string(&mut got).unwrap();
         assert_eq!(got, "HEAD|abcdef|mid|SHARED012");
+    }
+
+    #[test]
+    fn recycling_returns_the_first_owned_buffer_sent() {
+        let (server, mut client) = pair();
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Static(b"<")));
+        out.push(Chunk::Bytes(Data::Owned(Vec::with_capacity(300))));
+        out.push(Chunk::Bytes(Data::Owned(b"head".to_vec())));
+        out.push(Chunk::Bytes(Data::Owned(b"body".to_vec())));
+        assert_eq!(out.write_to(&server).unwrap(), Progress::Done);
+        let spent = out.recycle();
+        assert_eq!(
+            (spent.len(), spent.capacity()),
+            (0, 4),
+            "the head's buffer, emptied (empty chunks are never queued)"
+        );
+        assert!(out.is_empty());
+        assert_eq!(out.bytes_sent(), 0);
+        assert_eq!(out.recycle().capacity(), 0, "given once");
+
+        // The recycled response is a new one.
+        out.push(Chunk::Bytes(Data::Owned(b"next".to_vec())));
+        assert_eq!(out.write_to(&server).unwrap(), Progress::Done);
+        assert_eq!(out.bytes_sent(), 4);
+        drop(server);
+        let mut got = String::new();
+        client.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "<headbodynext");
     }
 
     #[test]

@@ -63,11 +63,11 @@ fn summary(head: &RequestHead) -> String {
     format!(
         "{} {} {:?} path={} query={:?} host={:?} {:?} keep_alive={} expect_continue={}",
         head.method.as_str(),
-        head.target,
+        head.target(),
         head.version,
-        head.path,
-        head.query.as_deref(),
-        head.host.as_deref(),
+        head.path(),
+        head.query(),
+        head.host(),
         head.framing,
         head.keep_alive,
         head.expect_continue,
@@ -79,24 +79,20 @@ fn simple_get() {
     let input = b"GET /index.html?a=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: t\r\n\r\n";
     let (head, len) = parse_complete(input);
     assert_eq!(len, input.len());
+    assert_eq!(head.method, Method::Get);
+    assert_eq!(head.target(), "/index.html?a=1");
+    assert_eq!(head.path(), "/index.html");
+    assert_eq!(head.query(), Some("a=1"));
+    assert_eq!(head.version, Version::Http11);
+    let headers: Vec<Header<'_>> = head.headers().collect();
     assert_eq!(
-        head,
-        RequestHead {
-            method: Method::Get,
-            target: "/index.html?a=1".into(),
-            path: "/index.html".into(),
-            query: Some("a=1".into()),
-            version: Version::Http11,
-            headers: vec![
-                Header { name: "Host".into(), value: b"example.com".to_vec() },
-                Header { name: "User-Agent".into(), value: b"t".to_vec() },
-            ],
-            host: Some("example.com".into()),
-            framing: BodyFraming::None,
-            keep_alive: true,
-            expect_continue: false,
-        }
+        headers,
+        [Header { name: "Host", value: b"example.com" }, Header { name: "User-Agent", value: b"t" }]
     );
+    assert_eq!(head.host(), Some("example.com"));
+    assert_eq!(head.framing, BodyFraming::None);
+    assert!(head.keep_alive);
+    assert!(!head.expect_continue);
 }
 
 #[test]
@@ -294,7 +290,7 @@ fn field_values_and_lookup() {
     let input = b"GET / HTTP/1.1\r\nHost: h\r\nX-A:   spaced  out \t\r\nx-a:\r\nX-Bin: \x80\xff\r\n\
                   X-Tab: a\tb\r\nAccept: */*\r\n\r\n";
     let (head, _) = parse_complete(input);
-    let names: Vec<&str> = head.headers.iter().map(|h| h.name.as_str()).collect();
+    let names: Vec<&str> = head.headers().map(|h| h.name).collect();
     assert_eq!(names, ["Host", "X-A", "x-a", "X-Bin", "X-Tab", "Accept"]);
     assert_eq!(head.header("x-A"), Some(&b"spaced  out"[..]));
     assert_eq!(head.header_str("X-A"), Some("spaced  out"));
@@ -313,7 +309,7 @@ fn leading_empty_lines_are_skipped_and_counted() {
         let input = ["\r\n".repeat(blank_lines), "GET / HTTP/1.1\r\nHost: h\r\n\r\n".into()].concat();
         let (head, len) = parse_complete(input.as_bytes());
         assert_eq!(len, input.len());
-        assert_eq!(head.target, "/");
+        assert_eq!(head.target(), "/");
     }
     assert_eq!(parse(b""), Ok(Parsed::Partial));
     assert_eq!(parse(b"\r\n\r\n\r"), Ok(Parsed::Partial));
@@ -335,13 +331,13 @@ fn pipelined_requests() {
     let buf = [first, second, third].concat();
 
     let (head, len) = parse_complete(&buf);
-    assert_eq!((head.path.as_str(), len), ("/one", first.len()));
+    assert_eq!((head.path(), len), ("/one", first.len()));
     let rest = &buf[len..];
     let (head, len) = parse_complete(rest);
-    assert_eq!((head.path.as_str(), len), ("/two", second.len() - 2));
+    assert_eq!((head.path(), len), ("/two", second.len() - 2));
     let rest = &rest[len + 2..];
     let (head, len) = parse_complete(rest);
-    assert_eq!((head.path.as_str(), len), ("/three", third.len()));
+    assert_eq!((head.path(), len), ("/three", third.len()));
 }
 
 #[test]
@@ -695,17 +691,17 @@ fn field_count_limit() {
         format!("GET / HTTP/1.1\r\nHost: h\r\n{}\r\n", "X: y\r\n".repeat(count - 1)).into_bytes()
     };
     let (head, _) = parse_complete_with(&with_fields(4), &small_limits());
-    assert_eq!(head.headers.len(), 4);
+    assert_eq!(head.headers().len(), 4);
     assert_refused_with(&with_fields(5), &small_limits(), HeadersTooLarge);
 
     let (head, _) = parse_complete(&with_fields(100));
-    assert_eq!(head.headers.len(), 100);
+    assert_eq!(head.headers().len(), 100);
     assert_refused(&with_fields(101), HeadersTooLarge);
 
     // More slots than fit on the stack.
     let limits = Limits { max_headers: 300, ..Limits::default() };
     let (head, _) = parse_complete_with(&with_fields(300), &limits);
-    assert_eq!(head.headers.len(), 300);
+    assert_eq!(head.headers().len(), 300);
     assert_refused_with(&with_fields(301), &limits, HeadersTooLarge);
 
     let no_fields = Limits { max_headers: 0, ..Limits::default() };
@@ -788,4 +784,38 @@ fn mutated_requests_parse_consistently() {
             }
         }
     }
+}
+
+#[test]
+fn redirected_head_keeps_host_and_chosen_fields() {
+    let input = b"POST http://example.com:81/cgi?x HTTP/1.1\r\nHost: other\r\nContent-Length: 2\r\n\
+                  Accept: a\r\naccept: b\r\n\r\nhi";
+    let (head, _) = parse_complete(input);
+    let moved = head.redirected("/new/place?y=1", |h| !h.name.eq_ignore_ascii_case("content-length"));
+    assert_eq!((moved.target(), moved.path(), moved.query()), ("/new/place?y=1", "/new/place", Some("y=1")));
+    assert_eq!(moved.host(), Some("example.com:81"), "the host as the request named it");
+    let names: Vec<&str> = moved.headers().map(|h| h.name).collect();
+    assert_eq!(names, ["Host", "Accept", "accept"]);
+    assert_eq!(moved.headers_named("ACCEPT").collect::<Vec<_>>(), [b"a", b"b"]);
+    assert_eq!(
+        (moved.method, moved.framing),
+        (Method::Post, BodyFraming::Length(2)),
+        "for the caller to change"
+    );
+
+    let plain = head.redirected("/p", |_| false);
+    assert_eq!((plain.path(), plain.query(), plain.headers().len()), ("/p", None, 0));
+
+    let (old, _) = parse_complete(b"GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(old.redirected("/q", |_| true).host(), None);
+}
+
+#[test]
+fn implied_paths() {
+    let (head, _) = parse_complete(b"OPTIONS http://h HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!((head.target(), head.path()), ("http://h", "*"));
+    let (head, _) = parse_complete(b"GET http://h?q HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!((head.path(), head.query()), ("/", Some("q")));
+    let (head, _) = parse_complete(b"CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n");
+    assert_eq!((head.path(), head.host()), ("", Some("h:443")));
 }
