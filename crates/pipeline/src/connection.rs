@@ -114,8 +114,6 @@ pub struct Connection {
     defer_log: bool,
     /// Records kept back for [`Connection::take_log`].
     deferred_log: Vec<LogRecord>,
-    /// The last record logged, whose strings the next one reuses.
-    spare_log: Option<LogRecord>,
     /// A script was started whose pipes [`Connection::new_pipes`] has not handed out.
     cgi_new: bool,
     /// The driver is told of every new byte (edge-triggered epoll), so a
@@ -177,6 +175,44 @@ mod spare_buffers {
                 }
             });
         }
+    }
+}
+
+/// Log records whose strings are reused for the next request's, per
+/// thread: kept here rather than in the connection, so an idle keep-alive
+/// connection holds none (see `spare_buffers`).
+mod spare_log_records {
+    use crate::accesslog::LogRecord;
+    use std::cell::RefCell;
+
+    const KEEP: usize = 64;
+    const MAX_BYTES: usize = 2048;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<LogRecord>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> Option<LogRecord> {
+        SPARE.with_borrow_mut(Vec::pop)
+    }
+
+    /// Records grown by unusually long heads are freed, so the pool stays
+    /// within `KEEP` × `MAX_BYTES`.
+    pub(super) fn give_back(record: LogRecord) {
+        let held: usize = [&record.request_line, &record.referer, &record.user_agent]
+            .iter()
+            .flat_map(|s| s.as_ref())
+            .map(String::capacity)
+            .sum();
+        if held > MAX_BYTES {
+            return;
+        }
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < KEEP {
+                spare.push(record);
+            }
+        });
     }
 }
 
@@ -311,7 +347,6 @@ impl Connection {
             idle_deadline: now + pipeline.settings.header_timeout,
             defer_log: false,
             deferred_log: Vec::new(),
-            spare_log: None,
             cgi_new: false,
             edge_triggered: false,
             drained: false,
@@ -962,7 +997,7 @@ impl Connection {
         if !p.access_log.is_enabled() {
             return None;
         }
-        let mut record = self.spare_log.take().unwrap_or_else(|| LogRecord {
+        let mut record = spare_log_records::take().unwrap_or_else(|| LogRecord {
             peer: self.info.peer.ip(),
             request_line: None,
             status: 0,
@@ -1328,7 +1363,7 @@ impl Connection {
             } else {
                 self.lend_now(end, || p.access_log.record(&record));
                 end = end.map(|start| self.timed_log(start));
-                self.spare_log = Some(record);
+                spare_log_records::give_back(record);
             }
         }
         self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), end);
