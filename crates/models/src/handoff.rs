@@ -28,6 +28,11 @@ struct State<T> {
     items: VecDeque<T>,
     capacity: usize,
     closed: bool,
+    /// Threads asleep in `pop` and in `push`: a notification costs a futex
+    /// system call even when nobody waits, and a busy queue mostly has
+    /// nobody waiting on one side or the other.
+    popping: usize,
+    pushing: usize,
 }
 
 impl<T> Handoff<T> {
@@ -35,7 +40,13 @@ impl<T> Handoff<T> {
     pub(crate) fn new(capacity: usize) -> Handoff<T> {
         let capacity = capacity.max(1);
         Handoff {
-            state: Mutex::new(State { items: VecDeque::with_capacity(capacity), capacity, closed: false }),
+            state: Mutex::new(State {
+                items: VecDeque::with_capacity(capacity),
+                capacity,
+                closed: false,
+                popping: 0,
+                pushing: 0,
+            }),
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
         }
@@ -43,30 +54,36 @@ impl<T> Handoff<T> {
 
     /// Queues `item`, waiting for room; gives it back if the queue is closed.
     pub(crate) fn push(&self, item: T) -> Result<(), T> {
-        let state = self.lock();
-        let mut state = self
-            .not_full
-            .wait_while(state, |s| !s.closed && s.items.len() >= s.capacity)
-            .unwrap_or_else(|e| e.into_inner());
+        let mut state = self.lock();
+        while !state.closed && state.items.len() >= state.capacity {
+            state.pushing += 1;
+            state = self.not_full.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.pushing -= 1;
+        }
         if state.closed {
             return Err(item);
         }
         state.items.push_back(item);
+        let wake = state.popping > 0;
         drop(state);
-        self.not_empty.notify_one();
+        if wake {
+            self.not_empty.notify_one();
+        }
         Ok(())
     }
 
     /// The oldest item, waiting for one; `None` once closed and empty.
     pub(crate) fn pop(&self) -> Option<T> {
-        let state = self.lock();
-        let mut state = self
-            .not_empty
-            .wait_while(state, |s| !s.closed && s.items.is_empty())
-            .unwrap_or_else(|e| e.into_inner());
+        let mut state = self.lock();
+        while !state.closed && state.items.is_empty() {
+            state.popping += 1;
+            state = self.not_empty.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.popping -= 1;
+        }
         let item = state.items.pop_front();
+        let wake = item.is_some() && state.pushing > 0;
         drop(state);
-        if item.is_some() {
+        if wake {
             self.not_full.notify_one();
         }
         item
