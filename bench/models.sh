@@ -208,7 +208,7 @@ start_modus_model() {
     addr=$(awk '{ print $3 }' <<<"$line")
     PORT_OF[$model]=${addr##*:}
     CMD_OF[$model]="taskset -c $SERVER_CPU modus serve DOCROOT --listen 127.0.0.1:PORT --model $model --access-log FILE ${args//$CGI_DIR/WORK\/cgi-bin}"
-    SET_OF[$model]=$(modus_model_note "$model")
+    SET_OF[$model]="$(modus_model_note "$model"); \`--defer-accept 1s\` (default: TCP_DEFER_ACCEPT, as h2o)"
 }
 
 start_nginx() {
@@ -258,7 +258,7 @@ EOF
     wait_http "$port" "${PID_OF[nginx]}" nginx "$WORK/nginx-error.log"
     PORT_OF[nginx]=$port
     CMD_OF[nginx]="taskset -c $SERVER_CPU nginx -p WORK -c WORK/nginx.conf"
-    SET_OF[nginx]="worker_processes 1; worker_connections 16384; sendfile on; tcp_nopush on; keepalive_requests 100000000; keepalive_timeout $kt; access_log (combined, unbuffered); no open_file_cache"
+    SET_OF[nginx]="worker_processes 1; worker_connections 16384; sendfile on; tcp_nopush on; keepalive_requests 100000000; keepalive_timeout $kt; access_log (combined, unbuffered); no open_file_cache; listen without \`deferred\` (default)"
 }
 
 start_lighttpd() {
@@ -297,7 +297,7 @@ EOF
     CMD_OF[lighttpd]="taskset -c $SERVER_CPU lighttpd -D -f WORK/lighttpd.conf"
     local cgi_note=''
     [ "$ACTION" = cgi ] && cgi_note=' mod_cgi (fork+exec per request) under /cgi-bin/;'
-    SET_OF[lighttpd]="1 process (default); mod_accesslog (CLF);$cgi_note server.max-keep-alive-requests = 100000000; server.max-keep-alive-idle = $idle; server.max-fds = 20000; server.max-connections = 10240; network backend: default (sendfile)"
+    SET_OF[lighttpd]="1 process (default); mod_accesslog (CLF);$cgi_note server.max-keep-alive-requests = 100000000; server.max-keep-alive-idle = $idle; server.max-fds = 20000; server.max-connections = 10240; network backend: default (sendfile); server.defer-accept 0 (default)"
 }
 
 start_h2o() {
@@ -332,7 +332,7 @@ EOF
     wait_http "$port" "${PID_OF[h2o]}" h2o "$WORK/h2o-error.log"
     PORT_OF[h2o]=$port
     CMD_OF[h2o]="taskset -c $SERVER_CPU h2o -c WORK/h2o.conf"
-    SET_OF[h2o]="num-threads: 1; max-connections: 10240; http1-request-timeout: $timeout; access-log (default combined format); no per-connection request cap"
+    SET_OF[h2o]="num-threads: 1; max-connections: 10240; http1-request-timeout: $timeout; access-log (default combined format); no per-connection request cap; TCP_DEFER_ACCEPT 1 s (built in)"
 }
 
 # Apache httpd from Debian's apache2 package with a generated standalone config. Started under setsid:
@@ -414,7 +414,7 @@ EOF
     CMD_OF[$name]="setsid taskset -c $SERVER_CPU apache2 -f WORK/$name/httpd.conf -DFOREGROUND"
     local cgi_note=''
     [ "$ACTION" = cgi ] && cgi_note=" mod_$cgi_mod + ScriptAlias /cgi-bin/;"
-    SET_OF[$name]="mpm_$mpm: $(apache_sizing "$mpm" | paste -sd ';' | sed 's/;/; /g');$cgi_note KeepAlive On; MaxKeepAliveRequests 0 (unlimited); KeepAliveTimeout $kt; EnableSendfile On; CustomLog combined"
+    SET_OF[$name]="mpm_$mpm: $(apache_sizing "$mpm" | paste -sd ';' | sed 's/;/; /g');$cgi_note KeepAlive On; MaxKeepAliveRequests 0 (unlimited); KeepAliveTimeout $kt; EnableSendfile On; CustomLog combined; AcceptFilter http data (Linux default: TCP_DEFER_ACCEPT 30 s)"
 }
 
 start_server() {
