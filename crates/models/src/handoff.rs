@@ -1,6 +1,5 @@
 //! The queue between an accepting thread and the threads that serve
-//! connections (`pool`, `worker`), and between `staged`'s stages (as a
-//! [`channel`]).
+//! connections (`pool`, `worker`).
 //!
 //! Why not a channel crate: crossbeam's receivers spin and then
 //! `sched_yield` several times before they sleep, which pays off when a
@@ -12,8 +11,7 @@
 //! exactly one when work arrives.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// A bounded FIFO: `push` waits while it is full, `pop` while it is empty.
 /// After [`close`](Self::close) nothing more gets in; what is queued is
@@ -102,74 +100,6 @@ impl<T> Handoff<T> {
     }
 }
 
-/// A [`Handoff`] shared by cloneable ends that close it when the last
-/// sender or the last receiver is dropped, as a channel disconnects: the
-/// receivers then drain what is queued and see `None`, the senders get
-/// their item back.
-pub(crate) fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
-    let ends = Arc::new(Ends {
-        queue: Handoff::new(capacity),
-        senders: AtomicUsize::new(1),
-        receivers: AtomicUsize::new(1),
-    });
-    (Sender(ends.clone()), Receiver(ends))
-}
-
-struct Ends<T> {
-    queue: Handoff<T>,
-    senders: AtomicUsize,
-    receivers: AtomicUsize,
-}
-
-pub(crate) struct Sender<T>(Arc<Ends<T>>);
-
-pub(crate) struct Receiver<T>(Arc<Ends<T>>);
-
-impl<T> Sender<T> {
-    /// Queues `item`, waiting for room; gives it back once every receiver is gone.
-    pub(crate) fn send(&self, item: T) -> Result<(), T> {
-        self.0.queue.push(item)
-    }
-}
-
-impl<T> Receiver<T> {
-    /// The oldest item, waiting for one; `None` once every sender is gone and the queue is empty.
-    pub(crate) fn recv(&self) -> Option<T> {
-        self.0.queue.pop()
-    }
-}
-
-impl<T> Clone for Sender<T> {
-    fn clone(&self) -> Self {
-        self.0.senders.fetch_add(1, Ordering::Relaxed);
-        Sender(self.0.clone())
-    }
-}
-
-impl<T> Clone for Receiver<T> {
-    fn clone(&self) -> Self {
-        self.0.receivers.fetch_add(1, Ordering::Relaxed);
-        Receiver(self.0.clone())
-    }
-}
-
-impl<T> Drop for Sender<T> {
-    fn drop(&mut self) {
-        // AcqRel: the last one out sees every other end's decrement.
-        if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.queue.close();
-        }
-    }
-}
-
-impl<T> Drop for Receiver<T> {
-    fn drop(&mut self) {
-        if self.0.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.queue.close();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,28 +161,5 @@ mod tests {
             consumers.into_iter().map(|c| c.join().unwrap()).sum()
         });
         assert_eq!(total, 10_000 * 10_001 / 2);
-    }
-
-    #[test]
-    fn channel_ends_when_the_last_sender_goes_after_draining() {
-        let (tx, rx) = channel(4);
-        let tx2 = tx.clone();
-        tx.send(1).unwrap();
-        drop(tx);
-        tx2.send(2).unwrap();
-        let consumer = thread::spawn(move || std::iter::from_fn(|| rx.recv()).collect::<Vec<_>>());
-        drop(tx2);
-        assert_eq!(consumer.join().unwrap(), [1, 2]);
-    }
-
-    #[test]
-    fn channel_refuses_items_once_every_receiver_is_gone() {
-        let (tx, rx) = channel(1);
-        let rx2 = rx.clone();
-        drop(rx);
-        tx.send(1).unwrap();
-        drop(rx2);
-        // Would wait for room for ever if the queue were still open.
-        assert_eq!(tx.send(2), Err(2));
     }
 }

@@ -86,9 +86,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
-
-use crate::handoff;
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use pipeline::stats::{Phase, Worker};
 use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Want, BLOCKING_TICK};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
@@ -167,7 +165,7 @@ type StageStats = pipeline::stats::QueueStat;
 
 /// The producing end of a stage's queue; items carry their enqueue time.
 struct Tx<T> {
-    tx: handoff::Sender<(Instant, T)>,
+    tx: Sender<(Instant, T)>,
     stats: Arc<StageStats>,
 }
 
@@ -188,7 +186,7 @@ impl<T> Tx<T> {
 
 /// The consuming end of a stage's queue.
 struct Rx<T> {
-    rx: handoff::Receiver<(Instant, T)>,
+    rx: Receiver<(Instant, T)>,
     stats: Arc<StageStats>,
 }
 
@@ -201,7 +199,7 @@ impl<T> Clone for Rx<T> {
 impl<T> Rx<T> {
     /// The next item; `None` once every producer is gone and the queue is empty.
     fn recv(&self) -> Option<T> {
-        let (since, item) = self.rx.recv()?;
+        let (since, item) = self.rx.recv().ok()?;
         self.stats.pop(since.elapsed());
         Some(item)
     }
@@ -219,11 +217,13 @@ impl<T> Rx<T> {
 }
 
 fn queue<T>(stats: &Arc<StageStats>, depth: usize) -> (Tx<T>, Rx<T>) {
-    // Not crossbeam: its receivers spin and `sched_yield` before they sleep
-    // (3.8 calls per keep-alive request here, 8.8 with `Connection: close`),
-    // which on a saturated core only takes time from the stage that would
-    // fill the queue. See `handoff`.
-    let (tx, rx) = handoff::channel(depth);
+    // crossbeam's channel, whose receivers spin and `sched_yield` before
+    // they sleep, rather than `handoff`'s mutex and condvar (which `pool`
+    // gained from): tried here on one core (2026-11-23), the condvar queues
+    // showed no gain beyond the noise and were behind at 50 KB keep-alive in
+    // two of three rounds — a yield lets the producing stage run, and the
+    // item is there when the consumer comes back, with no futex sleep/wake.
+    let (tx, rx) = bounded(depth);
     (Tx { tx, stats: stats.clone() }, Rx { rx, stats: stats.clone() })
 }
 
