@@ -91,6 +91,8 @@ pub(crate) mod spare {
     const KEEP: usize = 16;
     /// A larger head buffer (a head with long fields) is freed.
     const MAX_HEAD: usize = 4096;
+    /// Chunks a kept queue may have room for: a head and a body, or a few ranges.
+    const MAX_QUEUE: usize = 8;
     /// What a new head reserves, as `ResponseHead::new` does.
     const HEAD_CAPACITY: usize = 256;
 
@@ -120,7 +122,8 @@ pub(crate) mod spare {
             if (1..=MAX_HEAD).contains(&head.capacity()) && spare.heads.len() < KEEP {
                 spare.heads.push(head);
             }
-            if spare.queues.len() < KEEP {
+            // A queue grown by a many-part reply is freed, not kept for good.
+            if spare.queues.len() < KEEP && out.queue_capacity() <= MAX_QUEUE {
                 spare.queues.push(out);
             }
         });

@@ -132,6 +132,12 @@ impl Outbound {
         spent
     }
 
+    /// Chunks the queue has room for without growing (a multipart reply
+    /// grows it to hundreds).
+    pub fn queue_capacity(&self) -> usize {
+        self.chunks.capacity()
+    }
+
     /// True when nothing is left to write.
     pub fn is_empty(&self) -> bool {
         self.chunks.is_empty()

@@ -158,6 +158,42 @@ fn combined_format() {
     assert!(lc.bytes == "0" || lc.bytes == "-", "HEAD sent no body bytes: {lc:?}");
 }
 
+/// Requests on one keep-alive connection log only their own fields: the
+/// strings of a record are reused for the next one, and a Referer or a
+/// longer User-Agent must not carry over.
+#[test]
+fn keep_alive_requests_log_only_their_own_fields() {
+    let (_root, mut srv, path) = logging_server(&[]);
+    let mut c = srv.client();
+    c.request(
+        "GET",
+        "/hello.txt?first",
+        &["Referer: http://example.com/first", "User-Agent: a-rather-long-agent/1.0 (first)"],
+    )
+    .assert_status(200);
+    c.request("GET", "/hello.txt?second", &[]).assert_status(200);
+    c.request("GET", "/alphabet.txt", &["User-Agent: short"]).assert_status(200);
+    drop(c);
+    stop(&mut srv);
+    let lines = parse_all(&read_lines(&path));
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    let first = find(&lines, "GET /hello.txt?first HTTP/1.1");
+    assert_eq!(
+        (first.referer.as_str(), first.user_agent.as_str()),
+        ("http://example.com/first", "a-rather-long-agent/1.0 (first)")
+    );
+    let second = find(&lines, "GET /hello.txt?second HTTP/1.1");
+    assert_eq!(
+        (second.referer.as_str(), second.user_agent.as_str(), second.bytes.as_str()),
+        ("-", "-", "14")
+    );
+    let third = find(&lines, "GET /alphabet.txt HTTP/1.1");
+    assert_eq!(
+        (third.referer.as_str(), third.user_agent.as_str(), third.bytes.as_str()),
+        ("-", "short", "26")
+    );
+}
+
 #[test]
 fn escapes_quotes_and_control_bytes() {
     let (_root, mut srv, path) = logging_server(&[]);
