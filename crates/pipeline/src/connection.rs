@@ -149,6 +149,7 @@ impl Drop for Connection {
 /// more than the allocation it saves.
 mod spare_buffers {
     use super::READ_SIZE;
+    use crate::spares;
     use std::cell::RefCell;
 
     /// Enough for a loop's burst of ready connections; beyond, freed.
@@ -159,21 +160,14 @@ mod spare_buffers {
     }
 
     pub(super) fn take() -> Box<[u8]> {
-        SPARE.with_borrow_mut(Vec::pop).unwrap_or_else(|| vec![0; READ_SIZE].into_boxed_slice())
+        spares::take(&SPARE).unwrap_or_else(|| vec![0; READ_SIZE].into_boxed_slice())
     }
 
     /// Grown buffers (long heads) are freed: the pool holds only the
     /// common size.
     pub(super) fn give_back(buf: Box<[u8]>) {
         if buf.len() == READ_SIZE {
-            // During thread exit the pool may already be gone; then the
-            // buffer is simply freed.
-            let _ = SPARE.try_with(|spare| {
-                let mut spare = spare.borrow_mut();
-                if spare.len() < KEEP {
-                    spare.push(buf);
-                }
-            });
+            spares::give_back(&SPARE, buf, KEEP);
         }
     }
 }
@@ -183,6 +177,7 @@ mod spare_buffers {
 /// connection holds none (see `spare_buffers`).
 mod spare_log_records {
     use crate::accesslog::LogRecord;
+    use crate::spares;
     use std::cell::RefCell;
 
     const KEEP: usize = 64;
@@ -193,7 +188,7 @@ mod spare_log_records {
     }
 
     pub(super) fn take() -> Option<LogRecord> {
-        SPARE.with_borrow_mut(Vec::pop)
+        spares::take(&SPARE)
     }
 
     /// Records grown by unusually long heads are freed, so the pool stays
@@ -204,15 +199,9 @@ mod spare_log_records {
             .flat_map(|s| s.as_ref())
             .map(String::capacity)
             .sum();
-        if held > MAX_BYTES {
-            return;
+        if held <= MAX_BYTES {
+            spares::give_back(&SPARE, record, KEEP);
         }
-        let _ = SPARE.try_with(|spare| {
-            let mut spare = spare.borrow_mut();
-            if spare.len() < KEEP {
-                spare.push(record);
-            }
-        });
     }
 }
 
@@ -842,6 +831,7 @@ impl Connection {
                         let sent = pending.reply.out.bytes_sent();
                         if sent != pending.sent_mark {
                             pending.sent_mark = sent;
+                            // `deadline_base(None)`, but `self.phase` is borrowed.
                             pending.deadline =
                                 self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
                         }
@@ -961,7 +951,7 @@ impl Connection {
 
     /// Decides, before the pipeline runs, what happens to the connection
     /// after this request.
-    fn plan(&mut self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
+    fn plan(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
         let settings = &p.settings;
         if p.is_cgi(&head) {
             return self.plan_cgi(head, sock, p, stopping);
@@ -990,13 +980,7 @@ impl Connection {
     /// [`plan`](Self::plan) for a script: its body is the script's input,
     /// so it is read whole (a chunked one before the script starts), and
     /// the connection can stay open after any body we accept.
-    fn plan_cgi(
-        &mut self,
-        head: RequestHead,
-        sock: &TcpStream,
-        p: &Pipeline,
-        stopping: bool,
-    ) -> (Request, Plan) {
+    fn plan_cgi(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
         let settings = &p.settings;
         let (body_ok, remaining) = match head.framing {
             BodyFraming::None => (true, 0),
@@ -1021,9 +1005,9 @@ impl Connection {
         (request, plan)
     }
 
-    /// The record is the previous request's, if it was logged here: its
-    /// strings keep their allocations.
-    fn log_record(&mut self, head: &RequestHead, p: &Pipeline) -> Option<LogRecord> {
+    /// A record from this thread's spares when there is one: its strings
+    /// keep their allocations.
+    fn log_record(&self, head: &RequestHead, p: &Pipeline) -> Option<LogRecord> {
         if !p.access_log.is_enabled() {
             return None;
         }
@@ -1147,20 +1131,7 @@ impl Connection {
                 let unread = discard > 0 || self.start < self.end;
                 self.log_cgi(&run, plan, p);
                 drop(run);
-                if close {
-                    if !unread {
-                        return Some(Want::Close);
-                    }
-                    let _ = sock.shutdown(Direction::Write);
-                    let deadline = self.deadline_base(self.tm.idle_since.get()) + p.settings.linger_timeout;
-                    self.phase = Phase::Linger { deadline };
-                } else if discard > 0 {
-                    let deadline = self.deadline_base(self.tm.idle_since.get()) + p.settings.header_timeout;
-                    self.phase = Phase::Discard { remaining: discard, deadline };
-                } else {
-                    self.await_next_head(p, self.tm.idle_since.get());
-                }
-                None
+                self.after_response(sock, close, unread, discard, p)
             }
             Step::Failed(status) => {
                 drop(run);
@@ -1335,18 +1306,33 @@ impl Connection {
         self.served += 1;
         self.log(p, &mut pending);
         reply::spare::give_back(std::mem::take(&mut pending.reply.out));
-        if pending.reply.close {
-            if !pending.linger {
+        self.after_response(sock, pending.reply.close, pending.linger, pending.discard, p)
+    }
+
+    /// What follows a logged response (a file's or a script's): close, at
+    /// once or lingering if the client may still be sending (`linger`);
+    /// or read and drop `discard` body bytes; or wait for the next head.
+    /// Deadlines count from the response's end. `Some` ends `drive`.
+    fn after_response(
+        &mut self,
+        sock: &TcpStream,
+        close: bool,
+        linger: bool,
+        discard: u64,
+        p: &Pipeline,
+    ) -> Option<Want> {
+        let ended = self.tm.idle_since.get();
+        if close {
+            if !linger {
                 return Some(Want::Close);
             }
             let _ = sock.shutdown(Direction::Write);
-            let deadline = self.deadline_base(self.tm.idle_since.get()) + p.settings.linger_timeout;
-            self.phase = Phase::Linger { deadline };
-        } else if pending.discard > 0 {
-            let deadline = self.deadline_base(self.tm.idle_since.get()) + p.settings.header_timeout;
-            self.phase = Phase::Discard { remaining: pending.discard, deadline };
+            self.phase = Phase::Linger { deadline: self.deadline_base(ended) + p.settings.linger_timeout };
+        } else if discard > 0 {
+            let deadline = self.deadline_base(ended) + p.settings.header_timeout;
+            self.phase = Phase::Discard { remaining: discard, deadline };
         } else {
-            self.await_next_head(p, self.tm.idle_since.get());
+            self.await_next_head(p, ended);
         }
         None
     }

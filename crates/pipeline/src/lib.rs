@@ -31,6 +31,7 @@ mod reply;
 pub mod resolve;
 mod settings;
 mod site;
+mod spares;
 pub mod stats;
 
 pub use accesslog::{AccessLog, LogRecord};

@@ -87,6 +87,8 @@ pub(crate) mod spare {
 
     use transport::Outbound;
 
+    use crate::spares;
+
     /// Enough for the replies a thread has in flight, mostly; more are freed.
     const KEEP: usize = 16;
     /// A larger head buffer (a head with long fields) is freed.
@@ -96,37 +98,29 @@ pub(crate) mod spare {
     /// What a new head reserves, as `ResponseHead::new` does.
     const HEAD_CAPACITY: usize = 256;
 
-    struct Spare {
-        heads: Vec<Vec<u8>>,
-        queues: Vec<Outbound>,
-    }
-
     thread_local! {
-        static SPARE: RefCell<Spare> = const { RefCell::new(Spare { heads: Vec::new(), queues: Vec::new() }) };
+        static HEADS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+        static QUEUES: RefCell<Vec<Outbound>> = const { RefCell::new(Vec::new()) };
     }
 
     pub(super) fn head_buffer() -> Vec<u8> {
-        SPARE.with_borrow_mut(|spare| spare.heads.pop()).unwrap_or_else(|| Vec::with_capacity(HEAD_CAPACITY))
+        spares::take(&HEADS).unwrap_or_else(|| Vec::with_capacity(HEAD_CAPACITY))
     }
 
     pub(super) fn outbound() -> Outbound {
-        SPARE.with_borrow_mut(|spare| spare.queues.pop()).unwrap_or_default()
+        spares::take(&QUEUES).unwrap_or_default()
     }
 
     /// Takes back a reply's `out` once it has been sent.
     pub(crate) fn give_back(mut out: Outbound) {
         let head = out.recycle();
-        // During thread exit the pool may be gone; then both are freed.
-        let _ = SPARE.try_with(|spare| {
-            let mut spare = spare.borrow_mut();
-            if (1..=MAX_HEAD).contains(&head.capacity()) && spare.heads.len() < KEEP {
-                spare.heads.push(head);
-            }
-            // A queue grown by a many-part reply is freed, not kept for good.
-            if spare.queues.len() < KEEP && out.queue_capacity() <= MAX_QUEUE {
-                spare.queues.push(out);
-            }
-        });
+        if (1..=MAX_HEAD).contains(&head.capacity()) {
+            spares::give_back(&HEADS, head, KEEP);
+        }
+        // A queue grown by a many-part reply is freed, not kept for good.
+        if out.queue_capacity() <= MAX_QUEUE {
+            spares::give_back(&QUEUES, out, KEEP);
+        }
     }
 }
 
