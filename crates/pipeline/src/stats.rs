@@ -538,22 +538,27 @@ impl Stats {
         Self::count_into(self.shard(), status, bytes);
     }
 
+    /// The status count is the request's publication: it is added last,
+    /// with `Release`, and [`snapshot`](Self::snapshot) reads the counts
+    /// first, with `Acquire`, so a request a reader counts has its bytes and
+    /// phases in the same snapshot (a phase may show a request not yet
+    /// counted, never the other way round).
     fn count_into(s: &Shard, status: u16, bytes: u64) {
         let i = (status as usize).clamp(100, 599) - 100;
-        s.status[i].fetch_add(1, Ordering::Relaxed);
         s.bytes.fetch_add(bytes, Ordering::Relaxed);
+        s.status[i].fetch_add(1, Ordering::Release);
     }
 
     /// [`count_response`](Self::count_response) and [`record`](Self::record)
     /// of every phase measured, for one request: the shard is looked up once.
     pub fn record_request(&self, status: u16, bytes: u64, phases: &PhaseTimes) {
         let s = self.shard();
-        Self::count_into(s, status, bytes);
         for (i, (hist, ns)) in s.phases.iter().zip(phases.ns).enumerate() {
             if phases.measured & 1 << i != 0 {
                 hist.record(ns);
             }
         }
+        Self::count_into(s, status, bytes);
     }
 
     /// Moves a connection between states of the `connections` gauge.
@@ -703,15 +708,18 @@ impl Stats {
     /// Adds the shards up.
     pub fn snapshot(&self) -> Snapshot {
         let mut snap = Snapshot::empty(self.uptime());
+        // Counts before phases and bytes: see `count_into`.
+        for s in self.shards.iter() {
+            for (i, c) in snap.status.iter_mut().enumerate() {
+                *c += s.status[i].load(Ordering::Acquire);
+            }
+        }
         for s in self.shards.iter() {
             for (h, ph) in snap.phases.iter_mut().zip(s.phases.iter()) {
                 for (c, b) in h.counts.iter_mut().zip(&ph.buckets) {
                     *c += b.load(Ordering::Relaxed);
                 }
                 h.sum_ns += ph.sum_ns.load(Ordering::Relaxed);
-            }
-            for (i, c) in snap.status.iter_mut().enumerate() {
-                *c += s.status[i].load(Ordering::Relaxed);
             }
             snap.bytes += s.bytes.load(Ordering::Relaxed);
             for (i, c) in snap.conns.iter_mut().enumerate() {
@@ -1254,6 +1262,36 @@ mod tests {
                 assert_eq!(snap.phase(p).count(), 0, "{}", p.name());
             }
         }
+    }
+
+    /// A reader racing a writer: every request a snapshot counts has its
+    /// phases and bytes in that snapshot (the admin page never shows a
+    /// request without its times).
+    #[test]
+    fn a_counted_request_has_its_phases_in_the_same_snapshot() {
+        let s = Arc::new(Stats::new(true));
+        let mut phases = PhaseTimes::default();
+        phases.set(Phase::CgiSpawn, 276_000);
+        phases.set(Phase::Total, 1_500_000);
+        let writer = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200_000 {
+                    s.record_request(200, 10, &phases);
+                }
+            })
+        };
+        let mut seen = 0;
+        while seen < 200_000 {
+            let snap = s.snapshot();
+            seen = snap.requests();
+            for p in [Phase::CgiSpawn, Phase::Total] {
+                assert!(snap.phase(p).count() >= seen, "{}: {} < {seen}", p.name(), snap.phase(p).count());
+                assert!(snap.phase(p).sum_ns >= seen * phases.get(p).unwrap(), "{}", p.name());
+            }
+            assert!(snap.bytes >= seen * 10);
+        }
+        writer.join().unwrap();
     }
 
     #[test]
