@@ -111,22 +111,13 @@ impl ResponseHead {
     /// such as echoing a decoded `%0d%0a` from a path into `Location`, can
     /// never split the response.
     pub fn header(&mut self, name: &str, value: impl AsRef<[u8]>) -> &mut Self {
-        let value = value.as_ref();
-        debug_assert!(crate::syntax::is_token(name.as_bytes()), "invalid field name {name:?}");
-        let forbidden = |b: &u8| matches!(b, b'\r' | b'\n' | b'\0');
-        // A branch-free fold, not `any`: the compiler vectorises it, and
-        // every value of every response head passes through here.
-        let has_forbidden = value.iter().fold(false, |found, b| found | forbidden(b));
-        debug_assert!(!has_forbidden, "CR, LF or NUL in the value of {name}");
-        self.buf.reserve(name.len() + value.len() + 4);
-        self.buf.extend_from_slice(name.as_bytes());
-        self.buf.extend_from_slice(b": ");
-        if has_forbidden {
-            self.buf.extend(value.iter().map(|b| if forbidden(b) { b' ' } else { *b }));
-        } else {
-            self.buf.extend_from_slice(value);
-        }
-        self.buf.extend_from_slice(b"\r\n");
+        push_field(&mut self.buf, name, value.as_ref());
+        self
+    }
+
+    /// Appends field lines encoded before (see [`FieldLines`]).
+    pub fn lines(&mut self, lines: &FieldLines) -> &mut Self {
+        self.buf.extend_from_slice(&lines.buf);
         self
     }
 
@@ -138,9 +129,15 @@ impl ResponseHead {
     }
 
     /// Appends `Date: <now>`, from the per-thread cache of
-    /// [`http_date_now`](crate::http_date_now).
+    /// [`http_date_now`](crate::http_date_now). The date is our own
+    /// formatting, so it skips the scan for CR, LF and NUL.
     pub fn date(&mut self) -> &mut Self {
-        self.header("Date", http_date_now())
+        let date = http_date_now();
+        self.buf.reserve(date.len() + 8);
+        self.buf.extend_from_slice(b"Date: ");
+        self.buf.extend_from_slice(&date);
+        self.buf.extend_from_slice(b"\r\n");
+        self
     }
 
     /// Appends the empty line that ends the head and returns the bytes.
@@ -148,6 +145,62 @@ impl ResponseHead {
         self.buf.extend_from_slice(b"\r\n");
         self.buf
     }
+}
+
+/// Field lines encoded once and appended to many heads with
+/// [`ResponseHead::lines`]: a cached file's type, length and validators are
+/// the same in every response that sends it whole (Flash's cached response
+/// headers, paper 004). Built only through [`header`](Self::header), so it
+/// holds the same sanitised bytes a head would.
+///
+/// ```
+/// let mut lines = h1::FieldLines::default();
+/// lines.header("Content-Type", "text/plain").header_u64("Content-Length", 5);
+/// let mut head = h1::ResponseHead::new(200);
+/// head.lines(&lines);
+/// assert_eq!(head.finish(), b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldLines {
+    buf: Vec<u8>,
+}
+
+impl FieldLines {
+    /// Appends the field line `name: value`, as [`ResponseHead::header`] does.
+    pub fn header(&mut self, name: &str, value: impl AsRef<[u8]>) -> &mut Self {
+        push_field(&mut self.buf, name, value.as_ref());
+        self
+    }
+
+    /// Appends `name: value` with `value` in decimal.
+    pub fn header_u64(&mut self, name: &str, value: u64) -> &mut Self {
+        let mut digits = [0; 20];
+        self.header(name, decimal(value, &mut digits))
+    }
+
+    /// The encoded lines, each ending in CRLF.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+/// Encodes `name: value` CRLF into `buf` (see [`ResponseHead::header`]).
+fn push_field(buf: &mut Vec<u8>, name: &str, value: &[u8]) {
+    debug_assert!(crate::syntax::is_token(name.as_bytes()), "invalid field name {name:?}");
+    let forbidden = |b: &u8| matches!(b, b'\r' | b'\n' | b'\0');
+    // A branch-free fold, not `any`: the compiler vectorises it, and
+    // every value of every response head passes through here.
+    let has_forbidden = value.iter().fold(false, |found, b| found | forbidden(b));
+    debug_assert!(!has_forbidden, "CR, LF or NUL in the value of {name}");
+    buf.reserve(name.len() + value.len() + 4);
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b": ");
+    if has_forbidden {
+        buf.extend(value.iter().map(|b| if forbidden(b) { b' ' } else { *b }));
+    } else {
+        buf.extend_from_slice(value);
+    }
+    buf.extend_from_slice(b"\r\n");
 }
 
 /// `value` in decimal, written into the end of `digits` (u64::MAX has 20
@@ -259,6 +312,26 @@ mod tests {
             head.finish(),
             b"HTTP/1.1 301 Moved Permanently\r\nLocation: /a  Set-Cookie: x=1 \r\n\r\n"
         );
+    }
+
+    #[test]
+    fn field_lines_are_the_bytes_header_writes() {
+        let mut lines = FieldLines::default();
+        lines.header("ETag", "\"1-2\"").header_u64("Content-Length", 500);
+        let mut direct = ResponseHead::new(200);
+        direct.date().header("ETag", "\"1-2\"").header_u64("Content-Length", 500);
+        let mut reused = ResponseHead::new(200);
+        reused.date().lines(&lines);
+        assert_eq!(reused.finish(), direct.finish());
+        assert_eq!(lines.as_bytes(), b"ETag: \"1-2\"\r\nContent-Length: 500\r\n");
+    }
+
+    #[test]
+    #[cfg_attr(debug_assertions, should_panic(expected = "CR, LF or NUL"))]
+    fn field_lines_never_split_a_response() {
+        let mut lines = FieldLines::default();
+        lines.header("Content-Type", "text/plain\r\nX: y");
+        assert_eq!(lines.as_bytes(), b"Content-Type: text/plain  X: y\r\n");
     }
 
     #[test]

@@ -209,6 +209,18 @@ pub(crate) fn clf_time(buf: &mut Vec<u8>, imf: &[u8; 29]) {
     buf.extend_from_slice(b" +0000");
 }
 
+/// Bytes [`escape_into`] rewrites: one table load per byte, where the
+/// range test and two comparisons cost several instructions.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [true; 256];
+    let mut b = 0x20;
+    while b <= 0x7e {
+        table[b] = b == b'"' as usize || b == b'\\' as usize;
+        b += 1;
+    }
+    table
+};
+
 /// Escapes like nginx: `"` and `\` get a backslash, bytes outside printable
 /// ASCII become `\xHH`, so no request can forge a line or send terminal
 /// escapes to whoever reads the log (nginx CVE-2009-4487).
@@ -219,7 +231,7 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
     };
     let mut rest = value.as_bytes();
     // Runs of plain bytes (nearly every byte of every line) are copied whole.
-    while let Some(i) = rest.iter().position(|&b| !matches!(b, 0x20..=0x7e) || b == b'"' || b == b'\\') {
+    while let Some(i) = rest.iter().position(|&b| NEEDS_ESCAPE[b as usize]) {
         buf.extend_from_slice(&rest[..i]);
         let b = rest[i];
         if b == b'"' || b == b'\\' {
@@ -274,6 +286,11 @@ mod tests {
         assert_eq!(escaped("\""), "\\\"");
         assert_eq!(escaped("a\tb\\"), "a\\x09b\\\\");
         assert_eq!(escaped("é"), "\\xC3\\xA9");
+        // Every byte: printable ASCII passes except `"` and `\`.
+        for b in 0..=255u8 {
+            let plain = (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\';
+            assert_eq!(NEEDS_ESCAPE[b as usize], !plain, "byte {b:#04x}");
+        }
     }
 
     #[test]

@@ -57,13 +57,25 @@ pub(crate) struct Entry {
     pub etag: String,
     pub last_modified: String,
     pub content_type: String,
+    /// `Content-Type`, `Content-Length`, `Last-Modified`, `ETag` and
+    /// `Accept-Ranges` of a 200, encoded once (see `Resource::whole_fields`).
+    pub whole_fields: h1::FieldLines,
     last_used: AtomicU64,
 }
 
 impl Entry {
     pub fn new(identity: Identity, body: Body, etag: String, content_type: String) -> Entry {
+        let last_modified = h1::format_http_date(identity.modified);
+        let mut whole_fields = h1::FieldLines::default();
+        whole_fields
+            .header("Content-Type", &content_type)
+            .header_u64("Content-Length", identity.len)
+            .header("Last-Modified", &last_modified)
+            .header("ETag", &etag)
+            .header("Accept-Ranges", "bytes");
         Entry {
-            last_modified: h1::format_http_date(identity.modified),
+            last_modified,
+            whole_fields,
             identity,
             body,
             etag,

@@ -288,10 +288,10 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
     };
     let content_type = res.content_type();
     // A whole file or a single range is one chunk: no list to allocate.
-    let (status, mut head, chunk, parts) = match ranges {
+    let (status, head, chunk, parts) = match ranges {
         RangeOutcome::Full => {
             let mut head = start(settings, 200, req.version, keep_alive);
-            head.header("Content-Type", content_type).header_u64("Content-Length", len);
+            res.whole_fields(&mut head);
             (200, head, Some(res.chunk(0..len)), Vec::new())
         }
         RangeOutcome::Unsatisfiable => {
@@ -311,6 +311,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             head.header("Content-Type", content_type)
                 .header("Content-Range", format!("bytes {}-{}/{len}", r.start, r.end - 1))
                 .header_u64("Content-Length", r.end - r.start);
+            res.validators(&mut head);
             (206, head, Some(res.chunk(r)), Vec::new())
         }
         RangeOutcome::Partial(ranges) => {
@@ -319,6 +320,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             let mut head = start(settings, 206, req.version, keep_alive);
             head.header("Content-Type", &layout.content_type)
                 .header_u64("Content-Length", layout.content_length);
+            res.validators(&mut head);
             let parts = layout
                 .parts
                 .into_iter()
@@ -330,9 +332,6 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             (206, head, None, parts)
         }
     };
-    head.header("Last-Modified", res.last_modified().as_ref())
-        .header("ETag", res.etag())
-        .header("Accept-Ranges", "bytes");
     let body = chunk.into_iter().chain(parts).filter(|_| !is_head);
     finish(status, head, body, keep_alive)
 }

@@ -82,6 +82,28 @@ impl Resource {
         }
     }
 
+    /// The fields of a response that sends it whole: type, length and
+    /// the validators. A cache entry has them encoded already.
+    pub fn whole_fields(&self, head: &mut h1::ResponseHead) {
+        match self {
+            Resource::Cached(e) => {
+                head.lines(&e.whole_fields);
+            }
+            Resource::File { identity, content_type, .. } => {
+                head.header("Content-Type", content_type).header_u64("Content-Length", identity.len);
+                self.validators(head);
+            }
+        }
+    }
+
+    /// `Last-Modified`, `ETag` and `Accept-Ranges`, which follow the
+    /// framing fields of a 200 or 206.
+    pub fn validators(&self, head: &mut h1::ResponseHead) {
+        head.header("Last-Modified", self.last_modified().as_ref())
+            .header("ETag", self.etag())
+            .header("Accept-Ranges", "bytes");
+    }
+
     /// The bytes `range` of the representation as a body chunk.
     pub fn chunk(&self, range: std::ops::Range<u64>) -> Chunk {
         match self {
