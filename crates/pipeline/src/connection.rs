@@ -175,6 +175,33 @@ mod spare_buffers {
 /// Log records whose strings are reused for the next request's, per
 /// thread: kept here rather than in the connection, so an idle keep-alive
 /// connection holds none (see `spare_buffers`).
+/// The allocations of sent responses' [`Pending`]s, for the next ones on
+/// the thread.
+mod spare_pendings {
+    use super::Pending;
+    use crate::spares;
+    use std::cell::RefCell;
+
+    const KEEP: usize = 16;
+
+    thread_local! {
+        // The boxes are what is kept: a `Phase::Write` holds one.
+        #[allow(clippy::vec_box)]
+        static SPARE: RefCell<Vec<Box<Pending>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> Option<Box<Pending>> {
+        spares::take(&SPARE)
+    }
+
+    /// Takes a sent response's `Pending` once its record and queue are out
+    /// (what is left in it holds no allocation).
+    pub(super) fn give_back(pending: Box<Pending>) {
+        debug_assert!(pending.log.is_none() && pending.reply.cgi.is_none());
+        spares::give_back(&SPARE, pending, KEEP);
+    }
+}
+
 mod spare_log_records {
     use crate::accesslog::LogRecord;
     use crate::spares;
@@ -1315,7 +1342,14 @@ impl Connection {
         self.tm.write_start = self.stamp(at).into();
         self.set_state(ConnState::Writing);
         let deadline = self.deadline_base(self.tm.write_start.get()) + p.settings.send_timeout;
-        self.phase = Phase::Write(Box::new(Pending { reply, log, discard, linger, sent_mark: 0, deadline }));
+        let pending = Pending { reply, log, discard, linger, sent_mark: 0, deadline };
+        self.phase = Phase::Write(match spare_pendings::take() {
+            Some(mut spare) => {
+                *spare = pending;
+                spare
+            }
+            None => Box::new(pending),
+        });
     }
 
     /// The response is out: log it and move on. `Some` ends `drive`.
@@ -1326,7 +1360,9 @@ impl Connection {
         self.served += 1;
         self.log(p, &mut pending);
         reply::spare::give_back(std::mem::take(&mut pending.reply.out));
-        self.after_response(sock, pending.reply.close, pending.linger, pending.discard, p)
+        let (close, linger, discard) = (pending.reply.close, pending.linger, pending.discard);
+        spare_pendings::give_back(pending);
+        self.after_response(sock, close, linger, discard, p)
     }
 
     /// What follows a logged response (a file's or a script's): close, at
