@@ -199,14 +199,13 @@ pub(crate) fn open_append(path: &Path) -> io::Result<File> {
 /// `22/Nov/2026:10:00:00 +0000` from the cached IMF-fixdate
 /// `Sun, 22 Nov 2026 10:00:00 GMT`: rearranging is cheaper than formatting.
 pub(crate) fn clf_time(buf: &mut Vec<u8>, imf: &[u8; 29]) {
-    buf.extend_from_slice(&imf[5..7]);
-    buf.push(b'/');
-    buf.extend_from_slice(&imf[8..11]);
-    buf.push(b'/');
-    buf.extend_from_slice(&imf[12..16]);
-    buf.push(b':');
-    buf.extend_from_slice(&imf[17..25]);
-    buf.extend_from_slice(b" +0000");
+    // Assembled in a fixed array and appended once: one capacity check.
+    let mut clf = *b"DD/Mon/YYYY:hh:mm:ss +0000";
+    clf[0..2].copy_from_slice(&imf[5..7]);
+    clf[3..6].copy_from_slice(&imf[8..11]);
+    clf[7..11].copy_from_slice(&imf[12..16]);
+    clf[12..20].copy_from_slice(&imf[17..25]);
+    buf.extend_from_slice(&clf);
 }
 
 /// Bytes [`escape_into`] rewrites: one table load per byte, where the
@@ -231,9 +230,12 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
     };
     let mut rest = value.as_bytes();
     // Runs of plain bytes (nearly every byte of every line) are copied whole.
-    while let Some(i) = rest.iter().position(|&b| NEEDS_ESCAPE[b as usize]) {
+    loop {
+        let i = plain_prefix(rest);
         buf.extend_from_slice(&rest[..i]);
-        let b = rest[i];
+        let Some(&b) = rest.get(i) else {
+            return;
+        };
         if b == b'"' || b == b'\\' {
             buf.extend_from_slice(&[b'\\', b]);
         } else {
@@ -242,7 +244,29 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
         }
         rest = &rest[i + 1..];
     }
-    buf.extend_from_slice(rest);
+}
+
+/// How many leading bytes of `bytes` need no escaping: eight at a time
+/// while none of a word's does (bit tricks on a `u64`: a byte below 0x20,
+/// above 0x7e, or equal to `"` or `\`), then byte by byte.
+fn plain_prefix(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGHS: u64 = ONES * 0x80;
+    // Nonzero iff a byte of `v` is zero.
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let mut plain = 0;
+    for word in bytes.chunks_exact(8) {
+        let w = u64::from_ne_bytes(word.try_into().expect("8 bytes"));
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+        let high = (w.wrapping_add(ONES) | w) & HIGHS;
+        let special = has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')));
+        if control | high | special != 0 {
+            break;
+        }
+        plain += 8;
+    }
+    let tail = &bytes[plain..];
+    plain + tail.iter().position(|&b| NEEDS_ESCAPE[b as usize]).unwrap_or(tail.len())
 }
 
 /// The client address as `Display` writes it; IPv4 (nearly every line)
@@ -250,13 +274,24 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
 fn push_ip(buf: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {
-            let mut digits = [0; 20];
+            // Into a fixed array, then appended once.
+            let mut text = [0u8; 15];
+            let mut len = 0;
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    buf.push(b'.');
+                    text[len] = b'.';
+                    len += 1;
                 }
-                buf.extend_from_slice(h1::decimal(octet.into(), &mut digits));
+                let digits = [b'0' + octet / 100, b'0' + octet / 10 % 10, b'0' + octet % 10];
+                let skip = match octet {
+                    100.. => 0,
+                    10.. => 1,
+                    _ => 2,
+                };
+                text[len..len + 3 - skip].copy_from_slice(&digits[skip..]);
+                len += 3 - skip;
             }
+            buf.extend_from_slice(&text[..len]);
         }
         IpAddr::V6(_) => {
             let _ = write!(buf, "{ip}");
@@ -270,12 +305,29 @@ mod tests {
 
     #[test]
     fn addresses_numbers_and_escapes_match_display() {
-        for ip in ["10.200.3.255", "0.0.0.0", "::1", "2001:db8::8a2e:370:7334", "::ffff:1.2.3.4"] {
+        for ip in [
+            "10.200.3.255",
+            "0.0.0.0",
+            "255.255.255.255",
+            "1.22.100.9",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:1.2.3.4",
+        ] {
             let ip: IpAddr = ip.parse().unwrap();
             let mut buf = Vec::new();
             push_ip(&mut buf, ip);
             assert_eq!(buf, ip.to_string().as_bytes());
         }
+        for octet in 0..=255u8 {
+            let ip = IpAddr::from([octet, 255 - octet, octet / 2, 7]);
+            let mut buf = Vec::new();
+            push_ip(&mut buf, ip);
+            assert_eq!(buf, ip.to_string().as_bytes());
+        }
+        let mut clf = Vec::new();
+        clf_time(&mut clf, b"Sun, 22 Nov 2026 10:00:09 GMT");
+        assert_eq!(clf, b"22/Nov/2026:10:00:09 +0000");
         let escaped = |v: &str| {
             let mut buf = Vec::new();
             escape_into(&mut buf, Some(v));
@@ -286,6 +338,19 @@ mod tests {
         assert_eq!(escaped("\""), "\\\"");
         assert_eq!(escaped("a\tb\\"), "a\\x09b\\\\");
         assert_eq!(escaped("é"), "\\xC3\\xA9");
+        // Any byte at any place of a run: the word-at-a-time scan stops
+        // exactly where the byte-by-byte one would.
+        for b in 0..=255u8 {
+            for at in 0..20 {
+                let mut run = vec![b'a'; 20];
+                run[at] = b;
+                let expected = if NEEDS_ESCAPE[b as usize] { at } else { 20 };
+                assert_eq!(plain_prefix(&run), expected, "byte {b:#04x} at {at}");
+                run[19] = b'"';
+                let expected = if NEEDS_ESCAPE[b as usize] && at < 19 { at } else { 19 };
+                assert_eq!(plain_prefix(&run), expected, "byte {b:#04x} at {at}, quote last");
+            }
+        }
         // Every byte: printable ASCII passes except `"` and `\`.
         for b in 0..=255u8 {
             let plain = (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\';

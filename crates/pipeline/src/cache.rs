@@ -97,6 +97,7 @@ impl Entry {
 #[derive(Debug)]
 pub struct Cache {
     entries: RwLock<HashMap<String, Arc<Entry>>>,
+    /// Inserts so far: the age scale of `Entry::last_used`.
     clock: AtomicU64,
     budget: u64,
     max_file: u64,
@@ -131,7 +132,14 @@ impl Cache {
             entries.get(key).filter(|e| e.identity == *identity).cloned()
         };
         if let Some(entry) = &found {
-            entry.last_used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+            // Stamped with the insert count, not a count of its own: a hit
+            // then writes nothing shared (a hot entry's stamp is already
+            // current), and eviction, which only an insert starts, still
+            // finds what no hit touched since the most inserts ago.
+            let now = self.clock.load(Ordering::Relaxed);
+            if entry.last_used.load(Ordering::Relaxed) != now {
+                entry.last_used.store(now, Ordering::Relaxed);
+            }
             self.hits.fetch_add(1, Ordering::Relaxed);
         }
         found
