@@ -2,60 +2,78 @@
 
 use crate::date::http_date_now;
 
-/// The reason phrase for `status`: every status code defined in RFC 9110 §15
-/// plus 429 and 431 (RFC 6585), with RFC 9110's names (413 is "Content Too
-/// Large"). `""` for anything else, including the reserved 306 and 418; the
-/// reason phrase is optional (RFC 9112 §4).
-pub fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        101 => "Switching Protocols",
-        200 => "OK",
-        201 => "Created",
-        202 => "Accepted",
-        203 => "Non-Authoritative Information",
-        204 => "No Content",
-        205 => "Reset Content",
-        206 => "Partial Content",
-        300 => "Multiple Choices",
-        301 => "Moved Permanently",
-        302 => "Found",
-        303 => "See Other",
-        304 => "Not Modified",
-        305 => "Use Proxy",
-        307 => "Temporary Redirect",
-        308 => "Permanent Redirect",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        402 => "Payment Required",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        406 => "Not Acceptable",
-        407 => "Proxy Authentication Required",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        410 => "Gone",
-        411 => "Length Required",
-        412 => "Precondition Failed",
-        413 => "Content Too Large",
-        414 => "URI Too Long",
-        415 => "Unsupported Media Type",
-        416 => "Range Not Satisfiable",
-        417 => "Expectation Failed",
-        421 => "Misdirected Request",
-        422 => "Unprocessable Content",
-        426 => "Upgrade Required",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        505 => "HTTP Version Not Supported",
-        _ => "",
-    }
+/// Defines [`reason_phrase`] and [`status_line`] from one list.
+macro_rules! statuses {
+    ($($code:literal $reason:literal,)*) => {
+        /// The reason phrase for `status`: every status code defined in RFC 9110 §15
+        /// plus 429 and 431 (RFC 6585), with RFC 9110's names (413 is "Content Too
+        /// Large"). `""` for anything else, including the reserved 306 and 418; the
+        /// reason phrase is optional (RFC 9112 §4).
+        pub fn reason_phrase(status: u16) -> &'static str {
+            match status {
+                $($code => $reason,)*
+                _ => "",
+            }
+        }
+
+        /// The whole status line of a status with a reason phrase, CRLF
+        /// included: one copy instead of four appends.
+        fn status_line(status: u16) -> Option<&'static [u8]> {
+            match status {
+                $($code => Some(concat!("HTTP/1.1 ", $code, " ", $reason, "\r\n").as_bytes()),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+statuses! {
+    100 "Continue",
+    101 "Switching Protocols",
+    200 "OK",
+    201 "Created",
+    202 "Accepted",
+    203 "Non-Authoritative Information",
+    204 "No Content",
+    205 "Reset Content",
+    206 "Partial Content",
+    300 "Multiple Choices",
+    301 "Moved Permanently",
+    302 "Found",
+    303 "See Other",
+    304 "Not Modified",
+    305 "Use Proxy",
+    307 "Temporary Redirect",
+    308 "Permanent Redirect",
+    400 "Bad Request",
+    401 "Unauthorized",
+    402 "Payment Required",
+    403 "Forbidden",
+    404 "Not Found",
+    405 "Method Not Allowed",
+    406 "Not Acceptable",
+    407 "Proxy Authentication Required",
+    408 "Request Timeout",
+    409 "Conflict",
+    410 "Gone",
+    411 "Length Required",
+    412 "Precondition Failed",
+    413 "Content Too Large",
+    414 "URI Too Long",
+    415 "Unsupported Media Type",
+    416 "Range Not Satisfiable",
+    417 "Expectation Failed",
+    421 "Misdirected Request",
+    422 "Unprocessable Content",
+    426 "Upgrade Required",
+    429 "Too Many Requests",
+    431 "Request Header Fields Too Large",
+    500 "Internal Server Error",
+    501 "Not Implemented",
+    502 "Bad Gateway",
+    503 "Service Unavailable",
+    504 "Gateway Timeout",
+    505 "HTTP Version Not Supported",
 }
 
 /// An encoder for a response head: status line, field lines, empty line.
@@ -93,12 +111,15 @@ impl ResponseHead {
     pub fn in_buffer(status: u16, mut buf: Vec<u8>) -> Self {
         debug_assert!((100..=999).contains(&status), "status code {status} does not have three digits");
         buf.clear();
+        if let Some(line) = status_line(status) {
+            buf.extend_from_slice(line);
+            return Self { buf };
+        }
         buf.extend_from_slice(b"HTTP/1.1 ");
         let digits = [status / 100 % 10, status / 10 % 10, status % 10];
         buf.extend(digits.map(|digit| b'0' + digit as u8));
         // The SP is required even when the reason phrase is empty (RFC 9112 §4).
         buf.push(b' ');
-        buf.extend_from_slice(reason_phrase(status).as_bytes());
         buf.extend_from_slice(b"\r\n");
         Self { buf }
     }
@@ -239,6 +260,14 @@ mod tests {
         ];
         for &(status, expected) in cases {
             assert_eq!(ResponseHead::new(status).finish(), expected, "{status}");
+        }
+    }
+
+    #[test]
+    fn every_status_line_is_code_sp_reason() {
+        for status in 100..1000 {
+            let expected = format!("HTTP/1.1 {status} {}\r\n\r\n", reason_phrase(status));
+            assert_eq!(ResponseHead::new(status).finish(), expected.as_bytes(), "{status}");
         }
     }
 

@@ -62,15 +62,19 @@ pub fn normalize(raw_path: &str) -> Result<Cow<'_, str>, PathError> {
 /// Segments starting with '.' are all left to the full check, which knows
 /// `.well-known`.
 fn is_normal(raw_path: &str) -> bool {
-    let Some(rest) = raw_path.strip_prefix('/') else {
+    let Some(rest) = raw_path.as_bytes().strip_prefix(b"/") else {
         return false;
     };
-    if rest.is_empty() {
-        return true;
+    // One pass: a segment is empty or starts with '.' exactly where a '/'
+    // or a '.' follows a '/' (a trailing '/' follows a name).
+    let mut after_slash = true;
+    for &b in rest {
+        if b == b'%' || b == b'\\' || b.is_ascii_control() || (after_slash && (b == b'/' || b == b'.')) {
+            return false;
+        }
+        after_slash = b == b'/';
     }
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    !raw_path.bytes().any(|b| b == b'%' || b == b'\\' || b.is_ascii_control())
-        && rest.split('/').all(|segment| !segment.is_empty() && !segment.starts_with('.'))
+    true
 }
 
 fn decode_and_normalize(raw_path: &str) -> Result<String, PathError> {
@@ -392,6 +396,34 @@ fn classify(errno: Errno) -> io::Error {
 
 #[cfg(test)]
 mod tests {
+    /// The one-pass [`is_normal`] against its definition, on paths built
+    /// from the characters that matter.
+    #[test]
+    fn is_normal_is_its_definition() {
+        fn by_definition(raw_path: &str) -> bool {
+            let Some(rest) = raw_path.strip_prefix('/') else {
+                return false;
+            };
+            if rest.is_empty() {
+                return true;
+            }
+            let rest = rest.strip_suffix('/').unwrap_or(rest);
+            !raw_path.bytes().any(|b| b == b'%' || b == b'\\' || b.is_ascii_control())
+                && rest.split('/').all(|segment| !segment.is_empty() && !segment.starts_with('.'))
+        }
+        let alphabet = ["/", ".", "a", "%", "\\", "\x7f", "\t", "é", "~"];
+        let mut paths = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> =
+                paths.iter().flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}"))).collect();
+            paths.extend(longer);
+            paths.dedup();
+        }
+        for path in &paths {
+            assert_eq!(super::is_normal(path), by_definition(path), "{path:?}");
+        }
+    }
+
     use super::*;
     use std::io::Read;
     use std::os::unix::fs::symlink;
