@@ -819,3 +819,144 @@ fn implied_paths() {
     let (head, _) = parse_complete(b"CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n");
     assert_eq!((head.path(), head.host()), ("", Some("h:443")));
 }
+
+/// The text accessors read their spans without a second UTF-8 check; these
+/// are the cases where the text is not only ASCII or not where it was parsed.
+#[test]
+fn text_spans_read_back_their_text() {
+    let (head, _) = parse_complete(b"GET /a?b HTTP/1.1\r\nHost: h:1\r\n\r\n");
+    assert_eq!(
+        (head.target(), head.path(), head.query(), head.host()),
+        ("/a?b", "/a", Some("b"), Some("h:1"))
+    );
+    assert_refused(
+        b"GET / HTTP/1.1\r\nHost: h\r\nX-\xc3\xa9: v\r\n\r\n",
+        BadRequest("invalid header field name"),
+    );
+
+    let (head, _) = parse_complete(b"GET / HTTP/1.1\r\nHost: h\r\nX-A: \xff\xc3\r\nX-B: v\r\n\r\n");
+    let moved = head.redirected("/caf\u{e9}/\u{1f600}?q=\u{fc}", |_| true);
+    assert_eq!(moved.target(), "/caf\u{e9}/\u{1f600}?q=\u{fc}");
+    assert_eq!((moved.path(), moved.query()), ("/caf\u{e9}/\u{1f600}", Some("q=\u{fc}")));
+    assert_eq!(moved.host(), Some("h"));
+    let fields: Vec<(&str, &[u8])> = moved.headers().map(|h| (h.name, h.value)).collect();
+    assert_eq!(fields, [("Host", &b"h"[..]), ("X-A", b"\xff\xc3"), ("X-B", b"v")]);
+    assert_eq!(moved.header_str("x-a"), None, "a value that is not UTF-8");
+    let again = moved.redirected("/\u{e9}", |h| h.name == "X-B");
+    assert_eq!((again.path(), again.query(), again.host()), ("/\u{e9}", None, Some("h")));
+    assert_eq!(again.headers().map(|h| h.name).collect::<Vec<_>>(), ["X-B"]);
+}
+
+#[test]
+fn ascii_only_converts_ascii() {
+    assert_eq!(ascii(b"GET"), Some("GET"));
+    assert_eq!(ascii(b""), Some(""));
+    assert_eq!(ascii(b"caf\xc3\xa9"), None);
+    assert_eq!(ascii(b"\xff"), None);
+}
+
+/// Names of fields browsers, tools and the server's own lookups use, and
+/// tokens with the bytes a name may have.
+const FIELD_NAMES: &[&str] = &[
+    "Host",
+    "User-Agent",
+    "Accept",
+    "Accept-Language",
+    "Accept-Encoding",
+    "Connection",
+    "Referer",
+    "Cookie",
+    "Upgrade-Insecure-Requests",
+    "Sec-Fetch-Site",
+    "Sec-Fetch-Mode",
+    "Sec-Fetch-User",
+    "Sec-Fetch-Dest",
+    "Cache-Control",
+    "Pragma",
+    "Content-Length",
+    "Content-Type",
+    "Authorization",
+    "Origin",
+    "Priority",
+    "DNT",
+    "TE",
+    "X-Forwarded-For",
+    "If-Match",
+    "If-Unmodified-Since",
+    "If-None-Match",
+    "If-Modified-Since",
+    "Range",
+    "If-Range",
+    "Expect",
+    "a",
+    "Z",
+    "x",
+    "~",
+    "!#$%&'*+-.^_`|~",
+    "0",
+    "9z",
+    "a-b-c-d-e-f-g-h-i-j-k-l-m",
+];
+
+/// `name` in upper, lower and alternating case.
+fn case_variants(name: &str) -> [String; 3] {
+    let alternating =
+        name.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+    [name.to_ascii_uppercase(), name.to_ascii_lowercase(), alternating]
+}
+
+#[test]
+fn name_filter_never_hides_an_inserted_name() {
+    let mut filter = NameFilter::default();
+    assert!(!filter.may_contain(b"Host"), "an empty filter holds nothing");
+    for (i, name) in FIELD_NAMES.iter().enumerate() {
+        filter.insert(name.as_bytes());
+        for earlier in &FIELD_NAMES[..=i] {
+            for variant in case_variants(earlier) {
+                assert!(filter.may_contain(variant.as_bytes()), "{variant} after {name}");
+            }
+        }
+    }
+    // Every one-byte name (tokens are ASCII, but the filter takes any bytes).
+    for b in 0..=255u8 {
+        let mut filter = NameFilter::default();
+        filter.insert(&[b]);
+        assert!(filter.may_contain(&[b]));
+        assert!(
+            filter.may_contain(&[b.to_ascii_lowercase()]) && filter.may_contain(&[b.to_ascii_uppercase()])
+        );
+    }
+}
+
+#[test]
+fn lookups_find_every_field_in_any_case() {
+    for count in [1, 2, 5, FIELD_NAMES.len()] {
+        let present = &FIELD_NAMES[..count];
+        let mut input = b"GET / HTTP/1.1\r\nHost: h\r\n".to_vec();
+        for (i, name) in present.iter().enumerate().filter(|(_, name)| !name.eq_ignore_ascii_case("host")) {
+            input.extend_from_slice(format!("{name}: {i}\r\n").as_bytes());
+        }
+        input.extend_from_slice(b"\r\n");
+        let head = match parse(&input) {
+            Ok(Parsed::Complete { head, .. }) => head,
+            other => panic!("{:?}: {other:?}", show(&input)),
+        };
+        for name in FIELD_NAMES {
+            let linear = head.headers().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+            assert_eq!(
+                linear.is_some(),
+                present.contains(name) || name.eq_ignore_ascii_case("host"),
+                "{name}"
+            );
+            for variant in case_variants(name) {
+                assert_eq!(head.header(&variant), linear, "{variant} of {count} fields");
+                assert_eq!(head.headers_named(&variant).next(), linear, "{variant} of {count} fields");
+                let redirected = head.redirected("/r", |_| true);
+                assert_eq!(redirected.header(&variant), linear, "{variant} after a redirect");
+            }
+        }
+        assert_eq!(head.header(""), None);
+        assert_eq!(head.header("Hos"), None);
+        assert_eq!(head.header("Hostt"), None);
+    }
+}
