@@ -453,8 +453,13 @@ pub enum Parsed {
     Partial,
 }
 
-/// Field slots kept on the stack; httparse needs them before it starts.
-/// Heads with a larger [`Limits::max_headers`] use the heap.
+/// Field slots for a first try, more than most heads need. httparse needs
+/// its slots filled before it starts, and filling all 100 cost more than
+/// parsing the fields of a small head.
+const FIRST_FIELD_SLOTS: usize = 24;
+
+/// Field slots kept on the stack for a head with more fields than the first
+/// try had. Heads with a larger [`Limits::max_headers`] use the heap.
 const STACK_FIELD_SLOTS: usize = 100;
 
 /// Parses one request head from the start of `buf`.
@@ -495,17 +500,28 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> 
     // Empty if the request line alone exceeds `max_header_bytes`, which makes
     // the head incomplete and over the limit below.
     let block = buf_window.get(fields_start..).unwrap_or_default();
-    let mut stack_slots = [httparse::EMPTY_HEADER; STACK_FIELD_SLOTS];
+    let mut first_slots = [httparse::EMPTY_HEADER; FIRST_FIELD_SLOTS];
+    let mut stack_slots;
     let mut heap_slots;
-    let slots = if limits.max_headers <= STACK_FIELD_SLOTS {
-        &mut stack_slots[..limits.max_headers]
-    } else {
-        heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
-        &mut heap_slots[..]
-    };
     // httparse::parse_headers with its default configuration is strict: no
     // whitespace before the colon, no obs-fold, no invalid fields skipped.
-    let (fields_len, fields) = match httparse::parse_headers(block, slots) {
+    // It refuses a field for want of a slot only once the field's line is
+    // complete, so up to there the first try answers as the second would.
+    let parsed =
+        match httparse::parse_headers(block, &mut first_slots[..limits.max_headers.min(FIRST_FIELD_SLOTS)]) {
+            Err(httparse::Error::TooManyHeaders) if limits.max_headers > FIRST_FIELD_SLOTS => {
+                let slots = if limits.max_headers <= STACK_FIELD_SLOTS {
+                    stack_slots = [httparse::EMPTY_HEADER; STACK_FIELD_SLOTS];
+                    &mut stack_slots[..limits.max_headers]
+                } else {
+                    heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
+                    &mut heap_slots[..]
+                };
+                httparse::parse_headers(block, slots)
+            }
+            parsed => parsed,
+        };
+    let (fields_len, fields) = match parsed {
         Ok(httparse::Status::Complete(done)) => done,
         Ok(httparse::Status::Partial) => {
             // The line still being received must not exceed its limit either.

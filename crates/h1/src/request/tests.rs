@@ -960,3 +960,28 @@ fn lookups_find_every_field_in_any_case() {
         assert_eq!(head.header("Hostt"), None);
     }
 }
+
+/// Around the number of fields the first try has slots for, heads parse and
+/// fail as with all the slots at once.
+#[test]
+fn fields_beyond_the_first_slots() {
+    let with_fields = |count: usize, last: &str| {
+        format!("GET / HTTP/1.1\r\nHost: h\r\n{}{last}\r\n", "X: y\r\n".repeat(count - 1)).into_bytes()
+    };
+    for count in FIRST_FIELD_SLOTS - 2..=FIRST_FIELD_SLOTS + 2 {
+        let (head, _) = parse_complete(&with_fields(count, ""));
+        assert_eq!(head.headers().len(), count);
+        assert_eq!(head.headers_named("x").count(), count - 1);
+        assert_refused(&with_fields(count, "X : y\r\n"), BadRequest("invalid header field name"));
+        assert_refused(&with_fields(count, "X: \x01\r\n"), BadRequest("invalid header field value"));
+        assert_refused(&with_fields(count, "X: y\n"), BadRequest("invalid line ending"));
+        for max_headers in [count - 1, count, count + 1] {
+            let limits = Limits { max_headers, ..Limits::default() };
+            if count <= max_headers {
+                parse_complete_with(&with_fields(count, ""), &limits);
+            } else {
+                assert_refused_with(&with_fields(count, ""), &limits, HeadersTooLarge);
+            }
+        }
+    }
+}
