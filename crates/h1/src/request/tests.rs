@@ -985,3 +985,53 @@ fn fields_beyond_the_first_slots() {
         }
     }
 }
+
+/// The line check as first written, every byte looked at: what the check
+/// from the field names must agree with.
+fn reference_check_field_lines(section: &[u8], max_field_size: usize) -> Result<(), ParseError> {
+    for line in section.split_inclusive(|&b| b == b'\n') {
+        let Some(content) = line.strip_suffix(b"\r\n") else {
+            return Err(INVALID_LINE_ENDING);
+        };
+        if content.len() > max_field_size {
+            return Err(ParseError::HeadersTooLarge);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn field_lines_checked_from_the_names_as_from_every_byte() {
+    let seeds: &[&[u8]] = &[
+        b"\r\n",
+        b"Host: h\r\n\r\n",
+        b"A: 1\r\nBb: 22 \r\nC:\r\nD: \t\r\n\r\n",
+        b"A: 1\nB: 2\r\n\r\n",
+        b"A: 1\r\nB: 2\n\r\n",
+        b"A: 1\r\nB: 2\r\n\n",
+        b"\n",
+        b"Long-Name: long value\r\nX: y\r\n\r\n",
+    ];
+    let mut checked = 0;
+    for seed in seeds {
+        let mut inputs = mutations(seed);
+        inputs.push(seed.to_vec());
+        for input in inputs {
+            let mut slots = [httparse::EMPTY_HEADER; 8];
+            let Ok(httparse::Status::Complete((len, fields))) = httparse::parse_headers(&input, &mut slots)
+            else {
+                continue;
+            };
+            for max in [0, 1, 3, 4, 5, 12, 100] {
+                assert_eq!(
+                    check_field_lines(&input[..len], fields, max),
+                    reference_check_field_lines(&input[..len], max),
+                    "{:?} with lines up to {max}",
+                    show(&input[..len])
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "only {checked} complete sections");
+}
