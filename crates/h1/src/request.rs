@@ -629,6 +629,7 @@ fn parse_request_line(line: &[u8]) -> Result<Option<RequestLine<'_>>, ParseError
 const INVALID_VERSION: ParseError = ParseError::BadRequest("invalid HTTP version");
 
 /// Whether `version` is the start of `HTTP/DIGIT.DIGIT`.
+#[inline]
 fn is_version_prefix(version: &[u8]) -> bool {
     // The whole version, as almost always, in a few comparisons.
     if let [b'H', b'T', b'T', b'P', b'/', major, b'.', minor] = version {
@@ -643,6 +644,7 @@ fn is_version_prefix(version: &[u8]) -> bool {
 /// `bytes` as text if it is ASCII: cheaper than `std::str::from_utf8` for the
 /// short parts of a head.
 #[allow(unsafe_code)] // no safe conversion skips the UTF-8 decoder
+#[inline]
 fn ascii(bytes: &[u8]) -> Option<&str> {
     // SAFETY: ASCII is UTF-8.
     bytes.is_ascii().then(|| unsafe { std::str::from_utf8_unchecked(bytes) })
