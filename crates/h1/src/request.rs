@@ -241,7 +241,8 @@ enum PathSpan {
 ///
 /// The head is copied once, as received; the target, path, query, host and
 /// field lines are views into that copy, so a request costs two allocations
-/// (bytes and field positions) however many fields it has.
+/// (bytes and field positions) however many fields it has, and none if
+/// those of an earlier head are reused ([`parse_request_reusing`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct RequestHead {
     /// The request method.
@@ -259,7 +260,7 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// The request line and field lines as received (or as rebuilt by
     /// [`redirected`](Self::redirected)); the spans below point into it.
-    bytes: Box<[u8]>,
+    bytes: Vec<u8>,
     target: TextSpan,
     path: PathSpan,
     query: Option<TextSpan>,
@@ -401,7 +402,7 @@ impl RequestHead {
             framing: self.framing,
             keep_alive: self.keep_alive,
             expect_continue: self.expect_continue,
-            bytes: bytes.into_boxed_slice(),
+            bytes,
             target: target_span,
             path: PathSpan::Received(path),
             query,
@@ -472,6 +473,40 @@ const STACK_FIELD_SLOTS: usize = 100;
 ///
 /// Every error means: answer [`ParseError::status`] and close the connection.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> {
+    parse_request_reusing(buf, limits, &mut None)
+}
+
+/// The allocations of a finished [`RequestHead`]
+/// ([`RequestHead::into_buffers`]), for [`parse_request_reusing`] to fill
+/// instead of allocating.
+#[derive(Debug, Default)]
+pub struct HeadBuffers {
+    bytes: Vec<u8>,
+    fields: Vec<FieldSpan>,
+}
+
+impl HeadBuffers {
+    /// The bytes of memory held, for a caller that keeps only small ones.
+    pub fn held(&self) -> usize {
+        self.bytes.capacity() + self.fields.capacity() * std::mem::size_of::<FieldSpan>()
+    }
+}
+
+impl RequestHead {
+    /// Gives up this head's allocations for the next one to reuse.
+    pub fn into_buffers(self) -> HeadBuffers {
+        HeadBuffers { bytes: self.bytes, fields: self.fields }
+    }
+}
+
+/// [`parse_request`], taking the allocations of the head from `spare` if it
+/// has any. They are taken only once the head is complete, so after a
+/// [`Parsed::Partial`] `spare` still holds them.
+pub fn parse_request_reusing(
+    buf: &[u8],
+    limits: &Limits,
+    spare: &mut Option<HeadBuffers>,
+) -> Result<Parsed, ParseError> {
     let buf_window = &buf[..buf.len().min(limits.max_header_bytes)];
     // Whether the head cannot fit, given that it has not ended in `buf_window`.
     let over_limit = buf.len() >= limits.max_header_bytes;
@@ -536,7 +571,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> 
         Err(error) => return Err(field_section_error(error)),
     };
     check_field_lines(&block[..fields_len], fields, limits.max_field_size)?;
-    let head = validate(&buf[line_start..fields_start + fields_len], method, line, target, fields)?;
+    let head = validate(&buf[line_start..fields_start + fields_len], method, line, target, fields, spare)?;
     Ok(Parsed::Complete { head, len: fields_start + fields_len })
 }
 
@@ -715,8 +750,12 @@ fn validate(
     line: RequestLine<'_>,
     target: target::Target<'_>,
     fields: &[httparse::Header<'_>],
+    spare: &mut Option<HeadBuffers>,
 ) -> Result<RequestHead, ParseError> {
-    let mut field_spans = Vec::with_capacity(fields.len());
+    let HeadBuffers { mut bytes, fields: mut field_spans } = spare.take().unwrap_or_default();
+    bytes.clear();
+    field_spans.clear();
+    field_spans.reserve_exact(fields.len());
     let mut names = NameFilter::default();
     let mut framing = FramingFields::default();
     let mut host_field = None;
@@ -784,7 +823,11 @@ fn validate(
         host: host.map(|host| TextSpan::within(received, host)),
         fields: field_spans,
         names,
-        bytes: received.into(),
+        bytes: {
+            bytes.reserve_exact(received.len());
+            bytes.extend_from_slice(received);
+            bytes
+        },
     })
 }
 

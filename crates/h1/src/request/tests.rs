@@ -1035,3 +1035,37 @@ fn field_lines_checked_from_the_names_as_from_every_byte() {
     }
     assert!(checked > 100, "only {checked} complete sections");
 }
+
+#[test]
+fn reused_buffers_give_the_same_heads() {
+    let inputs: &[&[u8]] = &[
+        b"GET /a?b HTTP/1.1\r\nHost: h\r\n\r\n",
+        b"POST http://example.com/cgi?x HTTP/1.1\r\nHost: other\r\nContent-Length: 2\r\nAccept: a\r\n\
+          accept: b\r\nUser-Agent: a long one, longer than the heads before it\r\n\r\nhi",
+        b"GET / HTTP/1.0\r\n\r\n",
+        b"OPTIONS * HTTP/1.1\r\nHost: [::1]:8080\r\nX: \xff\r\n\r\n",
+    ];
+    let mut spare = None;
+    for _ in 0..2 {
+        for input in inputs {
+            let kept = spare.as_ref().map(HeadBuffers::held);
+            assert_eq!(
+                parse_request_reusing(&input[..input.len() / 2], &Limits::default(), &mut spare),
+                Ok(Parsed::Partial)
+            );
+            assert_eq!(spare.as_ref().map(HeadBuffers::held), kept, "a partial head leaves the spare alone");
+            let reused = parse_request_reusing(input, &Limits::default(), &mut spare);
+            assert!(spare.is_none(), "a complete head takes the spare");
+            assert_eq!(reused, parse(input), "{:?}", show(input));
+            let Ok(Parsed::Complete { head, .. }) = reused else { panic!("{:?}", show(input)) };
+            assert_eq!(head.header("accept"), parse_complete(input).0.header("accept"));
+            let buffers = head.redirected("/r?q", |_| true).into_buffers();
+            assert!(buffers.held() > 0);
+            spare = Some(buffers);
+        }
+    }
+    assert_eq!(
+        parse_request_reusing(b"GET / HTTP/1.1\r\n\r\n", &Limits::default(), &mut spare),
+        Err(BadRequest("missing Host header"))
+    );
+}
