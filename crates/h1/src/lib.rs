@@ -27,6 +27,8 @@ pub use chunked::ChunkedDecoder;
 pub use date::{format_http_date, http_date_now, parse_http_date, with_now};
 pub use error::ParseError;
 pub use framing::BodyFraming;
-pub use request::{parse_request, Header, Limits, Method, Parsed, RequestHead, Version};
+pub use request::{
+    parse_request, parse_request_reusing, HeadBuffers, Header, Limits, Method, Parsed, RequestHead, Version,
+};
 pub use response::{decimal, reason_phrase, FieldLines, ResponseHead};
 pub use syntax::has_token;

@@ -158,25 +158,80 @@ impl Span {
     fn of<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
         &bytes[self.start..self.end]
     }
+}
 
-    /// A span made from a `&str` (the target and its parts, the host, field
-    /// names: ASCII when parsed; a redirect's target is any UTF-8).
+/// A [`Span`] of text: the target and its parts, the host and field names
+/// (ASCII when parsed; a redirect's target is any UTF-8). It remembers that
+/// it was made from a `&str`, so reading it needs no second UTF-8 check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TextSpan(Span);
+
+impl TextSpan {
+    /// Where `part`, a subslice of `whole`, lies in it.
+    fn within(whole: &[u8], part: &str) -> TextSpan {
+        TextSpan(Span::within(whole, part.as_bytes()))
+    }
+
+    /// The text of this span in `bytes`, which must be the `whole` it was
+    /// made [`within`](Self::within) or a copy of it (a longer one must
+    /// start with it).
+    #[allow(unsafe_code)] // from_utf8 on every read was 1 in 40 instructions of a request
     fn text<'a>(&self, bytes: &'a [u8]) -> &'a str {
-        std::str::from_utf8(self.of(bytes)).expect("a span of text")
+        let text = self.0.of(bytes);
+        debug_assert!(std::str::from_utf8(text).is_ok(), "a span of text");
+        // SAFETY: a TextSpan is only made by `within`, from a `&str` lying at
+        // exactly these positions of its `whole`, and a RequestHead reads its
+        // spans only in `bytes`, which is that `whole` copied (or, for
+        // `redirected`, a buffer that starts with it) and never changed. So
+        // these are the bytes of that `&str`, which are UTF-8.
+        unsafe { std::str::from_utf8_unchecked(text) }
     }
 }
 
 /// A field line's name and value in [`RequestHead::bytes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FieldSpan {
-    name: Span,
+    name: TextSpan,
     value: Span,
+}
+
+/// The field names of a head as a set that may hold more names than it does,
+/// never fewer: each name sets one of 64 bits, picked by its length and its
+/// first and last bytes, case-insensitively. Most lookups are of fields a
+/// request does not have (conditionals, Range, Referer for a script), and
+/// those are then answered without comparing any name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct NameFilter(u64);
+
+impl NameFilter {
+    #[inline]
+    fn bit(name: &[u8]) -> u64 {
+        let (first, last) = match name {
+            [first, .., last] => (*first, *last),
+            [only] => (*only, *only),
+            [] => (0, 0),
+        };
+        // `| 0x20` folds ASCII case: bytes equal but for case fold alike.
+        let key = (name.len() as u32) ^ u32::from(first | 0x20) << 8 ^ u32::from(last | 0x20) << 16;
+        // Fibonacci hashing: the top 6 bits of the product spread the keys.
+        1 << (key.wrapping_mul(0x9e37_79b1) >> 26)
+    }
+
+    fn insert(&mut self, name: &[u8]) {
+        self.0 |= Self::bit(name);
+    }
+
+    /// False only if no name inserted equals `name` case-insensitively.
+    #[inline]
+    fn may_contain(&self, name: &[u8]) -> bool {
+        self.0 & Self::bit(name) != 0
+    }
 }
 
 /// The path of a request: part of the target, or implied by its form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PathSpan {
-    Received(Span),
+    Received(TextSpan),
     /// `"/"` for an absolute-form target with empty path, `"*"` for the
     /// server-wide OPTIONS in absolute-form (RFC 9112 §3.2.4).
     Implied(&'static str),
@@ -186,7 +241,8 @@ enum PathSpan {
 ///
 /// The head is copied once, as received; the target, path, query, host and
 /// field lines are views into that copy, so a request costs two allocations
-/// (bytes and field positions) however many fields it has.
+/// (bytes and field positions) however many fields it has, and none if
+/// those of an earlier head are reused ([`parse_request_reusing`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct RequestHead {
     /// The request method.
@@ -204,13 +260,15 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// The request line and field lines as received (or as rebuilt by
     /// [`redirected`](Self::redirected)); the spans below point into it.
-    bytes: Box<[u8]>,
-    target: Span,
+    bytes: Vec<u8>,
+    target: TextSpan,
     path: PathSpan,
-    query: Option<Span>,
-    host: Option<Span>,
+    query: Option<TextSpan>,
+    host: Option<TextSpan>,
     /// All field lines in the order received.
     fields: Vec<FieldSpan>,
+    /// The names of `fields`.
+    names: NameFilter,
 }
 
 impl RequestHead {
@@ -246,19 +304,27 @@ impl RequestHead {
 
     /// All field lines in the order received.
     pub fn headers(&self) -> impl ExactSizeIterator<Item = Header<'_>> + '_ {
-        self.fields.iter().map(|field| Header {
-            // Field names are tokens, which are ASCII.
-            name: field.name.text(&self.bytes),
-            value: field.value.of(&self.bytes),
-        })
+        self.fields
+            .iter()
+            .map(|field| Header { name: field.name.text(&self.bytes), value: field.value.of(&self.bytes) })
     }
 
     /// The value of the first field named `name` (ASCII case-insensitive).
+    // Inline, so that the filter's bit of a literal name is a constant.
+    #[inline]
     pub fn header(&self, name: &str) -> Option<&[u8]> {
+        if !self.names.may_contain(name.as_bytes()) {
+            return None;
+        }
+        self.find_header(name)
+    }
+
+    fn find_header(&self, name: &str) -> Option<&[u8]> {
         self.fields.iter().find(|field| self.is_named(field, name)).map(|field| field.value.of(&self.bytes))
     }
 
     /// Like [`header`](Self::header), if the value is valid UTF-8.
+    #[inline]
     pub fn header_str(&self, name: &str) -> Option<&str> {
         self.header(name).and_then(|value| std::str::from_utf8(value).ok())
     }
@@ -266,14 +332,23 @@ impl RequestHead {
     /// The values of all fields named `name` (ASCII case-insensitive), in
     /// order received.
     pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.fields
+        self.fields_maybe_named(name)
             .iter()
             .filter(move |field| self.is_named(field, name))
             .map(|field| field.value.of(&self.bytes))
     }
 
+    /// All fields if one may be named `name`, else none.
+    fn fields_maybe_named(&self, name: &str) -> &[FieldSpan] {
+        if self.names.may_contain(name.as_bytes()) {
+            &self.fields
+        } else {
+            &[]
+        }
+    }
+
     fn is_named(&self, field: &FieldSpan, name: &str) -> bool {
-        field.name.of(&self.bytes).eq_ignore_ascii_case(name.as_bytes())
+        field.name.0.of(&self.bytes).eq_ignore_ascii_case(name.as_bytes())
     }
 
     /// A copy of this head that asks for `target` instead, keeping the host
@@ -286,37 +361,54 @@ impl RequestHead {
         let size = target.len()
             + host.len()
             + kept.iter().map(|header| header.name.len() + header.value.len()).sum::<usize>();
-        let mut bytes = Vec::with_capacity(size);
-        let mut append = |part: &[u8]| {
-            let start = bytes.len();
-            bytes.extend_from_slice(part);
-            Span { start, end: bytes.len() }
+        // The text first, so that its spans are made from the `&str` it is;
+        // the values, which need not be text, follow it.
+        let mut text = String::with_capacity(size);
+        let mut push = |part: &str| {
+            let start = text.len();
+            text.push_str(part);
+            start..text.len()
         };
-        let target_span = append(target.as_bytes());
-        let host_span = self.host.map(|_| append(host.as_bytes()));
-        let fields = kept
-            .iter()
-            .map(|header| FieldSpan { name: append(header.name.as_bytes()), value: append(header.value) })
-            .collect();
-        let (path, query) = match target.split_once('?') {
-            Some((path, _)) => (
-                Span { start: target_span.start, end: target_span.start + path.len() },
-                Some(Span { start: target_span.start + path.len() + 1, end: target_span.end }),
-            ),
+        let target_range = push(target);
+        let host_range = self.host.map(|_| push(host));
+        let name_ranges: Vec<_> = kept.iter().map(|header| push(header.name)).collect();
+        let span = |range: std::ops::Range<usize>| TextSpan::within(text.as_bytes(), &text[range]);
+        let target_span = span(target_range.clone());
+        let (path, query) = match text[target_range].split_once('?') {
+            Some((path, query)) => {
+                (TextSpan::within(text.as_bytes(), path), Some(TextSpan::within(text.as_bytes(), query)))
+            }
             None => (target_span, None),
         };
+        let host_span = host_range.map(span);
+        let name_spans: Vec<TextSpan> = name_ranges.into_iter().map(span).collect();
+        let mut names = NameFilter::default();
+        for header in &kept {
+            names.insert(header.name.as_bytes());
+        }
+        let mut bytes = text.into_bytes();
+        let fields = kept
+            .iter()
+            .zip(name_spans)
+            .map(|(header, name)| {
+                let start = bytes.len();
+                bytes.extend_from_slice(header.value);
+                FieldSpan { name, value: Span { start, end: bytes.len() } }
+            })
+            .collect();
         RequestHead {
             method: self.method.clone(),
             version: self.version,
             framing: self.framing,
             keep_alive: self.keep_alive,
             expect_continue: self.expect_continue,
-            bytes: bytes.into_boxed_slice(),
+            bytes,
             target: target_span,
             path: PathSpan::Received(path),
             query,
             host: host_span,
             fields,
+            names,
         }
     }
 }
@@ -362,8 +454,13 @@ pub enum Parsed {
     Partial,
 }
 
-/// Field slots kept on the stack; httparse needs them before it starts.
-/// Heads with a larger [`Limits::max_headers`] use the heap.
+/// Field slots for a first try, more than most heads need. httparse needs
+/// its slots filled before it starts, and filling all 100 cost more than
+/// parsing the fields of a small head.
+const FIRST_FIELD_SLOTS: usize = 24;
+
+/// Field slots kept on the stack for a head with more fields than the first
+/// try had. Heads with a larger [`Limits::max_headers`] use the heap.
 const STACK_FIELD_SLOTS: usize = 100;
 
 /// Parses one request head from the start of `buf`.
@@ -376,6 +473,40 @@ const STACK_FIELD_SLOTS: usize = 100;
 ///
 /// Every error means: answer [`ParseError::status`] and close the connection.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> {
+    parse_request_reusing(buf, limits, &mut None)
+}
+
+/// The allocations of a finished [`RequestHead`]
+/// ([`RequestHead::into_buffers`]), for [`parse_request_reusing`] to fill
+/// instead of allocating.
+#[derive(Debug, Default)]
+pub struct HeadBuffers {
+    bytes: Vec<u8>,
+    fields: Vec<FieldSpan>,
+}
+
+impl HeadBuffers {
+    /// The bytes of memory held, for a caller that keeps only small ones.
+    pub fn held(&self) -> usize {
+        self.bytes.capacity() + self.fields.capacity() * std::mem::size_of::<FieldSpan>()
+    }
+}
+
+impl RequestHead {
+    /// Gives up this head's allocations for the next one to reuse.
+    pub fn into_buffers(self) -> HeadBuffers {
+        HeadBuffers { bytes: self.bytes, fields: self.fields }
+    }
+}
+
+/// [`parse_request`], taking the allocations of the head from `spare` if it
+/// has any. They are taken only once the head is complete, so after a
+/// [`Parsed::Partial`] `spare` still holds them.
+pub fn parse_request_reusing(
+    buf: &[u8],
+    limits: &Limits,
+    spare: &mut Option<HeadBuffers>,
+) -> Result<Parsed, ParseError> {
     let buf_window = &buf[..buf.len().min(limits.max_header_bytes)];
     // Whether the head cannot fit, given that it has not ended in `buf_window`.
     let over_limit = buf.len() >= limits.max_header_bytes;
@@ -404,17 +535,28 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> 
     // Empty if the request line alone exceeds `max_header_bytes`, which makes
     // the head incomplete and over the limit below.
     let block = buf_window.get(fields_start..).unwrap_or_default();
-    let mut stack_slots = [httparse::EMPTY_HEADER; STACK_FIELD_SLOTS];
+    let mut first_slots = [httparse::EMPTY_HEADER; FIRST_FIELD_SLOTS];
+    let mut stack_slots;
     let mut heap_slots;
-    let slots = if limits.max_headers <= STACK_FIELD_SLOTS {
-        &mut stack_slots[..limits.max_headers]
-    } else {
-        heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
-        &mut heap_slots[..]
-    };
     // httparse::parse_headers with its default configuration is strict: no
     // whitespace before the colon, no obs-fold, no invalid fields skipped.
-    let (fields_len, fields) = match httparse::parse_headers(block, slots) {
+    // It refuses a field for want of a slot only once the field's line is
+    // complete, so up to there the first try answers as the second would.
+    let parsed =
+        match httparse::parse_headers(block, &mut first_slots[..limits.max_headers.min(FIRST_FIELD_SLOTS)]) {
+            Err(httparse::Error::TooManyHeaders) if limits.max_headers > FIRST_FIELD_SLOTS => {
+                let slots = if limits.max_headers <= STACK_FIELD_SLOTS {
+                    stack_slots = [httparse::EMPTY_HEADER; STACK_FIELD_SLOTS];
+                    &mut stack_slots[..limits.max_headers]
+                } else {
+                    heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
+                    &mut heap_slots[..]
+                };
+                httparse::parse_headers(block, slots)
+            }
+            parsed => parsed,
+        };
+    let (fields_len, fields) = match parsed {
         Ok(httparse::Status::Complete(done)) => done,
         Ok(httparse::Status::Partial) => {
             // The line still being received must not exceed its limit either.
@@ -428,8 +570,8 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> 
         }
         Err(error) => return Err(field_section_error(error)),
     };
-    check_field_lines(&block[..fields_len], limits.max_field_size)?;
-    let head = validate(&buf[line_start..fields_start + fields_len], method, line, target, fields)?;
+    check_field_lines(&block[..fields_len], fields, limits.max_field_size)?;
+    let head = validate(&buf[line_start..fields_start + fields_len], method, line, target, fields, spare)?;
     Ok(Parsed::Complete { head, len: fields_start + fields_len })
 }
 
@@ -512,8 +654,8 @@ fn parse_request_line(line: &[u8]) -> Result<Option<RequestLine<'_>>, ParseError
         _ => return Err(ParseError::VersionNotSupported),
     };
     Ok(Some(RequestLine {
-        method: ascii(&line[..method_len]),
-        target: ascii(&line[target_start..target_end]),
+        method: ascii(&line[..method_len]).expect("tchars are ASCII"),
+        target: ascii(&line[target_start..target_end]).expect("target characters are ASCII"),
         version,
         len: version_start + 8 + 2,
     }))
@@ -522,16 +664,25 @@ fn parse_request_line(line: &[u8]) -> Result<Option<RequestLine<'_>>, ParseError
 const INVALID_VERSION: ParseError = ParseError::BadRequest("invalid HTTP version");
 
 /// Whether `version` is the start of `HTTP/DIGIT.DIGIT`.
+#[inline]
 fn is_version_prefix(version: &[u8]) -> bool {
+    // The whole version, as almost always, in a few comparisons.
+    if let [b'H', b'T', b'T', b'P', b'/', major, b'.', minor] = version {
+        return major.is_ascii_digit() && minor.is_ascii_digit();
+    }
     version.iter().zip(b"HTTP/#.#").all(|(&b, &expected)| match expected {
         b'#' => b.is_ascii_digit(),
         _ => b == expected,
     })
 }
 
-/// `bytes` has been checked to be ASCII, which is always UTF-8.
-fn ascii(bytes: &[u8]) -> &str {
-    std::str::from_utf8(bytes).expect("checked to be ASCII")
+/// `bytes` as text if it is ASCII: cheaper than `std::str::from_utf8` for the
+/// short parts of a head.
+#[allow(unsafe_code)] // no safe conversion skips the UTF-8 decoder
+#[inline]
+fn ascii(bytes: &[u8]) -> Option<&str> {
+    // SAFETY: ASCII is UTF-8.
+    bytes.is_ascii().then(|| unsafe { std::str::from_utf8_unchecked(bytes) })
 }
 
 fn field_section_error(error: httparse::Error) -> ParseError {
@@ -553,20 +704,42 @@ fn field_section_error(error: httparse::Error) -> ParseError {
 }
 
 /// Checks the line ends and lengths of a complete field section, including
-/// the empty line that ends it.
+/// the empty line that ends it, and its `fields` as httparse parsed them.
 ///
 /// httparse accepts a bare LF as line end, which we do not (see
-/// [`INVALID_LINE_ENDING`]); a lone CR it already rejects.
-fn check_field_lines(section: &[u8], max_field_size: usize) -> Result<(), ParseError> {
-    for line in section.split_inclusive(|&b| b == b'\n') {
-        let Some(content) = line.strip_suffix(b"\r\n") else {
-            return Err(INVALID_LINE_ENDING);
-        };
-        if content.len() > max_field_size {
-            return Err(ParseError::HeadersTooLarge);
+/// [`INVALID_LINE_ENDING`]); a lone CR it already rejects. As it is
+/// configured, every line but the empty one is a field line that starts with
+/// the field's name, so the lines are found from the names, without looking
+/// at every byte again.
+fn check_field_lines(
+    section: &[u8],
+    fields: &[httparse::Header<'_>],
+    max_field_size: usize,
+) -> Result<(), ParseError> {
+    // A complete section ends with its empty line, and a line before it
+    // ends with LF, so a CRLF at the end is the empty line.
+    let empty_line = section.len() - if section.ends_with(b"\r\n") { 2 } else { 1 };
+    let check = |line: &[u8]| match line.strip_suffix(b"\r\n") {
+        None => Err(INVALID_LINE_ENDING),
+        Some(content) if content.len() > max_field_size => Err(ParseError::HeadersTooLarge),
+        Some(_) => Ok(()),
+    };
+    let mut line_start = None;
+    for field in fields {
+        let next_start = Span::within(section, field.name.as_bytes()).start;
+        if let Some(start) = line_start {
+            check(&section[start..next_start])?;
         }
+        line_start = Some(next_start);
     }
-    Ok(())
+    if let Some(start) = line_start {
+        check(&section[start..empty_line])?;
+    }
+    if &section[empty_line..] == b"\r\n" {
+        Ok(())
+    } else {
+        Err(INVALID_LINE_ENDING)
+    }
 }
 
 /// The checks and interpretation that need the whole head. `received` is
@@ -577,8 +750,13 @@ fn validate(
     line: RequestLine<'_>,
     target: target::Target<'_>,
     fields: &[httparse::Header<'_>],
+    spare: &mut Option<HeadBuffers>,
 ) -> Result<RequestHead, ParseError> {
-    let mut field_spans = Vec::with_capacity(fields.len());
+    let HeadBuffers { mut bytes, fields: mut field_spans } = spare.take().unwrap_or_default();
+    bytes.clear();
+    field_spans.clear();
+    field_spans.reserve_exact(fields.len());
+    let mut names = NameFilter::default();
     let mut framing = FramingFields::default();
     let mut host_field = None;
     let mut close = false;
@@ -604,10 +782,9 @@ fn validate(
         } else if name.eq_ignore_ascii_case("expect") {
             expect_continue |= has_token(value, "100-continue");
         }
-        field_spans.push(FieldSpan {
-            name: Span::within(received, name.as_bytes()),
-            value: Span::within(received, value),
-        });
+        names.insert(name.as_bytes());
+        field_spans
+            .push(FieldSpan { name: TextSpan::within(received, name), value: Span::within(received, value) });
     }
 
     // RFC 9112 §3.2: MUST 400 on an HTTP/1.1 request without Host and on a
@@ -616,10 +793,12 @@ fn validate(
         None if line.version == Version::Http11 => {
             return Err(ParseError::BadRequest("missing Host header"));
         }
-        Some(value) if !is_valid_authority(value, PortRule::Optional) => {
-            return Err(ParseError::BadRequest("invalid Host header"));
-        }
-        host_field => host_field,
+        None => None,
+        // A valid authority is ASCII.
+        Some(value) => match ascii(value) {
+            Some(host) if is_valid_authority(value, PortRule::Optional) => Some(host),
+            _ => return Err(ParseError::BadRequest("invalid Host header")),
+        },
     };
     let framing = framing.finish(line.version)?;
     let (keep_alive, expect_continue) = match line.version {
@@ -627,23 +806,28 @@ fn validate(
         Version::Http10 => (keep_alive && !close, false),
     };
     let path = match target.path {
-        target::Path::Received(path) => PathSpan::Received(Span::within(received, path.as_bytes())),
+        target::Path::Received(path) => PathSpan::Received(TextSpan::within(received, path)),
         target::Path::Implied(path) => PathSpan::Implied(path),
     };
     // RFC 9112 §3.2.2: the authority of the target wins over Host.
-    let host = target.authority.map(str::as_bytes).or(host_field);
+    let host = target.authority.or(host_field);
     Ok(RequestHead {
         method,
         version: line.version,
         framing,
         keep_alive,
         expect_continue,
-        target: Span::within(received, line.target.as_bytes()),
+        target: TextSpan::within(received, line.target),
         path,
-        query: target.query.map(|query| Span::within(received, query.as_bytes())),
-        host: host.map(|host| Span::within(received, host)),
+        query: target.query.map(|query| TextSpan::within(received, query)),
+        host: host.map(|host| TextSpan::within(received, host)),
         fields: field_spans,
-        bytes: received.into(),
+        names,
+        bytes: {
+            bytes.reserve_exact(received.len());
+            bytes.extend_from_slice(received);
+            bytes
+        },
     })
 }
 

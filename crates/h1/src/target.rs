@@ -40,7 +40,7 @@ pub(crate) fn is_target_char(b: u8) -> bool {
 pub(crate) fn parse<'a>(method: &Method, target: &'a str) -> Result<Target<'a>, ParseError> {
     // authority-form is only for CONNECT, and CONNECT only takes that form
     // (RFC 9112 §3.2.3). It has no path.
-    if *method == Method::Connect {
+    if matches!(method, Method::Connect) {
         return if is_valid_authority(target.as_bytes(), PortRule::Required) {
             Ok(Target { path: Path::Implied(""), query: None, authority: Some(target) })
         } else {
@@ -49,7 +49,7 @@ pub(crate) fn parse<'a>(method: &Method, target: &'a str) -> Result<Target<'a>, 
     }
     if target == "*" {
         // asterisk-form is only for a server-wide OPTIONS (RFC 9112 §3.2.4).
-        return if *method == Method::Options {
+        return if matches!(method, Method::Options) {
             Ok(Target { path: Path::Received(target), query: None, authority: None })
         } else {
             Err(ParseError::BadRequest("asterisk-form target without OPTIONS"))
@@ -75,7 +75,7 @@ pub(crate) fn parse<'a>(method: &Method, target: &'a str) -> Result<Target<'a>, 
     let path = match path {
         // RFC 9112 §3.2.4: an OPTIONS for an absolute URI with an empty path
         // and no query is the server-wide OPTIONS that asterisk-form spells `*`.
-        "" if *method == Method::Options && query.is_none() => Path::Implied("*"),
+        "" if matches!(method, Method::Options) && query.is_none() => Path::Implied("*"),
         // RFC 9110 §4.2.3: an empty path is equivalent to "/".
         "" => Path::Implied("/"),
         path => Path::Received(path),
@@ -84,8 +84,11 @@ pub(crate) fn parse<'a>(method: &Method, target: &'a str) -> Result<Target<'a>, 
 }
 
 fn split_query(path_and_query: &str) -> (&str, Option<&str>) {
-    match path_and_query.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
+    // A plain byte loop: paths are short, and str's pattern search costs
+    // more to set up than this takes. '?' is ASCII, so it splits on a char
+    // boundary.
+    match path_and_query.bytes().position(|b| b == b'?') {
+        Some(mark) => (&path_and_query[..mark], Some(&path_and_query[mark + 1..])),
         None => (path_and_query, None),
     }
 }
@@ -127,11 +130,11 @@ pub(crate) fn is_valid_authority(s: &[u8], port_rule: PortRule) -> bool {
         };
         (is_ipv6(&literal[..close]), port)
     } else {
-        // A reg-name cannot contain ':', so the first one starts the port.
-        match s.iter().position(|&b| b == b':') {
-            Some(colon) => (is_reg_name(&s[..colon]), Some(&s[colon + 1..])),
-            None => (is_reg_name(s), None),
-        }
+        let Some(host_len) = reg_name_len(s) else {
+            return false;
+        };
+        // `reg_name_len` stops only at the end or at a ':'.
+        (true, s.get(host_len + 1..))
     };
     host_ok
         && match port {
@@ -144,43 +147,64 @@ fn is_ipv6(literal: &[u8]) -> bool {
     std::str::from_utf8(literal).is_ok_and(|s| s.parse::<Ipv6Addr>().is_ok())
 }
 
-/// `reg-name = *( unreserved / pct-encoded / sub-delims )` (RFC 3986
-/// §3.2.2), which also covers IPv4 addresses, but non-empty and without
-/// empty labels.
-fn is_reg_name(host: &[u8]) -> bool {
-    if host.is_empty() || host.starts_with(b".") || host.windows(2).any(|w| w == b"..") {
-        return false;
-    }
-    let mut i = 0;
-    while i < host.len() {
-        match host[i] {
-            b'%' => {
-                let escape = host.get(i + 1..i + 3);
-                if !escape.is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)) {
-                    return false;
-                }
-                i += 3;
-            }
+/// `unreserved / sub-delims` of RFC 3986 but `.`, which ends a label: the
+/// bytes of a reg-name that stand for themselves.
+static REG_NAME_CHAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = matches!(
+            b as u8,
             // unreserved
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~'
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'~'
             // sub-delims
-            | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => i += 1,
-            _ => return false,
-        }
+            | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+        );
+        b += 1;
     }
-    true
+    table
+};
+
+/// The length of the `reg-name` (RFC 3986 §3.2.2, which also covers IPv4
+/// addresses) that `s` starts with, if it is non-empty, has no empty labels
+/// and is followed by nothing or by a `:`. One pass, as this runs for the
+/// Host of every request.
+fn reg_name_len(s: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    // A '.' here would make a label empty: a leading dot or "..".
+    let mut label_start = true;
+    while let Some(&b) = s.get(i) {
+        if REG_NAME_CHAR[usize::from(b)] {
+            i += 1;
+        } else if b == b'.' && !label_start {
+            label_start = true;
+            i += 1;
+            continue;
+        } else if b == b'%' && s.get(i + 1..i + 3).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)) {
+            i += 3;
+        } else if b == b':' {
+            break;
+        } else {
+            return None;
+        }
+        label_start = false;
+    }
+    (i > 0).then_some(i)
 }
 
 /// `port = 1*DIGIT` with a value of at most 65535.
 fn is_port(port: &[u8]) -> bool {
+    let mut value = 0u32;
+    for &b in port {
+        if !b.is_ascii_digit() {
+            return false;
+        }
+        value = value * 10 + u32::from(b - b'0');
+        if value > u32::from(u16::MAX) {
+            return false;
+        }
+    }
     !port.is_empty()
-        && port
-            .iter()
-            .try_fold(0u32, |value, &b| {
-                let value = value * 10 + char::from(b).to_digit(10)?;
-                (value <= u32::from(u16::MAX)).then_some(value)
-            })
-            .is_some()
 }
 
 #[cfg(test)]
@@ -363,6 +387,156 @@ mod tests {
         for host in invalid {
             assert!(!is_valid_authority(host, PortRule::Optional), "{:?}", String::from_utf8_lossy(host));
         }
+    }
+
+    /// The authority check as first written, one rule at a time: what the
+    /// one-pass [`is_valid_authority`] must agree with.
+    fn reference_authority(s: &[u8], port_rule: PortRule) -> bool {
+        fn is_reg_name(host: &[u8]) -> bool {
+            if host.is_empty() || host.starts_with(b".") || host.windows(2).any(|w| w == b"..") {
+                return false;
+            }
+            let mut i = 0;
+            while i < host.len() {
+                match host[i] {
+                    b'%' => {
+                        let escape = host.get(i + 1..i + 3);
+                        if !escape.is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)) {
+                            return false;
+                        }
+                        i += 3;
+                    }
+                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => i += 1,
+                    b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => i += 1,
+                    _ => return false,
+                }
+            }
+            true
+        }
+        fn is_port(port: &[u8]) -> bool {
+            !port.is_empty()
+                && port
+                    .iter()
+                    .try_fold(0u32, |value, &b| {
+                        let value = value * 10 + char::from(b).to_digit(10)?;
+                        (value <= u32::from(u16::MAX)).then_some(value)
+                    })
+                    .is_some()
+        }
+        let (host_ok, port) = if let Some(literal) = s.strip_prefix(b"[") {
+            let Some(close) = literal.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let port = match &literal[close + 1..] {
+                [] => None,
+                [b':', port @ ..] => Some(port),
+                _ => return false,
+            };
+            (is_ipv6(&literal[..close]), port)
+        } else {
+            match s.iter().position(|&b| b == b':') {
+                Some(colon) => (is_reg_name(&s[..colon]), Some(&s[colon + 1..])),
+                None => (is_reg_name(s), None),
+            }
+        };
+        host_ok
+            && match port {
+                Some(port) => is_port(port),
+                None => port_rule == PortRule::Optional,
+            }
+    }
+
+    fn assert_agrees_with_reference(host: &[u8]) {
+        for rule in [PortRule::Optional, PortRule::Required] {
+            assert_eq!(
+                is_valid_authority(host, rule),
+                reference_authority(host, rule),
+                "{:?} {rule:?}",
+                String::from_utf8_lossy(host)
+            );
+        }
+    }
+
+    #[test]
+    fn one_pass_authority_agrees_with_the_rules() {
+        let table: &[&[u8]] = &[
+            b"127.0.0.1:18441",
+            b"127.0.0.1",
+            b"localhost:8080",
+            b"example.com.",
+            b"example.com.:80",
+            b"a.b.c:0",
+            b"h:65535",
+            b"h:65536",
+            b"h:000000000080",
+            b"h:99999999999999999999",
+            b"h:",
+            b"h::",
+            b":",
+            b":80",
+            b"",
+            b".",
+            b".:80",
+            b"a.",
+            b"a..",
+            b"..a",
+            b"a..b:1",
+            b"a.%2E.b",
+            b"%2E%2E",
+            b"%",
+            b"%4",
+            b"%4:1",
+            b"%41",
+            b"%41:1",
+            b"a%:1",
+            b"%g1",
+            b"%3A:1",
+            b"u@h",
+            b"u:p@h:1",
+            b"@h",
+            b"[::1]",
+            b"[::1]:",
+            b"[::1]:80",
+            b"[::1]80",
+            b"[::1",
+            b"::1",
+            b"[fe80::1%25eth0]:80",
+            b"[v1.fe]:80",
+            b"[]",
+            b"[127.0.0.1]",
+            b"h\xc3\xa9:80",
+            b"\xc3\xa9",
+            b"\xff",
+            b"h\x00",
+            b"h :80",
+            b"h: 80",
+            b"h:8\t",
+            b"h/p",
+            b"h?q",
+            b"h#f",
+            b"h[",
+            b"h]",
+            b"h:80/",
+            b"!$&'()*+,;=-_~:1",
+        ];
+        for host in table {
+            assert_agrees_with_reference(host);
+        }
+        // Every string of up to 5 bytes from an alphabet of the bytes that
+        // matter: letters, digits, the separators and a non-ASCII byte.
+        let alphabet = b"aF09.:%[]@/ \xc3";
+        let mut host = Vec::new();
+        fn all(alphabet: &[u8], host: &mut Vec<u8>, left: usize) {
+            assert_agrees_with_reference(host);
+            if left > 0 {
+                for &b in alphabet {
+                    host.push(b);
+                    all(alphabet, host, left - 1);
+                    host.pop();
+                }
+            }
+        }
+        all(alphabet, &mut host, 5);
     }
 
     #[test]

@@ -172,9 +172,34 @@ mod spare_buffers {
     }
 }
 
-/// Log records whose strings are reused for the next request's, per
-/// thread: kept here rather than in the connection, so an idle keep-alive
-/// connection holds none (see `spare_buffers`).
+/// The allocations of answered request heads, reused for the next head
+/// parsed on the same thread (see `spare_buffers`).
+mod spare_heads {
+    use crate::spares;
+    use h1::HeadBuffers;
+    use std::cell::RefCell;
+
+    const KEEP: usize = 64;
+    /// A head of a few fields takes some 100 bytes and 30 fields ~1 KiB.
+    const MAX_BYTES: usize = 4096;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<HeadBuffers>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn take() -> Option<HeadBuffers> {
+        spares::take(&SPARE)
+    }
+
+    /// Buffers grown by unusually large heads are freed, so the pool stays
+    /// within `KEEP` × `MAX_BYTES`.
+    pub(super) fn give_back(buffers: HeadBuffers) {
+        if buffers.held() <= MAX_BYTES {
+            spares::give_back(&SPARE, buffers, KEEP);
+        }
+    }
+}
+
 /// The allocations of sent responses' [`Pending`]s, for the next ones on
 /// the thread.
 mod spare_pendings {
@@ -202,6 +227,9 @@ mod spare_pendings {
     }
 }
 
+/// Log records whose strings are reused for the next request's, per
+/// thread: kept here rather than in the connection, so an idle keep-alive
+/// connection holds none (see `spare_buffers`).
 mod spare_log_records {
     use crate::accesslog::LogRecord;
     use crate::spares;
@@ -629,7 +657,7 @@ impl Connection {
             self.tm.handed_out = Mark::NONE;
         }
         let reply = self.lend_now(start, || p.answer(&request));
-        drop(request);
+        spare_heads::give_back(request.head.into_buffers());
         self.deliver_from(plan, reply, start, p);
     }
 
@@ -770,7 +798,16 @@ impl Connection {
                         } else {
                             None
                         };
-                        match h1::parse_request(&self.buf[self.start..self.end], &p.settings.limits) {
+                        let mut spare = spare_heads::take();
+                        let parsed = h1::parse_request_reusing(
+                            &self.buf[self.start..self.end],
+                            &p.settings.limits,
+                            &mut spare,
+                        );
+                        if let Some(spare) = spare {
+                            spare_heads::give_back(spare);
+                        }
+                        match parsed {
                             Ok(Parsed::Complete { head, len }) => {
                                 self.start += len;
                                 if let (Some(t0), Some(first)) = (parse_start, self.tm.first.get()) {
