@@ -562,6 +562,20 @@ plan_runs() {
     log "measuring: $total_runs runs of $DURATION (+$WARMUP warm-up) — about $(( total_runs * (DUR_S + WARM_S + 1) / 60 + 1 )) min"
 }
 
+# measure_file_cases LINES_IN_LOG: the measured part of static.sh and models.sh — CASES = every SIZES ×
+# MODES, plan_runs, ROUNDS rounds of measure_round in round_order; sets ELAPSED
+measure_file_cases() {
+    local sz m round
+    CASES=()
+    for sz in $SIZES; do for m in $MODES; do CASES+=("$sz/$m"); done; done
+    plan_runs log_lines
+    for round in $(seq 1 "$ROUNDS"); do
+        round_order "$round"
+        measure_round "$round" "$1" "${ORDER[@]}"
+    done
+    ELAPSED=$(( $(date +%s) - T0 ))
+}
+
 # round_order ROUND: ORDER = SERVER_LIST, reversed in even rounds so that no server always goes first
 round_order() {
     local i

@@ -506,7 +506,7 @@ run_syscalls() {
 # ---------------------------------------------------------------- bench mode
 
 run_bench() {
-    local s sz mode round
+    local s
     for s in $SERVERS; do start_server "$s"; done
 
     # Pre-flight: 200 and the exact bytes, with and without keep-alive; then a short load so process
@@ -517,14 +517,7 @@ run_bench() {
         log "$s: pre-flight ok, pre-warmed ($(pid_tree "${PID_OF[$s]}" | wc -l) processes)"
     done
 
-    CASES=()
-    for sz in $SIZES; do for mode in $MODES; do CASES+=("$sz/$mode"); done; done
-    plan_runs log_lines
-    for round in $(seq 1 "$ROUNDS"); do
-        round_order "$round"
-        measure_round "$round" 1 "${ORDER[@]}"
-    done
-    ELAPSED=$(( $(date +%s) - T0 ))
+    measure_file_cases 1
     report_bench
 }
 

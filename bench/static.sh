@@ -154,15 +154,7 @@ log "pre-flight ok: every server serves every file byte-exactly"
 
 # ---------------------------------------------------------------- measurement
 
-CASES=()
-for sz in $SIZES; do for m in $MODES; do CASES+=("$sz/$m"); done; done
-plan_runs log_lines
-
-for round in $(seq 1 "$ROUNDS"); do
-    round_order "$round"
-    measure_round "$round" 0 "${ORDER[@]}"
-done
-ELAPSED=$(( $(date +%s) - T0 ))
+measure_file_cases 0
 
 # ---------------------------------------------------------------- report
 
