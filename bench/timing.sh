@@ -34,26 +34,15 @@ WARMUP=${WARMUP:-2s}
 CONNS=${CONNS:-50}
 SIZE=${SIZE:-500B}
 MODUS_ARGS=${MODUS_ARGS:-}
-SERVER_CPU=${SERVER_CPU:-0}
-LOAD_CPU=${LOAD_CPU:-1}
-NOISE_PCT=${NOISE_PCT:-5}
-QUIET_TIMEOUT=${QUIET_TIMEOUT:-60}
-RETRY_NOISY=${RETRY_NOISY:-2}
-NOISE_BUDGET=${NOISE_BUDGET:-900}
+pin_and_noise_defaults
 BENCH_MD=${BENCH_MD:-off}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/timing-$STAMP}
-CLK_TCK=$(getconf CLK_TCK)
-SPENT_ON_NOISE=0 RETRIED=0 NOISY=0
 
 for tool in wrk curl taskset; do command -v "$tool" >/dev/null || die "missing $tool (apt-get install -y wrk curl util-linux)"; done
-[ "$ROUNDS" -ge 1 ] || die "ROUNDS must be >= 1"
-DUR_S=$(to_seconds "$DURATION")
-WARM_S=$(to_seconds "$WARMUP")
+run_lengths
 
-mkdir -p "$RESULTS_DIR"
-WORK=$(mktemp -d /tmp/modus-timing.XXXXXX)
-DOCROOT=$WORK/www
+make_workdir timing
 declare -A FILE_OF=() PORT_OF=() PID_OF=() NOISY_OF=() RPS=() US=() ERRS=()
 make_docroot "$DOCROOT" "$SIZE"
 ensure_modus_bin
