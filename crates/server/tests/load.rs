@@ -397,35 +397,54 @@ fn read_path(s: &mut TcpStream) -> Option<String> {
     head.split(' ').nth(1).map(str::to_string)
 }
 
-/// The generator is made to fall behind: every response is a 32 MiB body
-/// that `--checksum` hashes inside the loop, so arrivals due meanwhile are
-/// noticed late. With one connection it is never free, the case the
-/// lateness check used to miss.
-#[test]
-fn generator_falling_behind_is_reported() {
-    let body: Arc<Vec<u8>> = Arc::new(vec![b'x'; 32 << 20]);
+/// `modus load ARGS`, stopped (SIGSTOP) for 300 ms once the server has
+/// answered a few of its requests: arrivals fall due while it cannot run,
+/// and it notices them late when it goes on — the generator falling
+/// behind, made certain rather than left to how busy the machine is.
+fn stalled_load(extra: &[&str]) -> std::process::Output {
+    let (answered, first_answers) = std::sync::mpsc::channel();
+    let answered = Mutex::new(answered);
     let addr = tiny_server(move |mut s, _| {
         while read_head(&mut s) {
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
-            if s.write_all(head.as_bytes()).is_err() || s.write_all(&body).is_err() {
+            if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
                 return;
             }
+            let _ = answered.lock().unwrap().send(());
         }
     });
     let url = format!("http://{addr}/");
-    let args = [url.as_str(), "-R", "500", "-c", "1", "-d", "3s", "--checksum", "--lag-threshold", "5ms"];
-    let r = load_json(&args);
-    assert!(u(&r["requests"]) >= 1, "{r}");
+    let child = std::process::Command::new(BIN)
+        .args(["load", url.as_str(), "-R", "500", "-c", "1", "-d", "2s", "--lag-threshold", "5ms"])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..5 {
+        first_answers.recv_timeout(LIMIT).expect("the generator sends");
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+#[test]
+fn generator_falling_behind_is_reported() {
+    let out = stalled_load(&["--json"]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(u(&r["requests"]) >= 5, "{r}");
     assert!(u(&r["open_loop"]["generator_late"]) > 0, "{}", r["open_loop"]);
+    assert!(u(&r["open_loop"]["generator_max_lag_us"]) > 5_000, "{}", r["open_loop"]);
     assert!(u(&r["open_loop"]["late_sends"]) > 0, "{}", r["open_loop"]);
     assert_eq!(r["generator_fell_behind"], true, "{r}");
     assert_eq!(r["generator_busy"].as_array().map(Vec::len), Some(1), "one loop: {}", r["generator_busy"]);
-    let mut all = vec!["load"];
-    all.extend_from_slice(&args);
-    let out = run(BIN, &all, LIMIT);
-    assert!(out.status.success(), "{}", out.stderr);
-    assert!(out.stdout.contains("WARNING: the generator fell behind"), "{}", out.stdout);
-    assert!(out.stdout.contains("Generator:    loops busy"), "{}", out.stdout);
+    let text = String::from_utf8(stalled_load(&[]).stdout).unwrap();
+    assert!(text.contains("WARNING: the generator fell behind"), "{text}");
+    assert!(text.contains("Generator:    loops busy"), "{text}");
 }
 
 /// Open-loop arrivals that find the send queue full are errors, in the
