@@ -501,7 +501,8 @@ impl RequestHead {
 
 /// [`parse_request`], taking the allocations of the head from `spare` if it
 /// has any. They are taken only once the head is complete, so after a
-/// [`Parsed::Partial`] `spare` still holds them.
+/// [`Parsed::Partial`] `spare` still holds them; a complete head that is
+/// refused (a missing Host, conflicting framing) frees them.
 pub fn parse_request_reusing(
     buf: &[u8],
     limits: &Limits,

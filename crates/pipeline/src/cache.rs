@@ -97,7 +97,7 @@ impl Entry {
 #[derive(Debug)]
 pub struct Cache {
     entries: RwLock<HashMap<String, Arc<Entry>>>,
-    /// Inserts so far: the age scale of `Entry::last_used`.
+    /// Twice the inserts so far: the age scale of `Entry::last_used`.
     clock: AtomicU64,
     budget: u64,
     max_file: u64,
@@ -132,10 +132,11 @@ impl Cache {
             entries.get(key).filter(|e| e.identity == *identity).cloned()
         };
         if let Some(entry) = &found {
-            // Stamped with the insert count, not a count of its own: a hit
-            // then writes nothing shared (a hot entry's stamp is already
-            // current), and eviction, which only an insert starts, still
-            // finds what no hit touched since the most inserts ago.
+            // Stamped with the insert count, not a clock of its own: a hit
+            // on a hot entry, whose stamp is current already, writes no
+            // shared line but the hit counter, and eviction, which only an
+            // insert starts, still finds what no hit touched since the most
+            // inserts ago.
             let now = self.clock.load(Ordering::Relaxed);
             if entry.last_used.load(Ordering::Relaxed) != now {
                 entry.last_used.store(now, Ordering::Relaxed);
@@ -156,7 +157,10 @@ impl Cache {
         if !self.admits(len) {
             return;
         }
-        entry.last_used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        // The clock moves by two: the new entry is newer than every hit
+        // before it (so its own insert never evicts it) and older than every
+        // hit after it.
+        entry.last_used.store(self.clock.fetch_add(2, Ordering::Relaxed) + 1, Ordering::Relaxed);
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = entries.insert(key.to_owned(), entry) {
             self.bytes.fetch_sub(old.identity.len, Ordering::Relaxed);
@@ -227,6 +231,21 @@ mod tests {
         assert!(cache.stats().2 <= 100);
         let entries = cache.entries.read().unwrap();
         assert!(entries.contains_key("/a") && entries.contains_key("/c") && !entries.contains_key("/b"));
+    }
+
+    /// An entry hit since the last insert and a new one share no stamp:
+    /// the insert evicts the hit one, never itself (a tie would be broken
+    /// by the path's spelling).
+    #[test]
+    fn an_insert_never_evicts_itself() {
+        let cache = Cache::new(100, 70);
+        let z = entry(1, 40);
+        let idz = z.identity;
+        cache.insert("/z", z);
+        assert!(cache.get("/z", &idz).is_some());
+        cache.insert("/a", entry(2, 70));
+        let entries = cache.entries.read().unwrap();
+        assert!(entries.contains_key("/a") && !entries.contains_key("/z"));
     }
 
     #[test]
