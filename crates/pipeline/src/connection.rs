@@ -5,7 +5,7 @@ use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use h1::{BodyFraming, ChunkedDecoder, Parsed, RequestHead};
+use h1::{BodyFraming, ChunkedDecoder, HeadBuffers, Parsed, RequestHead};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::SendFlags;
@@ -14,6 +14,7 @@ use transport::{Progress, Shutdown};
 
 use crate::cgi_stream::{CgiRun, Step};
 use crate::reply::{self, Reply};
+use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase as TimedPhase, PhaseTimes, Stats, TraceRow};
 use crate::{LogRecord, Pipeline};
 
@@ -137,127 +138,41 @@ pub struct Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.stats.move_conn(self.gauge, ConnState::None);
-        spare_buffers::give_back(std::mem::take(&mut self.buf));
+        spares::give_back(&SPARE_BUFFERS, std::mem::take(&mut self.buf));
     }
 }
 
-/// Read buffers of connections that went idle, kept for the next ones that
-/// get data. An idle keep-alive connection holds no buffer (nginx frees
-/// its buffer too), yet a busy server neither allocates nor zeroes one per
-/// request: a loop reuses a few, warm in its cache. Per thread, because
-/// a connection is read by one thread at a time and a lock would cost
-/// more than the allocation it saves.
-mod spare_buffers {
-    use super::READ_SIZE;
-    use crate::spares;
-    use std::cell::RefCell;
-
-    /// Enough for a loop's burst of ready connections; beyond, freed.
-    const KEEP: usize = 64;
-
-    thread_local! {
-        static SPARE: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
-    }
-
-    pub(super) fn take() -> Box<[u8]> {
-        spares::take(&SPARE).unwrap_or_else(|| vec![0; READ_SIZE].into_boxed_slice())
-    }
-
-    /// Grown buffers (long heads) are freed: the pool holds only the
-    /// common size.
-    pub(super) fn give_back(buf: Box<[u8]>) {
-        if buf.len() == READ_SIZE {
-            spares::give_back(&SPARE, buf, KEEP);
-        }
-    }
+thread_local! {
+    /// Read buffers of connections that went idle, kept for the next ones
+    /// that get data. An idle keep-alive connection holds no buffer (nginx
+    /// frees its buffer too), yet a busy server neither allocates nor zeroes
+    /// one per request: a loop reuses a few, warm in its cache. Enough for a
+    /// loop's burst of ready connections; grown buffers (long heads) are freed.
+    static SPARE_BUFFERS: Spares<Box<[u8]>> = const { Spares::new(64, |buf| buf.len() == READ_SIZE) };
+    /// The allocations of answered request heads, for the next head parsed
+    /// on the thread. A head of a few fields takes some 100 bytes, one of
+    /// 30 fields ~1 KiB; larger ones are freed.
+    static SPARE_HEADS: Spares<HeadBuffers> = const { Spares::new(64, |head| head.held() <= 4096) };
+    /// The boxes of sent responses' [`Pending`]s, taken back once their
+    /// record and queue are out (what is left in them holds no allocation).
+    static SPARE_PENDINGS: Spares<Box<Pending>> = const { Spares::new(16, |_| true) };
+    /// Log records whose strings are reused for the next request's, kept
+    /// here rather than in the connection, so an idle keep-alive connection
+    /// holds none; records grown by unusually long heads are freed.
+    static SPARE_LOG_RECORDS: Spares<LogRecord> = const { Spares::new(64, |record| record_bytes(record) <= 2048) };
 }
 
-/// The allocations of answered request heads, reused for the next head
-/// parsed on the same thread (see `spare_buffers`).
-mod spare_heads {
-    use crate::spares;
-    use h1::HeadBuffers;
-    use std::cell::RefCell;
-
-    const KEEP: usize = 64;
-    /// A head of a few fields takes some 100 bytes and 30 fields ~1 KiB.
-    const MAX_BYTES: usize = 4096;
-
-    thread_local! {
-        static SPARE: RefCell<Vec<HeadBuffers>> = const { RefCell::new(Vec::new()) };
-    }
-
-    pub(super) fn take() -> Option<HeadBuffers> {
-        spares::take(&SPARE)
-    }
-
-    /// Buffers grown by unusually large heads are freed, so the pool stays
-    /// within `KEEP` × `MAX_BYTES`.
-    pub(super) fn give_back(buffers: HeadBuffers) {
-        if buffers.held() <= MAX_BYTES {
-            spares::give_back(&SPARE, buffers, KEEP);
-        }
-    }
+/// The bytes a log record's strings hold.
+fn record_bytes(record: &LogRecord) -> usize {
+    [&record.request_line, &record.referer, &record.user_agent]
+        .iter()
+        .flat_map(|s| s.as_ref())
+        .map(String::capacity)
+        .sum()
 }
 
-/// The allocations of sent responses' [`Pending`]s, for the next ones on
-/// the thread.
-mod spare_pendings {
-    use super::Pending;
-    use crate::spares;
-    use std::cell::RefCell;
-
-    const KEEP: usize = 16;
-
-    thread_local! {
-        // The boxes are what is kept: a `Phase::Write` holds one.
-        #[allow(clippy::vec_box)]
-        static SPARE: RefCell<Vec<Box<Pending>>> = const { RefCell::new(Vec::new()) };
-    }
-
-    pub(super) fn take() -> Option<Box<Pending>> {
-        spares::take(&SPARE)
-    }
-
-    /// Takes a sent response's `Pending` once its record and queue are out
-    /// (what is left in it holds no allocation).
-    pub(super) fn give_back(pending: Box<Pending>) {
-        debug_assert!(pending.log.is_none() && pending.reply.cgi.is_none());
-        spares::give_back(&SPARE, pending, KEEP);
-    }
-}
-
-/// Log records whose strings are reused for the next request's, per
-/// thread: kept here rather than in the connection, so an idle keep-alive
-/// connection holds none (see `spare_buffers`).
-mod spare_log_records {
-    use crate::accesslog::LogRecord;
-    use crate::spares;
-    use std::cell::RefCell;
-
-    const KEEP: usize = 64;
-    const MAX_BYTES: usize = 2048;
-
-    thread_local! {
-        static SPARE: RefCell<Vec<LogRecord>> = const { RefCell::new(Vec::new()) };
-    }
-
-    pub(super) fn take() -> Option<LogRecord> {
-        spares::take(&SPARE)
-    }
-
-    /// Records grown by unusually long heads are freed, so the pool stays
-    /// within `KEEP` × `MAX_BYTES`.
-    pub(super) fn give_back(record: LogRecord) {
-        let held: usize = [&record.request_line, &record.referer, &record.user_agent]
-            .iter()
-            .flat_map(|s| s.as_ref())
-            .map(String::capacity)
-            .sum();
-        if held <= MAX_BYTES {
-            spares::give_back(&SPARE, record, KEEP);
-        }
-    }
+fn new_read_buffer() -> Box<[u8]> {
+    vec![0; READ_SIZE].into_boxed_slice()
 }
 
 /// One request's timestamps ([`now_ns`]) and phase durations.
@@ -657,7 +572,7 @@ impl Connection {
             self.tm.handed_out = Mark::NONE;
         }
         let reply = self.lend_now(start, || p.answer(&request));
-        spare_heads::give_back(request.head.into_buffers());
+        spares::give_back(&SPARE_HEADS, request.head.into_buffers());
         self.deliver_from(plan, reply, start, p);
     }
 
@@ -798,14 +713,14 @@ impl Connection {
                         } else {
                             None
                         };
-                        let mut spare = spare_heads::take();
+                        let mut spare = spares::take(&SPARE_HEADS);
                         let parsed = h1::parse_request_reusing(
                             &self.buf[self.start..self.end],
                             &p.settings.limits,
                             &mut spare,
                         );
                         if let Some(spare) = spare {
-                            spare_heads::give_back(spare);
+                            spares::give_back(&SPARE_HEADS, spare);
                         }
                         match parsed {
                             Ok(Parsed::Complete { head, len }) => {
@@ -1002,12 +917,12 @@ impl Connection {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
             if self.buf.is_empty() {
-                let mut buf = spare_buffers::take();
+                let mut buf = spares::take(&SPARE_BUFFERS).unwrap_or_else(new_read_buffer);
                 let read = read_retrying(sock, &mut buf);
                 if matches!(read, Ok(1..)) {
                     self.buf = buf;
                 } else {
-                    spare_buffers::give_back(buf);
+                    spares::give_back(&SPARE_BUFFERS, buf);
                 }
                 let n = read?;
                 self.end = n;
@@ -1095,7 +1010,7 @@ impl Connection {
         if !p.access_log.is_enabled() {
             return None;
         }
-        let mut record = spare_log_records::take().unwrap_or_else(|| LogRecord {
+        let mut record = spares::take(&SPARE_LOG_RECORDS).unwrap_or_else(|| LogRecord {
             peer: self.info.peer.ip(),
             request_line: None,
             status: 0,
@@ -1380,7 +1295,7 @@ impl Connection {
         self.set_state(ConnState::Writing);
         let deadline = self.deadline_base(self.tm.write_start.get()) + p.settings.send_timeout;
         let pending = Pending { reply, log, discard, linger, sent_mark: 0, deadline };
-        self.phase = Phase::Write(match spare_pendings::take() {
+        self.phase = Phase::Write(match spares::take(&SPARE_PENDINGS) {
             Some(mut spare) => {
                 *spare = pending;
                 spare
@@ -1398,7 +1313,8 @@ impl Connection {
         self.log(p, &mut pending);
         reply::spare::give_back(std::mem::take(&mut pending.reply.out));
         let (close, linger, discard) = (pending.reply.close, pending.linger, pending.discard);
-        spare_pendings::give_back(pending);
+        debug_assert!(pending.log.is_none() && pending.reply.cgi.is_none());
+        spares::give_back(&SPARE_PENDINGS, pending);
         self.after_response(sock, close, linger, discard, p)
     }
 
@@ -1437,7 +1353,7 @@ impl Connection {
             // An idle keep-alive connection keeps no buffer until its next
             // request arrives (nginx does the same): ten thousand idle
             // clients then cost a few hundred bytes each, not 4 KiB.
-            spare_buffers::give_back(std::mem::take(&mut self.buf));
+            spares::give_back(&SPARE_BUFFERS, std::mem::take(&mut self.buf));
             (self.start, self.end) = (0, 0);
             self.set_state(ConnState::KeepAlive);
         }
@@ -1472,7 +1388,7 @@ impl Connection {
             } else {
                 self.lend_now(end, || p.access_log.record(&record));
                 end = end.map(|start| self.timed_log(start));
-                spare_log_records::give_back(record);
+                spares::give_back(&SPARE_LOG_RECORDS, record);
             }
         }
         self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), end);

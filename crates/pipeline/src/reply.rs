@@ -83,24 +83,20 @@ fn finish(status: u16, head: ResponseHead, body: impl IntoIterator<Item = Chunk>
 /// queue, which spares two allocations per response. A thread that builds
 /// replies another thread sends finds none and allocates, as before.
 pub(crate) mod spare {
-    use std::cell::RefCell;
-
     use transport::Outbound;
 
-    use crate::spares;
+    use crate::spares::{self, Spares};
 
-    /// Enough for the replies a thread has in flight, mostly; more are freed.
-    const KEEP: usize = 16;
-    /// A larger head buffer (a head with long fields) is freed.
-    const MAX_HEAD: usize = 4096;
-    /// Chunks a kept queue may have room for: a head and a body, or a few ranges.
-    const MAX_QUEUE: usize = 8;
     /// What a new head reserves, as `ResponseHead::new` does.
     const HEAD_CAPACITY: usize = 256;
 
     thread_local! {
-        static HEADS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-        static QUEUES: RefCell<Vec<Outbound>> = const { RefCell::new(Vec::new()) };
+        /// Enough for the replies a thread has in flight, mostly; a larger
+        /// head buffer (a head with long fields) is freed.
+        static HEADS: Spares<Vec<u8>> = const { Spares::new(16, |head| (1..=4096).contains(&head.capacity())) };
+        /// Queues with room for a head and a body, or a few ranges: one
+        /// grown by a many-part reply is freed, not kept for good.
+        static QUEUES: Spares<Outbound> = const { Spares::new(16, |out| out.queue_capacity() <= 8) };
     }
 
     pub(super) fn head_buffer() -> Vec<u8> {
@@ -113,14 +109,8 @@ pub(crate) mod spare {
 
     /// Takes back a reply's `out` once it has been sent.
     pub(crate) fn give_back(mut out: Outbound) {
-        let head = out.recycle();
-        if (1..=MAX_HEAD).contains(&head.capacity()) {
-            spares::give_back(&HEADS, head, KEEP);
-        }
-        // A queue grown by a many-part reply is freed, not kept for good.
-        if out.queue_capacity() <= MAX_QUEUE {
-            spares::give_back(&QUEUES, out, KEEP);
-        }
+        spares::give_back(&HEADS, out.recycle());
+        spares::give_back(&QUEUES, out);
     }
 }
 
