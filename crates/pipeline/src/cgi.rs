@@ -41,9 +41,21 @@ use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
 pub enum Scripts {
     /// Every regular, executable file beneath this directory (`--cgi-dir`).
     Dir(PathBuf),
-    /// Exactly these programs, by URL name (the bundled demo programs,
-    /// found next to the `modus` binary).
-    Programs(Vec<(String, PathBuf)>),
+    /// Exactly these programs, by URL name (the demo site's programs,
+    /// which are the `modus` binary itself run with arguments naming them).
+    Programs(Vec<Program>),
+}
+
+/// A program one URL name runs: `command` with `args` before the
+/// command-line words of §4.4, of which modus passes none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    /// The URL segment after the prefix (`spin` for `/cgi-bin/spin`).
+    pub name: String,
+    /// The executable; also `SCRIPT_FILENAME`, and its directory is the working directory.
+    pub command: PathBuf,
+    /// Given before anything else on the command line.
+    pub args: Vec<OsString>,
 }
 
 /// CGI configuration; `Settings::cgi` is `None` when CGI is off (the default).
@@ -94,6 +106,8 @@ pub fn route(prefix: &str, path: &str) -> bool {
 pub(crate) enum Lookup {
     Script {
         file: PathBuf,
+        /// Arguments of a [`Program`]; none for a script from a directory.
+        args: Vec<OsString>,
         /// URL path of the script (decoded, §4.1.13).
         script_name: String,
         /// The rest of the path (decoded, §4.1.5); empty if none.
@@ -114,7 +128,7 @@ pub(crate) fn lookup(settings: &CgiSettings, path: &str) -> Lookup {
     let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     let Some(first) = segments.first() else { return Lookup::Forbidden };
     let trailing = if path.ends_with('/') { "/" } else { "" };
-    let found = |i: usize, file: PathBuf| {
+    let found = |i: usize, file: PathBuf, args: Vec<OsString>| {
         let script_name = format!("{prefix}/{}", segments[..=i].join("/"));
         let path_info = if i + 1 < segments.len() {
             format!("/{}{trailing}", segments[i + 1..].join("/"))
@@ -123,11 +137,11 @@ pub(crate) fn lookup(settings: &CgiSettings, path: &str) -> Lookup {
         } else {
             String::new()
         };
-        Lookup::Script { file, script_name, path_info }
+        Lookup::Script { file, args, script_name, path_info }
     };
     match &settings.scripts {
-        Scripts::Programs(programs) => match programs.iter().find(|(name, _)| name == first) {
-            Some((_, file)) => found(0, file.clone()),
+        Scripts::Programs(programs) => match programs.iter().find(|p| p.name == *first) {
+            Some(program) => found(0, program.command.clone(), program.args.clone()),
             None => Lookup::Missing,
         },
         Scripts::Dir(dir) => {
@@ -137,7 +151,7 @@ pub(crate) fn lookup(settings: &CgiSettings, path: &str) -> Lookup {
                 match std::fs::metadata(&file) {
                     Ok(meta) if meta.is_dir() => continue,
                     Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {
-                        return found(i, file)
+                        return found(i, file, Vec::new())
                     }
                     Ok(_) => return Lookup::Forbidden,
                     Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Lookup::Forbidden,
@@ -581,7 +595,7 @@ pub(crate) enum SpawnError {
     Exec(io::Error),
 }
 
-/// Starts `file` with exactly `env`, in its own process group (so a
+/// Starts `file` with `args` and exactly `env`, in its own process group (so a
 /// timeout can kill whatever it started), in its own directory (§7.2 leaves
 /// the working directory to the server; every server uses the script's).
 /// `body` says whether stdin is a pipe (fed by the server) or /dev/null.
@@ -589,6 +603,7 @@ pub(crate) fn spawn(
     runtime: &Arc<Runtime>,
     settings: &CgiSettings,
     file: &Path,
+    args: &[OsString],
     env: Vec<(String, OsString)>,
     body: bool,
     name: String,
@@ -600,6 +615,7 @@ pub(crate) fn spawn(
     }
     let dir = file.parent().unwrap_or(Path::new("/"));
     let spawned = Command::new(file)
+        .args(args)
         .env_clear()
         .envs(env)
         .current_dir(dir)

@@ -36,7 +36,7 @@ pub mod stats;
 
 pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
-pub use cgi::{CgiSettings, Scripts};
+pub use cgi::{CgiSettings, Program, Scripts};
 pub use connection::{
     refuse_overloaded, serve_blocking, serve_blocking_queued, ConnInfo, Connection, Request, Waiting, Want,
     BLOCKING_TICK,
@@ -150,8 +150,10 @@ impl Pipeline {
             reply::error_page(&self.settings, status, head.version, req.keep_alive, is_head, extra)
         };
         let Ok(path) = resolve::normalize(head.path()) else { return page(400, &[]) };
-        let (file, script_name, path_info) = match cgi::lookup(settings, &path) {
-            cgi::Lookup::Script { file, script_name, path_info } => (file, script_name, path_info),
+        let (file, args, script_name, path_info) = match cgi::lookup(settings, &path) {
+            cgi::Lookup::Script { file, args, script_name, path_info } => {
+                (file, args, script_name, path_info)
+            }
             cgi::Lookup::Missing => return page(404, &[]),
             cgi::Lookup::Forbidden => return page(403, &[]),
         };
@@ -182,7 +184,7 @@ impl Pipeline {
             path_env: &settings.path_env,
         });
         let body = matches!(head.framing, h1::BodyFraming::Length(1..));
-        match cgi::spawn(&self.cgi_runtime, settings, &file, env, body, script_name) {
+        match cgi::spawn(&self.cgi_runtime, settings, &file, &args, env, body, script_name) {
             Ok(process) => {
                 let spawned = cgi_stream::Spawned {
                     process,

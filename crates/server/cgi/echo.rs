@@ -4,7 +4,7 @@
 
 use std::io::{self, Read, Write};
 
-fn main() -> io::Result<()> {
+pub fn main() -> io::Result<()> {
     let length: u64 = std::env::var("CONTENT_LENGTH").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let content_type =
         std::env::var("CONTENT_TYPE").unwrap_or_else(|_| "application/octet-stream".to_string());

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-fn main() {
+pub fn main() {
     let mut vars: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         .collect();

@@ -15,7 +15,7 @@ fn cpu_time() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-fn main() {
+pub fn main() {
     let query = std::env::var("QUERY_STRING").unwrap_or_default();
     let ms: u64 = query
         .split('&')

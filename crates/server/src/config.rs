@@ -87,7 +87,7 @@ pub struct ServeOptions {
     pub helpers: Option<usize>,
 
     /// Run CGI scripts: executable files in DIR, under --cgi-prefix [default: off;
-    /// with no ROOT, the bundled programs found next to the modus binary]
+    /// with no ROOT, the demo programs spin, echo and env built into modus]
     #[arg(long, value_name = "DIR")]
     pub cgi_dir: Option<PathBuf>,
 

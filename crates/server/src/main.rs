@@ -2,6 +2,7 @@
 
 mod admin;
 mod config;
+mod demo_programs;
 mod serve;
 
 use std::process::ExitCode;
@@ -30,6 +31,12 @@ enum Command {
     Direct(Box<director::DirectOptions>),
     /// Report this host's load to a director (paper 002's rsInfo daemon)
     Monitor(Box<director::MonitorOptions>),
+    /// Run one of the demo site's CGI programs (the server starts them)
+    #[command(name = demo_programs::SUBCOMMAND, hide = true)]
+    DemoCgi {
+        /// spin, echo or env
+        name: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -46,5 +53,6 @@ fn main() -> ExitCode {
         Command::Workload(args) => load::workload_main(args),
         Command::Direct(options) => director::direct_main(*options),
         Command::Monitor(options) => director::monitor_main(*options),
+        Command::DemoCgi { name } => demo_programs::run(&name),
     }
 }

@@ -93,7 +93,7 @@ impl Server {
                 bail!("--cgi-prefix {:?} is not a plain URL path", cgi.prefix);
             }
         } else if options.root.is_none() {
-            settings.cgi = bundled_programs().map(|programs| options.cgi_settings(programs));
+            settings.cgi = crate::demo_programs::scripts().map(|programs| options.cgi_settings(programs));
         }
         let site = match &options.root {
             Some(root) => {
@@ -179,7 +179,7 @@ impl Server {
             let from = match &cgi.scripts {
                 pipeline::Scripts::Dir(dir) => dir.display().to_string(),
                 pipeline::Scripts::Programs(p) => {
-                    p.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>().join(", ")
+                    p.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
                 }
             };
             self.pipeline.error_log.info(format_args!("CGI: {} runs {from}", cgi.prefix));
@@ -196,6 +196,12 @@ impl Server {
                     ));
                 }
             }
+        }
+        if self.pipeline.settings.cgi.is_none() && options.root.is_none() {
+            self.pipeline.error_log.warn(format_args!(
+                "the demo site's /cgi-bin/ programs are off: the running binary cannot be named \
+                 (is /proc mounted?)"
+            ));
         }
         self.pipeline.error_log.info(format_args!(
             "modus {} serving {root} on http://{local}/ with model {}",
@@ -354,21 +360,6 @@ fn admin_info(
         timing: pipeline.stats.timing,
         settings,
     }
-}
-
-/// The CGI programs built with modus (`crates/server/cgi/`), as the demo
-/// site's `/cgi-bin/{spin,echo,env}`: the `cgi-*` executables in the
-/// directory of the running `modus` binary, where cargo builds them and
-/// where `cargo install` puts them. `None` if none is there.
-fn bundled_programs() -> Option<pipeline::Scripts> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    let programs: Vec<(String, std::path::PathBuf)> = ["spin", "echo", "env"]
-        .into_iter()
-        .map(|name| (name.to_string(), dir.join(format!("cgi-{name}"))))
-        .filter(|(_, path)| path.is_file())
-        .collect();
-    (!programs.is_empty()).then_some(pipeline::Scripts::Programs(programs))
 }
 
 /// Lifts the soft limit on open descriptors to the hard one (nginx's

@@ -270,3 +270,17 @@ fn defer_accept_is_in_the_effective_config() {
     assert_exit(&out, 0);
     assert!(out.stdout.contains("defer-accept = \"0s\""), "{}", out.stdout);
 }
+
+#[test]
+fn demo_programs_run_from_the_modus_binary() {
+    // What the demo site's /cgi-bin/spin runs: a CGI response on stdout.
+    let out = run_modus(&["demo-cgi", "spin"]);
+    assert_exit(&out, 0);
+    assert!(out.stdout.starts_with("Content-Type: text/plain\r\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("spun 10 ms"), "{}", out.stdout);
+    let out = run_modus(&["demo-cgi", "nope"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("spin, echo, env"), "{}", out.stderr);
+    // Not offered to users: it is the server's business.
+    assert!(!run_modus(&["--help"]).stdout.contains("demo-cgi"));
+}

@@ -1,0 +1,63 @@
+//! The demo site's CGI programs inside the `modus` binary, busybox-style:
+//! `modus serve` with no ROOT maps `/cgi-bin/NAME` to `modus demo-cgi NAME`,
+//! so the one binary `cargo run` builds serves the whole demo. The same
+//! sources also build the lean `cgi-spin`, `cgi-echo` and `cgi-env`
+//! executables, which experiments copy into a CGI directory (a 5 MB binary
+//! starts about 0.4 ms sooner than this 25 MB one, which matters when the
+//! spawn is what is measured).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[path = "../cgi/echo.rs"]
+mod echo;
+#[path = "../cgi/env.rs"]
+mod env;
+#[path = "../cgi/spin.rs"]
+mod spin;
+
+/// The hidden subcommand that runs one of them.
+pub const SUBCOMMAND: &str = "demo-cgi";
+
+/// Their URL names, which are also their names on `modus demo-cgi`.
+pub const NAMES: [&str; 3] = ["spin", "echo", "env"];
+
+/// `modus demo-cgi NAME`.
+pub fn run(name: &str) -> ExitCode {
+    match name {
+        "spin" => spin::main(),
+        "env" => env::main(),
+        "echo" => {
+            if echo::main().is_err() {
+                // The client went away or the server closed the pipe: nothing to tell anyone.
+                return ExitCode::FAILURE;
+            }
+        }
+        _ => {
+            eprintln!("modus: no demo program {name:?}; they are: {}", NAMES.join(", "));
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The demo site's `/cgi-bin/{spin,echo,env}`, run by the binary that is
+/// serving. `None` if that binary cannot be named (`/proc` not mounted).
+pub fn scripts() -> Option<pipeline::Scripts> {
+    let mut exe: PathBuf = std::env::current_exe().ok()?;
+    // Rebuilt while it runs (`cargo build` replaces the file): the new
+    // binary at the same path has the same programs.
+    if let Some(path) = exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+        exe = PathBuf::from(path);
+    }
+    let programs = NAMES
+        .iter()
+        .map(|name| pipeline::Program {
+            name: name.to_string(),
+            command: exe.clone(),
+            args: vec![OsString::from(SUBCOMMAND), OsString::from(name)],
+        })
+        .collect();
+    Some(pipeline::Scripts::Programs(programs))
+}
