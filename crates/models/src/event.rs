@@ -53,7 +53,7 @@
 //! drives connections in split mode and sends every parsed request it
 //! cannot answer from memory away instead of running it.
 //!
-//! [`HelperPool`]: crate::amped::HelperPool
+//! [`HelperPool`]: crate::helpers::HelperPool
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -63,13 +63,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pipeline::{ConnInfo, Connection, Pipeline, Reply, Request, Want};
+use pipeline::{ConnInfo, Connection, Pipeline, Want};
 use rustix::io::Errno;
 use rustix::net::SocketFlags;
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::Shutdown;
 
-use crate::amped::HelperPool;
+use crate::helpers::{HelperPool, Helpers, SendAway};
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -89,26 +89,6 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let result = serve(env, SendAway::Cgi, |worker| Ok(spawners.take(worker)));
     spawners.join();
     result
-}
-
-/// Which requests a loop with [`Helpers`] sends to them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SendAway {
-    /// CGI requests only: starting a script may block (`event`).
-    Cgi,
-    /// Every request that cannot be answered from memory (`amped`).
-    All,
-}
-
-/// Where a loop in split mode (`amped`) sends parsed requests.
-pub(crate) trait Helpers: Send {
-    /// Signalled when replies are waiting; the loop registers it.
-    fn waker(&self) -> &Waker;
-    /// Hands a request over; `false` if nobody is left to take it.
-    fn submit(&mut self, token: u64, request: Request) -> bool;
-    /// A finished request — `None` for the reply if the pipeline failed —
-    /// or `None` when no more are waiting.
-    fn finished(&mut self) -> Option<(u64, Option<Reply>)>;
 }
 
 /// Runs `tuning.workers` loops on the shared listener until the stop, each
@@ -734,7 +714,7 @@ impl Loop {
 mod tests {
     use super::*;
     use pipeline::accesslog::LogTarget;
-    use pipeline::{AccessLog, ErrorLog, Settings, Site};
+    use pipeline::{AccessLog, ErrorLog, Reply, Request, Settings, Site};
     use std::io::{Read, Write};
     use std::sync::mpsc;
 

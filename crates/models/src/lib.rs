@@ -10,6 +10,7 @@ mod amped;
 mod board;
 mod event;
 mod handoff;
+mod helpers;
 mod per_request;
 mod perchild;
 mod pool;
