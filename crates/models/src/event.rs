@@ -14,7 +14,7 @@
 //!   that came back short can end the reading without the `recv` that would
 //!   only say EAGAIN (`Connection::set_edge_triggered`; nginx does the same).
 //! * **Timers**: a min-heap of (deadline, token), lazily invalidated, with at
-//!   most one live entry per connection (see [`Timers`]); the wait's timeout
+//!   most one live entry per connection (`transport::deadlines`); the wait's timeout
 //!   is the time to the next one. The clock is read once per wakeup, and
 //!   that reading serves the turn's timers and connection deadlines
 //!   (`Connection::set_now`), as nginx's cached time does.
@@ -55,8 +55,6 @@
 //!
 //! [`HelperPool`]: crate::helpers::HelperPool
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -66,7 +64,9 @@ use std::time::{Duration, Instant};
 use pipeline::{ConnInfo, Connection, Pipeline, Want};
 use rustix::io::Errno;
 use rustix::net::SocketFlags;
+use transport::deadlines::{self, Deadlines};
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
+use transport::slab::{self, Slab};
 use transport::Shutdown;
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
@@ -166,18 +166,15 @@ impl Drop for StopOnPanic {
     }
 }
 
-/// Tokens of the loop's own descriptors. Connection tokens are
-/// `generation << 32 | slot` with `slot < MAX_SLOTS`, so they never collide.
+/// Tokens of the loop's own descriptors: above the slab's slots
+/// ([`slab::MAX_SLOTS`]), so they never collide with a connection's.
 const LISTENER: u64 = u32::MAX as u64;
 const STOP: u64 = u32::MAX as u64 - 1;
 const WAKER: u64 = u32::MAX as u64 - 2;
 const NUDGE: u64 = u32::MAX as u64 - 3;
-const MAX_SLOTS: u32 = u32::MAX - 3;
 /// Set in the token of a CGI pipe registered for a connection, so that its
 /// events never pass for the socket's (a pipe's hang-up is not the client's).
-/// Generations are 31 bits to leave it free.
-const PIPE: u64 = 1 << 63;
-const GENERATION_MASK: u32 = u32::MAX >> 1;
+const PIPE: u64 = slab::FLAG;
 
 /// Connections accepted per listener event: the rest wait for the next
 /// round, so a connection storm cannot starve the open connections.
@@ -215,86 +212,11 @@ struct Conn {
     armed: Option<Instant>,
 }
 
-/// Connections by slot; the token adds a generation so that an event or a
-/// reply for a closed connection never reaches the slot's next occupant.
-#[derive(Debug, Default)]
-struct Slab {
-    slots: Vec<(u32, Option<Conn>)>,
-    free: Vec<u32>,
-    live: usize,
-}
-
-impl Slab {
-    fn insert(&mut self, conn: Conn) -> Option<u64> {
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                let slot = u32::try_from(self.slots.len()).ok().filter(|&s| s < MAX_SLOTS)?;
-                self.slots.push((0, None));
-                slot
-            }
-        };
-        let entry = &mut self.slots[slot as usize];
-        entry.1 = Some(conn);
-        self.live += 1;
-        Some(u64::from(entry.0) << 32 | u64::from(slot))
-    }
-
-    fn get_mut(&mut self, token: u64) -> Option<&mut Conn> {
-        match self.slots.get_mut(token as u32 as usize)? {
-            (generation, Some(conn)) if u64::from(*generation) == token >> 32 => Some(conn),
-            _ => None,
-        }
-    }
-
-    fn get(&self, token: u64) -> Option<&Conn> {
-        match self.slots.get(token as u32 as usize)? {
-            (generation, Some(conn)) if u64::from(*generation) == token >> 32 => Some(conn),
-            _ => None,
-        }
-    }
-
-    fn remove(&mut self, token: u64) -> Option<Conn> {
-        self.get(token)?;
-        let slot = token as u32;
-        let entry = &mut self.slots[slot as usize];
-        entry.0 = entry.0.wrapping_add(1) & GENERATION_MASK;
-        self.free.push(slot);
-        self.live -= 1;
-        entry.1.take()
-    }
-
-    fn tokens(&self) -> Vec<u64> {
-        let slots = self.slots.iter().enumerate();
-        slots.filter(|(_, (_, c))| c.is_some()).map(|(i, (g, _))| u64::from(*g) << 32 | i as u64).collect()
-    }
-}
-
-/// Deadlines as a min-heap of (when, token), lazily invalidated.
-///
-/// A connection's deadline moves on every request, so removing and
-/// re-inserting it each time would cost a heap operation per request.
-/// Instead a connection keeps at most one live entry (`Conn::armed`): a
-/// later deadline leaves the entry alone, and when it fires early the
-/// connection is re-armed for its real deadline; only an *earlier* deadline
-/// pushes a new entry, orphaning the old one (skipped when it surfaces).
-#[derive(Debug, Default)]
-struct Timers {
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
-}
-
-impl Timers {
-    fn set(&mut self, c: &mut Conn, token: u64, deadline: Instant) {
-        c.deadline = deadline;
-        if c.armed.is_none_or(|armed| armed > deadline) {
-            self.heap.push(Reverse((deadline, token)));
-            c.armed = Some(deadline);
-        }
-    }
-
-    /// Time until the earliest entry (possibly an orphan: a spare wake-up).
-    fn next(&self, now: Instant) -> Option<Duration> {
-        self.heap.peek().map(|Reverse((when, _))| when.saturating_duration_since(now))
+impl Conn {
+    /// Sets the current wait's deadline and makes sure a timer fires by it.
+    fn set_deadline(&mut self, timers: &mut Deadlines, token: u64, deadline: Instant) {
+        self.deadline = deadline;
+        timers.arm(&mut self.armed, token, deadline);
     }
 }
 
@@ -318,8 +240,8 @@ struct Loop {
     pipeline: Arc<Pipeline>,
     helpers: Option<Box<dyn Helpers>>,
     send_away: SendAway,
-    conns: Slab,
-    timers: Timers,
+    conns: Slab<Conn>,
+    timers: Deadlines,
     /// The clock as read once when the last wait returned: the time of
     /// everything this turn of the loop does, except per-request timing,
     /// which is read exactly (nginx's `ngx_time_update`).
@@ -359,8 +281,8 @@ impl Loop {
             pipeline,
             helpers,
             send_away,
-            conns: Slab::default(),
-            timers: Timers::default(),
+            conns: Slab::new(0),
+            timers: Deadlines::default(),
             now: Instant::now(),
         })
     }
@@ -379,12 +301,12 @@ impl Loop {
         let me = self.pipeline.stats.worker(name);
         // A stop that fired before the registration is still seen: the pipe
         // stays readable.
-        while !(self.stopping && self.conns.live == 0) {
+        while !(self.stopping && self.conns.is_empty()) {
             // As of the wakeup: a turn's work makes timers fire that much
             // late, and the scoreboard's idle time start that much early.
             let now = self.now;
             let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
-            let timeout = match (self.timers.next(now), resume) {
+            let timeout = match (self.timers.next_in(now), resume) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -419,7 +341,7 @@ impl Loop {
     fn accept(&mut self) {
         let Some(listener) = self.listener.clone() else { return };
         for _ in 0..ACCEPT_BATCH {
-            if self.conns.live >= self.max_conns {
+            if self.conns.len() >= self.max_conns {
                 // Full: `watch_listener` takes the listener out before the
                 // next wait, and puts it back once a connection closes.
                 // The backlog may still hold connections that a loop with
@@ -478,7 +400,7 @@ impl Loop {
     /// once when it is re-added.
     fn watch_listener(&mut self) {
         let Some(listener) = &self.listener else { return };
-        let wanted = self.accept_resume.is_none() && self.conns.live < self.max_conns;
+        let wanted = self.accept_resume.is_none() && self.conns.len() < self.max_conns;
         if wanted == self.listening {
             return;
         }
@@ -588,11 +510,11 @@ impl Loop {
             // came back short, so the next edge will be a fresh one.
             Want::Read(deadline) => {
                 (c.waits, c.readable) = (Waits::Read, false);
-                self.timers.set(c, token, deadline);
+                c.set_deadline(&mut self.timers, token, deadline);
             }
             Want::Write(deadline) => {
                 (c.waits, c.writable) = (Waits::Write, false);
-                self.timers.set(c, token, deadline);
+                c.set_deadline(&mut self.timers, token, deadline);
             }
             Want::Pipes(deadline) => {
                 c.waits = Waits::Pipes;
@@ -603,7 +525,7 @@ impl Loop {
                         self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
                     }
                 }
-                self.timers.set(c, token, deadline);
+                c.set_deadline(&mut self.timers, token, deadline);
             }
             Want::Close => {
                 // Closing the descriptor also removes it from epoll.
@@ -649,22 +571,17 @@ impl Loop {
 
     fn expire_timers(&mut self) {
         let now = self.now;
-        while let Some(&Reverse((when, token))) = self.timers.heap.peek() {
-            if when > now {
-                break;
-            }
-            self.timers.heap.pop();
+        while let Some((when, token)) = self.timers.pop_due(now) {
             let Some(c) = self.conns.get_mut(token) else { continue };
-            if c.armed != Some(when) {
+            if !deadlines::fired(&mut c.armed, when) {
                 continue; // an orphan: this connection re-armed earlier since
             }
-            c.armed = None;
             if c.waits == Waits::Helper {
                 continue; // no deadline while the pipeline runs; set again after
             }
             if c.deadline > now {
                 let deadline = c.deadline;
-                self.timers.set(c, token, deadline);
+                c.set_deadline(&mut self.timers, token, deadline);
                 continue;
             }
             // The connection decides: a 408 to send, or a silent close.
@@ -676,11 +593,9 @@ impl Loop {
             }
         }
         // Orphans pile up only if deadlines keep moving earlier; bound them.
-        if self.timers.heap.len() > 2 * self.conns.live + 1024 {
+        if self.timers.len() > 2 * self.conns.len() + 1024 {
             let conns = &self.conns;
-            self.timers
-                .heap
-                .retain(|Reverse((when, token))| conns.get(*token).is_some_and(|c| c.armed == Some(*when)));
+            self.timers.retain(|when, token| conns.get(token).is_some_and(|c| c.armed == Some(when)));
         }
     }
 

@@ -7,12 +7,16 @@
 //!   non-blocking one driven by epoll.
 //! * [`listener`] — bound listening sockets with the options a server wants.
 //! * [`Shutdown`] — a stop flag that also wakes threads waiting for a listener.
+//! * [`slab`] and [`deadlines`] — what an event loop keeps its connections
+//!   and their timeouts in (`event`, `amped` and the director's loop).
 #![warn(missing_docs)]
 
+pub mod deadlines;
 pub mod listener;
 mod outbound;
 pub mod poller;
 mod shutdown;
+pub mod slab;
 
 pub use outbound::{Chunk, Data, Outbound, Progress};
 pub use shutdown::{Shutdown, Wake};
