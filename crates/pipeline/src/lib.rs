@@ -22,7 +22,7 @@ mod cache;
 pub mod cgi;
 mod cgi_stream;
 pub mod conditional;
-mod connection;
+mod conn;
 pub mod errorlog;
 pub mod listing;
 pub mod multipart;
@@ -37,7 +37,7 @@ pub mod stats;
 pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
 pub use cgi::{CgiSettings, Program, Scripts};
-pub use connection::{
+pub use conn::{
     refuse_overloaded, serve_blocking, serve_blocking_queued, ConnInfo, Connection, Request, Waiting, Want,
     BLOCKING_TICK,
 };

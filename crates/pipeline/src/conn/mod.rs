@@ -1,0 +1,666 @@
+//! The per-connection HTTP/1.1 state machine, shared by every model.
+//!
+//! * this file — the connection, its phases, what a driver calls
+//!   (`drive*`, `take_request`/`deliver`, `timed_out`) and the head phase:
+//!   parse, plan, run the pipeline or hand the request out;
+//! * `respond.rs` — writing a response, logging it, and what follows it
+//!   (close, linger, discard a body, wait for the next head);
+//! * `cgi.rs` — the phases of a CGI request: a chunked body collected, a
+//!   `100 Continue` probe, the script's I/O streamed, local redirects;
+//! * `timing.rs` — timestamps, phase durations, deadlines and the gauge;
+//! * `input.rs` — reading into the connection's buffer;
+//! * `blocking.rs` — the loop a blocking thread runs around a connection
+//!   (the only code here that waits).
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::BorrowedFd;
+use std::time::Instant;
+
+use h1::{BodyFraming, HeadBuffers, Parsed, RequestHead};
+use transport::poller::Interest;
+use transport::Progress;
+
+use crate::cgi_stream::CgiRun;
+use crate::reply::{self, Reply};
+use crate::spares::{self, Spares};
+use crate::stats::{now_ns, ConnState, Phase as TimedPhase, Stats};
+use crate::{LogRecord, Pipeline};
+
+mod blocking;
+mod cgi;
+mod input;
+mod respond;
+#[cfg(test)]
+mod tests;
+mod timing;
+
+pub use blocking::{refuse_overloaded, serve_blocking, serve_blocking_queued, BLOCKING_TICK};
+
+use cgi::{collect_chunked, CgiPlan, Collect};
+use input::{would_block, SPARE_BUFFERS};
+use respond::Pending;
+use timing::{Mark, Timing};
+
+/// Who is on the other end.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub peer: SocketAddr,
+}
+
+/// What a connection waits for after [`Connection::drive`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Want {
+    /// Call `drive` again when the socket is readable, or `timed_out` at the deadline.
+    Read(Instant),
+    /// Call `drive` again when the socket is writable, or `timed_out` at the deadline.
+    Write(Instant),
+    /// Drop the socket.
+    Close,
+    /// (`drive_split`, or `drive_except_cgi` for a script) a request is ready: take it with
+    /// [`Connection::take_request`], run the pipeline anywhere, and hand the
+    /// reply back with [`Connection::deliver`].
+    Process,
+    /// A CGI script runs for this connection: call `drive` again when the
+    /// socket or one of its pipes is ready — [`Connection::waiting`] says
+    /// exactly which and how, [`Connection::new_pipes`] hands out the pipes
+    /// once for pollers that register descriptors for good (edge-triggered),
+    /// [`Connection::wait_blocking`] does the waiting for a blocking thread —
+    /// or `timed_out` at the deadline (the script is then killed).
+    Pipes(Instant),
+}
+
+/// What a connection in [`Want::Pipes`] waits for.
+#[derive(Debug)]
+pub struct Waiting<'a> {
+    /// The client socket's readiness, if it is needed.
+    pub socket: Option<Interest>,
+    /// The script's pipes (and its pidfd), each with its readiness.
+    pub pipes: Vec<(BorrowedFd<'a>, Interest)>,
+}
+
+/// A parsed request on its way through the pipeline, for models that run
+/// the pipeline away from the connection (helper threads, stages).
+#[derive(Debug)]
+pub struct Request {
+    /// The parsed head.
+    pub head: RequestHead,
+    /// The connection's keep-alive decision, for the `Connection` header.
+    pub keep_alive: bool,
+    /// The client (CGI's `REMOTE_ADDR`).
+    pub peer: SocketAddr,
+    /// The address the connection came in on (CGI's `SERVER_PORT`).
+    pub local: Option<SocketAddr>,
+    /// Internal redirects (CGI `Location: /path`) taken so far.
+    pub(crate) redirects: u8,
+    /// Only find the CGI script: a status 100 reply if it exists, its
+    /// error page otherwise (before a `100 Continue` for a chunked body).
+    pub(crate) probe: bool,
+}
+
+/// Which requests `drive` runs through the pipeline itself; the others
+/// it hands out with [`Want::Process`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Inline {
+    All,
+    ExceptCgi,
+    None,
+}
+
+/// One client connection: bytes in, requests handled in order, bytes out.
+///
+/// It never blocks by itself and never sleeps: [`drive`](Connection::drive)
+/// goes as far as the socket allows and says what it waits for, so a
+/// thread with a blocking socket and an epoll loop with a non-blocking one
+/// run exactly the same protocol code.
+#[derive(Debug)]
+pub struct Connection {
+    info: ConnInfo,
+    buf: Box<[u8]>,
+    /// Unparsed input is `buf[start..end]`.
+    start: usize,
+    end: usize,
+    phase: Phase,
+    served: u32,
+    /// When the head being received must be complete: a total deadline,
+    /// not an idle timer, so dribbling one byte at a time does not help.
+    head_deadline: Instant,
+    /// When an idle keep-alive connection is given up.
+    idle_deadline: Instant,
+    /// Hand access-log records to the model instead of writing them.
+    defer_log: bool,
+    /// Records kept back for [`Connection::take_log`].
+    deferred_log: Vec<LogRecord>,
+    /// A script was started whose pipes [`Connection::new_pipes`] has not handed out.
+    cgi_new: bool,
+    /// The driver is told of every new byte (edge-triggered epoll), so a
+    /// short read means the socket is empty until it says otherwise.
+    edge_triggered: bool,
+    /// The last read returned less than it had room for, and no readiness
+    /// was reported since: reading again would only say EAGAIN.
+    drained: bool,
+    /// Where the connection counts in the `connections` gauge.
+    gauge: ConnState,
+    stats: std::sync::Arc<Stats>,
+    /// The current request's timestamps (timing on).
+    tm: Timing,
+    /// Numbered per process, for the trace.
+    conn_id: u64,
+    /// The caller's clock reading for deadlines ([`Connection::set_now`]),
+    /// until the next `drive` ends.
+    now: Option<Instant>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.stats.move_conn(self.gauge, ConnState::None);
+        spares::give_back(&SPARE_BUFFERS, std::mem::take(&mut self.buf));
+    }
+}
+
+thread_local! {
+    /// The allocations of answered request heads, for the next head parsed
+    /// on the thread. A head of a few fields takes some 100 bytes, one of
+    /// 30 fields ~1 KiB; larger ones are freed.
+    static SPARE_HEADS: Spares<HeadBuffers> = const { Spares::new(64, |head| head.held() <= 4096) };
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Waiting for (the rest of) a request head.
+    Head,
+    /// (Split mode) a request waits to be taken by the model.
+    Ready(Box<Job>),
+    /// (Split mode) the model is running the pipeline for it; the job's
+    /// request is out.
+    Processing(Box<Job>),
+    /// Sending a response.
+    Write(Box<Pending>),
+    /// Reading and dropping a request body nobody needs, to find the next request.
+    Discard { remaining: u64, deadline: Instant },
+    /// Closing after an error: our side is shut, input is drained for a
+    /// while so the client reads the response instead of a reset (RFC 9112 §9.6).
+    Linger { deadline: Instant },
+    /// Receiving a chunked body for a CGI script, which must know its
+    /// length before it starts (RFC 3875 §4.1.2, bad-input K5).
+    CgiBody(Box<Collect>),
+    /// A CGI script runs: its I/O is streamed.
+    Cgi(Box<(CgiRun, Plan)>),
+}
+
+/// A request and its plan. Its one allocation lasts from the parsed head
+/// to the delivered reply: the request leaves it while the pipeline runs.
+#[derive(Debug)]
+struct Job {
+    request: Option<Request>,
+    plan: Plan,
+}
+
+impl Inline {
+    /// Whether `drive` runs the pipeline for a request so planned itself.
+    fn runs(self, plan: &Plan) -> bool {
+        match self {
+            Inline::All => true,
+            Inline::ExceptCgi => plan.cgi.is_none(),
+            Inline::None => false,
+        }
+    }
+}
+
+impl Phase {
+    fn ready(request: Request, plan: Plan) -> Phase {
+        Phase::Ready(Box::new(Job { request: Some(request), plan }))
+    }
+}
+
+/// What the connection decided about a request before the pipeline ran.
+#[derive(Debug)]
+struct Plan {
+    log: Option<LogRecord>,
+    /// Body bytes to drop after the response, if the connection stays open.
+    discard: u64,
+    /// Input may still be arriving that we will not read.
+    unread: bool,
+    /// A HEAD request: whatever answers it carries no body.
+    head_only: bool,
+    /// The request is for a CGI script.
+    cgi: Option<CgiPlan>,
+}
+
+impl Connection {
+    /// A connection accepted at `now`.
+    pub fn new(info: ConnInfo, now: Instant, pipeline: &Pipeline) -> Connection {
+        Connection {
+            info,
+            buf: Box::default(),
+            start: 0,
+            end: 0,
+            phase: Phase::Head,
+            served: 0,
+            head_deadline: now + pipeline.settings.header_timeout,
+            idle_deadline: now + pipeline.settings.header_timeout,
+            defer_log: false,
+            deferred_log: Vec::new(),
+            cgi_new: false,
+            edge_triggered: false,
+            drained: false,
+            gauge: ConnState::None,
+            stats: pipeline.stats.clone(),
+            tm: Timing {
+                idle_since: pipeline.stats.timing.then(|| pipeline.stats.ns_at(now)).into(),
+                ..Timing::default()
+            },
+            conn_id: pipeline.stats.next_conn_id(),
+            now: None,
+        }
+    }
+
+    /// Keeps this connection's access-log records for the caller instead of
+    /// writing them to `pipeline.access_log` when a response ends, so a
+    /// model can log on threads of its own (`staged`'s log stage). Collect
+    /// them with [`take_log`](Self::take_log) after every `drive`,
+    /// `drive_split` and `timed_out`; records still held when the connection
+    /// is dropped are lost. Records are only made while the access log is enabled.
+    pub fn defer_log(&mut self) {
+        self.defer_log = true;
+    }
+
+    /// The access-log records of responses that ended since the last call,
+    /// oldest first; always empty unless [`defer_log`](Self::defer_log) was called.
+    pub fn take_log(&mut self) -> std::vec::Drain<'_, LogRecord> {
+        self.deferred_log.drain(..)
+    }
+
+    /// Requests answered so far.
+    pub fn served(&self) -> u32 {
+        self.served
+    }
+
+    /// Makes as much progress as `sock` allows, running the pipeline inline
+    /// on the calling thread. `stopping` asks to close at the next request
+    /// boundary (graceful shutdown).
+    pub fn drive(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
+        self.run(sock, p, stopping, Inline::All)
+    }
+
+    /// Like [`drive`](Self::drive), but stops with [`Want::Process`] when a
+    /// request is ready instead of running the pipeline itself.
+    pub fn drive_split(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
+        self.run(sock, p, stopping, Inline::None)
+    }
+
+    /// Like [`drive`](Self::drive), but stops with [`Want::Process`] when
+    /// the request ready is for a CGI script, whose start (`stat`, `exec`)
+    /// may block: for an event loop that runs everything else itself.
+    pub fn drive_except_cgi(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
+        self.run(sock, p, stopping, Inline::ExceptCgi)
+    }
+
+    /// Declares that the driver waits for readiness edge-triggered and calls
+    /// [`readable`](Self::readable) for every readable event. A read that
+    /// comes back short then ends the reading, as in nginx: the next bytes
+    /// raise a new edge, so the `recv` that would only return EAGAIN — after
+    /// most keep-alive responses — is skipped.
+    pub fn set_edge_triggered(&mut self) {
+        self.edge_triggered = true;
+    }
+
+    /// The socket reported readable (edge-triggered drivers).
+    pub fn readable(&mut self) {
+        self.drained = false;
+    }
+
+    /// Takes the request announced by [`Want::Process`]: the model runs
+    /// it elsewhere (a queue, a pool, a spawner thread) and hands the reply
+    /// back with [`deliver`](Self::deliver).
+    pub fn take_request(&mut self) -> Option<Request> {
+        match std::mem::replace(&mut self.phase, Phase::Head) {
+            Phase::Ready(mut job) => {
+                let request = job.request.take().expect("a ready job holds its request");
+                if self.stats.timing {
+                    self.tm.taken = true;
+                    self.tm.handed_out = Mark::at(now_ns());
+                }
+                self.phase = Phase::Processing(job);
+                Some(request)
+            }
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// Hands back the reply for the request taken with
+    /// [`take_request`](Self::take_request); drive the connection again to send it.
+    pub fn deliver(&mut self, reply: Reply, p: &Pipeline) {
+        let Phase::Processing(job) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            panic!("deliver without a request taken");
+        };
+        self.deliver_from(job.plan, reply, None, p);
+    }
+
+    /// Runs the pipeline for `request` on this thread, now. The request
+    /// goes straight from the parser to the pipeline, never parked in a
+    /// [`Job`] (the common case: one allocation and two moves less).
+    fn answer_inline(&mut self, request: Request, plan: Plan, fresh: Option<u64>, p: &Pipeline) {
+        let start = self.stamp(fresh);
+        if self.stats.timing {
+            self.tm.taken = true;
+            self.tm.handed_out = Mark::NONE;
+        }
+        let reply = self.lend_now(start, || p.answer(&request));
+        spares::give_back(&SPARE_HEADS, request.head.into_buffers());
+        self.deliver_from(plan, reply, start, p);
+    }
+
+    /// `inline_start`: the pipeline ran untimed on this thread since then
+    /// (timing on), so its data phase ends with the timestamp taken here.
+    fn deliver_from(&mut self, plan: Plan, reply: Reply, inline_start: Option<u64>, p: &Pipeline) {
+        let mut at = None;
+        if std::mem::take(&mut self.tm.taken) {
+            // The data phase's end starts the next one (write, or a script's run).
+            let now = now_ns();
+            at = Some(now);
+            let took = match inline_start {
+                Some(start) => now.saturating_sub(start),
+                None => u64::try_from(reply.data.took.as_nanos()).unwrap_or(u64::MAX),
+            };
+            // A 100-continue probe found the script: the request is not
+            // answered yet, and its script start is recorded when it runs.
+            let probe_passed = reply.status == 100
+                && reply.cgi.is_none()
+                && plan.cgi.as_ref().is_some_and(|cgi| cgi.probed.is_some());
+            if !probe_passed {
+                let (phase, name) = if reply.cgi.is_some() {
+                    (TimedPhase::CgiSpawn, "cgi")
+                } else if reply.data.hit {
+                    (TimedPhase::DataHit, "hit")
+                } else {
+                    (TimedPhase::DataMiss, "miss")
+                };
+                self.tm.phases.set(phase, took);
+                self.tm.data = name;
+            }
+            if let Some(handed_out) = self.tm.handed_out.take() {
+                // Time between handing the request out and getting the
+                // reply back, not spent in the pipeline: queues (a probe's
+                // and its script's start add up).
+                self.add_queue(now.saturating_sub(handed_out).saturating_sub(took));
+            }
+        }
+        self.respond_planned(plan, reply, at, p);
+    }
+
+    fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
+        let want = self.run_phases(sock, p, stopping, inline);
+        self.set_gauge(&want);
+        self.now = None;
+        want
+    }
+
+    fn run_phases(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
+        // A timestamp (timing on) taken at the end of one step, for the next
+        // step to start with instead of reading the clock again: valid for
+        // one turn of the loop only, in which nothing waits.
+        let mut just_read: Option<u64> = None;
+        loop {
+            let fresh = just_read.take();
+            match &mut self.phase {
+                Phase::Ready(ready) if inline.runs(&ready.plan) => {
+                    let Phase::Ready(job) = std::mem::replace(&mut self.phase, Phase::Head) else {
+                        unreachable!("matched Ready");
+                    };
+                    let Job { request, plan } = *job;
+                    self.answer_inline(request.expect("a ready job holds its request"), plan, fresh, p);
+                }
+                Phase::Ready(_) | Phase::Processing(_) => return Want::Process,
+                Phase::CgiBody(_) => {
+                    if let Some(want) = self.collect_body(sock, p) {
+                        return want;
+                    }
+                }
+                Phase::Cgi(_) => {
+                    if let Some(want) = self.drive_cgi(sock, p) {
+                        return want;
+                    }
+                }
+                Phase::Head => {
+                    if self.start < self.end {
+                        let parse_start = if let Some(now) = self.stamp(fresh) {
+                            if self.tm.first.get().is_none() {
+                                self.tm.first = Mark::at(now);
+                                if let Some(idle_since) = self.tm.idle_since.get() {
+                                    self.tm.phases.set(TimedPhase::Wait, now.saturating_sub(idle_since));
+                                }
+                            }
+                            Some(now)
+                        } else {
+                            None
+                        };
+                        let mut spare = spares::take(&SPARE_HEADS);
+                        let parsed = h1::parse_request_reusing(
+                            &self.buf[self.start..self.end],
+                            &p.settings.limits,
+                            &mut spare,
+                        );
+                        if let Some(spare) = spare {
+                            spares::give_back(&SPARE_HEADS, spare);
+                        }
+                        match parsed {
+                            Ok(Parsed::Complete { head, len }) => {
+                                self.start += len;
+                                if let (Some(t0), Some(first)) = (parse_start, self.tm.first.get()) {
+                                    let now = now_ns();
+                                    self.tm.phases.set(TimedPhase::Read, t0.saturating_sub(first));
+                                    self.tm.phases.set(TimedPhase::Parse, now.saturating_sub(t0));
+                                    self.tm.service_start = Mark::at(now);
+                                    just_read = Some(now);
+                                    if p.stats.sample() {
+                                        self.tm.trace_path = Some(head.path().into());
+                                    }
+                                }
+                                let (request, plan) = self.plan(head, sock, p, stopping);
+                                if plan.cgi.is_some() {
+                                    match request.head.framing {
+                                        // RFC 9110 §15.5.14
+                                        BodyFraming::Length(n) if n > p.settings.max_body => {
+                                            self.fail_planned(plan, 413, p);
+                                            continue;
+                                        }
+                                        BodyFraming::Chunked if request.head.expect_continue => {
+                                            // `100 Continue` promises to read the body: first
+                                            // make sure there is a script to read it (RFC 9110
+                                            // §10.1.1), where a lookup may block. Should there
+                                            // be none, the error closes the connection, since
+                                            // the chunked body cannot be skipped unread.
+                                            let probe = Request {
+                                                head: request.head.clone(),
+                                                keep_alive: false,
+                                                peer: request.peer,
+                                                local: request.local,
+                                                redirects: 0,
+                                                probe: true,
+                                            };
+                                            let mut plan = plan;
+                                            if let Some(cgi) = plan.cgi.as_mut() {
+                                                cgi.probed = Some(Box::new(request));
+                                            }
+                                            self.phase = Phase::ready(probe, plan);
+                                            continue;
+                                        }
+                                        BodyFraming::Chunked => {
+                                            self.phase = collect_chunked(request, plan, b"", p);
+                                            continue;
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                                if inline.runs(&plan) {
+                                    self.answer_inline(request, plan, just_read.take(), p);
+                                } else {
+                                    self.phase = Phase::ready(request, plan);
+                                }
+                                continue;
+                            }
+                            // A client that keeps dribbling never lets a
+                            // blocking read time out: the head deadline is
+                            // checked on the data path too (slowloris).
+                            Ok(Parsed::Partial) if self.deadline_base(parse_start) >= self.head_deadline => {
+                                self.refuse(408, p);
+                                continue;
+                            }
+                            Ok(Parsed::Partial) => {}
+                            Err(e) => {
+                                self.refuse(e.status(), p);
+                                continue;
+                            }
+                        }
+                    } else if stopping && self.served > 0 {
+                        // Idle between requests: the graceful stop ends it here.
+                        return Want::Close;
+                    }
+                    let was_empty = self.start == self.end;
+                    match self.fill(sock) {
+                        Ok(0) => return Want::Close,
+                        Ok(_) if was_empty && self.served > 0 => {
+                            self.set_state(ConnState::Reading);
+                            // The next request began: one reading for its
+                            // deadline and its first timestamp.
+                            just_read = self.stamp(None);
+                            self.head_deadline = self.deadline_base(just_read) + p.settings.header_timeout;
+                        }
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => {
+                            if stopping && self.start == self.end {
+                                // Accepted before the stop but silent since.
+                                return Want::Close;
+                            }
+                            let pending = self.start < self.end || self.served == 0;
+                            return Want::Read(if pending { self.head_deadline } else { self.idle_deadline });
+                        }
+                        Err(_) => return Want::Close,
+                    }
+                }
+                Phase::Write(pending) => match pending.reply.out.write_to(sock) {
+                    Ok(Progress::Done) => {
+                        if let Some(want) = self.finish_response(sock, p) {
+                            return want;
+                        }
+                        // The response's end (timing on) is a pipelined
+                        // request's first timestamp.
+                        just_read = self.tm.idle_since.get();
+                    }
+                    Ok(Progress::Blocked) => {
+                        let sent = pending.reply.out.bytes_sent();
+                        if sent != pending.sent_mark {
+                            pending.sent_mark = sent;
+                            // `deadline_base(None)`, but `self.phase` is borrowed.
+                            pending.deadline =
+                                self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
+                        }
+                        return Want::Write(pending.deadline);
+                    }
+                    Err(_) => {
+                        self.abort(p);
+                        return Want::Close;
+                    }
+                },
+                Phase::Discard { remaining, deadline } => {
+                    let buffered = (self.end - self.start) as u64;
+                    let take = buffered.min(*remaining);
+                    self.start += take as usize;
+                    *remaining -= take;
+                    if *remaining == 0 {
+                        self.await_next_head(p, fresh);
+                        just_read = fresh;
+                        continue;
+                    }
+                    let deadline = *deadline;
+                    match self.fill(sock) {
+                        Ok(0) => return Want::Close,
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => return Want::Read(deadline),
+                        Err(_) => return Want::Close,
+                    }
+                }
+                Phase::Linger { deadline } => {
+                    let deadline = *deadline;
+                    self.start = 0;
+                    self.end = 0;
+                    match self.fill(sock) {
+                        Ok(0) => return Want::Close,
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => return Want::Read(deadline),
+                        Err(_) => return Want::Close,
+                    }
+                }
+            }
+        }
+    }
+
+    /// The deadline last returned by `drive` has passed. Returns `true` if
+    /// there is something to send (a 408), so `drive` should be called
+    /// again; `false` if the socket should just be closed.
+    pub fn timed_out(&mut self, p: &Pipeline) -> bool {
+        match std::mem::replace(&mut self.phase, Phase::Head) {
+            Phase::Cgi(cgi) => {
+                let (run, plan) = *cgi;
+                return self.cgi_timed_out(run, plan, p);
+            }
+            Phase::CgiBody(collect) => {
+                self.fail_planned(collect.plan, 408, p);
+                return true;
+            }
+            other => self.phase = other,
+        }
+        match self.phase {
+            // A request had begun: say why it is refused (RFC 9110 §15.5.9).
+            // An idle connection is closed silently, as nginx does, so
+            // browsers' speculative connections do not log errors.
+            Phase::Head if self.start < self.end => {
+                self.refuse(408, p);
+                true
+            }
+            _ => {
+                self.abort(p);
+                false
+            }
+        }
+    }
+
+    /// Decides, before the pipeline runs, what happens to the connection
+    /// after this request.
+    fn plan(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
+        let settings = &p.settings;
+        if p.is_cgi(&head) {
+            return self.plan_cgi(head, sock, p, stopping);
+        }
+        // A body no handler wants is read and dropped to find the next
+        // request (RFC 9112 §6.3). One too large, chunked, or whose sender
+        // waits for 100-continue is not worth it: answer and close instead
+        // (RFC 9110 §10.1.1 allows either).
+        let discard = match head.framing {
+            BodyFraming::None | BodyFraming::Length(0) => Some(0),
+            BodyFraming::Length(n) if n <= settings.max_body && !head.expect_continue => Some(n),
+            _ => None,
+        };
+        let keep_alive = head.keep_alive
+            && discard.is_some()
+            && !stopping
+            && self.served + 1 < settings.max_keepalive_requests;
+        let log = self.log_record(&head, p);
+        let unread = self.start < self.end || head.framing != BodyFraming::None;
+        let head_only = head.method == h1::Method::Head;
+        let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, cgi: None };
+        let peer = self.info.peer;
+        (Request { head, keep_alive, peer, local: None, redirects: 0, probe: false }, plan)
+    }
+
+    /// Answers a planned request with an error page and closes.
+    fn fail_planned(&mut self, plan: Plan, status: u16, p: &Pipeline) {
+        let log = plan.log.map(|log| LogRecord { status, ..log });
+        let reply = reply::error_page(&p.settings, status, h1::Version::Http11, false, plan.head_only, &[]);
+        self.respond(reply, log, 0, true, None, p);
+    }
+}

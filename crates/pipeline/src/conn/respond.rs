@@ -1,0 +1,253 @@
+//! Writing a response, logging it, and what follows it.
+
+use std::net::{Shutdown as Direction, TcpStream};
+use std::time::Instant;
+
+use h1::RequestHead;
+
+use super::*;
+use crate::reply::{self, Reply};
+use crate::spares::{self, Spares};
+use crate::stats::{now_ns, ConnState, Phase as TimedPhase};
+use crate::{LogRecord, Pipeline};
+
+thread_local! {
+    /// The boxes of sent responses' [`Pending`]s, taken back once their
+    /// record and queue are out (what is left in them holds no allocation).
+    static SPARE_PENDINGS: Spares<Box<Pending>> = const { Spares::new(16, |_| true) };
+    /// Log records whose strings are reused for the next request's, kept
+    /// here rather than in the connection, so an idle keep-alive connection
+    /// holds none; records grown by unusually long heads are freed.
+    static SPARE_LOG_RECORDS: Spares<LogRecord> = const { Spares::new(64, |record| record_bytes(record) <= 2048) };
+}
+
+/// The bytes a log record's strings hold.
+pub(super) fn record_bytes(record: &LogRecord) -> usize {
+    [&record.request_line, &record.referer, &record.user_agent]
+        .iter()
+        .flat_map(|s| s.as_ref())
+        .map(String::capacity)
+        .sum()
+}
+
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) reply: Reply,
+    pub(super) log: Option<LogRecord>,
+    /// Body bytes to drop after the response before the next head.
+    pub(super) discard: u64,
+    /// Input may still be arriving that we will not read: linger on close.
+    pub(super) linger: bool,
+    /// Bytes sent when the deadline was last moved; progress moves it.
+    pub(super) sent_mark: u64,
+    pub(super) deadline: Instant,
+}
+
+impl Connection {
+    /// A record from this thread's spares when there is one: its strings
+    /// keep their allocations.
+    pub(super) fn log_record(&self, head: &RequestHead, p: &Pipeline) -> Option<LogRecord> {
+        if !p.access_log.is_enabled() {
+            return None;
+        }
+        let mut record = spares::take(&SPARE_LOG_RECORDS).unwrap_or_else(|| LogRecord {
+            peer: self.info.peer.ip(),
+            request_line: None,
+            status: 0,
+            body_bytes: 0,
+            referer: None,
+            user_agent: None,
+        });
+        record.peer = self.info.peer.ip();
+        (record.status, record.body_bytes) = (0, 0);
+        write_request_line(head, record.request_line.get_or_insert_default());
+        overwrite(&mut record.referer, head.header_str("Referer"));
+        overwrite(&mut record.user_agent, head.header_str("User-Agent"));
+        Some(record)
+    }
+
+    /// `at`: a timestamp just taken (timing on), the start of what follows.
+    pub(super) fn respond_planned(
+        &mut self,
+        mut plan: Plan,
+        mut reply: Reply,
+        at: Option<u64>,
+        p: &Pipeline,
+    ) {
+        if plan.cgi.is_some() {
+            match self.start_script(plan, reply, at, p) {
+                Some(answer) => (plan, reply) = answer,
+                None => return,
+            }
+        }
+        let log = plan.log.map(|log| LogRecord { status: reply.status, ..log });
+        let close = reply.close;
+        self.respond(reply, log, if close { 0 } else { plan.discard }, close && plan.unread, at, p);
+    }
+
+    /// Answers input that is not a request: parse errors and timeouts.
+    pub(super) fn refuse(&mut self, status: u16, p: &Pipeline) {
+        let log = p.access_log.is_enabled().then(|| LogRecord {
+            peer: self.info.peer.ip(),
+            request_line: first_line(&self.buf[self.start..self.end]),
+            status,
+            body_bytes: 0,
+            referer: None,
+            user_agent: None,
+        });
+        self.respond(reply::refuse(&p.settings, status), log, 0, true, None, p);
+    }
+
+    /// `at`: a timestamp just taken (timing on), when the write starts.
+    pub(super) fn respond(
+        &mut self,
+        reply: Reply,
+        log: Option<LogRecord>,
+        discard: u64,
+        linger: bool,
+        at: Option<u64>,
+        p: &Pipeline,
+    ) {
+        // The write starts when its deadline is set: one clock read for both.
+        self.tm.write_start = self.stamp(at).into();
+        self.set_state(ConnState::Writing);
+        let deadline = self.deadline_base(self.tm.write_start.get()) + p.settings.send_timeout;
+        let pending = Pending { reply, log, discard, linger, sent_mark: 0, deadline };
+        self.phase = Phase::Write(match spares::take(&SPARE_PENDINGS) {
+            Some(mut spare) => {
+                *spare = pending;
+                spare
+            }
+            None => Box::new(pending),
+        });
+    }
+
+    /// The response is out: log it and move on. `Some` ends `drive`.
+    pub(super) fn finish_response(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
+        let Phase::Write(mut pending) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            unreachable!("called in the write phase");
+        };
+        self.served += 1;
+        self.log(p, &mut pending);
+        reply::spare::give_back(std::mem::take(&mut pending.reply.out));
+        let (close, linger, discard) = (pending.reply.close, pending.linger, pending.discard);
+        debug_assert!(pending.log.is_none() && pending.reply.cgi.is_none());
+        spares::give_back(&SPARE_PENDINGS, pending);
+        self.after_response(sock, close, linger, discard, p)
+    }
+
+    /// What follows a logged response (a file's or a script's): close, at
+    /// once or lingering if the client may still be sending (`linger`);
+    /// or read and drop `discard` body bytes; or wait for the next head.
+    /// Deadlines count from the response's end. `Some` ends `drive`.
+    pub(super) fn after_response(
+        &mut self,
+        sock: &TcpStream,
+        close: bool,
+        linger: bool,
+        discard: u64,
+        p: &Pipeline,
+    ) -> Option<Want> {
+        let ended = self.tm.idle_since.get();
+        if close {
+            if !linger {
+                return Some(Want::Close);
+            }
+            let _ = sock.shutdown(Direction::Write);
+            self.phase = Phase::Linger { deadline: self.deadline_base(ended) + p.settings.linger_timeout };
+        } else if discard > 0 {
+            let deadline = self.deadline_base(ended) + p.settings.header_timeout;
+            self.phase = Phase::Discard { remaining: discard, deadline };
+        } else {
+            self.await_next_head(p, ended);
+        }
+        None
+    }
+
+    /// `ended` is when the previous request ended, if just now and timed:
+    /// its timestamp starts the deadlines too instead of another clock read.
+    pub(super) fn await_next_head(&mut self, p: &Pipeline, ended: Option<u64>) {
+        if self.start == self.end {
+            // An idle keep-alive connection keeps no buffer until its next
+            // request arrives (nginx does the same): ten thousand idle
+            // clients then cost a few hundred bytes each, not 4 KiB.
+            spares::give_back(&SPARE_BUFFERS, std::mem::take(&mut self.buf));
+            (self.start, self.end) = (0, 0);
+            self.set_state(ConnState::KeepAlive);
+        }
+        let now = self.deadline_base(ended);
+        self.phase = Phase::Head;
+        self.head_deadline = now + p.settings.header_timeout;
+        self.idle_deadline = now + p.settings.keepalive_timeout;
+    }
+
+    /// The connection dies mid-response: log what was sent (a 200 that was
+    /// cut short still shows its real byte count).
+    pub(super) fn abort(&mut self, p: &Pipeline) {
+        match std::mem::replace(&mut self.phase, Phase::Head) {
+            Phase::Write(mut pending) => self.log(p, &mut pending),
+            Phase::Cgi(cgi) => {
+                let (run, plan) = *cgi;
+                self.log_cgi(&run, plan, p);
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn log(&mut self, p: &Pipeline, pending: &mut Pending) {
+        let mut end = p.stats.timing.then(now_ns);
+        if let (Some(start), Some(now)) = (self.tm.write_start.take(), end) {
+            self.tm.phases.set(TimedPhase::Write, now.saturating_sub(start));
+        }
+        if let Some(mut record) = pending.log.take() {
+            record.body_bytes = pending.reply.out.bytes_sent().saturating_sub(pending.reply.head_len);
+            if self.defer_log {
+                self.deferred_log.push(record);
+            } else {
+                self.lend_now(end, || p.access_log.record(&record));
+                end = end.map(|start| self.timed_log(start));
+                spares::give_back(&SPARE_LOG_RECORDS, record);
+            }
+        }
+        self.finish_request(pending.reply.status, pending.reply.out.bytes_sent(), end);
+    }
+}
+
+/// The request line as received, for the log, in place of what `line`
+/// held; built by hand because `format!` costs a measurable share of a
+/// small keep-alive request.
+pub(super) fn write_request_line(head: &RequestHead, line: &mut String) {
+    let (method, target, version) = (head.method.as_str(), head.target(), version_str(head.version));
+    line.clear();
+    line.reserve(method.len() + target.len() + version.len() + 2);
+    line.push_str(method);
+    line.push(' ');
+    line.push_str(target);
+    line.push(' ');
+    line.push_str(version);
+}
+
+/// Sets `slot` to `value`, in the string it already has if any.
+pub(super) fn overwrite(slot: &mut Option<String>, value: Option<&str>) {
+    match (slot.as_mut(), value) {
+        (Some(old), Some(value)) => {
+            old.clear();
+            old.push_str(value);
+        }
+        (_, value) => *slot = value.map(str::to_owned),
+    }
+}
+
+pub(super) fn version_str(v: h1::Version) -> &'static str {
+    match v {
+        h1::Version::Http10 => "HTTP/1.0",
+        h1::Version::Http11 => "HTTP/1.1",
+    }
+}
+
+/// The request line of unparseable input, for the log (bounded, lossy).
+pub(super) fn first_line(input: &[u8]) -> Option<String> {
+    let input = &input[..input.len().min(1024)];
+    let line = input.split(|&b| b == b'\r' || b == b'\n').find(|l| !l.is_empty())?;
+    Some(String::from_utf8_lossy(line).into_owned())
+}

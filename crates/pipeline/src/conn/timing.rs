@@ -1,0 +1,189 @@
+//! A connection's clock: timestamps, phase durations, deadlines, the gauge.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::stats::{now_ns, ConnState, Phase as TimedPhase, PhaseTimes, TraceRow};
+
+/// One request's timestamps ([`now_ns`]) and phase durations.
+#[derive(Debug, Default)]
+pub(super) struct Timing {
+    /// Connection start or the previous response's end: the wait begins.
+    pub(super) idle_since: Mark,
+    /// The request's first byte was seen.
+    pub(super) first: Mark,
+    /// The head was parsed; the pipeline may start.
+    pub(super) service_start: Mark,
+    /// A request is out with the pipeline: `deliver` records its phases.
+    pub(super) taken: bool,
+    /// When the model took the request out of the loop (`drive_split`, or
+    /// a script under `drive_except_cgi`): its queue starts.
+    pub(super) handed_out: Mark,
+    /// What the connection waited before it reached this `Connection` (a
+    /// model's handoff queue): part of its first request's total.
+    pub(super) queued_before: u64,
+    /// The response began to be written.
+    pub(super) write_start: Mark,
+    /// The CGI script started.
+    pub(super) cgi_start: Mark,
+    pub(super) phases: PhaseTimes,
+    pub(super) data: &'static str,
+    /// Sampled for the trace: the path is kept.
+    pub(super) trace_path: Option<Box<str>>,
+}
+
+/// A [`now_ns`] timestamp, or none, in 8 bytes where `Option<u64>` takes
+/// 16: [`Timing`] lives in every connection, idle ones too, and idle
+/// memory is what an event server is judged by (nginx: 0.5 KiB each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Mark(Option<std::num::NonZeroU64>);
+
+impl Mark {
+    pub(super) const NONE: Mark = Mark(None);
+
+    /// The clock counts from boot, so 0 never comes; were it to, it would
+    /// read as 1 ns rather than as no timestamp.
+    pub(super) fn at(ns: u64) -> Mark {
+        Mark(std::num::NonZeroU64::new(ns.max(1)))
+    }
+
+    pub(super) fn get(self) -> Option<u64> {
+        self.0.map(std::num::NonZeroU64::get)
+    }
+
+    pub(super) fn take(&mut self) -> Option<u64> {
+        std::mem::take(self).get()
+    }
+}
+
+impl From<Option<u64>> for Mark {
+    fn from(ns: Option<u64>) -> Mark {
+        ns.map_or(Mark::NONE, Mark::at)
+    }
+}
+
+impl Connection {
+    /// The caller read the clock at `now` and has not waited since — an
+    /// event loop, once per wakeup, as nginx caches its time: deadlines set
+    /// until the next `drive` (with the `deliver` or `timed_out` before it)
+    /// ends count from `now` instead of a reading of their own, and so may
+    /// be as stale as `now` is. Phase timestamps (timing on) are always
+    /// read exactly. A blocking thread must not call this: its `drive` waits.
+    pub fn set_now(&mut self, now: Instant) {
+        self.now = Some(now);
+    }
+
+    /// The time a deadline counts from: `stamp`, a timestamp ([`now_ns`])
+    /// just taken, if there is one; else the caller's reading; else the clock.
+    pub(super) fn deadline_base(&self, stamp: Option<u64>) -> Instant {
+        match stamp {
+            Some(ns) => self.stats.instant_at(ns),
+            None => self.now.unwrap_or_else(Instant::now),
+        }
+    }
+
+    /// A phase boundary's timestamp (timing on): `fresh` if it was just
+    /// taken, else a clock read.
+    pub(super) fn stamp(&self, fresh: Option<u64>) -> Option<u64> {
+        self.stats.timing.then(|| fresh.unwrap_or_else(now_ns))
+    }
+
+    /// Runs `f` with a reading already at hand (`stamp`, or the caller's)
+    /// lent to its `Date` fields, so they need no clock read of their own.
+    pub(super) fn lend_now<R>(&self, stamp: Option<u64>, f: impl FnOnce() -> R) -> R {
+        match stamp.map(|ns| self.stats.instant_at(ns)).or(self.now) {
+            Some(now) => h1::with_now(now, f),
+            None => f(),
+        }
+    }
+
+    /// Moves the connection in the `connections` gauge after a `drive`.
+    pub(super) fn set_gauge(&mut self, want: &Want) {
+        let state = match want {
+            Want::Close => ConnState::None,
+            Want::Read(_)
+                if matches!(self.phase, Phase::Head) && self.start == self.end && self.served > 0 =>
+            {
+                ConnState::KeepAlive
+            }
+            Want::Read(_) => ConnState::Reading,
+            Want::Write(_) | Want::Pipes(_) | Want::Process => ConnState::Writing,
+        };
+        self.set_state(state);
+    }
+
+    /// Moves the connection in the gauge as it changes state inside a
+    /// `drive` (a blocking thread may stay in one for a long time).
+    pub(super) fn set_state(&mut self, state: ConnState) {
+        if state != self.gauge {
+            self.stats.move_conn(self.gauge, state);
+            self.gauge = state;
+        }
+    }
+
+    /// A request ended (sent, or the connection died under it) at `end`
+    /// (timing on; its last phase ended then): counts it, records its
+    /// phases and maybe a trace row, and starts the next wait.
+    pub(super) fn finish_request(&mut self, status: u16, bytes: u64, end: Option<u64>) {
+        let stats = &*self.stats;
+        let Some(end) = end else {
+            stats.count_response(status, bytes);
+            return;
+        };
+        let tm = &mut self.tm;
+        if let Some(first) = tm.first.get() {
+            let total = end.saturating_sub(first).saturating_add(std::mem::take(&mut tm.queued_before));
+            tm.phases.set(TimedPhase::Total, total);
+        }
+        stats.record_request(status, bytes, &tm.phases);
+        if let Some(path) = tm.trace_path.take() {
+            let arrival = tm.first.get().unwrap_or(end);
+            stats.trace_row(&TraceRow {
+                conn: self.conn_id,
+                arrival,
+                service_start: tm.service_start.get().unwrap_or(arrival),
+                service_end: end,
+                phases: &tm.phases,
+                data: tm.data,
+                status,
+                bytes,
+                path: &path,
+            });
+        }
+        // Field by field, so the durations array is not zeroed (`trace_path`
+        // was taken above).
+        tm.idle_since = Mark::at(end);
+        tm.first = Mark::NONE;
+        tm.service_start = Mark::NONE;
+        tm.taken = false;
+        tm.handed_out = Mark::NONE;
+        tm.write_start = Mark::NONE;
+        tm.cgi_start = Mark::NONE;
+        tm.phases.clear();
+        tm.data = "";
+    }
+
+    /// The connection waited `waited` in the model's queue before it
+    /// reached this `Connection`: counted in its first request's queue
+    /// phase and total.
+    pub fn queued_before(&mut self, waited: Duration) {
+        if self.stats.timing {
+            let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+            self.tm.queued_before = ns;
+            self.add_queue(ns);
+        }
+    }
+
+    pub(super) fn add_queue(&mut self, ns: u64) {
+        let before = self.tm.phases.get(TimedPhase::Queue).unwrap_or(0);
+        self.tm.phases.set(TimedPhase::Queue, before.saturating_add(ns));
+    }
+
+    /// Records the log phase, which began at `start` (the previous phase's
+    /// end) and ends now; returns now.
+    pub(super) fn timed_log(&mut self, start: u64) -> u64 {
+        let now = now_ns();
+        self.tm.phases.set(TimedPhase::Log, now.saturating_sub(start));
+        now
+    }
+}
