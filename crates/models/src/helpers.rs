@@ -112,11 +112,12 @@ impl HelperPool {
                         let reply = catch_unwind(AssertUnwindSafe(|| pipeline.handle_request(&request)));
                         match &reply {
                             // The loop will `sendfile` these pages: read them here so it does not wait on the disk.
-                            Ok(reply) => {
-                                if let Err(e) = reply.out.warm_file_pages(WARM_LIMIT) {
+                            Ok(Reply::Response(response)) => {
+                                if let Err(e) = response.out.warm_file_pages(WARM_LIMIT) {
                                     pipeline.error_log.warn(format_args!("helper: reading ahead: {e}"));
                                 }
                             }
+                            Ok(_) => {}
                             Err(_) => pipeline.error_log.error(format_args!("helper: the pipeline panicked")),
                         }
                         let mailbox = &mailboxes[worker];

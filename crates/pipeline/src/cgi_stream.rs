@@ -26,14 +26,15 @@ use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
 use crate::{reply, Pipeline};
 
 /// A script started for a request, on its way from the pipeline (which
-/// may run on a helper thread) to the connection.
+/// may run on a helper thread) to the connection. Opaque outside the
+/// pipeline: models only carry it, inside a [`Reply`](crate::Reply).
 #[derive(Debug)]
-pub(crate) struct Spawned {
-    pub process: CgiProcess,
+pub struct Spawned {
+    pub(crate) process: CgiProcess,
     /// The request, for a local redirect (§6.2.2).
-    pub head: RequestHead,
-    pub local: Option<SocketAddr>,
-    pub redirects: u8,
+    pub(crate) head: RequestHead,
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) redirects: u8,
 }
 
 /// Output queued for the client beyond which the script's stdout is not

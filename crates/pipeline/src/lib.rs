@@ -42,7 +42,7 @@ pub use conn::{
     BLOCKING_TICK,
 };
 pub use errorlog::ErrorLog;
-pub use reply::Reply;
+pub use reply::{Reply, Response};
 pub use settings::Settings;
 pub use site::{EmbeddedFile, Site};
 pub use stats::Stats;
@@ -99,7 +99,7 @@ impl Pipeline {
         }
         let start = std::time::Instant::now();
         let mut reply = f();
-        reply.data.took = start.elapsed();
+        reply.set_took(start.elapsed());
         reply
     }
 
@@ -112,7 +112,9 @@ impl Pipeline {
     }
 
     fn handle_untimed(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
-        reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed")
+        Reply::Response(
+            reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed"),
+        )
     }
 
     /// Whether `head` names a CGI script (its normalised path is under the
@@ -147,7 +149,14 @@ impl Pipeline {
         // connection would be read from the middle of this one.
         let is_head = head.method == h1::Method::Head;
         let page = |status, extra: &[(&str, &str)]| {
-            reply::error_page(&self.settings, status, head.version, req.keep_alive, is_head, extra)
+            Reply::Response(reply::error_page(
+                &self.settings,
+                status,
+                head.version,
+                req.keep_alive,
+                is_head,
+                extra,
+            ))
         };
         let Ok(path) = resolve::normalize(head.path()) else { return page(400, &[]) };
         let (file, args, script_name, path_info) = match cgi::lookup(settings, &path) {
@@ -159,14 +168,7 @@ impl Pipeline {
         };
         if req.probe {
             // The script exists: the connection may now send `100 Continue`.
-            return Reply {
-                status: 100,
-                out: Default::default(),
-                head_len: 0,
-                close: false,
-                cgi: None,
-                data: Default::default(),
-            };
+            return Reply::Continue;
         }
         let document_root = match &self.site {
             Site::Dir(root) => Some(root.path()),
@@ -192,14 +194,7 @@ impl Pipeline {
                     local: req.local,
                     redirects: req.redirects,
                 };
-                Reply {
-                    status: 0,
-                    out: Default::default(),
-                    head_len: 0,
-                    close: false,
-                    cgi: Some(Box::new(spawned)),
-                    data: Default::default(),
-                }
+                Reply::Script { spawned: Box::new(spawned), took: Default::default() }
             }
             // RFC 9110 §15.6.4: overloaded, try again shortly.
             Err(cgi::SpawnError::Busy) => page(503, &[("Retry-After", "1")]),
@@ -221,11 +216,11 @@ impl Pipeline {
     /// split between its event loop and its helpers.
     pub fn handle_in_memory(&self, head: &h1::RequestHead, keep_alive: bool) -> Option<Reply> {
         if !self.stats.timing {
-            return reply::handle(self, head, keep_alive, reply::Blocking::Avoid);
+            return reply::handle(self, head, keep_alive, reply::Blocking::Avoid).map(Reply::Response);
         }
         let start = std::time::Instant::now();
-        let mut reply = reply::handle(self, head, keep_alive, reply::Blocking::Avoid)?;
-        reply.data.took = start.elapsed();
-        Some(reply)
+        let mut response = reply::handle(self, head, keep_alive, reply::Blocking::Avoid)?;
+        response.data.took = start.elapsed();
+        Some(Reply::Response(response))
     }
 }

@@ -11,7 +11,7 @@ use crate::{multipart, Pipeline, Settings};
 
 /// What the pipeline decided to send for one request.
 #[derive(Debug)]
-pub struct Reply {
+pub struct Response {
     /// Status code (for the log and the metrics).
     pub status: u16,
     /// Head and body, ready to write.
@@ -20,11 +20,45 @@ pub struct Reply {
     pub head_len: u64,
     /// The connection must close after this response.
     pub close: bool,
-    /// A CGI script started for the request: `out` is empty, the
-    /// connection streams the script's response instead.
-    pub(crate) cgi: Option<Box<crate::cgi_stream::Spawned>>,
     /// How the pipeline got the answer, and how long it took (timing on).
     pub(crate) data: DataPhase,
+}
+
+/// What the pipeline answers a request from a connection with.
+#[derive(Debug)]
+pub enum Reply {
+    /// A response to write.
+    Response(Response),
+    /// A CGI script was started: the connection streams its response.
+    Script {
+        /// The running script and what its response needs of the request.
+        spawned: Box<crate::cgi_stream::Spawned>,
+        /// Time to start it (timing on).
+        took: std::time::Duration,
+    },
+    /// The request was a `100 Continue` probe (a chunked body is coming)
+    /// and its script exists: the connection asks for the body.
+    Continue,
+}
+
+impl Reply {
+    /// How long the pipeline took (timing on; zero for a probe).
+    pub(crate) fn took(&self) -> std::time::Duration {
+        match self {
+            Reply::Response(r) => r.data.took,
+            Reply::Script { took, .. } => *took,
+            Reply::Continue => std::time::Duration::ZERO,
+        }
+    }
+
+    /// Records how long the pipeline took (timing on).
+    pub(crate) fn set_took(&mut self, d: std::time::Duration) {
+        match self {
+            Reply::Response(r) => r.data.took = d,
+            Reply::Script { took, .. } => *took = d,
+            Reply::Continue => {}
+        }
+    }
 }
 
 /// The data phase of a reply, for the per-phase statistics.
@@ -67,7 +101,12 @@ pub(crate) fn start(settings: &Settings, status: u16, version: Version, keep_ali
     head
 }
 
-fn finish(status: u16, head: ResponseHead, body: impl IntoIterator<Item = Chunk>, keep_alive: bool) -> Reply {
+fn finish(
+    status: u16,
+    head: ResponseHead,
+    body: impl IntoIterator<Item = Chunk>,
+    keep_alive: bool,
+) -> Response {
     let head = head.finish();
     let head_len = head.len() as u64;
     let mut out = spare::outbound();
@@ -75,7 +114,7 @@ fn finish(status: u16, head: ResponseHead, body: impl IntoIterator<Item = Chunk>
     for chunk in body {
         out.push(chunk);
     }
-    Reply { status, out, head_len, close: !keep_alive, cgi: None, data: DataPhase::default() }
+    Response { status, out, head_len, close: !keep_alive, data: DataPhase::default() }
 }
 
 /// The allocations of sent replies, per thread, for the next ones: a head
@@ -122,7 +161,7 @@ pub(crate) fn error_page(
     keep_alive: bool,
     is_head: bool,
     extra: &[(&str, &str)],
-) -> Reply {
+) -> Response {
     let reason = h1::reason_phrase(status);
     let body = format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{status} {reason}</title></head>\n\
@@ -140,7 +179,7 @@ pub(crate) fn error_page(
 
 /// The answer to a request that could not be parsed: always closes, since
 /// the position of the next request in the stream is unknown (RFC 9112 §9.3).
-pub(crate) fn refuse(settings: &Settings, status: u16) -> Reply {
+pub(crate) fn refuse(settings: &Settings, status: u16) -> Response {
     error_page(settings, status, Version::Http11, false, false, &[])
 }
 
@@ -154,7 +193,12 @@ pub(crate) enum Blocking {
     Avoid,
 }
 
-pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking: Blocking) -> Option<Reply> {
+pub(crate) fn handle(
+    p: &Pipeline,
+    req: &RequestHead,
+    keep_alive: bool,
+    blocking: Blocking,
+) -> Option<Response> {
     let settings = &p.settings;
     let is_head = req.method == Method::Head;
     let page = |status, extra: &[(&str, &str)]| {
@@ -189,7 +233,7 @@ pub(crate) fn handle(p: &Pipeline, req: &RequestHead, keep_alive: bool, blocking
 }
 
 /// The reply for what the lookup found.
-fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: Found) -> Reply {
+fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: Found) -> Response {
     let settings = &p.settings;
     let is_head = req.method == Method::Head;
     let page = |status, extra: &[(&str, &str)]| {
@@ -233,14 +277,14 @@ fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: 
     }
 }
 
-fn no_content_allow(settings: &Settings, req: &RequestHead, keep_alive: bool) -> Reply {
+fn no_content_allow(settings: &Settings, req: &RequestHead, keep_alive: bool) -> Response {
     let mut head = start(settings, 204, req.version, keep_alive);
     head.header("Allow", ALLOW);
     finish(204, head, None, keep_alive)
 }
 
 /// GET or HEAD of a file: conditionals (RFC 9110 §13.2.2), then ranges (§14).
-fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: bool) -> Reply {
+fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: bool) -> Response {
     let is_head = req.method == Method::Head;
     let len = res.len();
     let precondition = conditional::evaluate(

@@ -293,50 +293,61 @@ impl Connection {
     pub(super) fn start_script(
         &mut self,
         mut plan: Plan,
-        mut reply: Reply,
+        reply: Reply,
         at: Option<u64>,
         p: &Pipeline,
-    ) -> Option<(Plan, Reply)> {
-        if let Some(request) = plan.cgi.as_mut().and_then(|cgi| cgi.probed.take()) {
-            if reply.status == 100 && reply.cgi.is_none() {
+    ) -> Option<(Plan, Response)> {
+        let probed = plan.cgi.as_mut().and_then(|cgi| cgi.probed.take());
+        match reply {
+            Reply::Continue => {
+                let Some(request) = probed else {
+                    p.error_log.error(format_args!("100 Continue for a request that was no probe"));
+                    self.fail_planned(plan, 500, p);
+                    return None;
+                };
                 // The script exists: ask for the body, then start it.
                 self.phase = collect_chunked(*request, plan, CONTINUE, p);
-                return None;
+                None
             }
-            // Otherwise the probe's error page, which closes.
+            Reply::Script { spawned, .. } => {
+                let Some(cgi_plan) = plan.cgi.take() else {
+                    p.error_log.error(format_args!("a script started for a request planned as a file"));
+                    self.fail_planned(plan, 500, p);
+                    return None;
+                };
+                let CgiPlan { keep_alive, expect_continue, mut remaining, collected, .. } = cgi_plan;
+                let buffered = if collected.is_empty() {
+                    // The part of the body that arrived with the head.
+                    let take = remaining.min((self.end - self.start) as u64) as usize;
+                    let bytes = self.buf[self.start..self.start + take].to_vec();
+                    self.start += take;
+                    remaining -= take as u64;
+                    bytes
+                } else {
+                    collected
+                };
+                let run = CgiRun::new(spawned, keep_alive, buffered, remaining, expect_continue, p);
+                plan.cgi = Some(CgiPlan {
+                    keep_alive,
+                    expect_continue: false,
+                    remaining: 0,
+                    collected: Vec::new(),
+                    probed: None,
+                });
+                self.phase = Phase::Cgi(Box::new((run, plan)));
+                self.cgi_new = true;
+                self.tm.cgi_start = self.stamp(at).into();
+                None
+            }
+            // The script did not start (404, 403, 503...), or the probe's
+            // error page: a body, if any, is dropped to find the next request.
+            Reply::Response(response) => {
+                if let Some(cgi_plan) = plan.cgi.take() {
+                    plan.discard += cgi_plan.remaining;
+                }
+                Some((plan, response))
+            }
         }
-        if let Some(cgi_plan) = plan.cgi.take() {
-            let CgiPlan { keep_alive, expect_continue, mut remaining, collected, .. } = cgi_plan;
-            let Some(spawned) = reply.cgi.take() else {
-                // The script did not start (404, 403, 503...): its body, if
-                // any, is dropped to find the next request.
-                plan.discard += remaining;
-                return Some((plan, reply));
-            };
-            let buffered = if collected.is_empty() {
-                // The part of the body that arrived with the head.
-                let take = remaining.min((self.end - self.start) as u64) as usize;
-                let bytes = self.buf[self.start..self.start + take].to_vec();
-                self.start += take;
-                remaining -= take as u64;
-                bytes
-            } else {
-                collected
-            };
-            let run = CgiRun::new(spawned, keep_alive, buffered, remaining, expect_continue, p);
-            plan.cgi = Some(CgiPlan {
-                keep_alive,
-                expect_continue: false,
-                remaining: 0,
-                collected: Vec::new(),
-                probed: None,
-            });
-            self.phase = Phase::Cgi(Box::new((run, plan)));
-            self.cgi_new = true;
-            self.tm.cgi_start = self.stamp(at).into();
-            return None;
-        }
-        Some((plan, reply))
     }
 }
 

@@ -21,7 +21,7 @@ use transport::poller::Interest;
 use transport::Progress;
 
 use crate::cgi_stream::CgiRun;
-use crate::reply::{self, Reply};
+use crate::reply::{self, Reply, Response};
 use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase as TimedPhase, Stats};
 use crate::{LogRecord, Pipeline};
@@ -364,21 +364,17 @@ impl Connection {
             at = Some(now);
             let took = match inline_start {
                 Some(start) => now.saturating_sub(start),
-                None => u64::try_from(reply.data.took.as_nanos()).unwrap_or(u64::MAX),
+                None => u64::try_from(reply.took().as_nanos()).unwrap_or(u64::MAX),
             };
-            // A 100-continue probe found the script: the request is not
-            // answered yet, and its script start is recorded when it runs.
-            let probe_passed = reply.status == 100
-                && reply.cgi.is_none()
-                && plan.cgi.as_ref().is_some_and(|cgi| cgi.probed.is_some());
-            if !probe_passed {
-                let (phase, name) = if reply.cgi.is_some() {
-                    (TimedPhase::CgiSpawn, "cgi")
-                } else if reply.data.hit {
-                    (TimedPhase::DataHit, "hit")
-                } else {
-                    (TimedPhase::DataMiss, "miss")
-                };
+            let measured = match &reply {
+                Reply::Script { .. } => Some((TimedPhase::CgiSpawn, "cgi")),
+                Reply::Response(response) if response.data.hit => Some((TimedPhase::DataHit, "hit")),
+                Reply::Response(_) => Some((TimedPhase::DataMiss, "miss")),
+                // A 100-continue probe found the script: the request is not
+                // answered yet, and its script start is recorded when it runs.
+                Reply::Continue => None,
+            };
+            if let Some((phase, name)) = measured {
                 self.tm.phases.set(phase, took);
                 self.tm.data = name;
             }

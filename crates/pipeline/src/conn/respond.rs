@@ -6,7 +6,7 @@ use std::time::Instant;
 use h1::RequestHead;
 
 use super::*;
-use crate::reply::{self, Reply};
+use crate::reply::{self, Reply, Response};
 use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase as TimedPhase};
 use crate::{LogRecord, Pipeline};
@@ -32,7 +32,7 @@ pub(super) fn record_bytes(record: &LogRecord) -> usize {
 
 #[derive(Debug)]
 pub(super) struct Pending {
-    pub(super) reply: Reply,
+    pub(super) reply: Response,
     pub(super) log: Option<LogRecord>,
     /// Body bytes to drop after the response before the next head.
     pub(super) discard: u64,
@@ -67,19 +67,14 @@ impl Connection {
     }
 
     /// `at`: a timestamp just taken (timing on), the start of what follows.
-    pub(super) fn respond_planned(
-        &mut self,
-        mut plan: Plan,
-        mut reply: Reply,
-        at: Option<u64>,
-        p: &Pipeline,
-    ) {
-        if plan.cgi.is_some() {
-            match self.start_script(plan, reply, at, p) {
-                Some(answer) => (plan, reply) = answer,
+    pub(super) fn respond_planned(&mut self, plan: Plan, reply: Reply, at: Option<u64>, p: &Pipeline) {
+        let (plan, reply) = match reply {
+            Reply::Response(response) if plan.cgi.is_none() => (plan, response),
+            reply => match self.start_script(plan, reply, at, p) {
+                Some(answer) => answer,
                 None => return,
-            }
-        }
+            },
+        };
         let log = plan.log.map(|log| LogRecord { status: reply.status, ..log });
         let close = reply.close;
         self.respond(reply, log, if close { 0 } else { plan.discard }, close && plan.unread, at, p);
@@ -101,7 +96,7 @@ impl Connection {
     /// `at`: a timestamp just taken (timing on), when the write starts.
     pub(super) fn respond(
         &mut self,
-        reply: Reply,
+        reply: Response,
         log: Option<LogRecord>,
         discard: u64,
         linger: bool,
@@ -131,7 +126,7 @@ impl Connection {
         self.log(p, &mut pending);
         reply::spare::give_back(std::mem::take(&mut pending.reply.out));
         let (close, linger, discard) = (pending.reply.close, pending.linger, pending.discard);
-        debug_assert!(pending.log.is_none() && pending.reply.cgi.is_none());
+        debug_assert!(pending.log.is_none());
         spares::give_back(&SPARE_PENDINGS, pending);
         self.after_response(sock, close, linger, discard, p)
     }
