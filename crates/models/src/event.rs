@@ -493,7 +493,7 @@ impl Loop {
         let mut parked = None;
         while want == Want::Process {
             let Some(request) = c.conn.take_request() else { break };
-            match p.handle_in_memory(&request.head, request.keep_alive) {
+            match p.handle_in_memory(&request) {
                 Some(reply) => {
                     c.conn.set_now(now);
                     c.conn.deliver(reply, p);

@@ -88,7 +88,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use pipeline::stats::{Phase, Worker};
-use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Want, BLOCKING_TICK};
+use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Route, Want, BLOCKING_TICK};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 
 use crate::{accept, Caps, ModelEnv, ModelInfo};
@@ -369,7 +369,7 @@ fn read_stage(
         match want {
             Want::Process => match c.conn.take_request() {
                 // `Err`: tearing down; the connection closes.
-                Some(request) if shared.pipeline.is_cgi(&request.head) => drop(cgi.send((c, Some(request)))),
+                Some(request) if request.route == Route::Script => drop(cgi.send((c, Some(request)))),
                 Some(request) => drop(data.send((c, request))),
                 // Cannot happen: only this thread holds the connection and
                 // `Process` means a request is ready. Close rather than panic.

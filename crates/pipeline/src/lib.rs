@@ -49,6 +49,23 @@ pub use stats::Stats;
 
 use std::sync::Arc;
 
+/// What a request asks of the server: decided once, from its head, when
+/// it is parsed ([`Pipeline::route`]), and carried with it
+/// ([`Request::route`]), so that no later stage — a helper thread, a
+/// stage queue, the pipeline — asks again and answers differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// A resource of the site: a file, a directory, a listing.
+    Site,
+    /// A CGI script (its path is under the CGI prefix).
+    Script,
+    /// `OPTIONS *`: the server as a whole.
+    ServerWide,
+    /// Refused by the request alone: an unknown method (501) or a path
+    /// that can name nothing (400, 404).
+    Refuse(u16),
+}
+
 /// The shared, thread-safe request core. Models hold it in an `Arc`.
 #[derive(Debug)]
 pub struct Pipeline {
@@ -106,24 +123,51 @@ impl Pipeline {
     /// All request stages fused: resolve the target, load the resource
     /// (may block on the disk), evaluate conditionals and ranges, and plan
     /// the response. `keep_alive` is the connection's decision, echoed in
-    /// the `Connection` header.
+    /// the `Connection` header. A script is not started here (that needs
+    /// the connection: [`handle_request`](Self::handle_request)).
     pub fn handle(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
-        self.timed(|| self.handle_untimed(head, keep_alive))
+        self.timed(|| {
+            let (route, path) = self.route(head);
+            self.answer_route(head, route, path.as_deref().unwrap_or(""), keep_alive)
+        })
     }
 
-    fn handle_untimed(&self, head: &h1::RequestHead, keep_alive: bool) -> Reply {
+    fn answer_route(&self, head: &h1::RequestHead, route: Route, path: &str, keep_alive: bool) -> Reply {
+        let blocking = reply::Blocking::Allowed;
         Reply::Response(
-            reply::handle(self, head, keep_alive, reply::Blocking::Allowed).expect("blocking is allowed"),
+            reply::handle(self, head, route, path, keep_alive, blocking).expect("blocking is allowed"),
         )
     }
 
-    /// Whether `head` names a CGI script (its normalised path is under the
-    /// CGI prefix). Cheap: no file system access.
-    pub fn is_cgi(&self, head: &h1::RequestHead) -> bool {
-        self.settings.cgi.as_ref().is_some_and(|cgi| {
-            head.path().starts_with('/')
-                && resolve::normalize(head.path()).is_ok_and(|path| cgi::route(&cgi.prefix, &path))
-        })
+    /// What `head` asks of the server, and its normalised path (borrowed
+    /// when the path was normal already; `None` when the route needs none).
+    /// Decided once per request, when its head is parsed.
+    ///
+    /// Under the CGI prefix any method goes to the script, which decides
+    /// what it supports (RFC 3875 §4.1.12; Apache passes unknown methods
+    /// to CGI scripts too, where lighttpd answers 501): the script owns
+    /// that URL space. Elsewhere an unknown method is 501 before the path
+    /// is looked at.
+    pub fn route<'h>(&self, head: &'h h1::RequestHead) -> (Route, Option<std::borrow::Cow<'h, str>>) {
+        let raw = head.path();
+        let normal = if raw.starts_with('/') { Some(resolve::normalize(raw)) } else { None };
+        if let (Some(cgi), Some(Ok(path))) = (&self.settings.cgi, &normal) {
+            if cgi::route(&cgi.prefix, path) {
+                return (Route::Script, normal.and_then(Result::ok));
+            }
+        }
+        if !head.method.is_known() {
+            return (Route::Refuse(501), None);
+        }
+        match normal {
+            Some(Ok(path)) => (Route::Site, Some(path)),
+            Some(Err(resolve::PathError::BadRequest)) => (Route::Refuse(400), None),
+            Some(Err(resolve::PathError::NotFound)) => (Route::Refuse(404), None),
+            // The parser admits no other target without a leading '/' than
+            // `*`, and that only with OPTIONS.
+            None if raw == "*" => (Route::ServerWide, None),
+            None => (Route::Refuse(400), None),
+        }
     }
 
     /// [`handle`](Self::handle) for a request taken from a [`Connection`]:
@@ -137,9 +181,9 @@ impl Pipeline {
     /// [`handle_request`](Self::handle_request) without its timing, for a
     /// connection that runs the pipeline itself between timestamps it takes anyway.
     pub(crate) fn answer(&self, req: &Request) -> Reply {
-        match &self.settings.cgi {
-            Some(cgi) if self.is_cgi(&req.head) => self.start_script(cgi, req),
-            _ => self.handle_untimed(&req.head, req.keep_alive),
+        match (&self.settings.cgi, req.route) {
+            (Some(cgi), Route::Script) => self.start_script(cgi, req),
+            (_, route) => self.answer_route(&req.head, route, req.path(), req.keep_alive),
         }
     }
 
@@ -158,8 +202,8 @@ impl Pipeline {
                 extra,
             ))
         };
-        let Ok(path) = resolve::normalize(head.path()) else { return page(400, &[]) };
-        let (file, args, script_name, path_info) = match cgi::lookup(settings, &path) {
+        let path = req.path();
+        let (file, args, script_name, path_info) = match cgi::lookup(settings, path) {
             cgi::Lookup::Script { file, args, script_name, path_info } => {
                 (file, args, script_name, path_info)
             }
@@ -214,13 +258,56 @@ impl Pipeline {
     /// validated cache hit, an embedded file, or an error decided by the
     /// request alone. `None` means "ask a thread that may block" — Flash's
     /// split between its event loop and its helpers.
-    pub fn handle_in_memory(&self, head: &h1::RequestHead, keep_alive: bool) -> Option<Reply> {
+    pub fn handle_in_memory(&self, req: &Request) -> Option<Reply> {
+        let (head, route, path, keep_alive) = (&req.head, req.route, req.path(), req.keep_alive);
         if !self.stats.timing {
-            return reply::handle(self, head, keep_alive, reply::Blocking::Avoid).map(Reply::Response);
+            return reply::handle(self, head, route, path, keep_alive, reply::Blocking::Avoid)
+                .map(Reply::Response);
         }
         let start = std::time::Instant::now();
-        let mut response = reply::handle(self, head, keep_alive, reply::Blocking::Avoid)?;
+        let mut response = reply::handle(self, head, route, path, keep_alive, reply::Blocking::Avoid)?;
         response.data.took = start.elapsed();
         Some(Reply::Response(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accesslog::LogTarget;
+
+    fn pipeline(cgi: bool) -> Pipeline {
+        let mut settings = Settings::default();
+        if cgi {
+            settings.cgi = Some(CgiSettings::new(Scripts::Dir("/nonexistent".into())));
+        }
+        let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+        Pipeline::new(settings, Site::embedded(&[]), access, Arc::new(ErrorLog::stderr()))
+    }
+
+    fn route(p: &Pipeline, request_line: &str) -> (Route, Option<String>) {
+        let bytes = format!("{request_line}\r\nHost: x\r\n\r\n");
+        let Ok(h1::Parsed::Complete { head, .. }) = h1::parse_request(bytes.as_bytes(), &p.settings.limits)
+        else {
+            panic!("{request_line:?} parses");
+        };
+        let (route, path) = p.route(&head);
+        (route, path.map(|p| p.into_owned()))
+    }
+
+    #[test]
+    fn every_request_has_one_route() {
+        let (cgi, plain) = (pipeline(true), pipeline(false));
+        let site = |path: &str| (Route::Site, Some(path.to_string()));
+        assert_eq!(route(&plain, "GET /a/b.txt HTTP/1.1"), site("/a/b.txt"));
+        assert_eq!(route(&plain, "GET /a/%62.txt HTTP/1.1"), site("/a/b.txt"), "decoded once, here");
+        assert_eq!(route(&plain, "GET /cgi-bin/env HTTP/1.1"), site("/cgi-bin/env"), "CGI off");
+        assert_eq!(route(&cgi, "GET /cgi-bin/env HTTP/1.1"), (Route::Script, Some("/cgi-bin/env".into())));
+        assert_eq!(route(&cgi, "GET /x/../cgi-bin/env HTTP/1.1").0, Route::Script, "normalised first");
+        assert_eq!(route(&cgi, "FOO /cgi-bin/env HTTP/1.1").0, Route::Script, "the script decides");
+        assert_eq!(route(&cgi, "FOO /a.txt HTTP/1.1"), (Route::Refuse(501), None));
+        assert_eq!(route(&plain, "OPTIONS * HTTP/1.1"), (Route::ServerWide, None));
+        assert_eq!(route(&plain, "GET /a%00b HTTP/1.1").0, Route::Refuse(400));
+        assert_eq!(route(&plain, "GET /.hidden HTTP/1.1").0, Route::Refuse(404));
     }
 }

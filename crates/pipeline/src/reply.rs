@@ -5,9 +5,8 @@ use transport::{Chunk, Data, Outbound};
 use crate::conditional::{self, Precondition};
 use crate::listing::html_escape;
 use crate::range::{self, RangeOutcome};
-use crate::resolve::{self, PathError};
 use crate::site::{fnv1a, Found, Resource};
-use crate::{multipart, Pipeline, Settings};
+use crate::{multipart, Pipeline, Route, Settings};
 
 /// What the pipeline decided to send for one request.
 #[derive(Debug)]
@@ -196,6 +195,8 @@ pub(crate) enum Blocking {
 pub(crate) fn handle(
     p: &Pipeline,
     req: &RequestHead,
+    route: Route,
+    path: &str,
     keep_alive: bool,
     blocking: Blocking,
 ) -> Option<Response> {
@@ -204,30 +205,22 @@ pub(crate) fn handle(
     let page = |status, extra: &[(&str, &str)]| {
         error_page(settings, status, req.version, keep_alive, is_head, extra)
     };
-    if !req.method.is_known() {
-        return Some(page(501, &[]));
-    }
-    if p.is_cgi(req) {
-        // Scripts are started by `Pipeline::handle_request`, which knows the
-        // connection; here a CGI path is refused rather than ever served as a file.
-        if blocking == Blocking::Avoid {
-            return None;
+    match route {
+        Route::Site => {}
+        Route::Refuse(status) => return Some(page(status, &[])),
+        Route::ServerWide => return Some(no_content_allow(settings, req, keep_alive)),
+        Route::Script => {
+            // Scripts are started by `Pipeline::handle_request`, which knows the
+            // connection; here a CGI path is refused rather than ever served as a file.
+            if blocking == Blocking::Avoid {
+                return None;
+            }
+            p.error_log.error(format_args!("{}: CGI request without its connection", req.path()));
+            return Some(page(500, &[]));
         }
-        p.error_log.error(format_args!("{}: CGI request without its connection", req.path()));
-        return Some(page(500, &[]));
     }
-    let raw_path = req.path();
-    if raw_path == "*" {
-        // The parser admits `*` only with OPTIONS: the server-wide question.
-        return Some(no_content_allow(settings, req, keep_alive));
-    }
-    let path = match resolve::normalize(raw_path) {
-        Ok(path) => path,
-        Err(PathError::BadRequest) => return Some(page(400, &[])),
-        Err(PathError::NotFound) => return Some(page(404, &[])),
-    };
-    let (found, hit) = p.site.lookup(&path, &p.cache, settings, blocking)?;
-    let mut reply = answer(p, req, keep_alive, &path, found);
+    let (found, hit) = p.site.lookup(path, &p.cache, settings, blocking)?;
+    let mut reply = answer(p, req, keep_alive, path, found);
     reply.data.hit = hit;
     Some(reply)
 }

@@ -78,6 +78,7 @@ impl Connection {
     pub(super) fn plan_cgi(
         &self,
         head: RequestHead,
+        normal_path: Option<Box<str>>,
         sock: &TcpStream,
         p: &Pipeline,
         stopping: bool,
@@ -102,7 +103,17 @@ impl Connection {
         let plan =
             Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, cgi: Some(cgi) };
         let local = sock.local_addr().ok();
-        let request = Request { head, keep_alive, peer: self.info.peer, local, redirects: 0, probe: false };
+        let peer = self.info.peer;
+        let request = Request {
+            head,
+            keep_alive,
+            peer,
+            local,
+            redirects: 0,
+            probe: false,
+            route: Route::Script,
+            normal_path,
+        };
         (request, plan)
     }
 
@@ -235,14 +246,8 @@ impl Connection {
                 head.framing = BodyFraming::None;
                 head.expect_continue = false;
                 let keep_alive = plan.cgi.as_ref().is_some_and(|c| c.keep_alive);
-                let request = Request {
-                    head,
-                    keep_alive,
-                    peer: self.info.peer,
-                    local: sp.local,
-                    redirects: sp.redirects + 1,
-                    probe: false,
-                };
+                let request =
+                    Request::routed(p, head, keep_alive, self.info.peer, sp.local, sp.redirects + 1);
                 // The first script's body is dropped, and what it did not read of
                 // the request's body is dropped after the new response.
                 let discard = plan.discard + run.body_remaining;

@@ -12,6 +12,7 @@
 //! * `blocking.rs` — the loop a blocking thread runs around a connection
 //!   (the only code here that waits).
 
+use std::borrow::Cow;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
@@ -24,7 +25,7 @@ use crate::cgi_stream::CgiRun;
 use crate::reply::{self, Reply, Response};
 use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase as TimedPhase, Stats};
-use crate::{LogRecord, Pipeline};
+use crate::{LogRecord, Pipeline, Route};
 
 mod blocking;
 mod cgi;
@@ -96,6 +97,49 @@ pub struct Request {
     /// Only find the CGI script: a status 100 reply if it exists, its
     /// error page otherwise (before a `100 Continue` for a chunked body).
     pub(crate) probe: bool,
+    /// What it asks of the server, decided when the head was parsed.
+    pub route: Route,
+    /// The normalised path, where it differs from the head's (see [`Request::path`]).
+    normal_path: Option<Box<str>>,
+}
+
+impl Request {
+    /// A request for `head`, routed once and for all.
+    pub(crate) fn routed(
+        p: &Pipeline,
+        head: RequestHead,
+        keep_alive: bool,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        redirects: u8,
+    ) -> Request {
+        let (route, normal) = p.route(&head);
+        let normal_path = match normal {
+            Some(Cow::Owned(path)) => Some(path.into_boxed_str()),
+            _ => None,
+        };
+        Request { head, keep_alive, peer, local, redirects, probe: false, route, normal_path }
+    }
+
+    /// The normalised path (decoded, dot segments resolved) of a
+    /// [`Route::Site`] or [`Route::Script`] request.
+    pub fn path(&self) -> &str {
+        self.normal_path.as_deref().unwrap_or(self.head.path())
+    }
+
+    /// The same request, to find its script only.
+    pub(crate) fn probe(&self) -> Request {
+        Request {
+            head: self.head.clone(),
+            keep_alive: false,
+            peer: self.peer,
+            local: self.local,
+            redirects: 0,
+            probe: true,
+            route: self.route,
+            normal_path: self.normal_path.clone(),
+        }
+    }
 }
 
 /// Which requests `drive` runs through the pipeline itself; the others
@@ -470,14 +514,7 @@ impl Connection {
                                             // §10.1.1), where a lookup may block. Should there
                                             // be none, the error closes the connection, since
                                             // the chunked body cannot be skipped unread.
-                                            let probe = Request {
-                                                head: request.head.clone(),
-                                                keep_alive: false,
-                                                peer: request.peer,
-                                                local: request.local,
-                                                redirects: 0,
-                                                probe: true,
-                                            };
+                                            let probe = request.probe();
                                             let mut plan = plan;
                                             if let Some(cgi) = plan.cgi.as_mut() {
                                                 cgi.probed = Some(Box::new(request));
@@ -629,8 +666,13 @@ impl Connection {
     /// after this request.
     fn plan(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
         let settings = &p.settings;
-        if p.is_cgi(&head) {
-            return self.plan_cgi(head, sock, p, stopping);
+        let (route, normal) = p.route(&head);
+        let normal_path = match normal {
+            Some(Cow::Owned(path)) => Some(path.into_boxed_str()),
+            _ => None,
+        };
+        if route == Route::Script {
+            return self.plan_cgi(head, normal_path, sock, p, stopping);
         }
         // A body no handler wants is read and dropped to find the next
         // request (RFC 9112 §6.3). One too large, chunked, or whose sender
@@ -650,7 +692,9 @@ impl Connection {
         let head_only = head.method == h1::Method::Head;
         let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, cgi: None };
         let peer = self.info.peer;
-        (Request { head, keep_alive, peer, local: None, redirects: 0, probe: false }, plan)
+        let request =
+            Request { head, keep_alive, peer, local: None, redirects: 0, probe: false, route, normal_path };
+        (request, plan)
     }
 
     /// Answers a planned request with an error page and closes.

@@ -640,3 +640,16 @@ fn a_cgi_dir_inside_the_root_is_warned_about() {
     r.assert_status(200);
     assert!(poll_until(|| srv.stderr().contains("lies inside ROOT")), "{}", srv.stderr());
 }
+
+/// One answer whatever the model: a method the server does not know goes
+/// to the script, which owns its URL space (as Apache does; the route is
+/// decided once, when the head is parsed). Off the prefix it stays 501.
+#[test]
+fn an_unknown_method_reaches_the_script() {
+    let t = cgi_server(&[]);
+    let r = t.srv.client().request("FOO", "/cgi-bin/env", &[]);
+    r.assert_status(200);
+    assert_eq!(env_map(&r)["REQUEST_METHOD"], "FOO");
+    let r = t.srv.client().request("FOO", "/", &[]);
+    r.assert_status(501);
+}
