@@ -776,8 +776,15 @@ impl<'a> Worker<'a> {
                 c.want_write = true;
                 c.since = now;
             }
-            Err(_) => self.fail_all(ci, ErrorKind::Connect, now),
+            Err(e) => {
+                self.note_connect_failure(&e);
+                self.fail_all(ci, ErrorKind::Connect, now)
+            }
         }
+    }
+
+    fn note_connect_failure(&mut self, e: &io::Error) {
+        *self.st.connect_failures.entry(crate::stats::connect_failure(e)).or_default() += 1;
     }
 
     fn check_connected(&mut self, ci: usize) {
@@ -786,7 +793,10 @@ impl<'a> Worker<'a> {
         let Some(s) = c.sock.as_ref() else { return };
         match s.take_error() {
             Ok(None) => {}
-            _ => return self.fail_all(ci, ErrorKind::Connect, now),
+            Ok(Some(e)) | Err(e) => {
+                self.note_connect_failure(&e);
+                return self.fail_all(ci, ErrorKind::Connect, now);
+            }
         }
         match s.peer_addr() {
             Ok(_) => {
@@ -800,7 +810,10 @@ impl<'a> Worker<'a> {
                 self.flush(ci);
             }
             Err(e) if e.kind() == io::ErrorKind::NotConnected => {}
-            Err(_) => self.fail_all(ci, ErrorKind::Connect, now),
+            Err(e) => {
+                self.note_connect_failure(&e);
+                self.fail_all(ci, ErrorKind::Connect, now)
+            }
         }
     }
 
@@ -1049,6 +1062,9 @@ impl<'a> Worker<'a> {
             let Some(front) = c.inflight.front() else { continue };
             if now.saturating_duration_since(front.actual) >= self.cfg.timeout {
                 let kind = if c.connected { ErrorKind::Timeout } else { ErrorKind::Connect };
+                if kind == ErrorKind::Connect {
+                    self.note_connect_failure(&io::ErrorKind::TimedOut.into());
+                }
                 self.fail_all(ci, kind, now);
             }
         }

@@ -13,12 +13,13 @@ pub mod target;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::dist::DurationDist;
 use crate::engine::{Arrivals, Config, Progress};
@@ -34,6 +35,15 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// the previous answer arrives, after `--think-time`); open loop with
 /// `-R/--rate` (latency from each request's intended send time). Targets
 /// must be loopback unless `--allow-remote`.
+///
+/// Ctrl-C (SIGINT) or SIGTERM ends the run early and prints the report of
+/// what ran; a second one exits at once.
+///
+/// Exit status: 0 when the run completed and requests got responses (any
+/// status: 4xx/5xx are reported, and warned about when none succeeded);
+/// 1 when no request got a response, or when more than half of them got
+/// none (refused, reset, timed out, cut short, dropped); 2 for a usage
+/// error; 130 after SIGINT, 143 after SIGTERM.
 ///
 /// `--close` opens a connection per request. Each one leaves a TIME_WAIT
 /// entry for 60 s; past ~28k of them per source address, connect fails with
@@ -225,7 +235,7 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
 /// `modus load`.
 pub fn load_main(a: LoadArgs) -> ExitCode {
     match load(&a) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(status) => ExitCode::from(status),
         Err(e) => {
             eprintln!("modus load: {e:#}");
             ExitCode::from(2)
@@ -233,10 +243,22 @@ pub fn load_main(a: LoadArgs) -> ExitCode {
     }
 }
 
-fn load(a: &LoadArgs) -> Result<()> {
+/// Runs the load and reports; returns the exit status ([`report::exit_status`]).
+fn load(a: &LoadArgs) -> Result<u8> {
     let cfg = config(a)?;
     let progress = Arc::new(Progress::default());
     let stop = Arc::new(AtomicBool::new(false));
+    // The first SIGINT or SIGTERM ends the run and still reports what ran
+    // (as wrk, oha and k6 do); a second one exits at once. Registered in
+    // that order, so the first signal finds the flag down and only raises it.
+    let caught = Arc::new(AtomicUsize::new(0));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 128 + signal, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+        signal_hook::flag::register(signal, Arc::clone(&stop)).context("installing signal handlers")?;
+        signal_hook::flag::register_usize(signal, Arc::clone(&caught), signal as usize)
+            .context("installing signal handlers")?;
+    }
     let tty = std::io::stderr().is_terminal();
     let done = Arc::new(AtomicBool::new(false));
     let ticker = tty.then(|| {
@@ -258,6 +280,7 @@ fn load(a: &LoadArgs) -> Result<()> {
                     );
                 }
             }
+            // The line ends clean, the `^C` a terminal echoed included.
             eprint!("\r\x1b[K");
         })
     });
@@ -267,16 +290,27 @@ fn load(a: &LoadArgs) -> Result<()> {
         let _ = t.join();
     }
     let outcome = outcome.context("running the load")?;
+    let ending = report::Ending {
+        interrupted_by: match caught.load(Ordering::Relaxed) as i32 {
+            SIGINT => Some("SIGINT"),
+            SIGTERM => Some("SIGTERM"),
+            _ => None,
+        },
+    };
     if let Some(path) = &a.timeline {
         report::write_timeline(path, &cfg, &outcome.stats)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if a.json {
-        println!("{}", report::json(a, &cfg, &outcome));
+        println!("{}", report::json(a, &cfg, &outcome, ending));
     } else {
-        print!("{}", report::text(a, &cfg, &outcome));
+        print!("{}", report::text(a, &cfg, &outcome, ending));
     }
-    Ok(())
+    let status = report::exit_status(&outcome.stats, ending);
+    if let (1, Some(why)) = (status, report::failure(&outcome.stats)) {
+        eprintln!("modus load: {why} (exit status 1)");
+    }
+    Ok(status)
 }
 
 /// `modus workload …`.

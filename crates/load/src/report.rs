@@ -33,12 +33,126 @@ fn errors_map(s: &Stats) -> Map<String, Value> {
 
 /// Did the generator fall behind (late arrivals or think-time ends), or
 /// was one of its loops too busy to be trusted?
-fn fell_behind(s: &Stats) -> bool {
-    s.generator_late > 0 || saturated(s)
+fn fell_behind(cfg: &Config, s: &Stats) -> bool {
+    s.generator_late > 0 || saturated(cfg.open_loop(), s)
 }
 
-fn saturated(s: &Stats) -> bool {
-    s.loops.iter().any(|l| l.busy > BUSY_LIMIT)
+/// Was a loop the limit? In the open loop, any time a loop was not
+/// waiting for events — running, or runnable but without a CPU — may
+/// delay a send, which would be booked as the server's queueing: its wall
+/// time outside the wait (`busy`) counts. In the closed loop a late send
+/// delays only the next request of a user who is waiting anyway, and
+/// shows in the latency as it should; the generator limits the run only
+/// if it needs a whole CPU itself, so its CPU time counts. (On a machine
+/// where the server takes the other cores too, a closed-loop generator is
+/// runnable-but-waiting much of the time: see [`shares_cpus`].)
+fn saturated(open_loop: bool, s: &Stats) -> bool {
+    if open_loop {
+        s.loops.iter().any(|l| l.busy > BUSY_LIMIT)
+    } else {
+        s.loops.iter().any(|l| l.cpu > BUSY_LIMIT)
+    }
+}
+
+/// Loops were ready to run but had no CPU for a good share of the run:
+/// the generator and the server compete for the same cores.
+fn shares_cpus(s: &Stats) -> bool {
+    s.loops.iter().any(|l| l.busy - l.cpu > 0.15)
+}
+
+/// How a run ended, beyond its numbers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ending {
+    /// The signal that stopped it early (`SIGINT`, `SIGTERM`), if one did.
+    pub interrupted_by: Option<&'static str>,
+}
+
+/// Exit status of a run: 130/143 if a signal (SIGINT/SIGTERM) stopped it;
+/// 1 if no request got a response, or if more than half of the attempts
+/// failed without one (refused, reset, timed out, cut short, dropped);
+/// otherwise 0. Responses with any status count as responses (as in wrk):
+/// 4xx and 5xx are reported, and warned about when nothing succeeded, but
+/// they are the server's answer, not the generator's failure.
+pub fn exit_status(s: &Stats, ending: Ending) -> u8 {
+    match ending.interrupted_by {
+        Some("SIGTERM") => return 143,
+        Some(_) => return 130,
+        None => {}
+    }
+    match failure(s) {
+        Some(_) => 1,
+        None => 0,
+    }
+}
+
+/// Why the run counts as failed, if it does (see [`exit_status`]).
+pub fn failure(s: &Stats) -> Option<String> {
+    let failed = s.transport_errors();
+    if s.requests == 0 {
+        return Some(if failed == 0 {
+            "no request was sent".into()
+        } else {
+            "no request got a response".into()
+        });
+    }
+    let attempts = s.requests + failed;
+    (failed * 2 > attempts).then(|| format!("{failed} of {attempts} requests got no response"))
+}
+
+/// The warning for runs in which nothing succeeded: every response was
+/// 4xx or 5xx (a mistyped URL looks exactly like this).
+fn no_success(s: &Stats) -> Option<String> {
+    let ok: u64 = s.status.iter().filter(|(code, _)| (200..400).contains(*code)).map(|(_, n)| n).sum();
+    if s.requests == 0 || ok > 0 {
+        return None;
+    }
+    Some(match s.status.iter().collect::<Vec<_>>().as_slice() {
+        [(code, n)] => format!(
+            "no response was a success: all {n} were {code}{} — is the URL right?",
+            reason(**code).map(|r| format!(" {r}")).unwrap_or_default()
+        ),
+        codes => {
+            let codes: Vec<String> = codes.iter().map(|(code, n)| format!("{code}: {n}")).collect();
+            format!("no response was a success ({})", codes.join(", "))
+        }
+    })
+}
+
+fn reason(code: u16) -> Option<&'static str> {
+    Some(match code {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => return None,
+    })
+}
+
+/// The error counts in words, with why connections failed.
+fn errors_in_words(s: &Stats) -> Vec<String> {
+    ErrorKind::ALL
+        .iter()
+        .zip(s.errors)
+        .filter(|(_, n)| *n > 0)
+        .map(|(kind, n)| {
+            let mut line = format!("{n} {}", kind.describe());
+            if *kind == ErrorKind::Connect && !s.connect_failures.is_empty() {
+                let why: Vec<String> =
+                    s.connect_failures.iter().map(|(why, n)| format!("{why}: {n}")).collect();
+                line.push_str(&format!(" [{}]", why.join("; ")));
+            }
+            line
+        })
+        .collect()
 }
 
 fn mode(cfg: &Config) -> String {
@@ -50,7 +164,7 @@ fn mode(cfg: &Config) -> String {
 }
 
 /// The JSON report: one object, input parameters echoed.
-pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome) -> Value {
+pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> Value {
     let s = &o.stats;
     let d = o.duration_s.max(1e-9);
     let per_class: Map<String, Value> = cfg
@@ -91,9 +205,15 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome) -> Value {
             "max_queue": cfg.max_queue, "lag_threshold_us": cfg.lag_threshold.as_micros() as u64,
         },
         "duration_s": o.duration_s,
+        "interrupted": ending.interrupted_by.is_some(),
+        "interrupted_by": ending.interrupted_by,
+        "exit_status": exit_status(s, ending),
+        "failure": failure(s),
+        "no_success": no_success(s).is_some(),
         "requests": s.requests,
         "errors": s.total_errors(),
         "errors_by_kind": errors_map(s),
+        "connect_failures": s.connect_failures,
         "status": status,
         "bytes": s.bytes,
         "body_bytes": s.body_bytes,
@@ -111,8 +231,9 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome) -> Value {
         },
         "generator_busy": s.loops.iter().map(|l| l.busy).collect::<Vec<_>>(),
         "generator_cpu": s.loops.iter().map(|l| l.cpu).collect::<Vec<_>>(),
-        "generator_saturated": saturated(s),
-        "generator_fell_behind": fell_behind(s),
+        "generator_saturated": saturated(cfg.open_loop(), s),
+        "generator_fell_behind": fell_behind(cfg, s),
+        "generator_shares_cpus": shares_cpus(s),
         "dropped": s.dropped,
         "retries": s.retries,
         "unfinished": s.unfinished,
@@ -144,9 +265,8 @@ fn bytes(v: f64) -> String {
 }
 
 /// The human-readable report (wrk2/hey-like).
-pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
+pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> String {
     let s = &o.stats;
-    let d = o.duration_s.max(1e-9);
     let mut t = String::new();
     let bound = match (cfg.duration, cfg.requests) {
         (Some(dur), Some(n)) => format!("{} or {n} requests", humantime::format_duration(dur)),
@@ -169,6 +289,20 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
             format!(", {} warm-up", humantime::format_duration(cfg.warmup))
         },
     );
+    if let Some(signal) = ending.interrupted_by {
+        let _ =
+            writeln!(t, "  Interrupted by {signal} after {:.2}s: the report covers what ran", o.duration_s);
+    }
+    if s.requests == 0 {
+        let _ = writeln!(t, "  No responses: no latency to report (see Errors below)");
+    } else {
+        latency_block(&mut t, cfg, s);
+    }
+    text_totals(&mut t, cfg, o);
+    t
+}
+
+fn latency_block(t: &mut String, cfg: &Config, s: &Stats) {
     let h = &s.latency;
     let _ = writeln!(
         t,
@@ -196,6 +330,11 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
         let v = if h.is_empty() { 0 } else { h.value_at_quantile(q) };
         let _ = writeln!(t, "  {:>8.3}%  {:>10}", q * 100.0, us(v as f64));
     }
+}
+
+fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
+    let s = &o.stats;
+    let d = o.duration_s.max(1e-9);
     let _ = writeln!(
         t,
         "  {} requests in {:.2}s, {} read, {} errors",
@@ -209,9 +348,12 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
     let _ = writeln!(t, "Connects/sec: {:>12.2}  ({} connections)", s.connects as f64 / d, s.connects);
     let codes: Vec<String> = s.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     let _ = writeln!(t, "Status codes: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
-    let errs: Vec<String> = errors_map(s).iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    let errs = errors_in_words(s);
     if !errs.is_empty() {
         let _ = writeln!(t, "Errors:       {}", errs.join(", "));
+    }
+    if let Some(warning) = no_success(s) {
+        let _ = writeln!(t, "WARNING: {warning}");
     }
     if cfg.open_loop() {
         let _ = writeln!(
@@ -243,17 +385,30 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
             us(s.generator_max_lag_us as f64)
         );
     }
-    if saturated(s) {
+    if saturated(cfg.open_loop(), s) {
         let _ = writeln!(
             t,
-            "WARNING: the generator fell behind: a loop was more than {:.0}% busy; {} \
-             (use more --threads, or give the generator its own core)",
-            BUSY_LIMIT * 100.0,
+            "WARNING: the generator fell behind: {} (use more --threads, or give the generator its own core)",
             if cfg.open_loop() {
-                "sends may be late for the generator's own reasons and be booked as server queueing"
+                format!(
+                    "a loop was more than {:.0}% busy; sends may be late for the generator's own reasons and \
+                     be booked as server queueing",
+                    BUSY_LIMIT * 100.0
+                )
             } else {
-                "the throughput may be the generator's limit, not the server's"
+                format!(
+                    "a loop used more than {:.0}% of a CPU; the throughput may be the generator's limit, not \
+                     the server's",
+                    BUSY_LIMIT * 100.0
+                )
             }
+        );
+    } else if shares_cpus(s) {
+        let _ = writeln!(
+            t,
+            "Note:         the generator was ready to run but waiting for a CPU part of the time (busy above \
+             its CPU): it shares cores with the server, so both numbers include that contention; pin them \
+             apart (e.g. taskset -c 0 modus serve …, taskset -c 1 modus load …) to measure the server alone"
         );
     }
     if s.unfinished > 0 || s.retries > 0 {
@@ -298,7 +453,6 @@ pub fn text(a: &LoadArgs, cfg: &Config, o: &Outcome) -> String {
             );
         }
     }
-    t
 }
 
 /// The per-request timeline: `intended_us,actual_us,first_byte_us,end_us,status,bytes,error,url`.
@@ -322,4 +476,57 @@ pub fn write_timeline(path: &Path, cfg: &Config, s: &Stats) -> std::io::Result<(
         )?;
     }
     w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::LoopUsage;
+
+    fn stats(responses: &[(u16, u64)], failures: &[(ErrorKind, u64)]) -> Stats {
+        let mut s = Stats::new(1);
+        for &(code, n) in responses {
+            s.requests += n;
+            *s.status.entry(code).or_default() += n;
+        }
+        for &(kind, n) in failures {
+            for _ in 0..n {
+                s.error(kind);
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn the_exit_status_rule() {
+        let ok = Ending::default();
+        assert_eq!(exit_status(&stats(&[(200, 10)], &[]), ok), 0);
+        assert_eq!(exit_status(&stats(&[], &[]), ok), 1, "nothing sent");
+        assert_eq!(exit_status(&stats(&[], &[(ErrorKind::Connect, 3)]), ok), 1);
+        assert_eq!(
+            exit_status(&stats(&[(200, 5)], &[(ErrorKind::Timeout, 5)]), ok),
+            0,
+            "half is not more than half"
+        );
+        assert_eq!(exit_status(&stats(&[(200, 4)], &[(ErrorKind::Reset, 5)]), ok), 1);
+        let all_404 = stats(&[(404, 9)], &[(ErrorKind::Status4xx, 9)]);
+        assert_eq!(exit_status(&all_404, ok), 0, "the server's answer, not a failure");
+        assert!(no_success(&all_404).unwrap().contains("all 9 were 404 Not Found"));
+        assert_eq!(no_success(&stats(&[(404, 1), (200, 1)], &[])), None);
+        let by = |signal| Ending { interrupted_by: Some(signal) };
+        assert_eq!(exit_status(&stats(&[(200, 1)], &[]), by("SIGINT")), 130);
+        assert_eq!(exit_status(&stats(&[], &[]), by("SIGTERM")), 143);
+    }
+
+    #[test]
+    fn a_closed_loop_generator_that_waits_for_a_cpu_has_not_fallen_behind() {
+        let mut s = stats(&[(200, 1)], &[]);
+        // Runnable 97% of the time, on a CPU 70%: it shares cores with the server.
+        s.loops = vec![LoopUsage { busy: 0.97, cpu: 0.70 }];
+        assert!(!saturated(false, &s));
+        assert!(saturated(true, &s), "in the open loop a late send is booked as server queueing");
+        assert!(shares_cpus(&s));
+        s.loops = vec![LoopUsage { busy: 0.99, cpu: 0.95 }];
+        assert!(saturated(false, &s), "a generator using a whole CPU is the limit");
+    }
 }

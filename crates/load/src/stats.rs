@@ -69,9 +69,44 @@ impl ErrorKind {
         }
     }
 
+    /// What it means, in the words of the text report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "could not connect",
+            ErrorKind::Timeout => "no response within --timeout",
+            ErrorKind::Reset => "connection reset",
+            ErrorKind::Closed => "closed before a response",
+            ErrorKind::Status4xx => "4xx responses",
+            ErrorKind::Status5xx => "5xx responses",
+            ErrorKind::ShortBody => "body cut short",
+            ErrorKind::Parse => "malformed response",
+            ErrorKind::Size => "body size differs from the workload's",
+            ErrorKind::Checksum => "body differs (--checksum)",
+            ErrorKind::Dropped => "dropped arrivals (--max-queue full)",
+        }
+    }
+
     /// Did the request get a complete (if unwelcome) response?
     pub fn has_response(self) -> bool {
         matches!(self, ErrorKind::Status4xx | ErrorKind::Status5xx | ErrorKind::Size | ErrorKind::Checksum)
+    }
+}
+
+/// Why a connection could not be opened, as a person would say it.
+pub fn connect_failure(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as Io;
+    match e.kind() {
+        Io::ConnectionRefused => "connection refused (is the server running on that port?)".into(),
+        Io::AddrNotAvailable => "address not available (out of local ports: see --spread-source)".into(),
+        Io::TimedOut => "connection timed out".into(),
+        Io::ConnectionReset => "connection reset by peer".into(),
+        Io::PermissionDenied => "permission denied (a firewall rule?)".into(),
+        _ => {
+            // std's message ends with " (os error N)": the words are enough.
+            let text = e.to_string();
+            let words = text.split(" (os error").next().unwrap_or(&text);
+            words.to_lowercase()
+        }
     }
 }
 
@@ -185,6 +220,8 @@ pub struct Stats {
     pub last_end_us: u64,
     /// Per request, with `--timeline`.
     pub timeline: Vec<Row>,
+    /// Why connections could not be opened, in plain words, with counts.
+    pub connect_failures: BTreeMap<String, u64>,
     /// Per event-loop thread, in thread order.
     pub loops: Vec<LoopUsage>,
 }
@@ -225,6 +262,7 @@ impl Stats {
             warmup_requests: 0,
             last_end_us: 0,
             timeline: Vec::new(),
+            connect_failures: BTreeMap::new(),
             loops: Vec::new(),
         }
     }
@@ -284,6 +322,9 @@ impl Stats {
         }
         for (a, b) in self.errors.iter_mut().zip(o.errors) {
             *a += b;
+        }
+        for (why, n) in o.connect_failures {
+            *self.connect_failures.entry(why).or_default() += n;
         }
         self.dropped += o.dropped;
         self.queued += o.queued;

@@ -21,8 +21,15 @@ fn load_json(args: &[&str]) -> Value {
     all.extend_from_slice(args);
     all.push("--json");
     let out = run(BIN, &all, LIMIT);
-    assert!(out.status.success(), "modus {all:?} failed: {}\n{}", out.stderr, out.stdout);
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", out.stdout))
+    let r: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+        panic!("modus {all:?}: not one JSON object ({e}): {}\n{}", out.stdout, out.stderr)
+    });
+    // 0, or 1 when requests got no response (a run of errors on purpose):
+    // the report says which, and why.
+    assert!(matches!(out.status.code(), Some(0 | 1)), "modus {all:?}: {:?} {}", out.status, out.stderr);
+    assert_eq!(out.status.code().map(i64::from), r["exit_status"].as_i64(), "{r}");
+    assert_eq!(out.status.code() == Some(1), !r["failure"].is_null(), "{r}");
+    r
 }
 
 fn u(v: &Value) -> u64 {
@@ -246,6 +253,7 @@ fn errors_are_classified() {
     });
     let r = load_json(&[&format!("http://{reset}/"), "-n", "5", "-c", "1"]);
     assert_eq!(err(&r, "reset"), 5, "{r}");
+    assert_eq!(r["exit_status"], 1, "no request got a response: {r}");
 
     // Never answers: timeouts.
     let silent = tiny_server(|mut s, _| while read_head(&mut s) {});
@@ -276,6 +284,8 @@ fn errors_are_classified() {
     let r = load_json(&[&format!("http://{status}/"), "-n", "10", "-c", "1"]);
     assert_eq!((err(&r, "status_4xx"), err(&r, "status_5xx")), (5, 5), "{r}");
     assert_eq!(u(&r["requests"]), 10, "complete responses are still responses");
+    assert_eq!(r["exit_status"], 0, "4xx and 5xx are the server's answers, not failures: {r}");
+    assert_eq!(r["no_success"], true, "{r}");
 
     // Garbage instead of a response.
     let garbage = tiny_server(|mut s, _| {
@@ -290,6 +300,88 @@ fn errors_are_classified() {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let r = load_json(&[&format!("http://{closed}/"), "-n", "3", "-c", "1"]);
     assert_eq!(err(&r, "connect"), 3, "{r}");
+    assert_eq!(r["connect_failures"]["connection refused (is the server running on that port?)"], 3, "{r}");
+}
+
+/// What a newcomer sees when the server is not running: the reason in
+/// words, no table of 0 µs latencies, and a failing exit status.
+#[test]
+fn nothing_listening_is_said_plainly_and_fails() {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let out = run(BIN, ["load", &format!("http://{closed}/"), "-d", "300ms", "-c", "2"], LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("could not connect [connection refused"), "{}", out.stdout);
+    assert!(out.stdout.contains("No responses"), "{}", out.stdout);
+    assert!(!out.stdout.contains("Latency Distribution"), "{}", out.stdout);
+    assert!(out.stderr.contains("no request got a response (exit status 1)"), "{}", out.stderr);
+}
+
+/// Every response a 404 — a mistyped URL — is warned about in words.
+#[test]
+fn a_run_of_404s_is_warned_about() {
+    let addr = tiny_server(|mut s, _| {
+        while read_head(&mut s) {
+            if s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno").is_err() {
+                return;
+            }
+        }
+    });
+    let out = run(BIN, ["load", &format!("http://{addr}/typo"), "-n", "20", "-c", "2"], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("WARNING: no response was a success: all 20 were 404 Not Found — is the URL right?"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// Ctrl-C ends the run and still reports what ran, as wrk does; the exit
+/// status says it was interrupted.
+#[test]
+fn ctrl_c_reports_what_ran() {
+    for (json, signal, code) in
+        [(false, rustix::process::Signal::INT, 130), (true, rustix::process::Signal::TERM, 143)]
+    {
+        let (answered, first_answers) = std::sync::mpsc::channel();
+        let answered = Mutex::new(answered);
+        let addr = tiny_server(move |mut s, _| {
+            while read_head(&mut s) {
+                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                    return;
+                }
+                let _ = answered.lock().unwrap().send(());
+            }
+        });
+        let mut command = std::process::Command::new(BIN);
+        command.args(["load", &format!("http://{addr}/"), "-c", "2", "-d", "120s"]);
+        if json {
+            command.arg("--json");
+        }
+        let child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        for _ in 0..5 {
+            first_answers.recv_timeout(LIMIT).expect("the generator sends");
+        }
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(code), "{stdout}");
+        if json {
+            let r: Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(r["interrupted_by"], "SIGTERM", "{r}");
+            assert!(u(&r["requests"]) >= 5, "{r}");
+            assert_eq!(r["exit_status"], 143, "{r}");
+        } else {
+            assert!(stdout.contains("Interrupted by SIGINT after"), "{stdout}");
+            assert!(stdout.contains(" requests in "), "{stdout}");
+            assert!(stdout.contains("Latency Distribution"), "{stdout}");
+        }
+    }
 }
 
 /// A server that answers at once, except that the request arriving first
