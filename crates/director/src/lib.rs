@@ -61,16 +61,13 @@ pub fn direct_main(options: DirectOptions) -> ExitCode {
 
 fn run(cfg: options::Config) -> anyhow::Result<()> {
     raise_open_file_limit();
-    let listener = transport::listener::bind(cfg.listen, false)
-        .with_context(|| format!("listening on {}", cfg.listen))?;
-    let monitor_listener = cfg
-        .monitor_listen
-        .map(|a| transport::listener::bind(a, false).with_context(|| format!("--monitor-listen {a}")))
-        .transpose()?;
-    let admin_listener = cfg
-        .admin
-        .map(|a| transport::listener::bind(a, false).with_context(|| format!("--admin {a}")))
-        .transpose()?;
+    let bind = |flag: &str, addr| {
+        transport::listener::bind(addr, false)
+            .map_err(|e| anyhow::anyhow!(transport::listener::bind_failure(flag, addr, &e)))
+    };
+    let listener = bind("--listen", cfg.listen)?;
+    let monitor_listener = cfg.monitor_listen.map(|a| bind("--monitor-listen", a)).transpose()?;
+    let admin_listener = cfg.admin.map(|a| bind("--admin", a)).transpose()?;
     let admin_addr = admin_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let local = listener.local_addr()?;
     let monitor_addr = monitor_listener.as_ref().map(|l| l.local_addr()).transpose()?;

@@ -59,7 +59,7 @@ pub struct MonitorOptions {
     #[arg(long, value_name = "ADDR")]
     pub backend: Option<String>,
 
-    /// Where /proc is (tests point it at a fake tree)
+    /// Where the proc file system is mounted
     #[arg(long, default_value = "/proc", value_name = "DIR")]
     pub proc_root: PathBuf,
 
@@ -392,7 +392,7 @@ impl ProcReader {
 }
 
 /// Runs the monitor until killed.
-pub fn main(options: MonitorOptions) -> ExitCode {
+pub fn main(mut options: MonitorOptions) -> ExitCode {
     let thresholds = Thresholds {
         cpu_high: options.cpu_high,
         cpu_low: options.cpu_low,
@@ -412,9 +412,12 @@ pub fn main(options: MonitorOptions) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if options.director.to_socket_addrs().map(|mut a| a.next().is_none()).unwrap_or(true) {
-        eprintln!("modus monitor: --director {:?} is not an address", options.director);
-        return ExitCode::from(2);
+    match crate::options::resolve("--director", &options.director) {
+        Ok(addr) => options.director = addr.to_string(),
+        Err(e) => {
+            eprintln!("modus monitor: {e:#}");
+            return ExitCode::from(2);
+        }
     }
     println!(
         "monitoring {} for {} every {} pid={}",

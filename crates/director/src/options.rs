@@ -1,37 +1,18 @@
 //! `modus direct` options and their checked form, [`Config`].
 
-use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
-
-/// A duration written the human way: `500ms`, `5s`, `1m 30s`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Dur(pub Duration);
-
-impl FromStr for Dur {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Dur, String> {
-        humantime::parse_duration(s)
-            .map(Dur)
-            .map_err(|e| format!("invalid duration {s:?}: {e} (try 500ms, 5s, 2m)"))
-    }
-}
-
-impl fmt::Display for Dur {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_duration(self.0))
-    }
-}
+pub use units::{Dur, Size};
 
 /// `modus direct` options.
 #[derive(Args, Debug, Clone)]
 pub struct DirectOptions {
-    /// Address to listen on; port 0 picks a free one (printed on start)
+    /// Address to listen on: HOST:PORT, :PORT (every interface) or PORT (on 127.0.0.1);
+    /// port 0 picks a free one, printed on start
     #[arg(short, long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
     pub listen: String,
 
@@ -132,9 +113,9 @@ pub struct DirectOptions {
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<String>,
 
-    /// Largest request body in bytes; 413 beyond
-    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
-    pub max_body: u64,
+    /// Largest request body; 413 beyond
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    pub max_body: Size,
 
     /// Where backend monitors (`modus monitor`) connect; without it, no
     /// monitoring
@@ -217,7 +198,9 @@ pub struct Config {
     pub limits: h1::Limits,
 }
 
-fn resolve(what: &str, addr: &str) -> anyhow::Result<SocketAddr> {
+/// An address flag's value as typed (`8000`, `:8000`, `HOST:PORT`), resolved.
+pub fn resolve(what: &str, typed: &str) -> anyhow::Result<SocketAddr> {
+    let addr = units::listen_addr(typed).map_err(|e| anyhow!("{what}: {e}"))?;
     addr.to_socket_addrs()
         .with_context(|| format!("{what} {addr:?}"))?
         .next()
@@ -277,7 +260,7 @@ impl DirectOptions {
             adaptive: self.adaptive,
             body_timeout: self.body_timeout.0.max(Duration::from_millis(1)),
             admin,
-            max_body: self.max_body,
+            max_body: self.max_body.0,
             monitor_listen,
             status_path: self.status_path.clone(),
             shutdown_timeout: self.shutdown_timeout.0,

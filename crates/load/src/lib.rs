@@ -25,8 +25,9 @@ use crate::dist::DurationDist;
 use crate::engine::{Arrivals, Config, Progress};
 use crate::target::{Url, Workload};
 
+/// Durations as every modus command reads them (`500ms`, `5s`, `2m`, or seconds).
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| e.to_string())
+    s.parse::<units::Dur>().map(|d| d.0)
 }
 
 /// `modus load URL… [options]`.
@@ -344,7 +345,7 @@ pub enum WorkloadCommand {
         #[arg(long, default_value_t = 10 << 20)]
         max_size: u64,
     },
-    /// The papers' fixed-size files: 500b.bin, 50k.bin, 115k.bin
+    /// Fixed-size files of the classic server benchmarks: 500b.bin, 50k.bin, 115k.bin
     Fixed {
         /// Output directory
         #[arg(long)]

@@ -2,13 +2,11 @@
 //! TOML file. Precedence: flag > environment > file > built-in default;
 //! `--print-config` shows the result.
 
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
-use std::time::Duration;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
+pub use units::{Dur, Size};
 
 /// Every `serve` setting. Each is optional so the layers can be merged;
 /// [`ServeOptions::resolve`] applies the defaults.
@@ -19,189 +17,218 @@ pub struct ServeOptions {
     #[arg(value_name = "ROOT")]
     pub root: Option<PathBuf>,
 
-    /// Address to listen on; port 0 picks a free one (printed on start)
-    #[arg(short, long, env = "MODUS_LISTEN", value_name = "ADDR")]
+    /// Address to listen on: HOST:PORT, :PORT (every interface) or PORT (on 127.0.0.1);
+    /// port 0 picks a free one, printed on start [default: 127.0.0.1:8080]
+    #[arg(short, long, env = "MODUS_LISTEN", value_name = "ADDR", help_heading = "Network")]
     pub listen: Option<String>,
 
-    /// Concurrency model (see `modus models`)
-    #[arg(short, long, env = "MODUS_MODEL", value_name = "NAME")]
+    /// Port to listen on, on --listen's host: `--port 9000` is `--listen 127.0.0.1:9000`
+    #[arg(short, long, env = "MODUS_PORT", value_name = "PORT", help_heading = "Network")]
+    pub port: Option<u16>,
+
+    /// Concurrency model; `modus models` describes each [default: pool]
+    #[arg(short, long, env = "MODUS_MODEL", value_name = "NAME",
+          value_parser = clap::builder::PossibleValuesParser::new(models::names()), help_heading = "Models")]
     pub model: Option<String>,
 
     /// Worker threads [default: 128]
-    #[arg(short, long, env = "MODUS_THREADS", value_name = "N")]
+    #[arg(short, long, env = "MODUS_THREADS", value_name = "N", help_heading = "Models")]
     pub threads: Option<usize>,
 
     /// Accepted connections that may wait for a worker [default: 1024]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub queue: Option<usize>,
 
     /// Event loops, one thread each (event-driven models) [default: 1]
-    #[arg(short, long, env = "MODUS_WORKERS", value_name = "N")]
+    #[arg(short, long, env = "MODUS_WORKERS", value_name = "N", help_heading = "Models")]
     pub workers: Option<usize>,
 
     /// Thread cap for per-request: beyond it connections get 503 [default: 4096]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub max_threads: Option<usize>,
 
     /// Threads per stage (staged), e.g. read=2,data=2,cgi=4,write=2,log=1
-    #[arg(long, value_name = "STAGE=N,...")]
+    #[arg(long, value_name = "STAGE=N,...", help_heading = "Models")]
     pub stage_threads: Option<String>,
 
     /// Fixed number of processes (perchild) [default: 2]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub processes: Option<usize>,
 
     /// Fewest idle workers kept ready (prefork: processes; worker/perchild: threads) [default: 5]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub min_spare: Option<usize>,
 
     /// Most idle workers kept [default: 10]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub max_spare: Option<usize>,
 
     /// Child processes forked at start (prefork, worker; Apache's StartServers) [default: as many as --min-spare needs]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub start_servers: Option<usize>,
 
     /// Most connections served at once, all processes together (Apache MaxClients) [default: 256]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub max_clients: Option<usize>,
 
     /// Most open client connections, server-wide (event, amped, staged; the
     /// other models are bounded by their threads or processes); at the cap
     /// they stop accepting and newcomers wait in the backlog [default: 10000]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub max_connections: Option<usize>,
 
     /// Hold a new connection in the kernel until its first bytes arrive, up to
     /// this long (TCP_DEFER_ACCEPT; a silent client is accepted after it); 0 = off [default: 1s]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "Network")]
     pub defer_accept: Option<Dur>,
 
     /// Threads per child process (worker; upper bound for perchild) [default: 25]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub threads_per_child: Option<usize>,
 
     /// Helper threads for blocking disk work (amped) [default: 4]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Models")]
     pub helpers: Option<usize>,
 
     /// Run CGI scripts: executable files in DIR, under --cgi-prefix [default: off;
     /// with no ROOT, the demo programs spin, echo and env built into modus]
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "CGI")]
     pub cgi_dir: Option<PathBuf>,
 
     /// URL prefix of CGI scripts [default: /cgi-bin/]
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "CGI")]
     pub cgi_prefix: Option<String>,
 
     /// A CGI script making no progress this long is killed (504 if nothing was sent yet) [default: 60s]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "CGI")]
     pub cgi_timeout: Option<Dur>,
 
     /// Most CGI scripts running at once, per process; 503 beyond [default: 256]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "CGI")]
     pub max_cgi: Option<usize>,
 
     /// PATH given to CGI scripts (their environment is otherwise only the request's)
     /// [default: /usr/local/bin:/usr/bin:/bin]
-    #[arg(long, value_name = "DIRS")]
+    #[arg(long, value_name = "DIRS", help_heading = "CGI")]
     pub cgi_path: Option<String>,
 
     /// Serve /status, /status.json and /metrics on ADDR (off by default; use loopback)
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = "Logging and metrics")]
     pub admin: Option<String>,
 
     /// Take no per-phase timestamps (counters stay on)
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Logging and metrics")]
     pub no_timing: Option<bool>,
 
     /// Write one CSV row per sampled request to FILE (see --trace-sample)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Logging and metrics")]
     pub trace: Option<PathBuf>,
 
     /// Fraction of requests written to --trace [default: 0.01]
-    #[arg(long, value_name = "FRACTION")]
+    #[arg(long, value_name = "FRACTION", help_heading = "Logging and metrics")]
     pub trace_sample: Option<f64>,
 
     /// TOML file with any of these options (keys are the long flag names)
-    #[arg(short, long, env = "MODUS_CONFIG", value_name = "FILE")]
+    #[arg(short, long, env = "MODUS_CONFIG", value_name = "FILE", help_heading = "Configuration")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
 
     /// Access log: a file, `-` for stdout, or `off` [default: -]
-    #[arg(long, env = "MODUS_ACCESS_LOG", value_name = "PATH|-|off")]
+    #[arg(long, env = "MODUS_ACCESS_LOG", value_name = "PATH|-|off", help_heading = "Logging and metrics")]
     pub access_log: Option<String>,
 
     /// Error log: a file, or `-` for stderr [default: -]
-    #[arg(long, value_name = "PATH|-")]
+    #[arg(long, value_name = "PATH|-", help_heading = "Logging and metrics")]
     pub error_log: Option<String>,
 
     /// Idle time before a keep-alive connection is closed [default: 5s]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "Limits and timeouts")]
     pub keepalive_timeout: Option<Dur>,
 
     /// Time allowed to receive a whole request head; 408 after [default: 10s]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "Limits and timeouts")]
     pub header_timeout: Option<Dur>,
 
     /// A response write making no progress this long ends the connection [default: 60s]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "Limits and timeouts")]
     pub send_timeout: Option<Dur>,
 
     /// On SIGTERM/SIGINT, time given to in-flight requests [default: 10s]
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", help_heading = "Limits and timeouts")]
     pub shutdown_timeout: Option<Dur>,
 
     /// Requests per keep-alive connection [default: 1000]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Limits and timeouts")]
     pub max_keepalive_requests: Option<u32>,
 
     /// Longest request line; 414 beyond [default: 8192]
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", help_heading = "Limits and timeouts")]
     pub max_request_line: Option<usize>,
 
     /// Largest request head; 431 beyond [default: 32768]
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", help_heading = "Limits and timeouts")]
     pub max_header_bytes: Option<usize>,
 
     /// Most header fields in a request; 431 beyond [default: 100]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Limits and timeouts")]
     pub max_headers: Option<usize>,
 
     /// Largest request body; 413 beyond [default: 1MiB]
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Limits and timeouts")]
     pub max_body: Option<Size>,
 
     /// Memory for cached files [default: 64MiB]
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Files")]
     pub cache_size: Option<Size>,
 
     /// Larger files are not cached but sent with sendfile [default: 1MiB]
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Files")]
     pub max_cached_file: Option<Size>,
 
     /// More ranges than this are answered with the whole file [default: 200]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Files")]
     pub max_ranges: Option<usize>,
 
     /// List directories that have no index.html
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Files")]
     pub browse: Option<bool>,
 
     /// Follow symlinks that lead out of ROOT
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Files")]
     pub follow_symlinks: Option<bool>,
 
     /// Check the configuration and exit (0 if valid, 2 if not)
-    #[arg(long)]
+    #[arg(long, help_heading = "Configuration")]
     #[serde(skip)]
     pub check: bool,
 
     /// Print the effective configuration as TOML and exit
-    #[arg(long)]
+    #[arg(long, help_heading = "Configuration")]
     #[serde(skip)]
     pub print_config: bool,
+}
+
+/// Reads a configuration file's text; an unknown key gets a hint: the
+/// flag spelling of a key written with underscores, or the nearest key.
+pub fn from_toml(text: &str) -> Result<ServeOptions, String> {
+    toml::from_str::<ServeOptions>(text).map_err(|e| {
+        let message = e.message().to_string();
+        let Some(key) = message.strip_prefix("unknown field `").and_then(|m| m.split('`').next()) else {
+            return e.to_string();
+        };
+        let known: Vec<&str> = message
+            .split_once("expected one of ")
+            .map(|(_, list)| list.split(", ").map(|k| k.trim_matches('`')).collect())
+            .unwrap_or_default();
+        let hint = match units::closest(&key.replace('_', "-"), known.iter().copied()) {
+            Some(k) if k == key.replace('_', "-") => format!("use `{k}` (keys are the long flag names)"),
+            Some(k) => format!("did you mean `{k}`?"),
+            None => "the keys are the long flag names of `modus serve --help`".to_string(),
+        };
+        let line = e.span().map(|span| text[..span.start].matches('\n').count() + 1);
+        let at = line.map(|l| format!(" (line {l})")).unwrap_or_default();
+        format!("unknown key `{key}`{at}: {hint}")
+    })
 }
 
 impl ServeOptions {
@@ -262,6 +289,17 @@ impl ServeOptions {
             ..ServeOptions::default()
         };
         self.layer_over(defaults);
+        // As typed (`8080`, `:8080`, a port of its own): one HOST:PORT form.
+        // An address that does not parse is left for `Server::prepare` to refuse.
+        if let Some(listen) = self.listen.as_deref() {
+            let typed = match self.port {
+                Some(port) => units::with_port(listen, port),
+                None => units::listen_addr(listen),
+            };
+            if let Ok(addr) = typed {
+                self.listen = Some(addr);
+            }
+        }
         self
     }
 
@@ -337,98 +375,9 @@ impl ServeOptions {
 /// still answered by the header timeout soon after.
 pub const DEFER_ACCEPT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A duration written the human way: `500ms`, `5s`, `1m 30s`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Dur(pub Duration);
-
-impl FromStr for Dur {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Dur, String> {
-        humantime::parse_duration(s)
-            .map(Dur)
-            .map_err(|e| format!("invalid duration {s:?}: {e} (try 500ms, 5s, 2m)"))
-    }
-}
-
-impl fmt::Display for Dur {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_duration(self.0))
-    }
-}
-
-/// A byte count: `1048576`, `512k`, `64MiB`, `1G` (binary multiples).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Size(pub u64);
-
-impl FromStr for Size {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Size, String> {
-        let t = s.trim();
-        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        let (digits, unit) = t.split_at(split);
-        let shift = match unit.trim().to_ascii_lowercase().as_str() {
-            "" | "b" => 0,
-            "k" | "kb" | "kib" => 10,
-            "m" | "mb" | "mib" => 20,
-            "g" | "gb" | "gib" => 30,
-            _ => return Err(format!("invalid size {s:?} (try 4096, 512k, 64MiB, 1G)")),
-        };
-        let n: u64 = digits.parse().map_err(|_| format!("invalid size {s:?} (try 4096, 512k, 64MiB, 1G)"))?;
-        n.checked_mul(1 << shift).map(Size).ok_or_else(|| format!("size {s:?} is too large"))
-    }
-}
-
-impl fmt::Display for Size {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            n if n >= 1 << 30 && n % (1 << 30) == 0 => write!(f, "{}GiB", n >> 30),
-            n if n >= 1 << 20 && n % (1 << 20) == 0 => write!(f, "{}MiB", n >> 20),
-            n if n >= 1 << 10 && n % (1 << 10) == 0 => write!(f, "{}KiB", n >> 10),
-            n => write!(f, "{n}"),
-        }
-    }
-}
-
-macro_rules! string_serde {
-    ($t:ty) => {
-        impl Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
-                #[derive(Deserialize)]
-                #[serde(untagged)]
-                enum Raw {
-                    Text(String),
-                    Number(u64),
-                }
-                match Raw::deserialize(d)? {
-                    Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
-                    Raw::Number(n) => n.to_string().parse().map_err(serde::de::Error::custom),
-                }
-            }
-        }
-    };
-}
-string_serde!(Dur);
-string_serde!(Size);
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_and_durations_parse() {
-        assert_eq!("64MiB".parse::<Size>().unwrap(), Size(64 << 20));
-        assert_eq!("512k".parse::<Size>().unwrap(), Size(512 << 10));
-        assert_eq!("4096".parse::<Size>().unwrap(), Size(4096));
-        assert!("12q".parse::<Size>().is_err());
-        assert!("99999999999G".parse::<Size>().is_err());
-        assert_eq!("1500ms".parse::<Dur>().unwrap(), Dur(Duration::from_millis(1500)));
-        assert_eq!(Size(64 << 20).to_string(), "64MiB");
-    }
 
     #[test]
     fn file_layers_under_flags_and_rejects_unknown_keys() {
@@ -441,5 +390,15 @@ mod tests {
         assert_eq!(o.listen.as_deref(), Some("127.0.0.1:9"));
         assert_eq!(o.settings().max_body, 2 << 20);
         assert!(toml::from_str::<ServeOptions>("lisen = \"x\"").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_get_a_hint() {
+        let e = from_toml("threads = 2\nmax_body = \"10MiB\"\n").unwrap_err();
+        assert_eq!(e, "unknown key `max_body` (line 2): use `max-body` (keys are the long flag names)");
+        let e = from_toml("cahce-size = \"1G\"").unwrap_err();
+        assert_eq!(e, "unknown key `cahce-size` (line 1): did you mean `cache-size`?");
+        assert!(from_toml("frobnicate = 1").unwrap_err().contains("long flag names of `modus serve --help`"));
+        assert!(from_toml("max-body = \"10 parsecs\"").unwrap_err().contains("invalid size"));
     }
 }

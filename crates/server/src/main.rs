@@ -27,9 +27,9 @@ enum Command {
     Load(Box<load::LoadArgs>),
     /// Generate workloads: SURGE document trees and request streams, fixed-size files
     Workload(load::WorkloadArgs),
-    /// Run the director: an admission-controlling reverse proxy in front of web servers (paper 002)
+    /// Run the director: a reverse proxy that admits only what the web servers behind it can serve, so overload does not collapse throughput
     Direct(Box<director::DirectOptions>),
-    /// Report this host's load to a director (paper 002's rsInfo daemon)
+    /// Report this host's load to a director, which then admits fewer requests while the host is overloaded
     Monitor(Box<director::MonitorOptions>),
     /// Run one of the demo site's CGI programs (the server starts them)
     #[command(name = demo_programs::SUBCOMMAND, hide = true)]

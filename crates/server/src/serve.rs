@@ -28,7 +28,7 @@ pub fn main(mut options: ServeOptions) -> ExitCode {
         let file = match std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))
             .and_then(|text| {
-                toml::from_str::<ServeOptions>(&text).with_context(|| format!("in {}", path.display()))
+                crate::config::from_toml(&text).map_err(|e| anyhow!("in {}: {e}", path.display()))
             }) {
             Ok(file) => file,
             Err(e) => return fail(EXIT_CONFIG, &e),
@@ -75,11 +75,7 @@ impl Server {
             anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
         })?;
         let listen = options.listen.as_deref().unwrap_or_default();
-        let addr = listen
-            .to_socket_addrs()
-            .with_context(|| format!("--listen {listen:?}"))?
-            .next()
-            .ok_or_else(|| anyhow!("--listen {listen:?} resolves to no address"))?;
+        let addr = socket_addr("--listen", listen)?;
         let mut settings = options.settings();
         if let Some(cgi) = &mut settings.cgi {
             if let pipeline::Scripts::Dir(dir) = &mut cgi.scripts {
@@ -127,14 +123,10 @@ impl Server {
         let admin = match &options.admin {
             None => None,
             Some(spec) => {
-                let addr = spec
-                    .to_socket_addrs()
-                    .with_context(|| format!("--admin {spec:?}"))?
-                    .next()
-                    .ok_or_else(|| anyhow!("--admin {spec:?} resolves to no address"))?;
+                let addr = socket_addr("--admin", spec)?;
                 Some(
                     std::net::TcpListener::bind(addr)
-                        .with_context(|| format!("--admin: listening on {addr}"))?,
+                        .map_err(|e| anyhow!(transport::listener::bind_failure("--admin", addr, &e)))?,
                 )
             }
         };
@@ -149,7 +141,7 @@ impl Server {
         let capped = self.model.caps.event_driven.then(|| options.tuning().max_connections);
         raise_open_file_limit(&self.pipeline, capped);
         let listener = transport::listener::bind(self.addr, false)
-            .with_context(|| format!("listening on {}", self.addr))?;
+            .map_err(|e| anyhow!(transport::listener::bind_failure("--listen", self.addr, &e)))?;
         // Before the address is announced: sockets accepted by the kernel
         // inherit these options when their handshake completes, even before
         // the model calls accept(), so setting them later would leave the
@@ -387,4 +379,13 @@ fn raise_open_file_limit(pipeline: &Pipeline, max_connections: Option<usize>) {
             ));
         }
     }
+}
+
+/// An address flag's value as typed (`8080`, `:8080`, `HOST:PORT`), resolved.
+fn socket_addr(flag: &str, typed: &str) -> anyhow::Result<SocketAddr> {
+    let spec = units::listen_addr(typed).map_err(|e| anyhow!("{flag}: {e}"))?;
+    spec.to_socket_addrs()
+        .with_context(|| format!("{flag} {typed:?}"))?
+        .next()
+        .ok_or_else(|| anyhow!("{flag} {typed:?} resolves to no address"))
 }

@@ -284,3 +284,140 @@ fn demo_programs_run_from_the_modus_binary() {
     // Not offered to users: it is the server's business.
     assert!(!run_modus(&["--help"]).stdout.contains("demo-cgi"));
 }
+
+/// Addresses as people type them: a bare port stays on loopback, `:PORT`
+/// is every interface, `--port` keeps --listen's host.
+#[test]
+fn listen_addresses_as_typed() {
+    for listen in [&["--port", "0"][..], &["--listen", "0"], &["--listen", "127.0.0.1:0"]] {
+        let srv = Server::builder(BIN)
+            .model("pool")
+            .no_defaults()
+            .args(listen)
+            .args(["--access-log", "off"])
+            .start();
+        assert_eq!(srv.addr().ip().to_string(), "127.0.0.1", "{listen:?}");
+        assert_ne!(srv.addr().port(), 0, "{listen:?}");
+        get_ok(&srv, "/");
+    }
+    let printed = |args: &[&str]| {
+        let mut all = vec!["serve", "--print-config"];
+        all.extend_from_slice(args);
+        let out = run_modus(&all);
+        assert_exit(&out, 0);
+        out.stdout.lines().find(|l| l.starts_with("listen = ")).unwrap().to_string()
+    };
+    assert_eq!(printed(&[]), "listen = \"127.0.0.1:8080\"");
+    assert_eq!(printed(&["--listen", "9000"]), "listen = \"127.0.0.1:9000\"");
+    assert_eq!(printed(&["--listen", ":9000"]), "listen = \"0.0.0.0:9000\"");
+    assert_eq!(printed(&["--port", "9000"]), "listen = \"127.0.0.1:9000\"");
+    assert_eq!(printed(&["--listen", "[::1]:80", "--port", "9000"]), "listen = \"[::1]:9000\"");
+    let out = run_modus(&["serve", "--listen", "localhost", "--check"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("want HOST:PORT"), "{}", out.stderr);
+}
+
+/// A port someone else holds: the error says so and how to get a free one.
+#[test]
+fn a_taken_port_is_explained() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = run_modus(&["serve", "--listen", &addr]);
+    assert_exit(&out, 1);
+    assert!(out.stderr.contains(&format!("--listen: cannot listen on {addr}")), "{}", out.stderr);
+    assert!(out.stderr.contains("hint: something is already listening"), "{}", out.stderr);
+    assert!(out.stderr.contains("--listen 127.0.0.1:0 for a free one"), "{}", out.stderr);
+}
+
+/// Port 81 without the privilege: the error names the fixes. Needs root to
+/// drop to `nobody` with setpriv (it is what an unprivileged user sees).
+#[test]
+fn a_privileged_port_without_privilege_suggests_the_fix() {
+    if !rustix::process::geteuid().is_root()
+        || run("setpriv", ["--version"], RUN_TIMEOUT).status.code() != Some(0)
+    {
+        eprintln!("skipped: needs root and setpriv to run the server as an unprivileged user");
+        return;
+    }
+    let out = run(
+        "setpriv",
+        ["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "serve", "--listen", "127.0.0.1:81"],
+        RUN_TIMEOUT,
+    );
+    if out.stderr.contains("Permission denied") && !out.stderr.contains("cannot listen") {
+        eprintln!("skipped: user nobody cannot run {BIN}: {}", out.stderr);
+        return;
+    }
+    assert_exit(&out, 1);
+    assert!(out.stderr.contains("hint: ports below 1024 need privileges"), "{}", out.stderr);
+    assert!(out.stderr.contains("cap_net_bind_service"), "{}", out.stderr);
+}
+
+/// One way to write sizes and durations, in every command and the file.
+#[test]
+fn sizes_and_durations_parse_alike_everywhere() {
+    let out = run_modus(&["serve", "--max-body", "10MiB", "--keepalive-timeout", "30", "--print-config"]);
+    assert_exit(&out, 0);
+    assert!(out.stdout.contains("max-body = \"10MiB\""), "{}", out.stdout);
+    assert!(out.stdout.contains("keepalive-timeout = \"30s\""), "{}", out.stdout);
+    // `direct` takes the same sizes: parsing gets past --max-body to the
+    // (deliberately) bad --listen.
+    let out = run_modus(&[
+        "direct",
+        "--max-body",
+        "10MiB",
+        "--queue-timeout",
+        "30",
+        "--backend",
+        "127.0.0.1:9",
+        "--listen",
+        "nope",
+    ]);
+    assert_exit(&out, 2);
+    assert!(!out.stderr.contains("max-body"), "{}", out.stderr);
+    assert!(out.stderr.contains("--listen: invalid address \"nope\""), "{}", out.stderr);
+    let out = run_modus(&["direct", "--max-body", "10 parsecs", "--backend", "127.0.0.1:9"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("try 4096, 512k, 64MiB, 1G"), "{}", out.stderr);
+    // `load` reads bare seconds too (nothing listens on the port: exit 1, not a usage error).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let out = run_modus(&["load", &format!("http://{closed}/"), "-n", "1", "--timeout", "5"]);
+    assert_exit(&out, 1);
+}
+
+#[test]
+fn an_unknown_config_key_gets_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir.path().join("modus.toml"), "threads = 4\nmax_body = \"10MiB\"\n");
+    let out = run_modus(&["serve", "--config", &file, "--check"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("unknown key `max_body` (line 2): use `max-body`"), "{}", out.stderr);
+    let file = write(&dir.path().join("typo.toml"), "cahce-size = \"1G\"\n");
+    let out = run_modus(&["serve", "--config", &file, "--check"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("did you mean `cache-size`?"), "{}", out.stderr);
+}
+
+#[test]
+fn help_is_grouped_and_plain() {
+    let serve = run_modus(&["serve", "--help"]).stdout;
+    for heading in ["Network:", "Files:", "CGI:", "Limits and timeouts:", "Logging and metrics:", "Models:"] {
+        assert!(serve.contains(&format!("\n{heading}\n")), "no {heading} in\n{serve}");
+    }
+    assert!(serve.contains("[default: 127.0.0.1:8080]"), "{serve}");
+    assert!(serve.contains("[default: pool]"), "{serve}");
+    assert!(serve.contains("[possible values: per-request, pool,"), "{serve}");
+    for command in [
+        &["--help"][..],
+        &["serve", "--help"],
+        &["direct", "--help"],
+        &["monitor", "--help"],
+        &["load", "--help"],
+        &["workload", "--help"],
+    ] {
+        let help = run_modus(command).stdout.to_lowercase();
+        for jargon in ["paper 0", "rsinfo", "tests point"] {
+            assert!(!help.contains(jargon), "{command:?} --help says {jargon:?}:\n{help}");
+        }
+    }
+}

@@ -106,6 +106,27 @@ fn socklen_of<T>() -> libc::socklen_t {
     libc::socklen_t::try_from(std::mem::size_of::<T>()).expect("a socket option fits socklen_t")
 }
 
+/// Why a listener could not be bound, with what to do about the usual
+/// causes: a port below 1024 without the privilege, a port already taken,
+/// an address that is not this machine's. `flag` names the option.
+pub fn bind_failure(flag: &str, addr: SocketAddr, e: &io::Error) -> String {
+    let hint = match e.kind() {
+        io::ErrorKind::PermissionDenied if addr.port() < 1024 => format!(
+            "ports below 1024 need privileges: use a higher port ({flag} {}:8080), run as root, or let \
+             the binary bind low ports: sudo setcap 'cap_net_bind_service=+ep' \"$(command -v modus)\"",
+            addr.ip()
+        ),
+        io::ErrorKind::AddrInUse => format!(
+            "something is already listening on {addr} (see `ss -ltnp 'sport = :{}'`); pick another port, \
+             or {flag} 127.0.0.1:0 for a free one",
+            addr.port()
+        ),
+        io::ErrorKind::AddrNotAvailable => format!("{} is not an address of this machine", addr.ip()),
+        _ => return format!("{flag}: cannot listen on {addr}: {e}"),
+    };
+    format!("{flag}: cannot listen on {addr}: {e}\n  hint: {hint}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
