@@ -26,6 +26,7 @@ pub mod monitor;
 pub mod options;
 pub mod proxy;
 pub mod response;
+mod watch;
 
 use std::io::Write;
 use std::process::ExitCode;

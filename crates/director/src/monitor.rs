@@ -1,8 +1,8 @@
-//! `modus monitor`: paper 002's rsInfo daemon, and the wire protocol it
-//! shares with the director.
+//! `modus monitor`: the backend host's load reporter (paper 002's rsInfo
+//! daemon), and the wire protocol it shares with the director.
 //!
 //! The monitor runs on the backend host. Every `--interval` it reads
-//! `/proc/stat` (CPU time split into busy / iowait / idle, context switches,
+//! `/proc/stat` (CPU time split into busy / niced / iowait / idle, context switches,
 //! `procs_running`), `/proc/loadavg` and the SYN_RECV sockets of
 //! `/proc/net/tcp` and `/proc/net/tcp6`, classifies the sample as hot, cool
 //! or in between, and turns the samples into one verdict — *serviceable* or
@@ -19,8 +19,8 @@
 //!
 //! ```text
 //! MODUS-MONITOR 1 interval_ms=200 backend=127.0.0.1:8081     (hello; backend=* : every backend at the peer's IP)
-//! S 1 OK cpu=0.12 iowait=0.00 ctxt=5400 load1=0.31 runq=1 synrecv=0
-//! S 2 OVER cpu=0.97 iowait=0.01 ctxt=91000 load1=7.80 runq=9 synrecv=212
+//! S 1 OK cpu=0.12 nice=0.00 iowait=0.00 ctxt=5400 load1=0.31 runq=1 synrecv=0
+//! S 2 OVER cpu=0.97 nice=0.00 iowait=0.01 ctxt=91000 load1=7.80 runq=9 synrecv=212
 //! ```
 //!
 //! The second field of a report is a sequence number, the third the code
@@ -63,7 +63,8 @@ pub struct MonitorOptions {
     #[arg(long, default_value = "/proc", value_name = "DIR")]
     pub proc_root: PathBuf,
 
-    /// Busy CPU fraction that makes a sample hot
+    /// Busy CPU fraction that makes a sample hot (time of niced processes is
+    /// not busy time: they yield to the web server; see --count-nice)
     #[arg(long, default_value_t = 0.90, value_name = "FRACTION")]
     pub cpu_high: f64,
 
@@ -91,16 +92,28 @@ pub struct MonitorOptions {
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub enter: u32,
 
+    /// Count the CPU time of niced processes as busy (for a web server that
+    /// itself runs niced)
+    #[arg(long)]
+    pub count_nice: bool,
+
     /// Cool samples in a row before reporting OK again
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub leave: u32,
 }
 
 /// Cumulative counters from `/proc/stat`.
+///
+/// Time of niced processes is kept apart from the busy time: a host busy
+/// with niced batch work (backups, builds, indexing) is not overloaded for
+/// a web server at nice 0, whose threads the scheduler runs first; counting
+/// it would make the director turn clients away from an idle server.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatCounters {
-    /// user + nice + system + irq + softirq + steal, in ticks.
+    /// user + system + irq + softirq + steal, in ticks (niced time apart).
     pub busy: u64,
+    /// Ticks of niced processes.
+    pub nice: u64,
     /// iowait ticks.
     pub iowait: u64,
     /// All ticks of the aggregate `cpu` line (guest time is inside user).
@@ -129,7 +142,8 @@ pub fn parse_stat(text: &str) -> Option<StatCounters> {
                     return None;
                 }
                 let get = |i: usize| f.get(i).copied().unwrap_or(0);
-                c.busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
+                c.busy = get(0) + get(2) + get(5) + get(6) + get(7);
+                c.nice = get(1);
                 c.iowait = get(4);
                 c.total = f.iter().sum();
                 seen_cpu = true;
@@ -159,8 +173,10 @@ pub fn count_syn_recv(text: &str) -> usize {
 /// One sample, rates over the last interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sample {
-    /// Busy fraction of CPU time.
+    /// Busy fraction of CPU time (niced processes not counted).
     pub cpu: f64,
+    /// Fraction of CPU time that niced processes used.
+    pub nice: f64,
     /// iowait fraction of CPU time.
     pub iowait: f64,
     /// Context switches per second.
@@ -180,16 +196,16 @@ impl Sample {
     /// passed (a frozen fake /proc), the previous CPU fractions are kept.
     pub fn between(prev: &StatCounters, now: &StatCounters, elapsed: Duration, previous: &Sample) -> Sample {
         let total = now.total.saturating_sub(prev.total);
-        let (cpu, iowait) = if total == 0 {
-            (previous.cpu, previous.iowait)
+        let (cpu, nice, iowait) = if total == 0 {
+            (previous.cpu, previous.nice, previous.iowait)
         } else {
-            let busy = now.busy.saturating_sub(prev.busy) as f64;
-            let io = now.iowait.saturating_sub(prev.iowait) as f64;
-            (busy / total as f64, io / total as f64)
+            let share = |now: u64, prev: u64| now.saturating_sub(prev) as f64 / total as f64;
+            (share(now.busy, prev.busy), share(now.nice, prev.nice), share(now.iowait, prev.iowait))
         };
         let secs = elapsed.as_secs_f64().max(1e-3);
         Sample {
             cpu,
+            nice,
             iowait,
             ctxt_per_sec: now.ctxt.saturating_sub(prev.ctxt) as f64 / secs,
             load1: 0.0,
@@ -295,9 +311,10 @@ pub fn hello_line(interval: Duration, backend: Option<&str>) -> String {
 /// One report line.
 pub fn report_line(seq: u64, overloaded: bool, s: &Sample) -> String {
     format!(
-        "S {seq} {} cpu={:.2} iowait={:.2} ctxt={:.0} load1={:.2} runq={} synrecv={}\n",
+        "S {seq} {} cpu={:.2} nice={:.2} iowait={:.2} ctxt={:.0} load1={:.2} runq={} synrecv={}\n",
         if overloaded { "OVER" } else { "OK" },
         s.cpu,
+        s.nice,
         s.iowait,
         s.ctxt_per_sec,
         s.load1,
@@ -433,6 +450,11 @@ pub fn main(mut options: MonitorOptions) -> ExitCode {
     let mut seq = 0u64;
     let mut conn: Option<TcpStream> = None;
     let mut backoff = interval;
+    // Its transitions, in the error log (standard error): the operator of
+    // the backend host sees what the director was told, and when.
+    let log = pipeline::ErrorLog::stderr();
+    let mut was_overloaded = false;
+    let mut unreachable: Option<String> = None;
     loop {
         std::thread::sleep(interval);
         let now = Instant::now();
@@ -442,34 +464,72 @@ pub fn main(mut options: MonitorOptions) -> ExitCode {
             prev_at = now;
         }
         reader.complete(&mut sample);
+        if options.count_nice {
+            sample.cpu += sample.nice;
+            sample.nice = 0.0;
+        }
         let overloaded = verdict.update(thresholds.classify(&sample), &thresholds);
+        if overloaded != was_overloaded {
+            let detail = report_line(seq + 1, overloaded, &sample);
+            let detail = detail.trim_end().splitn(4, ' ').nth(3).unwrap_or("");
+            if overloaded {
+                log.warn(format_args!("overloaded ({detail}): the director admits no new requests"));
+            } else {
+                log.info(format_args!("serviceable again ({detail})"));
+            }
+            was_overloaded = overloaded;
+        }
         if conn.is_none() {
-            conn = connect(&options.director, interval, options.backend.as_deref());
-            if conn.is_none() {
-                // Keep sampling (the hysteresis needs the history), retry later.
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-                continue;
+            match connect(&options.director, interval, options.backend.as_deref()) {
+                Ok(stream) => {
+                    conn = Some(stream);
+                    if unreachable.take().is_some() {
+                        log.info(format_args!("reporting to the director at {} again", options.director));
+                    }
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    if unreachable.as_deref() != Some(why.as_str()) {
+                        log.warn(format_args!(
+                            "cannot reach the director at {}: {why}; retrying (it counts this host as unknown)",
+                            options.director
+                        ));
+                        unreachable = Some(why);
+                    }
+                    // Keep sampling (the hysteresis needs the history), retry later.
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
             }
             backoff = interval;
         }
         seq += 1;
         let line = report_line(seq, overloaded, &sample);
         if let Some(stream) = conn.as_mut() {
-            if stream.write_all(line.as_bytes()).is_err() {
+            if let Err(e) = stream.write_all(line.as_bytes()) {
                 conn = None;
+                let why = format!("the connection broke: {e}");
+                log.warn(format_args!(
+                    "cannot reach the director at {}: {why}; reconnecting",
+                    options.director
+                ));
+                unreachable = Some(why);
             }
         }
     }
 }
 
-fn connect(director: &str, interval: Duration, backend: Option<&str>) -> Option<TcpStream> {
-    let addr = director.to_socket_addrs().ok()?.next()?;
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_nodelay(true).ok()?;
-    stream.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
-    stream.write_all(hello_line(interval, backend).as_bytes()).ok()?;
-    Some(stream)
+fn connect(director: &str, interval: Duration, backend: Option<&str>) -> io::Result<TcpStream> {
+    let addr = director
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the address resolves to nothing"))?;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+    stream.write_all(hello_line(interval, backend).as_bytes())?;
+    Ok(stream)
 }
 
 #[cfg(test)]
@@ -496,7 +556,8 @@ mod tests {
     #[test]
     fn parses_proc_files() {
         let c = parse_stat(STAT).unwrap();
-        assert_eq!(c.busy, 100 + 5 + 50 + 3 + 2);
+        assert_eq!(c.busy, 100 + 50 + 3 + 2, "niced time apart");
+        assert_eq!(c.nice, 5);
         assert_eq!(c.iowait, 20);
         assert_eq!(c.total, 980);
         assert_eq!(c.ctxt, 123456);
@@ -516,12 +577,14 @@ mod tests {
     fn sample_between_readings() {
         let a = parse_stat(STAT).unwrap();
         let mut b = a;
-        b.busy += 90;
+        b.busy += 60;
+        b.nice += 30;
         b.iowait += 5;
         b.total += 100;
         b.ctxt += 1000;
         let s = Sample::between(&a, &b, Duration::from_millis(500), &Sample::default());
-        assert!((s.cpu - 0.9).abs() < 1e-9 && (s.iowait - 0.05).abs() < 1e-9, "{s:?}");
+        assert!((s.cpu - 0.6).abs() < 1e-9 && (s.iowait - 0.05).abs() < 1e-9, "{s:?}");
+        assert!((s.nice - 0.3).abs() < 1e-9, "niced batch work is counted apart: {s:?}");
         assert!((s.ctxt_per_sec - 2000.0).abs() < 1e-6);
         // No CPU time passed: the previous fractions stay.
         let frozen = Sample::between(&b, &b, Duration::from_millis(500), &s);

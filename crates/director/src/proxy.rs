@@ -49,6 +49,7 @@ use crate::forward::{encode_chunk, request_head, LAST_CHUNK};
 use crate::monitor::{self, MAX_LINE};
 use crate::options::Config;
 use crate::response::{client_head, parse_response, ClientFraming, Framing, Parsed, MAX_RESPONSE_HEAD};
+use crate::watch::Watch;
 
 /// A `Content-Length` body up to this size, or this much of a chunked body
 /// (all of it if it is shorter), is read in REQUEST, before admission, so
@@ -499,6 +500,8 @@ pub struct Director {
     /// level-triggered listener would wake the loop at once, forever;
     /// `tick` puts them back.
     paused_listeners: Vec<u64>,
+    /// What the error log was last told of each backend.
+    watch: Watch,
 }
 
 impl Director {
@@ -534,6 +537,7 @@ impl Director {
             .collect();
         let n = backends.len();
         let now = Instant::now();
+        let watch = Watch::new(&backends);
         Ok(Director {
             cfg,
             poller,
@@ -566,6 +570,7 @@ impl Director {
             next_tick: now,
             paused_listeners: Vec::new(),
             started: now,
+            watch,
         })
     }
 
@@ -619,6 +624,7 @@ impl Director {
                 let Some(token) = self.ready.pop_front() else { break };
                 self.drive(token);
             }
+            self.watch.report(&self.backends);
             if let Some(deadline) = self.stopping {
                 if self.clients.live == 0 || Instant::now() >= deadline {
                     return Ok(());
@@ -1432,9 +1438,13 @@ impl Director {
             if !(bc.writable || gone) {
                 return;
             }
-            let failed = gone || !matches!(bc.stream.take_error(), Ok(None));
-            if failed {
-                self.connect_failed(token);
+            let failure = match bc.stream.take_error() {
+                Ok(Some(e)) | Err(e) => Some(describe_io(&e)),
+                Ok(None) if gone => Some("the connection closed at once".to_string()),
+                Ok(None) => None,
+            };
+            if let Some(why) = failure {
+                self.connect_failed(token, &why);
             } else {
                 self.connected(token);
             }
@@ -1502,9 +1512,10 @@ impl Director {
         }
     }
 
-    fn connect_failed(&mut self, token: u64) {
+    fn connect_failed(&mut self, token: u64, why: &str) {
         let Some(bc) = self.bconns.get(token) else { return };
         let (b, client) = (bc.backend, bc.client);
+        self.watch.connect_failed(&self.backends[b], why);
         self.backends[b].connect_failures += 1;
         self.count_failure(b, "connect");
         self.close_bconn(token);
@@ -1647,7 +1658,13 @@ impl Director {
                     }
                     bc.armed = None;
                     match bc.deadline {
-                        Some(d) if d <= now && !bc.connected => self.connect_failed(token),
+                        Some(d) if d <= now && !bc.connected => {
+                            let why = format!(
+                                "timed out after {}",
+                                humantime::format_duration(self.cfg.connect_timeout)
+                            );
+                            self.connect_failed(token, &why)
+                        }
                         Some(_) => self.arm_bconn(token),
                         None => {}
                     }
@@ -2341,4 +2358,11 @@ fn discard_body(c: &mut Client) -> bool {
         }
         _ => false,
     }
+}
+
+/// An I/O error in words, without the "(os error N)" tail: "Connection
+/// refused", "No route to host".
+fn describe_io(e: &io::Error) -> String {
+    let text = e.to_string();
+    text.split(" (os error").next().unwrap_or(&text).to_lowercase()
 }

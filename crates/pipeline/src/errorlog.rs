@@ -1,9 +1,11 @@
 //! The error log: timestamped diagnostics, written at once (they are rare).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::accesslog::{clf_time, open_append, LogTarget};
 
@@ -12,7 +14,28 @@ use crate::accesslog::{clf_time, open_append, LogTarget};
 pub struct ErrorLog {
     target: LogTarget,
     file: Mutex<Option<File>>,
+    /// What [`warn_once`](Self::warn_once) let through lately.
+    said: Mutex<Said>,
 }
+
+/// Lines a client can cause (a 403 per request, say) are repeated at most
+/// once per key per [`REPEAT_AFTER`], and at most [`PER_WINDOW`] of them
+/// go out per window in all; the next line that may go out says how many
+/// were held back. A client cannot flood the log, and an operator still
+/// learns of each cause.
+#[derive(Debug, Default)]
+struct Said {
+    /// Keys said in the current window, and when.
+    keys: HashMap<String, Instant>,
+    window_start: Option<Instant>,
+    in_window: u32,
+    held_back: u64,
+}
+
+/// How long a key stays quiet after it was said.
+const REPEAT_AFTER: Duration = Duration::from_secs(60);
+/// Most rate-limited lines per window (of [`REPEAT_AFTER`]).
+const PER_WINDOW: u32 = 20;
 
 impl ErrorLog {
     /// Opens the log; `LogTarget::Stdout` is taken to mean standard error.
@@ -21,17 +44,52 @@ impl ErrorLog {
             LogTarget::File(path) => Some(open_append(path)?),
             _ => None,
         };
-        Ok(ErrorLog { target, file: Mutex::new(file) })
+        Ok(ErrorLog { target, file: Mutex::new(file), said: Mutex::default() })
     }
 
     /// Standard error.
     pub fn stderr() -> ErrorLog {
-        ErrorLog { target: LogTarget::Stdout, file: Mutex::new(None) }
+        ErrorLog { target: LogTarget::Stdout, file: Mutex::new(None), said: Mutex::default() }
     }
 
     /// Logs at level `error`.
     pub fn error(&self, msg: fmt::Arguments<'_>) {
         self.write("error", msg);
+    }
+
+    /// Logs at level `warn`, unless `key` was said in the last minute or
+    /// the minute's budget of such lines is spent (see [`Said`]): for
+    /// what clients can cause at will. Returns whether it was written.
+    pub fn warn_once(&self, key: &str, msg: fmt::Arguments<'_>) -> bool {
+        self.warn_once_at(key, msg, Instant::now())
+    }
+
+    fn warn_once_at(&self, key: &str, msg: fmt::Arguments<'_>, now: Instant) -> bool {
+        let held_back = {
+            let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
+            if said.window_start.is_none_or(|start| now.duration_since(start) >= REPEAT_AFTER) {
+                said.window_start = Some(now);
+                said.in_window = 0;
+                said.keys.retain(|_, at| now.duration_since(*at) < REPEAT_AFTER);
+            }
+            let recent = said.keys.get(key).is_some_and(|at| now.duration_since(*at) < REPEAT_AFTER);
+            if recent || said.in_window >= PER_WINDOW {
+                said.held_back += 1;
+                return false;
+            }
+            said.in_window += 1;
+            said.keys.insert(key.to_string(), now);
+            std::mem::take(&mut said.held_back)
+        };
+        if held_back > 0 {
+            self.write(
+                "warn",
+                format_args!("{msg} ({held_back} similar lines held back in the last minute)"),
+            );
+        } else {
+            self.write("warn", msg);
+        }
+        true
     }
 
     /// Logs at level `warn`.
@@ -66,5 +124,26 @@ impl ErrorLog {
                 None => Ok(()),
             },
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_lines_are_held_back_and_counted() {
+        let log = ErrorLog::open(LogTarget::Off).unwrap();
+        let t0 = Instant::now();
+        assert!(log.warn_once_at("/a", format_args!("a"), t0));
+        assert!(!log.warn_once_at("/a", format_args!("a"), t0 + Duration::from_secs(59)), "once a minute");
+        assert!(log.warn_once_at("/b", format_args!("b"), t0 + Duration::from_secs(1)), "other keys go on");
+        assert!(log.warn_once_at("/a", format_args!("a"), t0 + Duration::from_secs(61)), "a minute later");
+        assert_eq!(log.said.lock().unwrap().held_back, 0, "the count went out with that line");
+        let t1 = t0 + Duration::from_secs(200);
+        let said: Vec<bool> =
+            (0..30).map(|i| log.warn_once_at(&format!("/k{i}"), format_args!("k"), t1)).collect();
+        assert_eq!(said.iter().filter(|s| **s).count(), PER_WINDOW as usize, "a budget per minute");
+        assert_eq!(log.said.lock().unwrap().held_back, 10);
     }
 }

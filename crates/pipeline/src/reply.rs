@@ -1,3 +1,5 @@
+use std::io;
+
 use h1::{Method, RequestHead, ResponseHead, Version};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use transport::{Chunk, Data, Outbound};
@@ -5,8 +7,8 @@ use transport::{Chunk, Data, Outbound};
 use crate::conditional::{self, Precondition};
 use crate::listing::html_escape;
 use crate::range::{self, RangeOutcome};
-use crate::site::{fnv1a, Found, Resource};
-use crate::{multipart, Pipeline, Route, Settings};
+use crate::site::{fnv1a, Found, Refusal, Resource};
+use crate::{multipart, Pipeline, Route, Settings, Site};
 
 /// What the pipeline decided to send for one request.
 #[derive(Debug)]
@@ -225,6 +227,33 @@ pub(crate) fn handle(
     Some(reply)
 }
 
+/// Says in the error log why a path got 403 (once a minute per path, see
+/// `ErrorLog::warn_once`): an operator who sees 403s in the access log
+/// should not have to guess between permissions, a symlink and a missing
+/// index. nginx and Apache log the same causes.
+fn log_refusal(p: &Pipeline, path: &str, why: &Refusal) {
+    let Site::Dir(root) = &p.site else { return };
+    let on_disk = root.path().join(path.trim_start_matches('/'));
+    let on_disk = on_disk.display();
+    let reason = match why {
+        Refusal::NoIndex => {
+            format!("directory {on_disk} has no index.html and listings are off (--browse lists it)")
+        }
+        Refusal::NotRegular => format!("{on_disk} is not a regular file or directory: never served"),
+        Refusal::Denied(e) => match e.get_ref().and_then(|inner| inner.downcast_ref::<io::Error>()) {
+            Some(inner) if inner.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) => format!(
+                "{on_disk} leads out of ROOT (through a symlink; --follow-symlinks allows that): {inner}"
+            ),
+            Some(inner) => format!("{on_disk}: a symlink that is refused or loops: {inner}"),
+            None if e.raw_os_error().is_some() => {
+                format!("{on_disk} cannot be opened by the server's user: {e}")
+            }
+            None => format!("{on_disk}: {e}"),
+        },
+    };
+    p.error_log.warn_once(path, format_args!("403 {path}: {reason}"));
+}
+
 /// The reply for what the lookup found.
 fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: Found) -> Response {
     let settings = &p.settings;
@@ -243,7 +272,10 @@ fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: 
                 }
                 page(301, &[("Location", &location)])
             }
-            Found::Forbidden => page(403, &[]),
+            Found::Forbidden(why) => {
+                log_refusal(p, path, &why);
+                page(403, &[])
+            }
             Found::Failed(e) => {
                 p.error_log.error(format_args!("{path}: {e}"));
                 page(500, &[])

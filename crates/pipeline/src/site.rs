@@ -122,6 +122,17 @@ impl Resource {
     }
 }
 
+/// Why a path exists but is not served.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// A directory without `index.html`, and listings are off.
+    NoIndex,
+    /// A FIFO, socket or device: never served.
+    NotRegular,
+    /// The system said no: permissions, or a symlink out of ROOT or in a loop.
+    Denied(io::Error),
+}
+
 /// The outcome of looking a normalised path up.
 pub(crate) enum Found {
     Resource(Resource),
@@ -129,7 +140,8 @@ pub(crate) enum Found {
     /// every server redirects so relative links inside resolve).
     AddSlash,
     Listing(String),
-    Forbidden,
+    /// 403, and why (for the error log).
+    Forbidden(Refusal),
     Missing,
     Failed(io::Error),
 }
@@ -224,7 +236,7 @@ fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) ->
             Err(e) => return from_io(e),
         }
         if !settings.browse {
-            return Found::Forbidden;
+            return Found::Forbidden(Refusal::NoIndex);
         }
         return match root.read_dir(path) {
             Ok(mut entries) => Found::Listing(listing::render(path, &mut entries)),
@@ -232,7 +244,7 @@ fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) ->
         };
     }
     if !meta.is_file() {
-        return Found::Forbidden;
+        return Found::Forbidden(Refusal::NotRegular);
     }
     load_file(root, path, cache)
 }
@@ -245,7 +257,7 @@ fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
         Err(e) => return from_io(e),
     };
     if !meta.is_file() {
-        return Found::Forbidden;
+        return Found::Forbidden(Refusal::NotRegular);
     }
     // Validators come from the descriptor actually served, not an earlier stat.
     let identity = match rustix::fs::fstat(&file) {
@@ -282,7 +294,7 @@ fn from_io(e: io::Error) -> Found {
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory | io::ErrorKind::InvalidFilename => {
             Found::Missing
         }
-        io::ErrorKind::PermissionDenied => Found::Forbidden,
+        io::ErrorKind::PermissionDenied => Found::Forbidden(Refusal::Denied(e)),
         _ => Found::Failed(e),
     }
 }

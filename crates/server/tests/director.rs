@@ -518,6 +518,13 @@ fn least_outstanding_balancing_and_a_dead_backend() {
     let st =
         wait_status(&d, "the dead backend down", |s| s.contains(&format!("backend {dead_addr} health=down")));
     assert!(st.contains(&format!("backend {} health=up", one.addr)), "{st}");
+    // The error log says which backend and why, once (it is retried every
+    // health interval).
+    let refused = format!("backend {dead_addr} ({dead_addr}): cannot connect: connection refused");
+    eventually("the refused connection in the log", || d.stderr().contains(&refused));
+    let down = format!("backend {dead_addr} ({dead_addr}) is down: connect failed");
+    eventually("the down line", || d.stderr().contains(&down));
+    assert_eq!(d.stderr().matches(&refused).count(), 1, "{}", d.stderr());
 }
 
 #[test]
@@ -542,8 +549,12 @@ fn backend_killed_then_restarted() {
     }
     assert!(refused, "the director kept answering 200 with its backend dead");
     wait_status(&d, "the backend down", |s| s.contains("health=down"));
+    eventually("the down line", || d.stderr().contains(&format!("backend {addr} ({addr}) is down: ")));
     let _restarted = Server::start(BIN, "pool", root.path(), &["--listen", &addr.to_string()]);
     wait_status(&d, "the backend up again", |s| s.contains("health=up"));
+    eventually("the up line", || {
+        d.stderr().contains(&format!("backend {addr} ({addr}) is up: back in rotation"))
+    });
     let mut recovered = false;
     for _ in 0..100 {
         if d.client().request("GET", "/hello.txt", &[]).status == 200 {
@@ -598,6 +609,47 @@ fn spawn_monitor(director: SocketAddr, proc_root: &Path, backend: &str) -> Kille
         .spawn()
         .unwrap();
     Killed(child)
+}
+
+/// The monitor says in its error log what it tells the director, and
+/// when it cannot reach it.
+#[test]
+fn monitor_logs_its_transitions() {
+    let proc_dir = tempfile::tempdir().unwrap();
+    fake_proc(proc_dir.path(), 0);
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("monitor.err");
+    let child = Command::new(BIN)
+        .args(["monitor", "--director", &port.to_string(), "--interval", "40ms", "--backend", "127.0.0.1:9"])
+        .args(["--enter", "2", "--leave", "3", "--syn-high", "50", "--syn-low", "5", "--proc-root"])
+        .arg(proc_dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let _monitor = Killed(child);
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually("the unreachable line", || {
+        log().contains(&format!("cannot reach the director at {port}: Connection refused"))
+    });
+    let director = TcpListener::bind(port).unwrap();
+    let (conn, _) = director.accept().unwrap();
+    eventually("the reachable line", || {
+        log().contains(&format!("reporting to the director at {port} again"))
+    });
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut lines = BufReader::new(conn).lines().map(|l| l.expect("a report line"));
+    assert!(lines.next().unwrap().starts_with("MODUS-MONITOR 1 "));
+    assert!(lines.next().unwrap().contains(" nice=0.00 "), "niced time is reported apart");
+    fake_proc(proc_dir.path(), 80);
+    eventually("the overloaded line", || {
+        log().contains("[warn] overloaded (cpu=") && log().contains("synrecv=80)")
+    });
+    fake_proc(proc_dir.path(), 0);
+    eventually("the serviceable line", || log().contains("[info] serviceable again (cpu="));
+    drop(lines);
 }
 
 #[test]
@@ -656,14 +708,21 @@ fn an_overloaded_backend_is_paused_and_a_silent_monitor_is_unknown() {
     )
     .unwrap();
     wait_status(&d, "overloaded", |s| s.contains("monitor=overloaded"));
+    let said = |line: String| eventually(&line.clone(), || d.stderr().contains(&line));
+    said(format!(
+        "backend {}: its monitor reports overload (cpu=0.99): no new requests are admitted (limit 0)",
+        backend.addr
+    ));
     let r = d.client().request("GET", "/", &[]);
     r.assert_status(503);
     assert_eq!(backend.requests().len(), 0, "nothing is admitted to an overloaded backend");
     m.write_all(b"S 2 OK cpu=0.20\n").unwrap();
     wait_status(&d, "serviceable", |s| s.contains("monitor=ok inflight=0 limit=4"));
+    said(format!("backend {}: its monitor reports recovery (cpu=0.20): admitting again", backend.addr));
     d.client().request("GET", "/", &[]).assert_status(200);
     drop(m);
     wait_status(&d, "unknown after the monitor left", |s| s.contains("monitor=unknown"));
+    said(format!("backend {}: its monitor is silent", backend.addr));
     d.client().request("GET", "/", &[]).assert_status(200);
 
     // End to end: the real monitor on a hot fake /proc pauses admission.

@@ -9,7 +9,6 @@ use crate::common::*;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
 
 struct Cgi {
     _root: Docroot,
@@ -401,17 +400,6 @@ fn invalid_header_block_is_502_and_stderr_is_logged() {
     assert!(poll_until(|| logged("/cgi-bin/badhead", "oops: this is not")), "{}", t.srv.stderr());
     t.srv.client().request("GET", "/cgi-bin/fail", &[]).assert_status(500);
     assert!(poll_until(|| logged("/cgi-bin/fail", "fail: about to exit 3")), "{}", t.srv.stderr());
-}
-
-/// Polls `done` every 50 ms, 200 times at most (generous, count-based).
-fn poll_until(mut done: impl FnMut() -> bool) -> bool {
-    for _ in 0..200 {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
 }
 
 /// A process's state letter and parent, from `/proc/PID/stat`; `None` once it is gone.

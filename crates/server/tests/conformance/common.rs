@@ -24,6 +24,17 @@ pub fn old_mtime() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_577_934_245)
 }
 
+/// Polls `done` every 50 ms, 200 times at most (generous, count-based).
+pub fn poll_until(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
 /// Long enough for any graceful stop in these tests.
 pub const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 

@@ -161,6 +161,34 @@ fn dir_without_index_is_forbidden() {
     assert!(!r.body_str().contains("b.txt"), "listing without --browse\n{}", r.describe());
 }
 
+/// A 403 says why in the error log, once: an operator should not have to
+/// guess between a missing index, a symlink and permissions.
+#[test]
+fn a_403_says_why_in_the_error_log_once() {
+    let (root, srv) = standard(MODEL, &[]);
+    // One connection, so one process in the process models too: the limit
+    // is kept per process (each prefork child says it once).
+    let mut client = srv.client();
+    for _ in 0..3 {
+        client.request("GET", "/noindex/", &[]).assert_status(403);
+        client.request("GET", "/link-outside.txt", &[]).assert_status(403);
+    }
+    let no_index = format!(
+        "403 /noindex/: directory {}/noindex/ has no index.html and listings are off (--browse lists it)",
+        root.path().display()
+    );
+    let escape = "403 /link-outside.txt: ";
+    assert!(
+        poll_until(|| srv.stderr().contains(&no_index) && srv.stderr().contains(escape)),
+        "{}",
+        srv.stderr()
+    );
+    let log = srv.stderr();
+    assert!(log.contains("link-outside.txt leads out of ROOT"), "{log}");
+    assert_eq!(log.matches(&no_index).count(), 1, "repeats are held back:\n{log}");
+    assert_eq!(log.matches(escape).count(), 1, "repeats are held back:\n{log}");
+}
+
 #[test]
 fn browse_lists_directory() {
     let (_root, srv) = standard(MODEL, &["--browse"]);
