@@ -1,4 +1,7 @@
-//! Embeds every file under `demo/` into the binary as the zero-config site.
+//! Embeds every file under `demo/` into the binary as the zero-config site,
+//! with the project's README and BENCHMARKS as plain text (`/readme.txt`,
+//! `/benchmarks.txt`), which the demo page links to: there is no public URL
+//! to point at, and the binary is what a newcomer has.
 
 use std::fmt::Write;
 use std::path::Path;
@@ -8,6 +11,13 @@ fn main() {
     println!("cargo:rerun-if-changed={}", demo.display());
     let mut files = Vec::new();
     collect(&demo, &demo, &mut files);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (url, name) in [("/readme.txt", "README.md"), ("/benchmarks.txt", "BENCHMARKS.md")] {
+        let path = repo.join(name);
+        if path.is_file() {
+            files.push((url.to_string(), path.to_string_lossy().into_owned()));
+        }
+    }
     files.sort();
     let mut table = String::from("&[\n");
     for (url, path) in files {

@@ -266,12 +266,13 @@ pub fn html(j: &Value) -> String {
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
 <meta http-equiv=\"refresh\" content=\"2\"><title>modus director</title><style>\
-body{{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:64em;padding:.8em;color:#222}}\
+body{{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:80em;padding:.8em;color:#222}}\
 h1{{font-size:1.4em;margin:.2em 0}}h2{{font-size:1.1em;margin:1.2em 0 .4em}}\
 .cards{{display:grid;grid-template-columns:repeat(auto-fit,minmax(9em,1fr));gap:.5em}}\
 .card{{background:#f3f5f8;border-radius:.4em;padding:.5em .7em}}.card b{{display:block;font-size:1.3em}}\
 table{{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}}\
 td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3;white-space:nowrap}}\
+th{{white-space:normal;vertical-align:bottom}}td small{{display:block;white-space:normal}}\
 td:first-child,th:first-child{{text-align:left}}.wrap{{overflow-x:auto}}\
 .up{{color:#2e7d32}}.down{{color:#c62828}}small{{color:#666}}\
 </style></head><body><h1>modus — <span id=\"model\">director</span></h1>\
@@ -312,13 +313,15 @@ td:first-child,th:first-child{{text-align:left}}.wrap{{overflow-x:auto}}\
         adm["queued_total"]
     );
     h.push_str(
-        "<h2>Backends</h2><div class=\"wrap\"><table><tr><th>backend</th><th>health</th><th>monitor</th>\
+        "<h2>Backends</h2><div class=\"wrap\"><table id=\"backends\"><tr><th>backend</th><th>health</th><th>monitor</th>\
 <th>in flight</th><th>limit</th><th>adaptive</th><th>latency</th><th>pool idle/open</th><th>served</th>\
 <th>5xx</th><th>errors</th><th>connect fails</th><th>check fails</th></tr>",
     );
     for b in j["backends"].as_array().into_iter().flatten() {
         let up = b["health"] == "up";
-        let health = if up { "up".to_string() } else { format!("down ({})", text(&b["down_reason"])) };
+        // The reason on a line of its own: the table must fit a 1,280 px screen.
+        let health =
+            if up { "up".to_string() } else { format!("down<small>{}</small>", text(&b["down_reason"])) };
         let _ = write!(
             h,
             "<tr><td>{}</td><td class=\"{}\">{health}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td>\

@@ -29,15 +29,30 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em}\
 table{border-collapse:collapse}\
 th,td{padding:.2em 1em;text-align:left}\
 td.size{text-align:right;font-variant-numeric:tabular-nums}\
-tr:nth-child(even){background:#f4f4f4}";
+tr:nth-child(even){background:#f4f4f4}\
+.summary{color:#555}";
 
 /// Renders an HTML5 page listing `entries` of the directory at `url_path`.
 ///
 /// `url_path` is the decoded, normalised request path and ends with '/'.
-/// The entries are sorted in place: directories first, then by name. Links
-/// are relative, so the page stays correct behind a path-rewriting proxy.
+/// The entries are sorted in place: directories first, then by name,
+/// ignoring case (`a.txt`, `B.txt`, `c.txt`, as Caddy and file managers
+/// sort; names equal but for case keep a stable order by their bytes).
+/// Links are relative, so the page stays correct behind a path-rewriting
+/// proxy. Under the title, a summary counts the directories and files and
+/// adds up the files' sizes.
 pub fn render(url_path: &str, entries: &mut [Entry]) -> String {
-    entries.sort_by(|a, b| b.is_dir.cmp(&a.is_dir).then_with(|| a.name.cmp(&b.name)));
+    entries.sort_by_cached_key(|e| (!e.is_dir, e.name.to_lowercase(), e.name.clone()));
+    let dirs = entries.iter().filter(|e| e.is_dir).count();
+    let files = entries.len() - dirs;
+    let bytes: u64 = entries.iter().filter(|e| !e.is_dir).map(|e| e.len).sum();
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let summary = format!(
+        "{}, {} ({})",
+        plural(dirs, "directory", "directories"),
+        plural(files, "file", "files"),
+        human_size(bytes)
+    );
 
     let title = html_escape(url_path);
     let mut page = String::with_capacity(512 + entries.len() * 160);
@@ -47,7 +62,7 @@ pub fn render(url_path: &str, entries: &mut [Entry]) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>Index of {title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-         <h1>Index of {title}</h1>\n<table>\n\
+         <h1>Index of {title}</h1>\n<p class=\"summary\">{summary}</p>\n<table>\n\
          <thead><tr><th>Name</th><th>Size</th><th>Last modified (UTC)</th></tr></thead>\n<tbody>\n"
     );
     if url_path != "/" {
@@ -190,6 +205,24 @@ mod tests {
         assert!(pos(">c/<") < pos(">z/<"));
         assert!(pos(">z/<") < pos(">a.txt<"));
         assert!(pos(">a.txt<") < pos(">b.txt<"));
+    }
+
+    #[test]
+    fn names_sort_ignoring_case_and_the_summary_counts() {
+        let mut entries = vec![
+            entry("b.txt", false, 1000),
+            entry("Zeta", true, 0),
+            entry("README", false, 2048),
+            entry("alpha", true, 0),
+            entry("a.txt", false, 24),
+            entry("A.txt", false, 0),
+        ];
+        let page = render("/docs/", &mut entries);
+        let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["alpha", "Zeta", "A.txt", "a.txt", "b.txt", "README"]);
+        assert!(page.contains("<p class=\"summary\">2 directories, 4 files (3.0 KiB)</p>"), "{page}");
+        let mut one = vec![entry("only", false, 5)];
+        assert!(render("/", &mut one).contains(">0 directories, 1 file (5 B)<"));
     }
 
     #[test]

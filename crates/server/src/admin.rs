@@ -459,6 +459,7 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
 .bar{{display:flex;height:1.6em;border-radius:.3em;overflow:hidden;background:#eee}}.bar span{{display:block}}\
 .legend span{{display:inline-block;margin:.2em .8em .2em 0}}.legend i{{display:inline-block;width:.8em;height:.8em;margin-right:.3em;border-radius:.2em}}\
 .wrap{{overflow-x:auto}}.busy{{color:#c62828}}.idle{{color:#2e7d32}}small{{color:#666}}\
+.note{{margin:.4em 0 .8em}}details summary{{cursor:pointer;color:#2e7d32;margin:.4em 0}}\
 </style></head><body><h1>modus — <span id=\"model\">{model}</span> <small>({paper})</small></h1>\
 <small>pid {pid} · up {up:.0} s · timing {timing} · refreshes every 2 s</small>",
         model = esc(info.model),
@@ -484,12 +485,15 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
     }
     h.push_str("</div>");
 
-    // Where the time goes: mean per request of each phase, stacked.
+    // Where the time goes: mean per request of each phase within `total`,
+    // stacked. `wait` comes before a request exists (a keep-alive client's
+    // think time, or a new connection's silence), so it is not in `total`
+    // and not in the bar; it is shown beside it.
     h.push_str("<h2>Where a request's time goes</h2>");
     let requests = snap.phase(Phase::Total).count().max(1) as f64;
     let parts: Vec<(Phase, f64)> = Phase::ALL
         .iter()
-        .filter(|ph| **ph != Phase::Total)
+        .filter(|ph| !matches!(**ph, Phase::Total | Phase::Wait))
         .map(|ph| (*ph, snap.phase(*ph).sum_ns as f64 / requests))
         .collect();
     let sum: f64 = parts.iter().map(|x| x.1).sum();
@@ -516,13 +520,22 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
             v / 1e3
         );
     }
-    h.push_str("</div><div class=\"wrap\"><table><tr><th>phase</th><th>count</th><th>mean</th><th>p50</th><th>p99</th></tr>");
+    let _ = write!(
+        h,
+        "</div><p class=\"note\" id=\"wait-note\"><small><b>total</b> runs from a request's first byte to its \
+         access-log line (plus any time its connection queued before a worker took it); the bar splits it into \
+         phases. <b>wait</b> — from accept, or the previous response's end, to the first byte: a keep-alive \
+         client thinking — is not part of <b>total</b> and not in the bar (mean {:.1} µs).</small></p>",
+        snap.phase(Phase::Wait).mean().as_nanos() as f64 / 1e3
+    );
+    h.push_str("<div class=\"wrap\"><table><tr><th>phase</th><th>count</th><th>mean</th><th>p50</th><th>p99</th></tr>");
     for ph in Phase::ALL {
         let v = &j["phases_us"][ph.name()];
+        let name = if ph == Phase::Wait { "wait (not in total)" } else { ph.name() };
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ph.name(),
+            name,
             v["count"],
             fmt_us(&v["mean"]),
             fmt_us(&v["p50"]),
@@ -576,8 +589,9 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
         "<h2>Workers: <span class=\"busy\">{busy} busy</span>, <span class=\"idle\">{} idle</span></h2>",
         snap.workers.len() - busy
     );
-    h.push_str("<div class=\"wrap\"><table><tr><th>worker</th><th>state</th><th>taken</th><th>for</th></tr>");
-    for w in &snap.workers {
+    // Busy workers one by one; idle ones (a pool's 128 threads, mostly)
+    // folded into one line that opens to the list.
+    let row = |h: &mut String, w: &pipeline::stats::WorkerSnap| {
         let (class, state) = if w.busy { ("busy", "busy") } else { ("idle", "idle") };
         let _ = write!(
             h,
@@ -586,8 +600,24 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
             w.served,
             w.for_how_long
         );
+    };
+    const HEADER: &str = "<tr><th>worker</th><th>state</th><th>taken</th><th>for</th></tr>";
+    if busy > 0 {
+        let _ = write!(h, "<div class=\"wrap\"><table id=\"busy-workers\">{HEADER}");
+        snap.workers.iter().filter(|w| w.busy).for_each(|w| row(&mut h, w));
+        h.push_str("</table></div>");
     }
-    h.push_str("</table></div><h2>Settings</h2><div class=\"wrap\"><table>");
+    let idle = snap.workers.len() - busy;
+    if idle > 0 {
+        let _ = write!(
+            h,
+            "<details id=\"idle-workers\"><summary>{idle} idle worker{}</summary><div class=\"wrap\"><table>{HEADER}",
+            if idle == 1 { "" } else { "s" }
+        );
+        snap.workers.iter().filter(|w| !w.busy).for_each(|w| row(&mut h, w));
+        h.push_str("</table></div></details>");
+    }
+    h.push_str("<h2>Settings</h2><div class=\"wrap\"><table>");
     for (k, v) in &info.settings {
         let _ = write!(h, "<tr><td>{k}</td><td>{}</td></tr>", esc(v));
     }
@@ -598,6 +628,27 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_workers_fold_into_one_line() {
+        let mut snap = Snapshot::empty(Duration::from_secs(1));
+        let worker = |name: &str, busy| pipeline::stats::WorkerSnap {
+            name: name.into(),
+            busy,
+            served: 1,
+            since: Duration::ZERO,
+            for_how_long: Duration::from_millis(5),
+        };
+        snap.workers = vec![worker("pool-0", false), worker("pool-1", true), worker("pool-2", false)];
+        let info = Info { model: "pool", paper_name: "TPW", pid: 1, timing: true, settings: Vec::new() };
+        let page = html(&info, &snap, (0.0, 0.0));
+        assert!(page.contains("<summary>2 idle workers</summary>"), "{page}");
+        let busy = &page[page.find("id=\"busy-workers\"").unwrap()..page.find("<details").unwrap()];
+        assert!(busy.contains("pool-1") && !busy.contains("pool-0"), "{busy}");
+        assert_eq!(page.matches("<td>pool-").count(), 3, "each worker once");
+        snap.workers.retain(|w| w.busy);
+        assert!(!html(&info, &snap, (0.0, 0.0)).contains("<details"), "nothing to fold");
+    }
 
     #[test]
     fn rates_of_totals_that_went_down_are_zero_not_wrapped() {

@@ -91,6 +91,16 @@ impl Server {
         } else if options.root.is_none() {
             settings.cgi = crate::demo_programs::scripts().map(|programs| options.cgi_settings(programs));
         }
+        let admin = match &options.admin {
+            None => None,
+            Some(spec) => {
+                let addr = socket_addr("--admin", spec)?;
+                Some(
+                    std::net::TcpListener::bind(addr)
+                        .map_err(|e| anyhow!(transport::listener::bind_failure("--admin", addr, &e)))?,
+                )
+            }
+        };
         let site = match &options.root {
             Some(root) => {
                 if !root.is_dir() {
@@ -99,7 +109,7 @@ impl Server {
                 Site::dir(root, settings.follow_symlinks)
                     .with_context(|| format!("opening {}", root.display()))?
             }
-            None => Site::embedded(DEMO_SITE),
+            None => demo_site(admin.as_ref().map(|a| a.local_addr()).transpose()?),
         };
         let access = options.access_log.as_deref().unwrap_or("-");
         let access_log =
@@ -120,16 +130,6 @@ impl Server {
             }
             stats = stats.with_trace(path, sample).with_context(|| format!("--trace {}", path.display()))?;
         }
-        let admin = match &options.admin {
-            None => None,
-            Some(spec) => {
-                let addr = socket_addr("--admin", spec)?;
-                Some(
-                    std::net::TcpListener::bind(addr)
-                        .map_err(|e| anyhow!(transport::listener::bind_failure("--admin", addr, &e)))?,
-                )
-            }
-        };
         let pipeline =
             Pipeline::new(settings, site, Arc::new(access_log), Arc::new(error_log)).with_stats(stats);
         Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin })
@@ -352,6 +352,35 @@ fn admin_info(
         timing: pipeline.stats.timing,
         settings,
     }
+}
+
+/// The embedded demo site; with `--admin`, its front page links to the
+/// status page (the page's one line made at start-up, in place of the hint
+/// between `<!--admin-->` and `<!--/admin-->`).
+fn demo_site(admin: Option<SocketAddr>) -> Site {
+    let Some(admin) = admin else { return Site::embedded(DEMO_SITE) };
+    let host = if admin.ip().is_unspecified() { "127.0.0.1".to_string() } else { admin.ip().to_string() };
+    let host = if admin.is_ipv6() && !admin.ip().is_unspecified() { format!("[{host}]") } else { host };
+    let url = format!("http://{host}:{}/status", admin.port());
+    let files: Vec<pipeline::EmbeddedFile> = DEMO_SITE
+        .iter()
+        .map(|file| {
+            let page = std::str::from_utf8(file.bytes).ok().filter(|_| file.path == "/index.html");
+            let Some((before, rest)) = page.and_then(|page| page.split_once("<!--admin-->")) else {
+                return *file;
+            };
+            let after = rest.split_once("<!--/admin-->").map_or("", |(_, after)| after);
+            let link = format!(
+                "<p class=\"note\">Live status of this server: <a href=\"{url}\">{url}</a> \
+                 (also <code>/status.json</code> and <code>/metrics</code> there).</p>"
+            );
+            // Once per process: the site lives as long as the server.
+            let bytes: &'static [u8] =
+                Box::leak(format!("{before}{link}{after}").into_bytes().into_boxed_slice());
+            pipeline::EmbeddedFile { path: file.path, bytes }
+        })
+        .collect();
+    Site::embedded(&files)
 }
 
 /// Lifts the soft limit on open descriptors to the hard one (nginx's

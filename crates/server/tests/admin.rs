@@ -163,6 +163,10 @@ fn status_page(model: &str) {
     assert!(body.contains("http-equiv=\"refresh\""));
     assert!(!body.contains("src=\"http") && !body.contains("href=\"http"), "no external assets");
     assert_eq!(get_once(admin, "/nothing").0, 404);
+    // `wait` is explained, and kept out of the bar of `total`'s phases.
+    assert!(body.contains("<b>wait</b> — from accept, or the previous response's end"), "{body}");
+    assert!(body.contains("wait (not in total)"), "{body}");
+    assert!(!body.contains("title=\"wait "), "wait is not a part of the bar: {body}");
 }
 
 fn trace_rows(model: &str) {
@@ -478,4 +482,32 @@ fn trace_connection_ids_are_unique_across_processes() {
     let pid = |r: &Vec<&str>| r[16].split('/').next().unwrap().to_string();
     assert_ne!(pid(&rows[0]), pid(&rows[1]), "two processes: {text}");
     assert_ne!(rows[0][0], rows[1][0], "two connection ids: {text}");
+}
+
+/// The demo page leads to the status page when there is one, and says how
+/// to get one when there is not.
+#[test]
+fn the_demo_page_links_to_the_status_page() {
+    let srv = Server::builder(BIN).model("event").args(["--admin", "127.0.0.1:0"]).start();
+    let admin = srv.announced("admin");
+    let page = srv.client().request("GET", "/", &[]).assert_status(200).body_str();
+    let url = format!("http://{admin}/status");
+    assert!(page.contains(&format!("<a href=\"{url}\">{url}</a>")), "{page}");
+    assert!(!page.contains("Run with <code>--admin"), "{page}");
+    assert_eq!(get_once(admin, "/status").0, 200, "the link leads somewhere");
+    let srv = Server::builder(BIN).model("event").start();
+    let page = srv.client().request("GET", "/", &[]).assert_status(200).body_str();
+    assert!(page.contains("Run with <code>--admin 127.0.0.1:9090</code>"), "{page}");
+    assert!(!page.contains("/status\">"), "{page}");
+    // Every link on the page answers (the CGI demos, the benchmarks, the README).
+    for link in [
+        "/cgi-bin/spin?ms=10",
+        "/cgi-bin/env/some/path?x=1",
+        "/benchmarks.txt",
+        "/readme.txt",
+        "/favicon.svg",
+    ] {
+        assert!(page.contains(&format!("\"{link}\"")), "{link} not on the page");
+        srv.client().request("GET", link, &[]).assert_status(200);
+    }
 }

@@ -176,3 +176,58 @@ fn status_page_renders_in_chromium_for_prefork_with_screenshot() {
     assert_eq!(width, 390, "the phone-sized window");
     eprintln!("screenshot: {}", png.display());
 }
+
+/// The director's status page with its widest backend row (a backend down,
+/// and why) fits a 1,280 px screen: no horizontal scrolling of the
+/// backends table or the page. The page is measured by a script added to a
+/// copy of it (Chromium runs it, then dumps the DOM).
+#[test]
+fn director_backends_table_fits_1280_pixels() {
+    let Some(chromium) = chromium_or_skip("director status page width") else { return };
+    let root = Docroot::standard();
+    let backend = Server::start(BIN, "pool", root.path(), &[]);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let director = Server::builder(BIN)
+        .subcommand("direct")
+        .no_defaults()
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--monitor-listen", "127.0.0.1:0"])
+        .args(["--backend", &backend.addr().to_string(), "--backend", &dead.to_string()])
+        .start();
+    for _ in 0..5 {
+        director.client().request("GET", "/hello.txt", &[]).assert_status(200);
+    }
+    let admin = director.announced("admin");
+    let mut tries = 0;
+    let page = loop {
+        tries += 1;
+        assert!(tries < 400, "the dead backend never showed as down");
+        let mut s = TcpStream::connect(admin).unwrap();
+        write!(s, "GET /status HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        let body = raw.split_once("\r\n\r\n").unwrap().1.to_string();
+        if body.contains("down<small>") {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let measure = "<script>const t = document.getElementById('backends'), w = t.parentElement, d = document.documentElement;\
+        document.body.setAttribute('data-measured', [w.scrollWidth, w.clientWidth, d.scrollWidth, d.clientWidth].join(' '));</script>";
+    let page = page
+        .replace("<meta http-equiv=\"refresh\" content=\"2\">", "")
+        .replace("</body>", &format!("{measure}</body>"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("director.html");
+    std::fs::write(&file, page).unwrap();
+    let dom = run_chromium(
+        &chromium,
+        &format!("file://{}", file.display()),
+        &["--window-size=1280,800", "--dump-dom"],
+    );
+    let at = dom.find("data-measured=\"").expect("the script ran") + "data-measured=\"".len();
+    let widths: Vec<u32> =
+        dom[at..at + dom[at..].find('"').unwrap()].split(' ').map(|n| n.parse().unwrap()).collect();
+    let [table_scroll, table_box, page_scroll, page_box] = widths[..] else { panic!("{widths:?}") };
+    assert!(table_scroll <= table_box, "the backends table scrolls: {table_scroll} > {table_box} px");
+    assert!(page_scroll <= page_box, "the page scrolls: {page_scroll} > {page_box} px");
+}
