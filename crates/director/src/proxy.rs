@@ -31,8 +31,7 @@
 //! deadline) and serves the admin listener (`--admin`, rendered by
 //! [`crate::admin`]); neither ever blocks it.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown as NetShutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -50,6 +49,8 @@ use crate::monitor::{self, MAX_LINE};
 use crate::options::Config;
 use crate::response::{client_head, parse_response, ClientFraming, Framing, Parsed, MAX_RESPONSE_HEAD};
 use crate::watch::Watch;
+use transport::deadlines::{self, Deadlines};
+use transport::slab::Slab;
 
 /// A `Content-Length` body up to this size, or this much of a chunked body
 /// (all of it if it is shorter), is read in REQUEST, before admission, so
@@ -69,16 +70,17 @@ const LINGER: Duration = Duration::from_secs(2);
 /// Steps one connection may take per turn before others get theirs.
 const STEPS_PER_TURN: usize = 64;
 
-const KIND_SHIFT: u32 = 60;
+/// The loop's own descriptors: tokens of kind 0, which no slab issues.
 const LISTENER: u64 = 1;
 const STOP: u64 = 2;
 const MONITOR_LISTENER: u64 = 3;
 const ADMIN_LISTENER: u64 = 4;
-const CLIENT: u64 = 1;
-const BCONN: u64 = 2;
-const MONITOR: u64 = 3;
-const ADMIN: u64 = 4;
-const PROBE: u64 = 5;
+/// The kinds of the slabs' tokens (`transport::slab`).
+const CLIENT: u8 = 1;
+const BCONN: u8 = 2;
+const MONITOR: u8 = 3;
+const ADMIN: u8 = 4;
+const PROBE: u8 = 5;
 /// Time an admin client gets to send its request and read the answer.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Consecutive passing health checks that bring a backend back.
@@ -119,65 +121,6 @@ impl Phase {
         self as usize
     }
     const NAMES: [&'static str; 5] = ["REQUEST", "PEEK", "RECEIVE", "RESPONSE", "LINGER"];
-}
-
-/// Slots with generation-checked tokens: `kind << 60 | generation << 32 | slot`.
-struct Slab<T> {
-    kind: u64,
-    slots: Vec<(u32, Option<T>)>,
-    free: Vec<u32>,
-    live: usize,
-}
-
-impl<T> Slab<T> {
-    fn new(kind: u64) -> Self {
-        Slab { kind, slots: Vec::new(), free: Vec::new(), live: 0 }
-    }
-    fn token(&self, slot: u32) -> u64 {
-        self.kind << KIND_SHIFT | u64::from(self.slots[slot as usize].0 & 0x0fff_ffff) << 32 | u64::from(slot)
-    }
-    fn vacant(&mut self) -> u64 {
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.slots.push((0, None));
-            (self.slots.len() - 1) as u32
-        });
-        self.token(slot)
-    }
-    fn fill(&mut self, token: u64, value: T) {
-        self.slots[token as u32 as usize].1 = Some(value);
-        self.live += 1;
-    }
-    fn get_mut(&mut self, token: u64) -> Option<&mut T> {
-        match self.slots.get_mut(token as u32 as usize)? {
-            (generation, Some(v)) if u64::from(*generation & 0x0fff_ffff) == (token >> 32) & 0x0fff_ffff => {
-                Some(v)
-            }
-            _ => None,
-        }
-    }
-    fn get(&self, token: u64) -> Option<&T> {
-        match self.slots.get(token as u32 as usize)? {
-            (generation, Some(v)) if u64::from(*generation & 0x0fff_ffff) == (token >> 32) & 0x0fff_ffff => {
-                Some(v)
-            }
-            _ => None,
-        }
-    }
-    fn remove(&mut self, token: u64) -> Option<T> {
-        self.get(token)?;
-        let slot = token as u32;
-        let entry = &mut self.slots[slot as usize];
-        entry.0 = entry.0.wrapping_add(1);
-        self.free.push(slot);
-        self.live -= 1;
-        entry.1.take()
-    }
-    fn tokens(&self) -> Vec<u64> {
-        (0..self.slots.len() as u32)
-            .filter(|&s| self.slots[s as usize].1.is_some())
-            .map(|s| self.token(s))
-            .collect()
-    }
 }
 
 /// The body of the request being forwarded.
@@ -487,7 +430,7 @@ pub struct Director {
     rate_samples: VecDeque<(Instant, u64)>,
     backends: Vec<Backend>,
     queue: VecDeque<u64>,
-    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    timers: Deadlines,
     ready: VecDeque<u64>,
     per_ip: HashMap<IpAddr, usize>,
     rr: usize,
@@ -561,7 +504,7 @@ impl Director {
             rate_samples: VecDeque::new(),
             backends,
             queue: VecDeque::new(),
-            timers: BinaryHeap::new(),
+            timers: Deadlines::default(),
             ready: VecDeque::new(),
             per_ip: HashMap::new(),
             rr: 0,
@@ -582,16 +525,15 @@ impl Director {
         }
         loop {
             let now = Instant::now();
-            let mut wake = self.next_tick;
-            if let Some(Reverse((t, _))) = self.timers.peek() {
-                wake = wake.min(*t);
+            let mut wake = self.next_tick.saturating_duration_since(now);
+            if let Some(next) = self.timers.next_in(now) {
+                wake = wake.min(next);
             }
-            let timeout =
-                if self.ready.is_empty() { wake.saturating_duration_since(now) } else { Duration::ZERO };
+            let timeout = if self.ready.is_empty() { wake } else { Duration::ZERO };
             self.poller.wait(&mut events, Some(timeout))?;
             for ev in events.iter() {
                 let token = ev.token();
-                match (token >> KIND_SHIFT, token) {
+                match (Slab::<()>::kind_of(token), token) {
                     (0, LISTENER) => self.accept(),
                     (0, MONITOR_LISTENER) => self.accept_monitors(),
                     (0, ADMIN_LISTENER) => self.accept_admins(),
@@ -626,7 +568,7 @@ impl Director {
             }
             self.watch.report(&self.backends);
             if let Some(deadline) = self.stopping {
-                if self.clients.live == 0 || Instant::now() >= deadline {
+                if self.clients.is_empty() || Instant::now() >= deadline {
                     return Ok(());
                 }
             }
@@ -651,7 +593,7 @@ impl Director {
             let _ = stream.set_nonblocking(true);
             let ip = peer.ip();
             let per_ip = self.per_ip.get(&ip).copied().unwrap_or(0);
-            if self.clients.live >= self.cfg.max_conns {
+            if self.clients.len() >= self.cfg.max_conns {
                 self.stats.refused_total += 1;
                 *self.stats.responses.entry(503).or_default() += 1;
                 self.metrics.responses.get_or_create(&label("status", 503)).inc();
@@ -671,31 +613,30 @@ impl Director {
                 let _ = stream.write(&local_bytes(429, "text/plain", &body, &extra, true, false, false));
                 continue;
             }
-            let token = self.clients.vacant();
-            if self.poller.add(&stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+            let now = Instant::now();
+            let client = Client {
+                stream,
+                peer,
+                readable: false,
+                writable: false,
+                phase: Phase::Request,
+                inbuf: Vec::new(),
+                out: Vec::new(),
+                out_pos: 0,
+                deadline: Some(now + self.cfg.header_timeout),
+                armed: None,
+                head_started: Some(now),
+                chunk_scan: None,
+                continued: false,
+                ex: None,
+            };
+            let Some(token) = self.clients.insert(client) else { continue };
+            let Some(c) = self.clients.get(token) else { continue };
+            if self.poller.add(&c.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+                self.clients.remove(token);
                 continue;
             }
             *self.per_ip.entry(ip).or_default() += 1;
-            let now = Instant::now();
-            self.clients.fill(
-                token,
-                Client {
-                    stream,
-                    peer,
-                    readable: false,
-                    writable: false,
-                    phase: Phase::Request,
-                    inbuf: Vec::new(),
-                    out: Vec::new(),
-                    out_pos: 0,
-                    deadline: Some(now + self.cfg.header_timeout),
-                    armed: None,
-                    head_started: Some(now),
-                    chunk_scan: None,
-                    continued: false,
-                    ex: None,
-                },
-            );
             self.arm_client(token);
         }
     }
@@ -1407,25 +1348,25 @@ impl Director {
             }
         }
         let stream: TcpStream = socket.into();
-        let token = self.bconns.vacant();
-        self.poller.add(&stream, token, Interest::BOTH, Trigger::Edge).ok()?;
-        self.bconns.fill(
-            token,
-            BConn {
-                stream,
-                backend: b,
-                connected: false,
-                readable: false,
-                writable: false,
-                client: None,
-                inbuf: Vec::new(),
-                out: Vec::new(),
-                out_pos: 0,
-                reused: false,
-                deadline: Some(Instant::now() + self.cfg.connect_timeout),
-                armed: None,
-            },
-        );
+        let token = self.bconns.insert(BConn {
+            stream,
+            backend: b,
+            connected: false,
+            readable: false,
+            writable: false,
+            client: None,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            reused: false,
+            deadline: Some(Instant::now() + self.cfg.connect_timeout),
+            armed: None,
+        })?;
+        let bc = self.bconns.get(token)?;
+        if self.poller.add(&bc.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+            self.bconns.remove(token);
+            return None;
+        }
         self.arm_bconn(token);
         self.backends[b].conns += 1;
         self.backends[b].connecting += 1;
@@ -1612,10 +1553,7 @@ impl Director {
     fn arm_client(&mut self, token: u64) {
         if let Some(c) = self.clients.get_mut(token) {
             if let Some(d) = c.deadline {
-                if c.armed.is_none_or(|a| d < a) {
-                    c.armed = Some(d);
-                    self.timers.push(Reverse((d, token)));
-                }
+                self.timers.arm(&mut c.armed, token, d);
             }
         }
     }
@@ -1623,28 +1561,20 @@ impl Director {
     fn arm_bconn(&mut self, token: u64) {
         if let Some(bc) = self.bconns.get_mut(token) {
             if let Some(d) = bc.deadline {
-                if bc.armed.is_none_or(|a| d < a) {
-                    bc.armed = Some(d);
-                    self.timers.push(Reverse((d, token)));
-                }
+                self.timers.arm(&mut bc.armed, token, d);
             }
         }
     }
 
     fn expire_timers(&mut self) {
         let now = Instant::now();
-        while let Some(&Reverse((t, token))) = self.timers.peek() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            match token >> KIND_SHIFT {
+        while let Some((t, token)) = self.timers.pop_due(now) {
+            match Slab::<()>::kind_of(token) {
                 CLIENT => {
                     let Some(c) = self.clients.get_mut(token) else { continue };
-                    if c.armed != Some(t) {
+                    if !deadlines::fired(&mut c.armed, t) {
                         continue;
                     }
-                    c.armed = None;
                     match c.deadline {
                         Some(d) if d <= now => self.client_timeout(token),
                         Some(_) => self.arm_client(token),
@@ -1653,10 +1583,9 @@ impl Director {
                 }
                 BCONN => {
                     let Some(bc) = self.bconns.get_mut(token) else { continue };
-                    if bc.armed != Some(t) {
+                    if !deadlines::fired(&mut bc.armed, t) {
                         continue;
                     }
-                    bc.armed = None;
                     match bc.deadline {
                         Some(d) if d <= now && !bc.connected => {
                             let why = format!(
@@ -1831,10 +1760,6 @@ impl Director {
             Err(_) => return self.probe_result(b, false),
         }
         let stream: TcpStream = socket.into();
-        let token = self.probes.vacant();
-        if self.poller.add(&stream, token, Interest::BOTH, Trigger::Edge).is_err() {
-            return;
-        }
         let host = match addr {
             SocketAddr::V4(a) => a.to_string(),
             SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
@@ -1843,19 +1768,22 @@ impl Director {
             "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: modus-director-health-check\r\n\
              Connection: close\r\n\r\n"
         );
-        self.probes.fill(
-            token,
-            Probe {
-                stream,
-                backend: b,
-                connected: false,
-                out: request.into_bytes(),
-                out_pos: 0,
-                inbuf: Vec::new(),
-            },
-        );
+        let probe = Probe {
+            stream,
+            backend: b,
+            connected: false,
+            out: request.into_bytes(),
+            out_pos: 0,
+            inbuf: Vec::new(),
+        };
+        let Some(token) = self.probes.insert(probe) else { return };
+        let Some(p) = self.probes.get(token) else { return };
+        if self.poller.add(&p.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+            self.probes.remove(token);
+            return;
+        }
         self.probing[b] = Some(token);
-        self.timers.push(Reverse((Instant::now() + self.cfg.health_timeout, token)));
+        self.timers.once(token, Instant::now() + self.cfg.health_timeout);
     }
 
     fn probe_event(&mut self, token: u64, gone: bool) {
@@ -1939,15 +1867,14 @@ impl Director {
                 }
             };
             let _ = stream.set_nonblocking(true);
-            let token = self.admins.vacant();
-            if self.poller.add(&stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+            let admin = AdminConn { stream, inbuf: Vec::new(), out: Vec::new(), out_pos: 0, answered: false };
+            let Some(token) = self.admins.insert(admin) else { continue };
+            let Some(a) = self.admins.get(token) else { continue };
+            if self.poller.add(&a.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+                self.admins.remove(token);
                 continue;
             }
-            self.admins.fill(
-                token,
-                AdminConn { stream, inbuf: Vec::new(), out: Vec::new(), out_pos: 0, answered: false },
-            );
-            self.timers.push(Reverse((Instant::now() + ADMIN_TIMEOUT, token)));
+            self.timers.once(token, Instant::now() + ADMIN_TIMEOUT);
             self.admin_event(token);
         }
     }
@@ -2024,20 +1951,19 @@ impl Director {
                 }
             };
             let _ = stream.set_nonblocking(true);
-            let token = self.monitors.vacant();
-            if self.poller.add(&stream, token, Interest::READABLE, Trigger::Edge).is_err() {
+            let monitor = MonConn {
+                stream,
+                peer: peer.ip(),
+                inbuf: Vec::new(),
+                backends: None,
+                interval: Duration::from_millis(200),
+            };
+            let Some(token) = self.monitors.insert(monitor) else { continue };
+            let Some(m) = self.monitors.get(token) else { continue };
+            if self.poller.add(&m.stream, token, Interest::READABLE, Trigger::Edge).is_err() {
+                self.monitors.remove(token);
                 continue;
             }
-            self.monitors.fill(
-                token,
-                MonConn {
-                    stream,
-                    peer: peer.ip(),
-                    inbuf: Vec::new(),
-                    backends: None,
-                    interval: Duration::from_millis(200),
-                },
-            );
         }
     }
 
@@ -2216,7 +2142,7 @@ impl Director {
             "requests_received": s.requests,
             "requests_per_s": rate,
             "connections_accepted": s.accepted,
-            "connections_open": self.clients.live,
+            "connections_open": self.clients.len(),
             "connections": connections,
             "responses": responses,
             "latency_us": summary(&self.latencies.request),
@@ -2259,7 +2185,7 @@ impl Director {
         let mut out = format!(
             "modus director\nuptime_s: {}\nconnections: {}\n",
             self.started.elapsed().as_secs(),
-            self.clients.live
+            self.clients.len()
         );
         for (name, n) in Phase::NAMES.iter().zip(phases) {
             out.push_str(&format!("state {name}: {n}\n"));
