@@ -1,0 +1,94 @@
+//! The admin listener (`--admin`): status page, JSON, metrics.
+
+use std::io::{self};
+use std::net::Shutdown as NetShutdown;
+use std::time::Instant;
+
+use h1::Parsed as ReqParsed;
+use transport::poller::{Interest, Trigger};
+
+use super::*;
+
+impl Director {
+    pub(super) fn accept_admins(&mut self) {
+        for _ in 0..ACCEPT_BATCH {
+            let Some(l) = &self.admin_listener else { return };
+            let stream = match l.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.pause_listener(ADMIN_LISTENER);
+                    return;
+                }
+            };
+            let _ = stream.set_nonblocking(true);
+            let admin = AdminConn { stream, inbuf: Vec::new(), out: Vec::new(), out_pos: 0, answered: false };
+            let Some(token) = self.admins.insert(admin) else { continue };
+            let Some(a) = self.admins.get(token) else { continue };
+            if self.poller.add(&a.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
+                self.admins.remove(token);
+                continue;
+            }
+            self.timers.once(token, Instant::now() + ADMIN_TIMEOUT);
+            self.admin_event(token);
+        }
+    }
+
+    pub(super) fn admin_event(&mut self, token: u64) {
+        let Some(a) = self.admins.get_mut(token) else { return };
+        if !a.answered {
+            let limits = &self.cfg.limits;
+            let request = loop {
+                match h1::parse_request(&a.inbuf, limits) {
+                    Ok(ReqParsed::Complete { head, .. }) => break Some(Ok(head)),
+                    Ok(ReqParsed::Partial) => {}
+                    Err(e) => break Some(Err(e)),
+                }
+                let mut readable = true;
+                match read_some(&mut a.stream, &mut readable, &mut a.inbuf, limits.max_header_bytes) {
+                    Io::Data => {}
+                    Io::Blocked if a.inbuf.len() < limits.max_header_bytes => break None,
+                    _ => {
+                        self.close_admin(token);
+                        return;
+                    }
+                }
+            };
+            let Some(request) = request else { return };
+            let bytes = match request {
+                Ok(head) => {
+                    crate::admin::answer(&head.method, head.path(), || self.status_json(), &self.metrics)
+                }
+                Err(e) => local_bytes(
+                    e.status(),
+                    "text/plain",
+                    &error_page(e.status(), e.reason()),
+                    &[],
+                    true,
+                    false,
+                    false,
+                ),
+            };
+            let a = self.admins.get_mut(token).expect("seen above");
+            a.out = bytes;
+            a.answered = true;
+        }
+        let a = self.admins.get_mut(token).expect("seen above");
+        let mut writable = true;
+        match flush(&mut a.stream, &mut writable, &mut a.out, &mut a.out_pos) {
+            Ok(_) if a.out.is_empty() => {
+                let _ = a.stream.shutdown(NetShutdown::Write);
+                self.close_admin(token);
+            }
+            Ok(_) => {}
+            Err(()) => self.close_admin(token),
+        }
+    }
+
+    pub(super) fn close_admin(&mut self, token: u64) {
+        if let Some(a) = self.admins.remove(token) {
+            let _ = self.poller.delete(&a.stream);
+        }
+    }
+}

@@ -1,0 +1,696 @@
+//! Driving a client connection through REQUEST, PEEK, RECEIVE and RESPONSE.
+
+use std::net::Shutdown as NetShutdown;
+use std::time::Instant;
+
+use h1::{BodyFraming, ChunkedDecoder, Parsed as ReqParsed};
+
+use super::*;
+use crate::admin::label;
+use crate::backend::pick;
+use crate::forward::{encode_chunk, request_head, LAST_CHUNK};
+use crate::response::{client_head, parse_response, ClientFraming, Framing, Parsed, MAX_RESPONSE_HEAD};
+
+impl Director {
+    pub(super) fn drive(&mut self, token: u64) {
+        for _ in 0..STEPS_PER_TURN {
+            match self.step(token) {
+                Step::Again => {}
+                Step::Blocked => {
+                    self.arm_client(token);
+                    return;
+                }
+                Step::Peek => self.admit(token),
+                Step::Close => {
+                    self.close_client(token);
+                    return;
+                }
+            }
+        }
+        // Still busy (e.g. a pipelining flood): continue next turn.
+        self.ready.push_back(token);
+        self.arm_client(token);
+    }
+
+    pub(super) fn step(&mut self, token: u64) -> Step {
+        let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
+        let wrote = match flush(&mut c.stream, &mut c.writable, &mut c.out, &mut c.out_pos) {
+            Ok(w) => w,
+            Err(()) => return Step::Close,
+        };
+        if c.phase == Phase::Response && (wrote || c.deadline.is_none()) {
+            c.deadline = Some(Instant::now() + self.cfg.send_timeout);
+        }
+        match c.phase {
+            Phase::Request => self.step_request(token),
+            Phase::Peek => {
+                if c.ex.as_ref().is_some_and(|ex| ex.queued_at.is_some()) {
+                    Step::Blocked
+                } else {
+                    Step::Peek
+                }
+            }
+            Phase::Receive | Phase::Response => self.step_exchange(token, wrote),
+            Phase::Linger => {
+                let mut sink = Vec::new();
+                loop {
+                    sink.clear();
+                    match read_some(&mut c.stream, &mut c.readable, &mut sink, READ_SIZE) {
+                        Io::Data => {}
+                        Io::Blocked => return Step::Blocked,
+                        Io::Eof | Io::Failed => return Step::Close,
+                    }
+                }
+            }
+        }
+    }
+
+    /// REQUEST: read and validate a head (and a small body).
+    pub(super) fn step_request(&mut self, token: u64) -> Step {
+        let cfg = &self.cfg;
+        let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
+        if c.out_pos < c.out.len() {
+            // Responses go out in order: finish the previous one first.
+            return Step::Blocked;
+        }
+        loop {
+            let mut cap = cfg.limits.max_header_bytes;
+            match h1::parse_request(&c.inbuf, &cfg.limits) {
+                Err(e) => {
+                    self.stats.bad_requests += 1;
+                    let status = e.status();
+                    respond_local(c, status, "text/plain", &error_page(status, e.reason()), &[], false, true);
+                    return Step::Again;
+                }
+                Ok(ReqParsed::Complete { head, len }) => {
+                    let small = match head.framing {
+                        BodyFraming::Length(n) if n > cfg.max_body => {
+                            self.stats.bad_requests += 1;
+                            let page = error_page(413, "request body too large");
+                            respond_local(c, 413, "text/plain", &page, &[], false, true);
+                            return Step::Again;
+                        }
+                        BodyFraming::Length(n) if n <= PREBUFFER => n as usize,
+                        BodyFraming::Chunked => {
+                            let (decoder, scanned) = c
+                                .chunk_scan
+                                .get_or_insert_with(|| (Box::new(ChunkedDecoder::new(cfg.max_body)), 0));
+                            let mut sink = Vec::new();
+                            match decoder.decode(&c.inbuf[len + *scanned..], &mut sink) {
+                                Ok(consumed) => *scanned += consumed,
+                                Err(e) => {
+                                    self.stats.bad_requests += 1;
+                                    c.chunk_scan = None;
+                                    let status = e.status();
+                                    let page = error_page(status, e.reason());
+                                    respond_local(c, status, "text/plain", &page, &[], false, true);
+                                    return Step::Again;
+                                }
+                            }
+                            if decoder.is_done() || c.inbuf.len() - len >= PREBUFFER as usize {
+                                0
+                            } else {
+                                // Not yet: read up to the prebuffer size.
+                                PREBUFFER as usize
+                            }
+                        }
+                        _ => 0,
+                    };
+                    if c.inbuf.len() < len + small
+                        && head.expect_continue
+                        && head.version == h1::Version::Http11
+                        && !c.continued
+                    {
+                        // The body is pre-buffered here, so the client is
+                        // told to send it now rather than when a backend
+                        // slot frees (a client that never sends it then
+                        // holds no slot).
+                        c.continued = true;
+                        c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                        return Step::Again;
+                    }
+                    if c.inbuf.len() >= len + small {
+                        c.inbuf.drain(..len);
+                        c.chunk_scan = None;
+                        let continued = std::mem::take(&mut c.continued);
+                        self.stats.requests += 1;
+                        let backend_name = &cfg.backends[0].0;
+                        let body = match head.framing {
+                            BodyFraming::None | BodyFraming::Length(0) => ReqBody::Done,
+                            BodyFraming::Length(n) => ReqBody::Length(n),
+                            BodyFraming::Chunked => {
+                                ReqBody::Chunked(Box::new(ChunkedDecoder::new(cfg.max_body)))
+                            }
+                        };
+                        let retryable = matches!(body, ReqBody::Done);
+                        let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
+                        c.ex = Some(Exchange {
+                            fwd_head: if is_status {
+                                Vec::new()
+                            } else {
+                                request_head(&head, c.peer, backend_name)
+                            },
+                            head_request: head.method == h1::Method::Head,
+                            client_11: head.version == h1::Version::Http11,
+                            keep_alive: head.keep_alive && self.stopping.is_none(),
+                            expect_continue: head.expect_continue && !continued,
+                            body,
+                            retryable,
+                            attempts: 0,
+                            backend: None,
+                            head_sent: false,
+                            relay: None,
+                            done: false,
+                            close_after: false,
+                            queued_at: None,
+                            started: Instant::now(),
+                            attached_inflight: 0,
+                            sent: None,
+                            status: 0,
+                        });
+                        c.phase = Phase::Peek;
+                        c.deadline = None;
+                        c.head_started = None;
+                        return Step::Peek;
+                    }
+                    cap = len + small;
+                }
+                Ok(ReqParsed::Partial) => {}
+            }
+            let was_empty = c.inbuf.is_empty();
+            match read_some(&mut c.stream, &mut c.readable, &mut c.inbuf, cap) {
+                Io::Data => {
+                    if was_empty && c.head_started.is_none() {
+                        // The header deadline runs from the first byte; the
+                        // keep-alive timeout covered the wait before it.
+                        let now = Instant::now();
+                        c.head_started = Some(now);
+                        c.deadline = Some(now + cfg.header_timeout);
+                    }
+                }
+                Io::Blocked => return Step::Blocked,
+                Io::Eof | Io::Failed => return Step::Close,
+            }
+        }
+    }
+
+    /// PEEK: forward now, park in the pending queue, or refuse.
+    pub(super) fn admit(&mut self, token: u64) {
+        let Some(c) = self.clients.get_mut(token) else { return };
+        let Some(ex) = c.ex.as_mut() else { return };
+        if ex.fwd_head.is_empty() {
+            let page = self.status_page();
+            let c = self.clients.get_mut(token).expect("just seen");
+            let keep = discard_body(c);
+            respond_local(c, 200, "text/plain; charset=utf-8", page.as_bytes(), &[], keep, false);
+            return;
+        }
+        // Each failed attempt (refused connection, keep-alive race) comes
+        // back here; a bounded number of them, then 502.
+        if !self.backends.iter().any(|b| b.up) || ex.attempts > self.backends.len() as u32 + 1 {
+            self.stats.bad_gateway += 1;
+            let keep = discard_body(c);
+            respond_local(c, 502, "text/plain", &error_page(502, "no backend available"), &[], keep, false);
+            return;
+        }
+        if let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr) {
+            self.rr = self.rr.wrapping_add(1);
+            self.attach(token, b);
+            return;
+        }
+        if ex.queued_at.is_none() && self.queue.len() < self.cfg.queue {
+            let now = Instant::now();
+            ex.queued_at = Some(now);
+            c.deadline = Some(now + self.cfg.queue_timeout);
+            self.stats.queued_total += 1;
+            self.queue.push_back(token);
+            return;
+        }
+        self.stats.queue_full += 1;
+        self.busy_page(token, "queue_full");
+    }
+
+    pub(super) fn busy_page(&mut self, token: u64, reason: &str) {
+        let Some(c) = self.clients.get_mut(token) else { return };
+        self.stats.busy_pages += 1;
+        self.metrics.refused.get_or_create(&label("reason", reason)).inc();
+        let keep = discard_body(c);
+        let extra = [("Retry-After", self.cfg.retry_after.to_string()), ("Cache-Control", "no-store".into())];
+        respond_local(c, 503, "text/html; charset=utf-8", &self.cfg.busy_page, &extra, keep, false);
+    }
+
+    /// Attaches the client's request to a connection of backend `b`: an
+    /// idle pooled one, or a new one.
+    pub(super) fn attach(&mut self, token: u64, b: usize) {
+        let btoken = loop {
+            match self.backends[b].idle.pop() {
+                Some(t) if self.bconns.get(t).is_some() => break Some(t),
+                Some(_) => continue,
+                None => break self.open_conn(b),
+            }
+        };
+        let Some(c) = self.clients.get_mut(token) else { return };
+        let Some(ex) = c.ex.as_mut() else { return };
+        let Some(btoken) = btoken else {
+            // Could not even create a socket: the backend is marked down;
+            // admission tries again (another backend, or 502).
+            ex.attempts += 1;
+            self.ready.push_back(token);
+            return;
+        };
+        self.backends[b].inflight += 1;
+        let now = Instant::now();
+        ex.backend = Some((b, btoken));
+        ex.attached_inflight = self.backends[b].inflight;
+        ex.sent = None;
+        if let Some(queued) = ex.queued_at.take() {
+            let waited = now.duration_since(queued);
+            record(&mut self.latencies.queue, waited);
+            self.metrics.queue_wait.observe(waited.as_secs_f64());
+        }
+        let body_pending = !matches!(ex.body, ReqBody::Done);
+        if ex.expect_continue && body_pending {
+            c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        c.phase = Phase::Receive;
+        // While the body is coming, the client must keep it moving; after
+        // it, the backend has --backend-timeout to answer.
+        c.deadline = Some(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
+        let bc = self.bconns.get_mut(btoken).expect("checked above");
+        bc.client = Some(token);
+        bc.out.extend_from_slice(&ex.fwd_head);
+        bc.deadline = None;
+        self.ready.push_back(token);
+    }
+
+    /// RECEIVE and RESPONSE: move the request body, read the response head,
+    /// relay the response body.
+    pub(super) fn step_exchange(&mut self, token: u64, mut progress: bool) -> Step {
+        let cfg = &self.cfg;
+        let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
+        let Some(ex) = c.ex.as_mut() else { return Step::Close };
+        if ex.done {
+            if c.out_pos < c.out.len() {
+                return Step::Blocked;
+            }
+            return self.finish(token);
+        }
+        let Some((b, btoken)) = ex.backend else { return Step::Blocked };
+        let Some(bc) = self.bconns.get_mut(btoken) else { return Step::Blocked };
+        if !bc.connected {
+            return Step::Blocked;
+        }
+
+        // Request body: client → backend, re-framed, bounded.
+        let body_was_pending = !matches!(ex.body, ReqBody::Done);
+        let mut body_moved = false;
+        while !matches!(ex.body, ReqBody::Done) && bc.out.len() - bc.out_pos < OUT_CAP {
+            if c.inbuf.is_empty() {
+                match read_some(&mut c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
+                    Io::Data => {}
+                    Io::Blocked => break,
+                    // The client left in the middle of its body.
+                    Io::Eof | Io::Failed => return self.abort(token, false),
+                }
+            }
+            match &mut ex.body {
+                ReqBody::Length(remaining) => {
+                    let n = (*remaining).min(c.inbuf.len() as u64) as usize;
+                    bc.out.extend_from_slice(&c.inbuf[..n]);
+                    c.inbuf.drain(..n);
+                    *remaining -= n as u64;
+                    if *remaining == 0 {
+                        ex.body = ReqBody::Done;
+                    }
+                }
+                ReqBody::Chunked(decoder) => {
+                    let mut data = Vec::new();
+                    match decoder.decode(&c.inbuf, &mut data) {
+                        Ok(consumed) => {
+                            c.inbuf.drain(..consumed);
+                            encode_chunk(&mut bc.out, &data);
+                            if decoder.is_done() {
+                                bc.out.extend_from_slice(LAST_CHUNK);
+                                ex.body = ReqBody::Done;
+                            }
+                        }
+                        Err(e) => {
+                            self.stats.bad_requests += 1;
+                            return self.fail(token, e.status(), e.reason(), false);
+                        }
+                    }
+                }
+                ReqBody::Done => {}
+            }
+            progress = true;
+            body_moved = true;
+        }
+        if body_moved && c.phase == Phase::Receive {
+            let now = Instant::now();
+            c.deadline = Some(if matches!(ex.body, ReqBody::Done) {
+                now + cfg.backend_timeout
+            } else {
+                now + cfg.body_timeout
+            });
+        } else if body_was_pending && matches!(ex.body, ReqBody::Done) {
+            c.deadline = Some(Instant::now() + cfg.backend_timeout);
+        }
+        match flush(&mut bc.stream, &mut bc.writable, &mut bc.out, &mut bc.out_pos) {
+            Ok(w) => progress |= w,
+            Err(()) => {
+                let retry = ex.retryable && bc.reused && bc.inbuf.is_empty() && !ex.head_sent;
+                return self.backend_failed(token, retry, "backend connection failed");
+            }
+        }
+        if ex.sent.is_none() && matches!(ex.body, ReqBody::Done) && bc.out_pos == bc.out.len() {
+            ex.sent = Some((Instant::now(), ex.attached_inflight));
+        }
+
+        if c.phase == Phase::Receive {
+            loop {
+                match parse_response(&bc.inbuf, ex.head_request) {
+                    Err(reason) => {
+                        self.backends[b].errors += 1;
+                        return self.backend_failed(token, false, reason);
+                    }
+                    Ok(Parsed::Complete(head, len)) => {
+                        bc.inbuf.drain(..len);
+                        if head.is_interim() {
+                            continue;
+                        }
+                        ex.status = head.status;
+                        let failed = is_server_error(head.status);
+                        if failed {
+                            self.backends[b].server_errors += 1;
+                        }
+                        if let Some((sent, inflight)) = ex.sent {
+                            let latency = sent.elapsed();
+                            let backend = &mut self.backends[b];
+                            backend.limiter.sample(latency, failed, inflight);
+                            record(&mut self.latencies.backend, latency);
+                            record(&mut self.latencies.per_backend[b], latency);
+                            self.metrics
+                                .backend_response
+                                .get_or_create(&label("backend", &backend.name))
+                                .observe(latency.as_secs_f64());
+                        }
+                        let keep = ex.keep_alive && !ex.close_after;
+                        let (bytes, to_client, keep) = client_head(&head, ex.client_11, keep);
+                        ex.close_after |= !keep;
+                        c.out.extend_from_slice(&bytes);
+                        ex.head_sent = true;
+                        ex.relay = Some(Relay {
+                            framing: head.framing,
+                            to_client,
+                            remaining: match head.framing {
+                                Framing::Length(n) => n,
+                                _ => 0,
+                            },
+                            decoder: (head.framing == Framing::Chunked)
+                                .then(|| Box::new(ChunkedDecoder::new(u64::MAX))),
+                            done: head.framing == Framing::None || head.framing == Framing::Length(0),
+                            backend_close: head.backend_close,
+                        });
+                        c.phase = Phase::Response;
+                        c.deadline = Some(Instant::now() + cfg.send_timeout);
+                        if is_gateway_error(head.status) {
+                            self.passive_failure(b, "gateway_error");
+                        } else {
+                            self.passive_success(b);
+                        }
+                        return Step::Again;
+                    }
+                    Ok(Parsed::Partial) => {}
+                }
+                let had = bc.inbuf.len();
+                match read_some(&mut bc.stream, &mut bc.readable, &mut bc.inbuf, MAX_RESPONSE_HEAD + 1) {
+                    Io::Data => progress = true,
+                    Io::Blocked => break,
+                    Io::Eof | Io::Failed => {
+                        let retry = ex.retryable && bc.reused && had == 0 && matches!(ex.body, ReqBody::Done);
+                        return self.backend_failed(token, retry, "backend closed before responding");
+                    }
+                }
+            }
+            return if progress { Step::Again } else { Step::Blocked };
+        }
+
+        // RESPONSE: backend → client, bounded by the client's buffer.
+        let relay = ex.relay.as_mut().expect("RESPONSE has a relay");
+        while !relay.done && c.out.len() - c.out_pos < OUT_CAP {
+            if bc.inbuf.is_empty() {
+                match read_some(&mut bc.stream, &mut bc.readable, &mut bc.inbuf, READ_SIZE) {
+                    Io::Data => {}
+                    Io::Blocked => break,
+                    Io::Eof | Io::Failed if relay.framing == Framing::Close => {
+                        if relay.to_client == ClientFraming::Chunked {
+                            c.out.extend_from_slice(LAST_CHUNK);
+                        }
+                        relay.done = true;
+                        relay.backend_close = true;
+                        break;
+                    }
+                    // Truncated: the client cannot be told except by closing.
+                    Io::Eof | Io::Failed => {
+                        self.backends[b].errors += 1;
+                        self.passive_failure(b, "broken");
+                        return self.abort(token, true);
+                    }
+                }
+            }
+            progress = true;
+            match relay.framing {
+                Framing::None => relay.done = true,
+                Framing::Length(_) => {
+                    let n = relay.remaining.min(bc.inbuf.len() as u64) as usize;
+                    c.out.extend_from_slice(&bc.inbuf[..n]);
+                    bc.inbuf.drain(..n);
+                    relay.remaining -= n as u64;
+                    relay.done = relay.remaining == 0;
+                }
+                Framing::Chunked => {
+                    let decoder = relay.decoder.as_mut().expect("chunked relay has a decoder");
+                    let mut data = Vec::new();
+                    match decoder.decode(&bc.inbuf, &mut data) {
+                        Ok(consumed) => {
+                            bc.inbuf.drain(..consumed);
+                            match relay.to_client {
+                                ClientFraming::Chunked => encode_chunk(&mut c.out, &data),
+                                _ => c.out.extend_from_slice(&data),
+                            }
+                            if decoder.is_done() {
+                                if relay.to_client == ClientFraming::Chunked {
+                                    c.out.extend_from_slice(LAST_CHUNK);
+                                }
+                                relay.done = true;
+                            }
+                        }
+                        Err(_) => {
+                            self.backends[b].errors += 1;
+                            self.passive_failure(b, "broken");
+                            return self.abort(token, true);
+                        }
+                    }
+                }
+                Framing::Close => {
+                    match relay.to_client {
+                        ClientFraming::Chunked => encode_chunk(&mut c.out, &bc.inbuf),
+                        _ => c.out.extend_from_slice(&bc.inbuf),
+                    }
+                    bc.inbuf.clear();
+                }
+            }
+        }
+        if relay.done {
+            // The backend is free as soon as its response is read, whatever
+            // the client's speed: reuse it only if the exchange was clean.
+            // A body that is Done is only copied into `bc.out`; if a backend
+            // answered early, part of it may still be unsent, and the next
+            // request on that connection would be read as its tail.
+            let reuse = !relay.backend_close
+                && relay.framing != Framing::Close
+                && bc.inbuf.is_empty()
+                && matches!(ex.body, ReqBody::Done)
+                && bc.out_pos == bc.out.len();
+            if !matches!(ex.body, ReqBody::Done) {
+                // The backend answered before the whole body was sent: the
+                // rest of it is unread, so the client connection must close.
+                ex.close_after = true;
+            }
+            ex.done = true;
+            self.release(token, reuse);
+            return Step::Again;
+        }
+        if progress {
+            Step::Again
+        } else {
+            Step::Blocked
+        }
+    }
+
+    /// The exchange is complete and flushed: next request, or close.
+    pub(super) fn finish(&mut self, token: u64) -> Step {
+        let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
+        let Some(ex) = c.ex.take() else { return Step::Close };
+        *self.stats.responses.entry(ex.status).or_default() += 1;
+        self.metrics.responses.get_or_create(&label("status", ex.status)).inc();
+        let took = ex.started.elapsed();
+        record(&mut self.latencies.request, took);
+        self.metrics.request_duration.observe(took.as_secs_f64());
+        if ex.close_after || !ex.keep_alive || self.stopping.is_some() {
+            let _ = c.stream.shutdown(NetShutdown::Write);
+            c.phase = Phase::Linger;
+            c.deadline = Some(Instant::now() + LINGER);
+            return Step::Again;
+        }
+        c.phase = Phase::Request;
+        let now = Instant::now();
+        if c.inbuf.is_empty() {
+            c.head_started = None;
+            c.deadline = Some(now + self.cfg.keepalive_timeout);
+        } else {
+            c.head_started = Some(now);
+            c.deadline = Some(now + self.cfg.header_timeout);
+        }
+        Step::Again
+    }
+
+    /// Gives the backend connection back (to the pool if `reuse`), and
+    /// lets a queued request have the slot.
+    pub(super) fn release(&mut self, token: u64, reuse: bool) {
+        let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return };
+        let Some((b, btoken)) = ex.backend.take() else { return };
+        let backend = &mut self.backends[b];
+        backend.inflight -= 1;
+        backend.served += 1;
+        if let Some(bc) = self.bconns.get_mut(btoken) {
+            bc.client = None;
+            if reuse && backend.up && bc.out_pos == bc.out.len() {
+                bc.reused = true;
+                bc.out.clear();
+                bc.out_pos = 0;
+                backend.idle.push(btoken);
+            } else {
+                self.close_bconn(btoken);
+            }
+        }
+        self.dispatch_queue();
+    }
+
+    /// A backend connection failed during RECEIVE: retry (a keep-alive
+    /// race on a reused connection, request without body), or 502.
+    pub(super) fn backend_failed(&mut self, token: u64, retry: bool, reason: &str) -> Step {
+        let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return Step::Close };
+        let sent = ex.sent;
+        if let Some((b, btoken)) = ex.backend.take() {
+            self.backends[b].inflight -= 1;
+            self.close_bconn(btoken);
+            if !retry {
+                // Not a keep-alive race: the backend failed this request.
+                if let Some((at, inflight)) = sent {
+                    self.backends[b].limiter.sample(at.elapsed(), true, inflight);
+                }
+                self.passive_failure(b, "broken");
+            }
+        }
+        let c = self.clients.get_mut(token).expect("seen above");
+        let ex = c.ex.as_mut().expect("seen above");
+        if retry && ex.attempts < 2 {
+            ex.attempts += 1;
+            c.phase = Phase::Peek;
+            self.dispatch_queue();
+            return Step::Peek;
+        }
+        self.stats.bad_gateway += 1;
+        let step = self.fail(token, 502, reason, true);
+        self.dispatch_queue();
+        step
+    }
+
+    /// Answers `status` if no response head went out yet, else aborts.
+    pub(super) fn fail(&mut self, token: u64, status: u16, reason: &str, keep_if_possible: bool) -> Step {
+        let Some(c) = self.clients.get_mut(token) else { return Step::Close };
+        let Some(ex) = c.ex.as_mut() else { return Step::Close };
+        if ex.head_sent {
+            return self.abort(token, true);
+        }
+        if let Some((b, btoken)) = ex.backend.take() {
+            self.backends[b].inflight -= 1;
+            self.close_bconn(btoken);
+            self.dispatch_queue();
+        }
+        let c = self.clients.get_mut(token).expect("seen above");
+        let keep = keep_if_possible && discard_body(c);
+        respond_local(c, status, "text/plain", &error_page(status, reason), &[], keep, false);
+        Step::Again
+    }
+
+    /// Drops the exchange and the client connection (no way to tell the
+    /// client more than that).
+    pub(super) fn abort(&mut self, token: u64, _backend_fault: bool) -> Step {
+        if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
+            if let Some((b, btoken)) = ex.backend.take() {
+                self.backends[b].inflight -= 1;
+                self.close_bconn(btoken);
+                self.dispatch_queue();
+            }
+        }
+        Step::Close
+    }
+
+    pub(super) fn close_client(&mut self, token: u64) {
+        if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
+            if let Some((b, btoken)) = ex.backend.take() {
+                self.backends[b].inflight -= 1;
+                self.close_bconn(btoken);
+            }
+        }
+        if let Some(c) = self.clients.remove(token) {
+            if c.ex.as_ref().is_some_and(|ex| ex.queued_at.is_some()) {
+                self.queue.retain(|&t| t != token);
+            }
+            let ip = c.peer.ip();
+            if let Some(n) = self.per_ip.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_ip.remove(&ip);
+                }
+            }
+        }
+        self.dispatch_queue();
+    }
+
+    /// Serves queued requests while backends have room (FIFO); answers
+    /// them all at once if no backend is up.
+    pub(super) fn dispatch_queue(&mut self) {
+        while let Some(&token) = self.queue.front() {
+            let queued = self
+                .clients
+                .get(token)
+                .is_some_and(|c| c.ex.as_ref().is_some_and(|ex| ex.queued_at.is_some()));
+            if !queued {
+                self.queue.pop_front();
+                continue;
+            }
+            if !self.backends.iter().any(|b| b.up) {
+                self.queue.pop_front();
+                self.unqueue_and_admit(token);
+                continue;
+            }
+            let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr) else { return };
+            self.rr = self.rr.wrapping_add(1);
+            self.queue.pop_front();
+            self.attach(token, b);
+        }
+    }
+
+    /// Takes a queued client out of the queue and admits it again (for the
+    /// 502 when nothing is up).
+    pub(super) fn unqueue_and_admit(&mut self, token: u64) {
+        if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
+            ex.queued_at = None;
+            self.admit(token);
+            self.ready.push_back(token);
+        }
+    }
+}

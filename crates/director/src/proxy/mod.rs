@@ -1,0 +1,658 @@
+//! The director's event loop: one thread, one epoll instance, every socket
+//! non-blocking and registered once, edge-triggered, for both directions.
+//!
+//! Each client connection is a state machine with the paper's four states
+//! ([`Phase`]):
+//!
+//! * **REQUEST** — read and validate a request head with `h1::parse_request`
+//!   (the server's own limits and smuggling rules) under a total header
+//!   deadline; a small `Content-Length` body (≤ [`PREBUFFER`]) is read too.
+//!   Nothing reaches a backend before this state is done, so a malformed or
+//!   slow request never holds a backend connection.
+//! * **PEEK** — admission ([`Director::admit`]): pick the backend with room
+//!   and the fewest requests in flight; none with room → wait in the FIFO
+//!   pending queue (bounded by `--queue`) for up to `--queue-timeout`, then
+//!   the busy page; no backend up → 502 at once.
+//! * **RECEIVE** — send the re-serialised request (and body) on a pooled
+//!   keep-alive connection and read the backend's response head, validated
+//!   before anything goes to the client (bad → 502, none in time → 504).
+//! * **RESPONSE** — relay the body to the client as it arrives, through a
+//!   bounded buffer (never the whole body): Content-Length as is, chunked
+//!   decoded and re-chunked, close-delimited re-chunked for HTTP/1.1
+//!   clients. The backend connection goes back to the pool only after a
+//!   complete, correctly framed response; then the client connection goes
+//!   back to REQUEST (keep-alive, pipelined requests in order) or closes.
+//!
+//! Sockets live in `transport::slab` slabs (one per kind of peer), their
+//! timeouts in `transport::deadlines`, at most one live entry per socket.
+//! Per-backend bookkeeping is in [`crate::backend`].
+//!
+//! The same loop runs the health checks (`--health-path`: one HTTP probe
+//! per backend per interval, each a non-blocking connection with its own
+//! deadline) and serves the admin listener (`--admin`, rendered by
+//! [`crate::admin`]); neither ever blocks it.
+//!
+//! Its files: this one (the types, the loop), `accept.rs`, `client.rs` (the
+//! four states), `upstream.rs` (backend connections, pools, passive
+//! health), `tick.rs` (timers), `health.rs` (active checks),
+//! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use h1::ChunkedDecoder;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+use transport::poller::{Events, Interest, Poller, Trigger};
+use transport::Shutdown;
+
+use crate::admin::Metrics;
+use crate::backend::{Backend, Limiter};
+use crate::options::Config;
+use crate::response::{ClientFraming, Framing};
+use crate::watch::Watch;
+use transport::deadlines::Deadlines;
+use transport::slab::Slab;
+
+mod accept;
+mod admin_listener;
+mod client;
+mod health;
+mod monitors;
+mod status;
+mod tick;
+mod upstream;
+
+/// A `Content-Length` body up to this size, or this much of a chunked body
+/// (all of it if it is shorter), is read in REQUEST, before admission, so
+/// that a slow body cannot hold a backend connection either; a longer one
+/// is streamed under `--body-timeout`.
+pub const PREBUFFER: u64 = 64 * 1024;
+/// Bytes buffered towards one peer before the director stops reading from
+/// the other (flow control: large bodies are streamed, not buffered).
+const OUT_CAP: usize = 64 * 1024;
+/// One read.
+const READ_SIZE: usize = 16 * 1024;
+/// Connections accepted per listener event (the rest on the next round).
+const ACCEPT_BATCH: usize = 64;
+/// How long a closing connection drains input so the client sees the
+/// response rather than a reset.
+const LINGER: Duration = Duration::from_secs(2);
+/// Steps one connection may take per turn before others get theirs.
+const STEPS_PER_TURN: usize = 64;
+
+/// The loop's own descriptors: tokens of kind 0, which no slab issues.
+const LISTENER: u64 = 1;
+const STOP: u64 = 2;
+const MONITOR_LISTENER: u64 = 3;
+const ADMIN_LISTENER: u64 = 4;
+/// The kinds of the slabs' tokens (`transport::slab`).
+const CLIENT: u8 = 1;
+const BCONN: u8 = 2;
+const MONITOR: u8 = 3;
+const ADMIN: u8 = 4;
+const PROBE: u8 = 5;
+/// Time an admin client gets to send its request and read the answer.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Consecutive passing health checks that bring a backend back.
+const HEALTH_RISE: u32 = 2;
+/// Consecutive failing health checks that take a backend out (one lost
+/// check is not an outage; with the 500 ms default interval a dead backend
+/// is still out within about a second).
+const HEALTH_FALL: u32 = 2;
+/// Statuses that count as failures for the adaptive limiter.
+fn is_server_error(status: u16) -> bool {
+    matches!(status, 500 | 502 | 503 | 504)
+}
+/// Passive health counts only gateway errors among statuses (a 500 or 503
+/// is the application's answer; see `backend::FailureWindow`).
+fn is_gateway_error(status: u16) -> bool {
+    matches!(status, 502 | 504)
+}
+/// How far back requests/s looks.
+const RATE_WINDOW: Duration = Duration::from_secs(5);
+
+/// The paper's connection-object states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading and validating the request.
+    Request,
+    /// Deciding: forward, park in the pending queue, or refuse.
+    Peek,
+    /// Forwarding the request and reading the response head.
+    Receive,
+    /// Relaying the response to the client.
+    Response,
+    /// Closing: our side shut, draining input until EOF or a short timeout.
+    Linger,
+}
+
+impl Phase {
+    fn index(self) -> usize {
+        self as usize
+    }
+    const NAMES: [&'static str; 5] = ["REQUEST", "PEEK", "RECEIVE", "RESPONSE", "LINGER"];
+}
+
+/// The body of the request being forwarded.
+#[derive(Debug)]
+enum ReqBody {
+    /// Sent (or none).
+    Done,
+    /// This many bytes still to send.
+    Length(u64),
+    /// Decoded and re-chunked as it arrives.
+    Chunked(Box<ChunkedDecoder>),
+}
+
+/// The response being relayed.
+#[derive(Debug)]
+struct Relay {
+    framing: Framing,
+    to_client: ClientFraming,
+    remaining: u64,
+    decoder: Option<Box<ChunkedDecoder>>,
+    done: bool,
+    backend_close: bool,
+}
+
+/// One request/response exchange.
+#[derive(Debug)]
+struct Exchange {
+    fwd_head: Vec<u8>,
+    head_request: bool,
+    client_11: bool,
+    keep_alive: bool,
+    expect_continue: bool,
+    body: ReqBody,
+    /// The request has no body, so it may be sent again after a failure
+    /// before any response byte on a reused connection.
+    retryable: bool,
+    attempts: u32,
+    backend: Option<(usize, u64)>,
+    /// The response head has gone to the client (after that, a failure can
+    /// only abort the connection).
+    head_sent: bool,
+    relay: Option<Relay>,
+    /// The exchange is over once the client's output is flushed.
+    done: bool,
+    close_after: bool,
+    queued_at: Option<Instant>,
+    /// The request was parsed (REQUEST done).
+    started: Instant,
+    /// The backend's requests in flight when this one was attached.
+    attached_inflight: usize,
+    /// When the whole request (head and body) had been written to the
+    /// backend, and `attached_inflight`: the limiter's latency clock
+    /// starts there, so a client's slow upload is not the backend's
+    /// latency. `None` before (an early answer or a failure during the
+    /// upload gives no latency sample).
+    sent: Option<(Instant, usize)>,
+    /// The status answered (relayed or local).
+    status: u16,
+}
+
+struct Client {
+    stream: TcpStream,
+    peer: SocketAddr,
+    readable: bool,
+    writable: bool,
+    phase: Phase,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    deadline: Option<Instant>,
+    armed: Option<Instant>,
+    /// The next request's head started (first byte, or accept for a fresh
+    /// connection): the header deadline runs from here.
+    head_started: Option<Instant>,
+    /// A chunked body being pre-buffered in REQUEST: its decoder and the
+    /// bytes after the head it has consumed.
+    chunk_scan: Option<(Box<ChunkedDecoder>, usize)>,
+    /// The director answered `100 Continue` to the request being read (it
+    /// pre-buffers the body itself; RFC 9110 §10.1.1 lets a proxy do so).
+    continued: bool,
+    ex: Option<Exchange>,
+}
+
+struct BConn {
+    stream: TcpStream,
+    backend: usize,
+    connected: bool,
+    readable: bool,
+    writable: bool,
+    client: Option<u64>,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Has carried a complete exchange: a failure before the first response
+    /// byte may be the backend closing an idle keep-alive connection.
+    reused: bool,
+    deadline: Option<Instant>,
+    armed: Option<Instant>,
+}
+
+/// An `--admin` client.
+struct AdminConn {
+    stream: TcpStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    answered: bool,
+}
+
+/// A `--health-path` check in progress.
+struct Probe {
+    stream: TcpStream,
+    backend: usize,
+    connected: bool,
+    out: Vec<u8>,
+    out_pos: usize,
+    inbuf: Vec<u8>,
+}
+
+struct MonConn {
+    stream: TcpStream,
+    peer: IpAddr,
+    inbuf: Vec<u8>,
+    backends: Option<Vec<usize>>,
+    interval: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    accepted: u64,
+    requests: u64,
+    bad_requests: u64,
+    busy_pages: u64,
+    queued_total: u64,
+    refused_per_ip: u64,
+    refused_total: u64,
+    bad_gateway: u64,
+    gateway_timeout: u64,
+    /// Busy pages because the pending queue was full.
+    queue_full: u64,
+    body_timeouts: u64,
+    /// Responses completed, by status.
+    responses: BTreeMap<u16, u64>,
+}
+
+/// Latency distributions in microseconds (for percentiles; Prometheus
+/// gets its own bucketed histograms in [`Metrics`]).
+struct Latencies {
+    request: Histogram<u64>,
+    queue: Histogram<u64>,
+    backend: Histogram<u64>,
+    per_backend: Vec<Histogram<u64>>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("static bounds")
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record(d.as_micros().clamp(1, u128::from(u64::MAX)) as u64);
+}
+
+fn summary(h: &Histogram<u64>) -> Value {
+    if h.is_empty() {
+        return json!({"count": 0, "mean": null, "p50": null, "p99": null});
+    }
+    json!({
+        "count": h.len(),
+        "mean": h.mean().round(),
+        "p50": h.value_at_quantile(0.5),
+        "p99": h.value_at_quantile(0.99),
+    })
+}
+
+enum Io {
+    Data,
+    Eof,
+    Blocked,
+    Failed,
+}
+
+fn read_some(stream: &mut TcpStream, readable: &mut bool, buf: &mut Vec<u8>, cap: usize) -> Io {
+    if !*readable || buf.len() >= cap {
+        return Io::Blocked;
+    }
+    let start = buf.len();
+    buf.resize(start + READ_SIZE.min(cap - start), 0);
+    let r = stream.read(&mut buf[start..]);
+    match r {
+        Ok(0) => {
+            buf.truncate(start);
+            Io::Eof
+        }
+        Ok(n) => {
+            buf.truncate(start + n);
+            Io::Data
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            buf.truncate(start);
+            *readable = false;
+            Io::Blocked
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+            buf.truncate(start);
+            Io::Data
+        }
+        Err(_) => {
+            buf.truncate(start);
+            Io::Failed
+        }
+    }
+}
+
+/// Writes what it can; `Err` if the peer is gone. `Ok(true)` if anything
+/// was written.
+fn flush(
+    stream: &mut TcpStream,
+    writable: &mut bool,
+    out: &mut Vec<u8>,
+    pos: &mut usize,
+) -> Result<bool, ()> {
+    let mut progress = false;
+    while *pos < out.len() && *writable {
+        match stream.write(&out[*pos..]) {
+            Ok(0) => return Err(()),
+            Ok(n) => {
+                *pos += n;
+                progress = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => *writable = false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(()),
+        }
+    }
+    if *pos == out.len() {
+        out.clear();
+        *pos = 0;
+    } else if *pos >= OUT_CAP {
+        out.drain(..*pos);
+        *pos = 0;
+    }
+    Ok(progress)
+}
+
+/// A response the director writes itself.
+fn local_bytes(
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    extra: &[(&str, String)],
+    client_11: bool,
+    keep: bool,
+    head_only: bool,
+) -> Vec<u8> {
+    let mut h = h1::ResponseHead::new(status);
+    h.date().header("Server", "modus-director").header("Content-Type", content_type);
+    h.header_u64("Content-Length", body.len() as u64);
+    for (name, value) in extra {
+        h.header(name, value);
+    }
+    if !keep {
+        h.header("Connection", "close");
+    } else if !client_11 {
+        h.header("Connection", "keep-alive");
+    }
+    let mut bytes = h.finish();
+    if !head_only {
+        bytes.extend_from_slice(body);
+    }
+    bytes
+}
+
+fn error_page(status: u16, detail: &str) -> Vec<u8> {
+    format!("{status} {}: {detail}\n", h1::reason_phrase(status)).into_bytes()
+}
+
+/// What one step of a client connection asks of the loop.
+enum Step {
+    /// Progress was made; step again.
+    Again,
+    /// Waiting for readiness or a timer.
+    Blocked,
+    /// A request is ready for admission.
+    Peek,
+    /// Close the connection now.
+    Close,
+}
+
+/// The director.
+pub struct Director {
+    cfg: Config,
+    poller: Poller,
+    listener: Option<TcpListener>,
+    monitor_listener: Option<TcpListener>,
+    admin_listener: Option<TcpListener>,
+    shutdown: Shutdown,
+    clients: Slab<Client>,
+    bconns: Slab<BConn>,
+    monitors: Slab<MonConn>,
+    admins: Slab<AdminConn>,
+    probes: Slab<Probe>,
+    /// The health check in progress per backend.
+    probing: Vec<Option<u64>>,
+    metrics: Metrics,
+    latencies: Latencies,
+    /// (when, requests answered) at recent ticks, for requests/s.
+    rate_samples: VecDeque<(Instant, u64)>,
+    backends: Vec<Backend>,
+    queue: VecDeque<u64>,
+    timers: Deadlines,
+    ready: VecDeque<u64>,
+    per_ip: HashMap<IpAddr, usize>,
+    rr: usize,
+    stats: Stats,
+    stopping: Option<Instant>,
+    next_tick: Instant,
+    started: Instant,
+    /// Listener tokens taken out of the poller after an accept failed for
+    /// lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS): a
+    /// level-triggered listener would wake the loop at once, forever;
+    /// `tick` puts them back.
+    paused_listeners: Vec<u64>,
+    /// What the error log was last told of each backend.
+    watch: Watch,
+}
+
+impl Director {
+    /// Sets up the loop around bound listeners.
+    pub fn new(
+        cfg: Config,
+        listener: TcpListener,
+        monitor_listener: Option<TcpListener>,
+        admin_listener: Option<TcpListener>,
+        shutdown: Shutdown,
+    ) -> io::Result<Director> {
+        let poller = Poller::new()?;
+        listener.set_nonblocking(true)?;
+        rustix::net::sockopt::set_tcp_nodelay(&listener, true)?;
+        poller.add(&listener, LISTENER, Interest::READABLE, Trigger::Level)?;
+        poller.add(shutdown.wake_fd(), STOP, Interest::READABLE, Trigger::Level)?;
+        if let Some(m) = &monitor_listener {
+            m.set_nonblocking(true)?;
+            poller.add(m, MONITOR_LISTENER, Interest::READABLE, Trigger::Level)?;
+        }
+        if let Some(a) = &admin_listener {
+            a.set_nonblocking(true)?;
+            poller.add(a, ADMIN_LISTENER, Interest::READABLE, Trigger::Level)?;
+        }
+        let monitored = monitor_listener.is_some();
+        let backends: Vec<Backend> = cfg
+            .backends
+            .iter()
+            .map(|(name, addr)| {
+                let limiter = Limiter::new(cfg.adaptive, cfg.max_backend_conns);
+                Backend::new(name.clone(), *addr, monitored, limiter)
+            })
+            .collect();
+        let n = backends.len();
+        let now = Instant::now();
+        let watch = Watch::new(&backends);
+        Ok(Director {
+            cfg,
+            poller,
+            listener: Some(listener),
+            monitor_listener,
+            admin_listener,
+            shutdown,
+            clients: Slab::new(CLIENT),
+            bconns: Slab::new(BCONN),
+            monitors: Slab::new(MONITOR),
+            admins: Slab::new(ADMIN),
+            probes: Slab::new(PROBE),
+            probing: vec![None; n],
+            metrics: Metrics::new(),
+            latencies: Latencies {
+                request: histogram(),
+                queue: histogram(),
+                backend: histogram(),
+                per_backend: (0..n).map(|_| histogram()).collect(),
+            },
+            rate_samples: VecDeque::new(),
+            backends,
+            queue: VecDeque::new(),
+            timers: Deadlines::default(),
+            ready: VecDeque::new(),
+            per_ip: HashMap::new(),
+            rr: 0,
+            stats: Stats::default(),
+            stopping: None,
+            next_tick: now,
+            paused_listeners: Vec::new(),
+            started: now,
+            watch,
+        })
+    }
+
+    /// Runs until a stop is requested and the connections in flight are done.
+    pub fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(512);
+        for b in 0..self.backends.len() {
+            self.replenish(b);
+        }
+        loop {
+            let now = Instant::now();
+            let mut wake = self.next_tick.saturating_duration_since(now);
+            if let Some(next) = self.timers.next_in(now) {
+                wake = wake.min(next);
+            }
+            let timeout = if self.ready.is_empty() { wake } else { Duration::ZERO };
+            self.poller.wait(&mut events, Some(timeout))?;
+            for ev in events.iter() {
+                let token = ev.token();
+                match (Slab::<()>::kind_of(token), token) {
+                    (0, LISTENER) => self.accept(),
+                    (0, MONITOR_LISTENER) => self.accept_monitors(),
+                    (0, ADMIN_LISTENER) => self.accept_admins(),
+                    (0, STOP) => self.begin_stop(),
+                    (CLIENT, _) => {
+                        if let Some(c) = self.clients.get_mut(token) {
+                            c.readable |= ev.is_readable();
+                            c.writable |= ev.is_writable();
+                            self.drive(token);
+                        }
+                    }
+                    (BCONN, _) => {
+                        if let Some(b) = self.bconns.get_mut(token) {
+                            b.readable |= ev.is_readable();
+                            b.writable |= ev.is_writable();
+                            self.backend_event(token, ev.is_gone());
+                        }
+                    }
+                    (MONITOR, _) => self.monitor_event(token),
+                    (ADMIN, _) => self.admin_event(token),
+                    (PROBE, _) => self.probe_event(token, ev.is_gone()),
+                    _ => {}
+                }
+            }
+            self.expire_timers();
+            if Instant::now() >= self.next_tick {
+                self.tick();
+            }
+            for _ in 0..self.ready.len() {
+                let Some(token) = self.ready.pop_front() else { break };
+                self.drive(token);
+            }
+            self.watch.report(&self.backends);
+            if let Some(deadline) = self.stopping {
+                if self.clients.is_empty() || Instant::now() >= deadline {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Puts a locally generated response in the client's output and marks the
+/// exchange done. With `close`, the connection closes after it.
+fn respond_local(
+    c: &mut Client,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    extra: &[(&str, String)],
+    keep: bool,
+    close_now: bool,
+) {
+    let (client_11, keep_alive, head_only) = match &c.ex {
+        Some(ex) => (ex.client_11, ex.keep_alive, ex.head_request),
+        None => (true, false, false),
+    };
+    let keep = keep && keep_alive && !close_now;
+    c.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
+    let ex = c.ex.get_or_insert_with(|| Exchange {
+        fwd_head: Vec::new(),
+        head_request: false,
+        client_11: true,
+        keep_alive: false,
+        expect_continue: false,
+        body: ReqBody::Done,
+        retryable: false,
+        attempts: 0,
+        backend: None,
+        head_sent: false,
+        relay: None,
+        done: false,
+        close_after: true,
+        queued_at: None,
+        started: Instant::now(),
+        attached_inflight: 0,
+        sent: None,
+        status,
+    });
+    ex.head_sent = true;
+    ex.done = true;
+    ex.queued_at = None;
+    ex.status = status;
+    ex.close_after |= !keep;
+    c.phase = Phase::Response;
+    c.deadline = None;
+}
+
+/// Drops a request body that is already buffered so the connection can
+/// stay open after a local answer; false if the body is not all here.
+fn discard_body(c: &mut Client) -> bool {
+    let Some(ex) = c.ex.as_mut() else { return false };
+    match ex.body {
+        ReqBody::Done => true,
+        ReqBody::Length(n) if (c.inbuf.len() as u64) >= n => {
+            c.inbuf.drain(..n as usize);
+            ex.body = ReqBody::Done;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// An I/O error in words, without the "(os error N)" tail: "Connection
+/// refused", "No route to host".
+fn describe_io(e: &io::Error) -> String {
+    let text = e.to_string();
+    text.split(" (os error").next().unwrap_or(&text).to_lowercase()
+}

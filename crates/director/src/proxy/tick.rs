@@ -1,0 +1,201 @@
+//! Timers and the periodic tick.
+
+use std::net::TcpListener;
+use std::time::Instant;
+
+use transport::poller::{Interest, Trigger};
+
+use super::*;
+use crate::backend::MonitorState;
+use transport::deadlines::{self};
+use transport::slab::Slab;
+
+impl Director {
+    pub(super) fn arm_client(&mut self, token: u64) {
+        if let Some(c) = self.clients.get_mut(token) {
+            if let Some(d) = c.deadline {
+                self.timers.arm(&mut c.armed, token, d);
+            }
+        }
+    }
+
+    pub(super) fn arm_bconn(&mut self, token: u64) {
+        if let Some(bc) = self.bconns.get_mut(token) {
+            if let Some(d) = bc.deadline {
+                self.timers.arm(&mut bc.armed, token, d);
+            }
+        }
+    }
+
+    pub(super) fn expire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some((t, token)) = self.timers.pop_due(now) {
+            match Slab::<()>::kind_of(token) {
+                CLIENT => {
+                    let Some(c) = self.clients.get_mut(token) else { continue };
+                    if !deadlines::fired(&mut c.armed, t) {
+                        continue;
+                    }
+                    match c.deadline {
+                        Some(d) if d <= now => self.client_timeout(token),
+                        Some(_) => self.arm_client(token),
+                        None => {}
+                    }
+                }
+                BCONN => {
+                    let Some(bc) = self.bconns.get_mut(token) else { continue };
+                    if !deadlines::fired(&mut bc.armed, t) {
+                        continue;
+                    }
+                    match bc.deadline {
+                        Some(d) if d <= now && !bc.connected => {
+                            let why = format!(
+                                "timed out after {}",
+                                humantime::format_duration(self.cfg.connect_timeout)
+                            );
+                            self.connect_failed(token, &why)
+                        }
+                        Some(_) => self.arm_bconn(token),
+                        None => {}
+                    }
+                }
+                // One timer each, never re-armed: when it fires, time is up.
+                ADMIN => self.close_admin(token),
+                PROBE => self.end_probe(token, false),
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) fn client_timeout(&mut self, token: u64) {
+        let Some(c) = self.clients.get_mut(token) else { return };
+        c.deadline = None;
+        match c.phase {
+            Phase::Request => {
+                if c.inbuf.is_empty() {
+                    // Idle keep-alive, or connected and never sent a byte:
+                    // close quietly.
+                    self.close_client(token);
+                    return;
+                }
+                self.stats.bad_requests += 1;
+                let page = error_page(408, "request head not received in time");
+                respond_local(c, 408, "text/plain", &page, &[], false, true);
+            }
+            Phase::Peek => {
+                // The queue wait is over: the busy page.
+                if let Some(ex) = c.ex.as_mut() {
+                    ex.queued_at = None;
+                }
+                self.queue.retain(|&t| t != token);
+                self.busy_page(token, "queue_timeout");
+            }
+            Phase::Receive => {
+                let ex = c.ex.as_ref();
+                let body_pending = ex.is_some_and(|ex| !matches!(ex.body, ReqBody::Done));
+                let backend = ex.and_then(|ex| ex.backend);
+                let backend_reading = backend
+                    .and_then(|(_, bt)| self.bconns.get(bt))
+                    .is_some_and(|bc| bc.connected && bc.out_pos == bc.out.len());
+                if body_pending && backend_reading {
+                    // The client stopped sending its body: its fault, and
+                    // the backend slot is freed now.
+                    self.stats.body_timeouts += 1;
+                    self.fail(token, 408, "request body not received in time", false);
+                } else {
+                    self.stats.gateway_timeout += 1;
+                    if let Some((b, _)) = backend {
+                        self.backends[b].errors += 1;
+                        if let Some((sent, inflight)) = ex.and_then(|ex| ex.sent) {
+                            self.backends[b].limiter.sample(sent.elapsed(), true, inflight);
+                        }
+                        self.passive_failure(b, "timeout");
+                    }
+                    self.fail(token, 504, "backend did not respond in time", false);
+                }
+            }
+            Phase::Response | Phase::Linger => {
+                self.abort(token, false);
+                self.close_client(token);
+                return;
+            }
+        }
+        self.ready.push_back(token);
+    }
+
+    /// Health checks, monitor staleness, pool upkeep, rate samples;
+    /// accepting again.
+    pub(super) fn tick(&mut self) {
+        let now = Instant::now();
+        self.next_tick = now + self.cfg.health_interval;
+        self.rate_samples.push_back((now, self.answered()));
+        while self.rate_samples.len() > 2
+            && self.rate_samples.front().is_some_and(|&(t, _)| now.duration_since(t) > RATE_WINDOW)
+        {
+            self.rate_samples.pop_front();
+        }
+        if self.cfg.health_path.is_some() && self.stopping.is_none() {
+            for b in 0..self.backends.len() {
+                if self.probing[b].is_none() {
+                    self.start_probe(b);
+                }
+            }
+        }
+        let mut changed = false;
+        for b in 0..self.backends.len() {
+            let backend = &mut self.backends[b];
+            if matches!(backend.monitor, MonitorState::Serviceable | MonitorState::Overloaded)
+                && backend.monitor_seen.is_none_or(|seen| now.duration_since(seen) > backend.monitor_valid)
+            {
+                backend.monitor = MonitorState::Unknown;
+                changed = true;
+            }
+            // Without --health-path, the active check is a connection
+            // attempt to a down backend every health interval; when it
+            // succeeds the backend is back.
+            if !backend.up
+                && backend.connecting == 0
+                && self.stopping.is_none()
+                && self.cfg.health_path.is_none()
+            {
+                let _ = self.open_conn(b);
+            } else {
+                self.replenish(b);
+            }
+        }
+        if changed {
+            self.dispatch_queue();
+        }
+        for token in std::mem::take(&mut self.paused_listeners) {
+            if let Some(l) = self.listener_of(token) {
+                let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
+            }
+        }
+        if self.listener.is_some() {
+            self.accept();
+        }
+    }
+
+    pub(super) fn listener_of(&self, token: u64) -> Option<&TcpListener> {
+        match token {
+            LISTENER => self.listener.as_ref(),
+            MONITOR_LISTENER => self.monitor_listener.as_ref(),
+            ADMIN_LISTENER => self.admin_listener.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// An accept failed other than for want of connections (out of
+    /// descriptors, typically): stop polling that listener until the next
+    /// tick instead of spinning on it.
+    pub(super) fn pause_listener(&mut self, token: u64) {
+        if self.paused_listeners.contains(&token) {
+            return;
+        }
+        if let Some(l) = self.listener_of(token) {
+            if self.poller.delete(l).is_ok() {
+                self.paused_listeners.push(token);
+            }
+        }
+    }
+}
