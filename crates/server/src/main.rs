@@ -31,6 +31,8 @@ enum Command {
     Direct(Box<director::DirectOptions>),
     /// Report this host's load to a director, which then admits fewer requests while the host is overloaded
     Monitor(Box<director::MonitorOptions>),
+    /// Run experiments: compare the models on your site, rerun the papers' experiments, draw the plots
+    Lab(lab::LabArgs),
     /// Run one of the demo site's CGI programs (the server starts them)
     #[command(name = demo_programs::SUBCOMMAND, hide = true)]
     DemoCgi {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Workload(args) => load::workload_main(args),
         Command::Direct(options) => director::direct_main(*options),
         Command::Monitor(options) => director::monitor_main(*options),
+        Command::Lab(args) => lab::lab_main(args),
         Command::DemoCgi { name } => demo_programs::run(&name),
     }
 }

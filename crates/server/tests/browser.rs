@@ -231,3 +231,23 @@ fn director_backends_table_fits_1280_pixels() {
     assert!(table_scroll <= table_box, "the backends table scrolls: {table_scroll} > {table_box} px");
     assert!(page_scroll <= page_box, "the page scrolls: {page_scroll} > {page_box} px");
 }
+
+/// A lab report opens in a browser as it is (a file, no server, no
+/// network): the plot and the claims' verdicts are in the rendered page,
+/// and Chromium logs no console error.
+#[test]
+fn lab_report_renders_in_chromium() {
+    let Some(chromium) = chromium_or_skip("lab report") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tiny");
+    let r = testkit::run(
+        BIN,
+        ["lab", "run", "tiny", "--quick", "--out", out.to_str().unwrap()],
+        Duration::from_secs(180),
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let url = format!("file://{}", out.join("report.html").display());
+    let dom = run_chromium(&chromium, &url, &["--dump-dom", "--enable-logging=stderr", "--v=0"]);
+    assert!(dom.contains("<figure id=\"plot-throughput\"><svg"), "{dom}");
+    assert!(dom.contains("class=\"holds\""), "{dom}");
+}

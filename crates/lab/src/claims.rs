@@ -1,0 +1,183 @@
+//! Claims: comparisons over the results that the report turns into
+//! verdicts, checked at every point of the sweep.
+//!
+//! ```text
+//! claim := side OP side              OP := >= | <= | > | <
+//! side  := [NUMBER *] METRIC(server=NAME)  |  NUMBER
+//! ```
+//!
+//! e.g. `throughput(server=event) >= 0.8 * throughput(server=pool)`. A
+//! metric at a point is the mean over the repeats. The verdict: *holds*
+//! at every point, *holds partly*, or *does not hold* at any.
+
+use anyhow::{bail, Result};
+
+use crate::results::Table;
+use crate::spec::{metric_names, Spec, METRICS};
+
+/// One side of a comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Side {
+    Number(f64),
+    Metric { factor: f64, metric: String, server: String },
+}
+
+/// A parsed claim.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Claim {
+    pub left: Side,
+    pub op: Op,
+    pub right: Side,
+}
+
+/// The comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Ge,
+    Le,
+    Gt,
+    Lt,
+}
+
+/// What the results say of a claim.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// `holds`, `holds partly` or `does not hold` (`no data` before a run).
+    pub word: &'static str,
+    /// Per point: clients, left, right, whether it held.
+    pub points: Vec<(usize, f64, f64, bool)>,
+}
+
+impl Claim {
+    /// Parses `expr`, checking metrics and servers against `spec`.
+    pub fn parse(expr: &str, spec: &Spec) -> Result<Claim> {
+        let (at, op, len) = [(">=", Op::Ge), ("<=", Op::Le), (">", Op::Gt), ("<", Op::Lt)]
+            .iter()
+            .find_map(|(text, op)| expr.find(text).map(|at| (at, *op, text.len())))
+            .ok_or_else(|| anyhow::anyhow!("no comparison (>=, <=, > or <)"))?;
+        let left = side(expr[..at].trim(), spec)?;
+        let right = side(expr[at + len..].trim(), spec)?;
+        if matches!((&left, &right), (Side::Number(_), Side::Number(_))) {
+            bail!("compares two numbers: name a metric of a server");
+        }
+        Ok(Claim { left, op, right })
+    }
+
+    /// The verdict on `table`.
+    pub fn judge(&self, table: &Table) -> Verdict {
+        let mut points = Vec::new();
+        for &clients in &table.clients() {
+            let value = |side: &Side| match side {
+                Side::Number(n) => Some(*n),
+                Side::Metric { factor, metric, server } => {
+                    table.mean(server, clients, metric).map(|v| factor * v)
+                }
+            };
+            if let (Some(l), Some(r)) = (value(&self.left), value(&self.right)) {
+                let held = match self.op {
+                    Op::Ge => l >= r,
+                    Op::Le => l <= r,
+                    Op::Gt => l > r,
+                    Op::Lt => l < r,
+                };
+                points.push((clients, l, r, held));
+            }
+        }
+        let held = points.iter().filter(|p| p.3).count();
+        let word = match (held, points.len()) {
+            (_, 0) => "no data",
+            (h, n) if h == n => "holds",
+            (0, _) => "does not hold",
+            _ => "holds partly",
+        };
+        Verdict { word, points }
+    }
+}
+
+fn side(text: &str, spec: &Spec) -> Result<Side> {
+    if let Ok(n) = text.parse::<f64>() {
+        return Ok(Side::Number(n));
+    }
+    let (factor, call) = match text.split_once('*') {
+        Some((n, call)) => {
+            let n = n.trim();
+            (n.parse::<f64>().map_err(|_| anyhow::anyhow!("{n:?} is not a number"))?, call.trim())
+        }
+        None => (1.0, text),
+    };
+    let Some((metric, rest)) = call.split_once('(') else {
+        bail!("{text:?}: want METRIC(server=NAME), a number, or NUMBER * METRIC(server=NAME)");
+    };
+    let metric = metric.trim();
+    if !METRICS.iter().any(|(m, _)| *m == metric) {
+        bail!("{metric:?} is not a metric ({})", metric_names());
+    }
+    let arg = rest.strip_suffix(')').ok_or_else(|| anyhow::anyhow!("{text:?}: missing ')'"))?;
+    let Some(server) = arg.trim().strip_prefix("server").and_then(|a| a.trim().strip_prefix('=')) else {
+        bail!("{text:?}: want {metric}(server=NAME)");
+    };
+    let server = server.trim();
+    if !spec.servers.iter().any(|s| s.name == server) {
+        let names: Vec<&str> = spec.servers.iter().map(|s| s.name.as_str()).collect();
+        bail!("no server {server:?} in this experiment (they are {})", names.join(", "));
+    }
+    Ok(Side::Metric { factor, metric: metric.into(), server: server.into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Point;
+
+    fn point(server: &str, clients: usize, repeat: u32, throughput: f64) -> Point {
+        Point {
+            server: server.into(),
+            clients,
+            repeat,
+            values: vec![throughput, 1.0, 2.0, 0.0, 10.0, 100.0, 0.0],
+        }
+    }
+
+    #[test]
+    fn claims_parse_and_judge_every_point() {
+        let spec = crate::spec::load("tiny").unwrap();
+        let claim = Claim::parse("throughput(server=event) >= 0.5 * throughput(server=pool)", &spec).unwrap();
+        assert_eq!(claim.op, Op::Ge);
+        assert_eq!(
+            claim.right,
+            Side::Metric { factor: 0.5, metric: "throughput".into(), server: "pool".into() }
+        );
+        let table = Table {
+            points: vec![
+                point("pool", 1, 1, 100.0),
+                point("pool", 1, 2, 300.0),
+                point("event", 1, 1, 120.0),
+                point("pool", 8, 1, 1000.0),
+                point("event", 8, 1, 400.0),
+            ],
+        };
+        let v = claim.judge(&table);
+        assert_eq!(v.points, vec![(1, 120.0, 100.0, true), (8, 400.0, 500.0, false)], "means over repeats");
+        assert_eq!(v.word, "holds partly");
+        let all = Claim::parse("p99(server=pool) < 5", &spec).unwrap().judge(&table);
+        assert_eq!(all.word, "holds");
+        let none = Claim::parse("errors(server=pool) > 0", &spec).unwrap().judge(&table);
+        assert_eq!(none.word, "does not hold");
+        assert_eq!(
+            Claim::parse("p50(server=pool) > 1", &spec).unwrap().judge(&Table::default()).word,
+            "no data"
+        );
+    }
+
+    #[test]
+    fn bad_claims_say_why() {
+        let spec = crate::spec::load("tiny").unwrap();
+        let e = |expr: &str| format!("{:#}", Claim::parse(expr, &spec).unwrap_err());
+        assert!(e("throughput(server=pool)").contains("no comparison"));
+        assert!(e("speed(server=pool) > 1").contains("\"speed\" is not a metric"));
+        assert!(e("throughput(server=nginx) > 1").contains("no server \"nginx\""));
+        assert!(e("throughput(pool) > 1").contains("want throughput(server=NAME)"));
+        assert!(e("1 > 2").contains("compares two numbers"));
+        assert!(e("x * throughput(server=pool) > 1").contains("is not a number"));
+    }
+}

@@ -1,0 +1,285 @@
+//! `modus lab`: experiments that compare the concurrency models on real
+//! runs — each point a `modus serve` child and a `modus load` child, pinned
+//! apart — with the results as CSV and JSON, plots as SVG, and a report
+//! that checks the experiment's claims.
+//!
+//! * `spec.rs` — the experiment format (TOML); built-in ones in `lab/`.
+//! * `claims.rs` — the claims' grammar and verdicts.
+//! * `run.rs` — the order of the points and each measurement.
+//! * `results.rs` — `points.csv`.
+//! * `report.rs` — plots, `report.html`, the ranked table.
+
+pub mod claims;
+pub mod report;
+pub mod results;
+pub mod run;
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::spec::{Plot, ServerSpec, Spec, Sweep};
+
+/// `modus lab …`.
+#[derive(Args, Debug, Clone)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: LabCommand,
+}
+
+/// What the lab does.
+#[derive(Subcommand, Debug, Clone)]
+pub enum LabCommand {
+    /// List the built-in experiments (and those in --dir)
+    List {
+        /// A directory of experiment files (*.toml)
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Run an experiment: a built-in NAME or a FILE.toml
+    Run {
+        /// A built-in experiment's name, or an experiment file
+        experiment: String,
+        /// One short round at the ends of the sweep (a first look, or a test)
+        #[arg(long)]
+        quick: bool,
+        /// Results directory [default: lab-results/NAME-TIMESTAMP]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Keep the points already measured in --out (after an interruption)
+        #[arg(long, requires = "out")]
+        resume: bool,
+        /// Runs of every point (overrides the experiment's)
+        #[arg(long, value_name = "N")]
+        repeats: Option<u32>,
+    },
+    /// Rebuild the plots and report of a results directory (no rerun)
+    Report {
+        /// A directory written by `modus lab run` or `modus lab compare`
+        dir: PathBuf,
+    },
+    /// Every model serves your site under a climbing load; ranked by peak throughput
+    Compare {
+        /// Directory to serve [default: the embedded demo site]
+        root: Option<PathBuf>,
+        /// The path requested [default: / ]
+        #[arg(long, default_value = "/", value_name = "PATH")]
+        path: String,
+        /// Models to compare, comma-separated, or `all`
+        #[arg(long, default_value = "all", value_name = "LIST")]
+        models: String,
+        /// Closed-loop clients at each point
+        #[arg(long, default_value = "1,4,16,64", value_name = "LIST", value_delimiter = ',')]
+        clients: Vec<usize>,
+        /// Measured time per point
+        #[arg(long, default_value = "3s", value_name = "DURATION")]
+        duration: units::Dur,
+        /// CPUs for the server (taskset list); the load generator gets the others
+        #[arg(long, value_name = "CPUS")]
+        server_cpus: Option<String>,
+        /// Results directory [default: lab-results/compare-TIMESTAMP]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// The models `modus serve` knows, as `modus models` lists them.
+const MODELS: [&str; 8] =
+    ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped"];
+
+/// `modus lab`.
+pub fn lab_main(args: LabArgs) -> ExitCode {
+    match lab(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("modus lab: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn lab(args: LabArgs) -> Result<()> {
+    match args.command {
+        LabCommand::List { dir } => {
+            for (name, text) in spec::BUILT_IN {
+                let s = Spec::parse(text, name)?;
+                println!("{:<22} {}", s.name, s.description);
+            }
+            if let Some(dir) = dir {
+                let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                    .with_context(|| format!("reading {}", dir.display()))?
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+                    .collect();
+                files.sort();
+                for f in files {
+                    match spec::load(&f.display().to_string()) {
+                        Ok(s) => println!("{:<22} {} ({})", s.name, s.description, f.display()),
+                        Err(e) => println!("{:<22} INVALID: {e:#}", f.display()),
+                    }
+                }
+            }
+            Ok(())
+        }
+        LabCommand::Run { experiment, quick, out, resume, repeats } => {
+            let mut spec = spec::load(&experiment)?;
+            if quick {
+                spec = spec.quick();
+            }
+            if let Some(r) = repeats {
+                spec.repeats = r.max(1);
+            }
+            let out = out.unwrap_or_else(|| default_out(&spec.name));
+            execute(&spec, &out, resume)
+        }
+        LabCommand::Report { dir } => {
+            let meta: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join("meta.json"))
+                    .with_context(|| format!("{}: no meta.json", dir.display()))?,
+            )?;
+            let spec = Spec::parse(meta["spec"].as_str().unwrap_or(""), "meta.json's spec")?;
+            let table = results::Table::read(&dir.join("points.csv"))?;
+            report::write(&dir, &spec, &table, &meta)?;
+            print!("{}", report::ranking(&spec, &table));
+            println!("report: {}", dir.join("report.html").display());
+            Ok(())
+        }
+        LabCommand::Compare { root, path, models, clients, duration, server_cpus, out } => {
+            let chosen: Vec<&str> =
+                if models == "all" { MODELS.to_vec() } else { models.split(',').map(str::trim).collect() };
+            for m in &chosen {
+                if !MODELS.contains(m) {
+                    bail!("--models: no model {m:?} (they are {})", MODELS.join(", "));
+                }
+            }
+            let load_cpus = server_cpus.as_deref().map(|_| other_cpus(server_cpus.as_deref()));
+            let spec = Spec {
+                name: "compare".into(),
+                description: format!(
+                    "Every model serving {} ({path}), closed loop, {} clients",
+                    root.as_ref().map_or("the demo site".into(), |r| r.display().to_string()),
+                    clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                docroot: root.as_ref().map_or("demo".into(), |r| r.display().to_string()),
+                path,
+                duration,
+                warmup: units::Dur(std::time::Duration::from_millis(500).min(duration.0)),
+                repeats: 1,
+                seed: 1,
+                server_cpus,
+                load_cpus: load_cpus.flatten(),
+                sweep: Sweep { clients },
+                servers: chosen
+                    .iter()
+                    .map(|m| ServerSpec { name: m.to_string(), model: m.to_string(), args: Vec::new() })
+                    .collect(),
+                plots: ["throughput", "p99", "cpu_per_request"]
+                    .iter()
+                    .map(|y| Plot {
+                        name: y.to_string(),
+                        x: "clients".into(),
+                        y: y.to_string(),
+                        log_x: true,
+                        log_y: false,
+                    })
+                    .collect(),
+                claims: Vec::new(),
+            };
+            let spec = Spec::parse(&toml::to_string(&spec)?, "the compare experiment")?;
+            execute(&spec, &out.unwrap_or_else(|| default_out("compare")), false)
+        }
+    }
+}
+
+/// Runs `spec` into `out`, then writes the plots, the report and the ranking.
+fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
+    let runner = run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop };
+    std::fs::create_dir_all(out)?;
+    let meta = meta(spec)?;
+    std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
+    eprintln!("modus lab: {} — {} points into {}", spec.name, run::schedule(spec).len(), out.display());
+    let table = runner.run(spec, |line| eprintln!("{line}"))?;
+    report::write(out, spec, &table, &meta)?;
+    print!("{}", report::ranking(spec, &table));
+    for c in &spec.claims {
+        let v = claims::Claim::parse(&c.expr, spec)?.judge(&table);
+        println!("claim: {} — {}", v.word, c.text);
+    }
+    println!("report: {}", out.join("report.html").display());
+    Ok(())
+}
+
+fn default_out(name: &str) -> PathBuf {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    PathBuf::from("lab-results").join(format!("{name}-{stamp}"))
+}
+
+/// The CPUs not in `list` (a `taskset -c` list of single CPUs and ranges).
+fn other_cpus(list: Option<&str>) -> Option<String> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut taken = vec![false; n];
+    for part in list?.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        taken.iter_mut().take(b.saturating_add(1)).skip(a).for_each(|t| *t = true);
+    }
+    let rest: Vec<String> = (0..n).filter(|c| !taken[*c]).map(|c| c.to_string()).collect();
+    (!rest.is_empty()).then(|| rest.join(","))
+}
+
+/// What a results directory says about where and how it was made.
+fn meta(spec: &Spec) -> Result<Value> {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string());
+    let memory_kib = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    let git = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    Ok(json!({
+        "modus_version": env!("CARGO_PKG_VERSION"),
+        "git_revision": git,
+        "started": format!("{:?}", std::time::SystemTime::now()),
+        "machine": {
+            "cpu": cpu,
+            "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "kernel": read("/proc/sys/kernel/osrelease").trim(),
+            "memory_mib": memory_kib.map(|k| k / 1024),
+        },
+        "spec": toml::to_string(spec)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_load_generator_gets_the_other_cpus() {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if n < 2 {
+            return;
+        }
+        let rest = other_cpus(Some("0")).unwrap();
+        assert!(!rest.split(',').any(|c| c == "0") && rest.split(',').count() == n - 1, "{rest}");
+        assert_eq!(other_cpus(Some(&format!("0-{}", n - 1))), None, "nothing left");
+        assert_eq!(other_cpus(None), None);
+    }
+}

@@ -1,0 +1,320 @@
+//! From results to what people read: the plots (SVG, with their data as
+//! CSV beside them), `report.html` (self-contained: the spec, the machine,
+//! the plots, tables with the spread over repeats, the claims' verdicts),
+//! and the ranked table printed at the end of a run.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use plotters::prelude::*;
+use serde_json::Value;
+
+use crate::claims::Claim;
+use crate::results::Table;
+use crate::spec::{Plot, Spec, METRICS};
+
+const COLOURS: [RGBColor; 8] = [
+    RGBColor(0x0f, 0x6b, 0x5c),
+    RGBColor(0xc6, 0x28, 0x28),
+    RGBColor(0x15, 0x65, 0xc0),
+    RGBColor(0xef, 0x6c, 0x00),
+    RGBColor(0x6a, 0x1b, 0x9a),
+    RGBColor(0x2e, 0x7d, 0x32),
+    RGBColor(0x5d, 0x40, 0x37),
+    RGBColor(0x45, 0x5a, 0x64),
+];
+
+fn unit(metric: &str) -> &'static str {
+    METRICS.iter().find(|(m, _)| *m == metric).map_or("", |(_, u)| *u)
+}
+
+/// One plot as SVG, and its data as CSV (`server,x,mean,min,max`).
+pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
+    let xs = table.clients();
+    let mut csv = format!("server,{},{} mean,min,max\n", p.x, p.y);
+    let mut series = Vec::new();
+    for s in &spec.servers {
+        let points: Vec<(f64, f64)> = xs
+            .iter()
+            .filter_map(|&x| {
+                let mean = table.mean(&s.name, x, &p.y)?;
+                let (lo, hi) = table.spread(&s.name, x, &p.y)?;
+                let _ = writeln!(csv, "{},{x},{mean},{lo},{hi}", s.name);
+                Some((x as f64, mean))
+            })
+            .collect();
+        series.push((s.name.clone(), points));
+    }
+    let x_max = xs.iter().copied().max().unwrap_or(1) as f64;
+    let x_min = xs.iter().copied().min().unwrap_or(1) as f64;
+    let y_max = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let y_min_pos =
+        series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)).filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 440)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let caption = format!("{} — {} vs {}", spec.name, p.y, p.x);
+        let mut builder = ChartBuilder::on(&root);
+        builder.caption(caption, ("sans-serif", 18)).margin(12).x_label_area_size(42).y_label_area_size(72);
+        let x_desc = format!("{} (closed-loop connections)", p.x);
+        let y_desc = format!("{} ({})", p.y, unit(&p.y));
+        macro_rules! draw {
+            ($chart:expr) => {{
+                let mut chart = $chart;
+                chart.configure_mesh().x_desc(x_desc.as_str()).y_desc(y_desc.as_str()).draw()?;
+                for (i, (name, points)) in series.iter().enumerate() {
+                    let colour = COLOURS[i % COLOURS.len()];
+                    chart
+                        .draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))?
+                        .label(name.as_str())
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+                        });
+                    chart
+                        .draw_series(points.iter().map(|&(x, y)| Circle::new((x, y), 3, colour.filled())))?;
+                }
+                chart
+                    .configure_series_labels()
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .draw()?;
+            }};
+        }
+        let x_range = x_min.max(0.5)..x_max * 1.1;
+        match (p.log_x, p.log_y && y_min_pos < f64::MAX) {
+            (true, true) => {
+                draw!(builder.build_cartesian_2d(x_range.log_scale(), (y_min_pos * 0.8..y_max).log_scale())?)
+            }
+            (true, false) => draw!(builder.build_cartesian_2d(x_range.log_scale(), 0.0..y_max)?),
+            (false, true) => {
+                draw!(builder.build_cartesian_2d(0.0..x_max * 1.05, (y_min_pos * 0.8..y_max).log_scale())?)
+            }
+            (false, false) => draw!(builder.build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max)?),
+        }
+        root.present()?;
+    }
+    Ok((svg, csv))
+}
+
+/// Writes `plots/` and `report.html` for a results directory.
+pub fn write(out: &Path, spec: &Spec, table: &Table, meta: &Value) -> Result<()> {
+    let plots = out.join("plots");
+    std::fs::create_dir_all(&plots)?;
+    let mut svgs = Vec::new();
+    for p in &spec.plots {
+        let (svg, csv) = plot(spec, table, p)?;
+        std::fs::write(plots.join(format!("{}.svg", p.name)), &svg)?;
+        std::fs::write(plots.join(format!("{}.csv", p.name)), csv)?;
+        svgs.push((p.name.clone(), svg));
+    }
+    std::fs::write(out.join("report.html"), html(spec, table, meta, &svgs))?;
+    Ok(())
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn fmt(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// The self-contained report.
+pub fn html(spec: &Spec, table: &Table, meta: &Value, svgs: &[(String, String)]) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>modus lab: {name}</title>\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>\
+body{{font:15px/1.45 system-ui,sans-serif;max-width:70em;margin:0 auto;padding:1em;color:#222}}\
+table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:right}}\
+td:first-child,th:first-child{{text-align:left}}.holds{{color:#2e7d32}}.partly{{color:#ef6c00}}.fails{{color:#c62828}}\
+svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x:auto}}small{{color:#666}}\
+</style></head><body><h1>modus lab: {name}</h1><p>{desc}</p>",
+        name = esc(&spec.name),
+        desc = esc(&spec.description)
+    );
+    let machine = &meta["machine"];
+    let _ = write!(
+        h,
+        "<p><small>modus {} ({}) · {} · {} CPUs · {} · {} MiB · started {}</small></p>",
+        esc(meta["modus_version"].as_str().unwrap_or("?")),
+        esc(meta["git_revision"].as_str().unwrap_or("no git revision")),
+        esc(machine["cpu"].as_str().unwrap_or("?")),
+        machine["cpus"],
+        esc(machine["kernel"].as_str().unwrap_or("?")),
+        machine["memory_mib"],
+        esc(meta["started"].as_str().unwrap_or("?")),
+    );
+    h.push_str("<h2>Claims</h2>");
+    if spec.claims.is_empty() {
+        h.push_str("<p>This experiment makes no claims.</p>");
+    }
+    for c in &spec.claims {
+        let verdict = Claim::parse(&c.expr, spec).map(|claim| claim.judge(table));
+        match verdict {
+            Ok(v) => {
+                let class = match v.word {
+                    "holds" => "holds",
+                    "holds partly" => "partly",
+                    _ => "fails",
+                };
+                let detail: Vec<String> = v
+                    .points
+                    .iter()
+                    .map(|(x, l, r, ok)| {
+                        format!("{x} clients: {} vs {} {}", fmt(*l), fmt(*r), if *ok { "✓" } else { "✗" })
+                    })
+                    .collect();
+                let _ = write!(
+                    h,
+                    "<p><b class=\"{class}\">{}</b> — {}<br><small><code>{}</code>: {}</small></p>",
+                    v.word,
+                    esc(&c.text),
+                    esc(&c.expr),
+                    esc(&detail.join("; "))
+                );
+            }
+            Err(e) => {
+                let _ = write!(
+                    h,
+                    "<p><b class=\"fails\">invalid</b> — {}: {}</p>",
+                    esc(&c.text),
+                    esc(&format!("{e:#}"))
+                );
+            }
+        }
+    }
+    h.push_str("<h2>Plots</h2>");
+    for (name, svg) in svgs {
+        let _ = write!(h, "<figure id=\"plot-{}\">{svg}</figure>", esc(name));
+    }
+    h.push_str("<h2>Results</h2><p><small>Mean over repeats, min–max in brackets when there are several. \
+               A point where the load generator fell behind is marked †: its numbers are the generator's limit, not the server's.</small></p>");
+    let _ = write!(h, "<table><tr><th>server</th><th>clients</th>");
+    for (m, u) in METRICS.iter().filter(|(m, _)| *m != "fell_behind") {
+        let _ = write!(h, "<th>{m} ({u})</th>");
+    }
+    h.push_str("</tr>");
+    for s in &spec.servers {
+        for x in table.clients() {
+            if table.mean(&s.name, x, "throughput").is_none() {
+                continue;
+            }
+            let behind = table.mean(&s.name, x, "fell_behind").unwrap_or(0.0) > 0.0;
+            let _ = write!(h, "<tr><td>{}{}</td><td>{x}</td>", esc(&s.name), if behind { " †" } else { "" });
+            for (m, _) in METRICS.iter().filter(|(m, _)| *m != "fell_behind") {
+                let mean = table.mean(&s.name, x, m).unwrap_or(0.0);
+                let (lo, hi) = table.spread(&s.name, x, m).unwrap_or((mean, mean));
+                let spread = if lo != hi {
+                    format!(" <small>[{}–{}]</small>", fmt(lo), fmt(hi))
+                } else {
+                    String::new()
+                };
+                let _ = write!(h, "<td>{}{spread}</td>", fmt(mean));
+            }
+            h.push_str("</tr>");
+        }
+    }
+    h.push_str("</table>");
+    let spec_toml = toml::to_string(spec).unwrap_or_default();
+    let _ = writeln!(h, "<h2>The experiment</h2><pre>{}</pre></body></html>", esc(&spec_toml));
+    h
+}
+
+/// The ranked summary printed after a run: each server's best throughput,
+/// with its latency and cost there.
+pub fn ranking(spec: &Spec, table: &Table) -> String {
+    struct Row {
+        name: String,
+        clients: usize,
+        peak: f64,
+        p50: f64,
+        p99: f64,
+        cpu: f64,
+        errors: f64,
+        behind: bool,
+    }
+    let mut rows: Vec<Row> = spec
+        .servers
+        .iter()
+        .filter_map(|s| {
+            let (clients, peak) = table
+                .clients()
+                .into_iter()
+                .filter_map(|x| table.mean(&s.name, x, "throughput").map(|t| (x, t)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))?;
+            let m = |metric| table.mean(&s.name, clients, metric).unwrap_or(0.0);
+            Some(Row {
+                name: s.name.clone(),
+                clients,
+                peak,
+                p50: m("p50"),
+                p99: m("p99"),
+                cpu: m("cpu_per_request"),
+                errors: m("errors"),
+                behind: m("fell_behind") > 0.0,
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| b.peak.total_cmp(&a.peak));
+    let mut out = format!(
+        "{:<4} {:<14} {:>12} {:>8} {:>9} {:>9} {:>13} {:>8}\n",
+        "rank", "server", "peak req/s", "clients", "p50 ms", "p99 ms", "CPU µs/req", "errors"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{:<4} {:<14} {:>12.0} {:>8} {:>9.3} {:>9.3} {:>13.1} {:>8.0}{}",
+            i + 1,
+            r.name,
+            r.peak,
+            r.clients,
+            r.p50,
+            r.p99,
+            r.cpu,
+            r.errors,
+            if r.behind { "  † the load generator was the limit here" } else { "" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Point;
+
+    #[test]
+    fn plots_and_the_report_show_every_series_and_verdict() {
+        let spec = crate::spec::load("tiny").unwrap();
+        let mut table = Table::default();
+        for (server, base) in [("pool", 1000.0), ("event", 1500.0)] {
+            for (i, clients) in [1usize, 8].into_iter().enumerate() {
+                let t = base * (i + 1) as f64;
+                table.points.push(Point {
+                    server: server.into(),
+                    clients,
+                    repeat: 1,
+                    values: vec![t, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0],
+                });
+            }
+        }
+        let (svg, csv) = plot(&spec, &table, &spec.plots[0]).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("\npool\n") && svg.contains("\nevent\n"), "{svg}");
+        assert!(csv.contains("event,8,3000,3000,3000"), "{csv}");
+        let page = html(&spec, &table, &serde_json::json!({}), &[("throughput".into(), svg)]);
+        assert!(page.contains("<b class=\"holds\">holds</b>"), "{page}");
+        let ranked = ranking(&spec, &table);
+        let lines: Vec<&str> = ranked.lines().collect();
+        assert!(lines[1].starts_with("1    event") && lines[2].starts_with("2    pool"), "{ranked}");
+    }
+}

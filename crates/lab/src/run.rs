@@ -1,0 +1,378 @@
+//! Running an experiment: the order of the points, and each point for
+//! real — a `modus serve` child pinned to its CPUs, a `modus load` child
+//! pinned to the others, the server's CPU time and memory read from
+//! `/proc` around the measurement.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::results::{Point, Table};
+use crate::spec::{ServerSpec, Spec, METRICS};
+
+/// One point to measure: `spec.servers[server]` at `clients`, repeat `repeat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub server: usize,
+    pub clients: usize,
+    pub repeat: u32,
+}
+
+/// The points in the order they run: round after round (one per repeat),
+/// each round every (server, clients) pair once, shuffled with the spec's
+/// seed — so drift over time (a warming machine, a neighbour's job) is
+/// spread over every server rather than loaded onto the last one.
+pub fn schedule(spec: &Spec) -> Vec<Planned> {
+    let mut order = Vec::new();
+    for repeat in 1..=spec.repeats {
+        let mut round: Vec<Planned> = (0..spec.servers.len())
+            .flat_map(|server| {
+                spec.sweep.clients.iter().map(move |&clients| Planned { server, clients, repeat })
+            })
+            .collect();
+        let mut state = spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(repeat) | 1;
+        for i in (1..round.len()).rev() {
+            // xorshift64: enough to shuffle a few dozen points reproducibly.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            round.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        order.extend(round);
+    }
+    order
+}
+
+/// Where a point's raw record is kept (its presence marks it done).
+pub fn raw_path(out: &Path, spec: &Spec, p: &Planned) -> PathBuf {
+    out.join("raw").join(format!("{}-c{}-r{}.json", spec.servers[p.server].name, p.clients, p.repeat))
+}
+
+/// How to run.
+#[derive(Debug)]
+pub struct Runner {
+    /// The `modus` binary (the running one).
+    pub modus: PathBuf,
+    /// The results directory.
+    pub out: PathBuf,
+    /// Keep points already measured in `out`.
+    pub resume: bool,
+    /// Raised by Ctrl-C: finish the point, stop.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Runner {
+    /// Measures every point not yet done; `points.csv` is rewritten after
+    /// each, so an interrupted run leaves a resumable directory.
+    pub fn run(&self, spec: &Spec, mut progress: impl FnMut(&str)) -> Result<Table> {
+        std::fs::create_dir_all(self.out.join("raw"))
+            .with_context(|| format!("creating {}", self.out.display()))?;
+        let root = self.docroot(spec)?;
+        let plan = schedule(spec);
+        let mut table = Table::default();
+        let started = Instant::now();
+        let mut measured = 0;
+        for (i, p) in plan.iter().enumerate() {
+            let raw = raw_path(&self.out, spec, p);
+            let server = &spec.servers[p.server];
+            let values = match self.resume.then(|| read_raw(&raw)).flatten() {
+                Some(values) => values,
+                None => {
+                    if self.stop.load(Ordering::Relaxed) {
+                        bail!(
+                            "interrupted: {} of {} points measured; `--resume` goes on",
+                            table.points.len(),
+                            plan.len()
+                        );
+                    }
+                    let (values, record) = self
+                        .measure(spec, server, p.clients, root.as_deref())
+                        .with_context(|| format!("{} at {} clients", server.name, p.clients))?;
+                    std::fs::write(&raw, serde_json::to_string_pretty(&record)?)?;
+                    measured += 1;
+                    values
+                }
+            };
+            let point = Point { server: server.name.clone(), clients: p.clients, repeat: p.repeat, values };
+            let left = plan.len() - i - 1;
+            let eta =
+                if measured > 0 { started.elapsed() / measured as u32 * left as u32 } else { Duration::ZERO };
+            progress(&format!(
+                "[{}/{}] {} c={} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
+                i + 1,
+                plan.len(),
+                point.server,
+                point.clients,
+                point.repeat,
+                point.values[0],
+                point.values[2],
+                left,
+                eta.as_secs()
+            ));
+            table.points.push(point);
+            std::fs::write(self.out.join("points.csv"), table.to_csv())?;
+        }
+        Ok(table)
+    }
+
+    /// The directory served, made in the results directory for `fixed`;
+    /// `None` for the embedded demo site.
+    fn docroot(&self, spec: &Spec) -> Result<Option<PathBuf>> {
+        match spec.docroot.as_str() {
+            "demo" => Ok(None),
+            "fixed" => {
+                let dir = self.out.join("docroot");
+                load::surge::fixed(&dir, 1)?;
+                Ok(Some(dir))
+            }
+            dir => {
+                let dir = PathBuf::from(dir);
+                if !dir.is_dir() {
+                    bail!("docroot {} is not a directory", dir.display());
+                }
+                Ok(Some(dir))
+            }
+        }
+    }
+
+    fn measure(
+        &self,
+        spec: &Spec,
+        server: &ServerSpec,
+        clients: usize,
+        root: Option<&Path>,
+    ) -> Result<(Vec<f64>, Value)> {
+        let mut serve = pinned(&self.modus, spec.server_cpus.as_deref());
+        serve.arg("serve");
+        if let Some(root) = root {
+            serve.arg(root);
+        }
+        serve.args([
+            "--model",
+            &server.model,
+            "--listen",
+            "127.0.0.1:0",
+            "--access-log",
+            "off",
+            "--error-log",
+            "-",
+        ]);
+        serve.args(&server.args);
+        let mut child = Server::start(serve)?;
+        let url = format!("http://{}{}", child.addr, spec.path);
+        let before = tree_cpu_ticks(child.pid());
+        let mut load = pinned(&self.modus, spec.load_cpus.as_deref());
+        load.args(["load", &url, "-c", &clients.to_string(), "--json"]);
+        load.args([
+            "-d",
+            &units::Dur(spec.duration.0).to_string(),
+            "--warmup",
+            &units::Dur(spec.warmup.0).to_string(),
+        ]);
+        let out = load.output().context("running modus load")?;
+        let after = tree_cpu_ticks(child.pid());
+        let pss = tree_pss_kib(child.pid());
+        child.stop();
+        let report: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+            anyhow!("modus load gave no report ({e}): {}", String::from_utf8_lossy(&out.stderr))
+        })?;
+        let requests =
+            report["requests"].as_f64().unwrap_or(0.0) + report["warmup_requests"].as_f64().unwrap_or(0.0);
+        let hz = rustix::param::clock_ticks_per_second() as f64;
+        let cpu_us = (after.saturating_sub(before)) as f64 / hz * 1e6;
+        let values = vec![
+            report["throughput_rps"].as_f64().unwrap_or(0.0),
+            report["latency_us"]["p50"].as_f64().unwrap_or(0.0) / 1e3,
+            report["latency_us"]["p99"].as_f64().unwrap_or(0.0) / 1e3,
+            report["errors"].as_f64().unwrap_or(0.0),
+            if requests > 0.0 { cpu_us / requests } else { 0.0 },
+            pss as f64,
+            if report["generator_fell_behind"] == true { 1.0 } else { 0.0 },
+        ];
+        debug_assert_eq!(values.len(), METRICS.len());
+        let named: serde_json::Map<String, Value> =
+            METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
+        Ok((values, json!({ "point": named, "server": server.name, "clients": clients, "load": report })))
+    }
+}
+
+/// The metrics of a point already measured, from its raw record.
+fn read_raw(path: &Path) -> Option<Vec<f64>> {
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    METRICS.iter().map(|(m, _)| record["point"][m].as_f64()).collect()
+}
+
+/// `modus` under `taskset -c CPUS` when CPUs are given and taskset exists.
+fn pinned(modus: &Path, cpus: Option<&str>) -> Command {
+    match cpus {
+        Some(cpus) if Command::new("taskset").arg("-V").output().is_ok_and(|o| o.status.success()) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus]).arg(modus);
+            c
+        }
+        _ => Command::new(modus),
+    }
+}
+
+/// A `modus serve` child, stopped (and reaped) when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(mut command: Command) -> Result<Server> {
+        let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(first)) = lines.next() {
+                let _ = tx.send(first);
+            }
+            // Keep the pipe drained until the server exits.
+            for _ in lines {}
+        });
+        let first = rx
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|_| anyhow!("the server never said where it listens"))?;
+        let addr = first
+            .strip_prefix("listening on ")
+            .and_then(|rest| rest.split(' ').next())
+            .ok_or_else(|| anyhow!("unexpected first line {first:?}"))?
+            .to_string();
+        Ok(Server { child, addr })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.stop();
+        }
+    }
+}
+
+/// `pid` and its live descendants (a process model's children).
+fn tree(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if let Some(ppid) = stat_fields(p).and_then(|f| f.get(1).and_then(|v| v.parse().ok())) {
+            parents.push((p, ppid));
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    found
+}
+
+/// The fields of `/proc/PID/stat` after the command name (state first).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    Some(after.split(' ').map(str::to_string).collect())
+}
+
+/// CPU time (user + system, clock ticks) of the process tree, with the
+/// reaped children of its root (finished CGI scripts).
+fn tree_cpu_ticks(pid: u32) -> u64 {
+    let ticks = |p: u32, with_children: bool| -> u64 {
+        let Some(f) = stat_fields(p) else { return 0 };
+        // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        n(11) + n(12) + if with_children { n(13) + n(14) } else { 0 }
+    };
+    tree(pid).into_iter().map(|p| ticks(p, p == pid)).sum()
+}
+
+/// Proportional set size of the process tree, KiB.
+fn tree_pss_kib(pid: u32) -> u64 {
+    tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .filter_map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_interleave_servers_and_shuffle_with_the_seed() {
+        let mut spec = crate::spec::load("tiny").unwrap();
+        spec.repeats = 3;
+        spec.sweep.clients = vec![1, 2, 4, 8];
+        let plan = schedule(&spec);
+        let pairs = spec.servers.len() * 4;
+        assert_eq!(plan.len(), pairs * 3);
+        for (round, chunk) in plan.chunks(pairs).enumerate() {
+            assert!(chunk.iter().all(|p| p.repeat == round as u32 + 1), "one round per repeat");
+            let mut seen: Vec<(usize, usize)> = chunk.iter().map(|p| (p.server, p.clients)).collect();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), pairs, "every pair once per round");
+        }
+        assert_eq!(schedule(&spec), plan, "the same seed, the same order");
+        spec.seed = 2;
+        assert_ne!(schedule(&spec), plan, "another seed, another order");
+    }
+
+    #[test]
+    fn a_measured_point_is_kept_for_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let named: serde_json::Map<String, Value> =
+            METRICS.iter().enumerate().map(|(i, (m, _))| (m.to_string(), json!(i as f64))).collect();
+        std::fs::write(&path, json!({ "point": named }).to_string()).unwrap();
+        assert_eq!(read_raw(&path), Some((0..METRICS.len()).map(|i| i as f64).collect()));
+        std::fs::write(&path, "{\"point\": {}}").unwrap();
+        assert_eq!(read_raw(&path), None, "an incomplete record is measured again");
+    }
+
+    #[test]
+    fn the_process_tree_is_found() {
+        let me = std::process::id();
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        let found = tree(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&me) && found.contains(&child.id()), "{found:?}");
+        assert!(tree_cpu_ticks(me) > 0 || tree_pss_kib(me) > 0);
+    }
+}

@@ -1,0 +1,261 @@
+//! An experiment: which servers, which load, which points, which plots and
+//! which claims. Written in TOML; the built-in ones live in the
+//! repository's `lab/` directory and are compiled into the binary.
+
+use std::collections::BTreeSet;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use units::Dur;
+
+/// One experiment.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Spec {
+    /// Short name (`modus lab run NAME`).
+    pub name: String,
+    /// What it asks, in a sentence.
+    pub description: String,
+    /// What is served: `fixed` (the 500 B / 50 KB / 115 KB files of
+    /// `modus workload fixed`), `demo` (the embedded demo site) or a directory.
+    #[serde(default = "default_docroot")]
+    pub docroot: String,
+    /// The URL path every request asks for.
+    pub path: String,
+    /// Measured time per point.
+    #[serde(default = "default_duration")]
+    pub duration: Dur,
+    /// Unmeasured time before it.
+    #[serde(default = "default_warmup")]
+    pub warmup: Dur,
+    /// Runs of every point; rounds are interleaved across servers.
+    #[serde(default = "one")]
+    pub repeats: u32,
+    /// Seeds the order of the points within a round.
+    #[serde(default = "one_u64")]
+    pub seed: u64,
+    /// CPUs of the server (`taskset -c` list), and of the load generator.
+    #[serde(default)]
+    pub server_cpus: Option<String>,
+    #[serde(default)]
+    pub load_cpus: Option<String>,
+    /// The axis: closed-loop clients.
+    pub sweep: Sweep,
+    /// The servers compared.
+    #[serde(rename = "server")]
+    pub servers: Vec<ServerSpec>,
+    /// Plots to draw.
+    #[serde(default, rename = "plot")]
+    pub plots: Vec<Plot>,
+    /// Claims the report checks.
+    #[serde(default, rename = "claim")]
+    pub claims: Vec<ClaimSpec>,
+}
+
+/// The points of the sweep.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Sweep {
+    /// Closed-loop clients (connections) at each point.
+    pub clients: Vec<usize>,
+}
+
+/// A server under test: a modus model and its flags.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerSpec {
+    /// Its name in results (defaults to the model).
+    #[serde(default)]
+    pub name: String,
+    /// `modus serve --model`.
+    pub model: String,
+    /// More `modus serve` arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// A line plot: `y` against `x`, one series per server.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Plot {
+    pub name: String,
+    #[serde(default = "default_x")]
+    pub x: String,
+    pub y: String,
+    #[serde(default)]
+    pub log_x: bool,
+    #[serde(default)]
+    pub log_y: bool,
+}
+
+/// A claim over the results (see `claims.rs` for the grammar).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ClaimSpec {
+    /// In words, as a paper would say it.
+    pub text: String,
+    pub expr: String,
+}
+
+/// The metrics a point has, with units (columns of `points.csv`).
+pub const METRICS: [(&str, &str); 7] = [
+    ("throughput", "requests/s"),
+    ("p50", "ms"),
+    ("p99", "ms"),
+    ("errors", "requests"),
+    ("cpu_per_request", "µs"),
+    ("pss", "KiB"),
+    ("fell_behind", "0/1"),
+];
+
+fn default_docroot() -> String {
+    "fixed".into()
+}
+fn default_duration() -> Dur {
+    Dur(std::time::Duration::from_secs(5))
+}
+fn default_warmup() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+fn one() -> u32 {
+    1
+}
+fn one_u64() -> u64 {
+    1
+}
+fn default_x() -> String {
+    "clients".into()
+}
+
+/// The built-in experiments: (name, TOML).
+pub const BUILT_IN: [(&str, &str); 3] = [
+    ("tiny", include_str!("../../../lab/tiny.toml")),
+    ("models-500b", include_str!("../../../lab/models-500b.toml")),
+    ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
+];
+
+impl Spec {
+    /// Parses and checks a spec; errors name the line and the key.
+    pub fn parse(text: &str, origin: &str) -> Result<Spec> {
+        let mut spec: Spec = toml::from_str(text).with_context(|| format!("in {origin}"))?;
+        for s in &mut spec.servers {
+            if s.name.is_empty() {
+                s.name = s.model.clone();
+            }
+        }
+        spec.check().with_context(|| format!("in {origin}"))?;
+        Ok(spec)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.servers.is_empty() {
+            bail!("no [[server]]: nothing to measure");
+        }
+        let mut names = BTreeSet::new();
+        for s in &self.servers {
+            if !names.insert(s.name.as_str()) {
+                bail!("two servers are named {:?} (give one a `name`)", s.name);
+            }
+            if s.name.contains([',', '/', ' ']) {
+                bail!("server name {:?}: no commas, slashes or spaces (it names files)", s.name);
+            }
+        }
+        if self.sweep.clients.is_empty() || self.sweep.clients.contains(&0) {
+            bail!("[sweep] clients: at least one point, each at least 1");
+        }
+        if self.repeats == 0 {
+            bail!("repeats must be at least 1");
+        }
+        if !self.path.starts_with('/') {
+            bail!("path {:?} must start with /", self.path);
+        }
+        for p in &self.plots {
+            if p.x != "clients" {
+                bail!("plot {:?}: x = {:?}, but the only axis is \"clients\"", p.name, p.x);
+            }
+            if !METRICS.iter().any(|(m, _)| *m == p.y) {
+                bail!("plot {:?}: y = {:?} is not a metric ({})", p.name, p.y, metric_names());
+            }
+        }
+        for c in &self.claims {
+            crate::claims::Claim::parse(&c.expr, self).with_context(|| format!("claim {:?}", c.expr))?;
+        }
+        Ok(())
+    }
+
+    /// The spec for a quick look: one short round at the sweep's ends.
+    pub fn quick(mut self) -> Spec {
+        let c = &self.sweep.clients;
+        let ends = [c[0], c[c.len() - 1]];
+        self.sweep.clients = ends.into_iter().collect::<BTreeSet<_>>().into_iter().collect();
+        self.duration = Dur(self.duration.0.min(std::time::Duration::from_secs(1)));
+        self.warmup = Dur(self.warmup.0.min(std::time::Duration::from_millis(200)));
+        self.repeats = 1;
+        self
+    }
+}
+
+/// The metric names, for error messages.
+pub fn metric_names() -> String {
+    METRICS.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
+}
+
+/// A spec by built-in name or file path.
+pub fn load(name_or_file: &str) -> Result<Spec> {
+    if let Some((name, text)) = BUILT_IN.iter().find(|(n, _)| *n == name_or_file) {
+        return Spec::parse(text, &format!("the built-in spec {name}"));
+    }
+    let path = std::path::Path::new(name_or_file);
+    if path.extension().is_some_and(|e| e == "toml") || path.exists() {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        return Spec::parse(&text, &path.display().to_string());
+    }
+    let names: Vec<&str> = BUILT_IN.iter().map(|(n, _)| *n).collect();
+    bail!("no experiment {name_or_file:?}: the built-in ones are {} (or give a FILE.toml)", names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_spec_parses() {
+        for (name, text) in BUILT_IN {
+            let spec = Spec::parse(text, name).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            assert_eq!(spec.name, name);
+        }
+    }
+
+    #[test]
+    fn bad_specs_say_where_and_what() {
+        let base = "name = \"x\"\ndescription = \"d\"\npath = \"/\"\n[sweep]\nclients = [1]\n";
+        let err =
+            |extra: &str| format!("{:#}", Spec::parse(&format!("{base}{extra}"), "t.toml").unwrap_err());
+        let e = err("[[server]]\nmodel = \"pool\"\nthreads = 4\n");
+        assert!(
+            e.contains("in t.toml") && e.contains("unknown field `threads`") && e.contains("line 8"),
+            "{e}"
+        );
+        assert!(err("").contains("missing field `server`"), "{}", err(""));
+        let e = err("[[server]]\nmodel = \"pool\"\n[[server]]\nmodel = \"pool\"\n");
+        assert!(e.contains("two servers are named \"pool\""), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed\"\n");
+        assert!(e.contains("y = \"speed\" is not a metric"), "{e}");
+        let e = err(
+            "[[server]]\nmodel = \"pool\"\n[[claim]]\ntext = \"t\"\nexpr = \"throughput(server=nope) > 1\"\n",
+        );
+        assert!(e.contains("no server \"nope\""), "{e}");
+        let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
+        assert!(format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err()).contains("invalid duration"));
+    }
+
+    #[test]
+    fn quick_keeps_the_ends_of_the_sweep() {
+        let mut spec = load("tiny").unwrap();
+        spec.sweep.clients = vec![1, 4, 16, 64];
+        let q = spec.quick();
+        assert_eq!(q.sweep.clients, [1, 64]);
+        assert!(q.duration.0 <= std::time::Duration::from_secs(1));
+        assert_eq!(q.repeats, 1);
+    }
+}

@@ -1,0 +1,104 @@
+//! `modus lab` end to end: a real (tiny) experiment into a results
+//! directory, its report rebuilt without a rerun, an interrupted run
+//! resumed, and `compare` over every model on the demo site.
+
+use std::path::Path;
+use std::time::Duration;
+
+use testkit::run;
+
+const BIN: &str = env!("CARGO_BIN_EXE_modus");
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(dir.join("points.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("server,clients,repeat,throughput,p50,p99,errors,cpu_per_request,pss,fell_behind"),
+        "{text}"
+    );
+    lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
+}
+
+#[test]
+fn a_tiny_experiment_runs_reports_and_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tiny");
+    let o = out.to_str().unwrap();
+    let r = run(BIN, ["lab", "run", "tiny", "--quick", "--out", o], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    assert_eq!(rows.len(), 4, "2 servers × 2 points: {rows:?}");
+    for row in &rows {
+        assert!(["pool", "event"].contains(&row[0].as_str()), "{row:?}");
+        let throughput: f64 = row[3].parse().unwrap();
+        assert!(throughput > 0.0, "every point served requests: {row:?}");
+        assert_eq!(row[6], "0", "no errors: {row:?}");
+    }
+    let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "an SVG document");
+    assert!(svg.contains("\npool\n") && svg.contains("\nevent\n"), "both series in the legend");
+    assert!(std::fs::read_to_string(out.join("plots/throughput.csv"))
+        .unwrap()
+        .starts_with("server,clients,"));
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("<b class=\"holds\">holds</b>"), "the claim's verdict");
+    assert!(report.contains("<svg"), "plots inline: the report is self-contained");
+    assert!(!report.contains("src=\"http") && !report.contains("href=\"http"), "no external assets");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("meta.json")).unwrap()).unwrap();
+    assert!(meta["machine"]["cpus"].as_u64().unwrap() >= 1, "{meta}");
+    assert!(r.stdout.contains("claim: holds"), "{}", r.stdout);
+
+    // The report again, from the results alone.
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    let r = run(BIN, ["lab", "report", o], LIMIT);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(out.join("report.html").exists());
+
+    // An interrupted run (one point's record gone) measures only what is missing.
+    let raw = out.join("raw");
+    let kept = raw.join("pool-c1-r1.json");
+    let before = std::fs::metadata(&kept).unwrap().modified().unwrap();
+    std::fs::remove_file(raw.join("event-c8-r1.json")).unwrap();
+    let r = run(BIN, ["lab", "run", "tiny", "--quick", "--out", o, "--resume"], LIMIT);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(raw.join("event-c8-r1.json").exists(), "the missing point was measured");
+    assert_eq!(std::fs::metadata(&kept).unwrap().modified().unwrap(), before, "a finished point was kept");
+    assert_eq!(csv_rows(&out).len(), 4);
+}
+
+#[test]
+fn compare_ranks_every_model_on_the_demo_site() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("compare");
+    let r = run(
+        BIN,
+        ["lab", "compare", "--clients", "2", "--duration", "300ms", "--out", out.to_str().unwrap()],
+        LIMIT,
+    );
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let ranked: Vec<&str> = r.stdout.lines().skip(1).take_while(|l| !l.starts_with("report:")).collect();
+    assert_eq!(ranked.len(), 8, "{}", r.stdout);
+    for model in ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped"] {
+        assert!(
+            ranked.iter().any(|l| l.split_whitespace().nth(1) == Some(model)),
+            "{model} in\n{}",
+            r.stdout
+        );
+    }
+    assert_eq!(csv_rows(&out).len(), 8);
+}
+
+#[test]
+fn list_and_bad_experiments() {
+    let r = run(BIN, ["lab", "list"], LIMIT);
+    assert!(r.status.success());
+    for name in ["tiny", "models-500b", "paper000-file-size"] {
+        assert!(r.stdout.lines().any(|l| l.starts_with(name)), "{name} in\n{}", r.stdout);
+    }
+    let r = run(BIN, ["lab", "run", "nope"], LIMIT);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(r.stderr.contains("no experiment \"nope\": the built-in ones are tiny"), "{}", r.stderr);
+}
