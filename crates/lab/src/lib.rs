@@ -6,10 +6,12 @@
 //! * `spec.rs` — the experiment format (TOML); built-in ones in `lab/`.
 //! * `claims.rs` — the claims' grammar and verdicts.
 //! * `run.rs` — the order of the points and each measurement.
+//! * `peers.rs` — nginx and lighttpd, measured beside the models.
 //! * `results.rs` — `points.csv`.
 //! * `report.rs` — plots, `report.html`, the ranked table.
 
 pub mod claims;
+pub mod peers;
 pub mod report;
 pub mod results;
 pub mod run;
@@ -74,6 +76,9 @@ pub enum LabCommand {
         /// Models to compare, comma-separated, or `all`
         #[arg(long, default_value = "all", value_name = "LIST")]
         models: String,
+        /// Peers to measure beside them, comma-separated, `all` (those installed) or `none`
+        #[arg(long, default_value = "all", value_name = "LIST")]
+        peers: String,
         /// Closed-loop clients at each point
         #[arg(long, default_value = "1,4,16,64", value_name = "LIST", value_delimiter = ',')]
         clients: Vec<usize>,
@@ -151,12 +156,22 @@ fn lab(args: LabArgs) -> Result<()> {
             println!("report: {}", dir.join("report.html").display());
             Ok(())
         }
-        LabCommand::Compare { root, path, models, clients, duration, server_cpus, out } => {
+        LabCommand::Compare { root, path, models, peers, clients, duration, server_cpus, out } => {
             let chosen: Vec<&str> =
                 if models == "all" { MODELS.to_vec() } else { models.split(',').map(str::trim).collect() };
             for m in &chosen {
                 if !MODELS.contains(m) {
                     bail!("--models: no model {m:?} (they are {})", MODELS.join(", "));
+                }
+            }
+            let chosen_peers: Vec<&str> = match peers.as_str() {
+                "none" => Vec::new(),
+                "all" => peers::PEERS.to_vec(),
+                list => list.split(',').map(str::trim).collect(),
+            };
+            for p in &chosen_peers {
+                if !peers::PEERS.contains(p) {
+                    bail!("--peers: no peer {p:?} (the lab runs {})", peers::PEERS.join(", "));
                 }
             }
             let load_cpus = server_cpus.as_deref().map(|_| other_cpus(server_cpus.as_deref()));
@@ -178,7 +193,18 @@ fn lab(args: LabArgs) -> Result<()> {
                 sweep: Sweep { clients },
                 servers: chosen
                     .iter()
-                    .map(|m| ServerSpec { name: m.to_string(), model: m.to_string(), args: Vec::new() })
+                    .map(|m| ServerSpec {
+                        name: m.to_string(),
+                        model: m.to_string(),
+                        peer: None,
+                        args: Vec::new(),
+                    })
+                    .chain(chosen_peers.iter().map(|p| ServerSpec {
+                        name: p.to_string(),
+                        model: String::new(),
+                        peer: Some(p.to_string()),
+                        args: Vec::new(),
+                    }))
                     .collect(),
                 plots: ["throughput", "p99", "cpu_per_request"]
                     .iter()
@@ -206,7 +232,16 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     std::fs::create_dir_all(out)?;
     let meta = meta(spec)?;
     std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
-    eprintln!("modus lab: {} — {} points into {}", spec.name, run::schedule(spec).len(), out.display());
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "modus lab: warning: this modus is a debug build, several times slower than a release build: \
+             its numbers say little (cargo install --path crates/server, or cargo run --release -- lab ...)"
+        );
+    }
+    for (server, why) in run::unavailable(spec) {
+        eprintln!("modus lab: skipping {server}: {why}");
+    }
+    eprintln!("modus lab: {} into {}", spec.name, out.display());
     let table = runner.run(spec, |line| eprintln!("{line}"))?;
     report::write(out, spec, &table, &meta)?;
     print!("{}", report::ranking(spec, &table));
@@ -263,6 +298,11 @@ fn meta(spec: &Spec) -> Result<Value> {
             "kernel": read("/proc/sys/kernel/osrelease").trim(),
             "memory_mib": memory_kib.map(|k| k / 1024),
         },
+        "peers": spec.servers.iter().filter_map(|s| {
+            let peer = s.peer.as_deref()?;
+            Some((s.name.clone(), json!(peers::binary(peer).map(|bin| peers::version(peer, &bin)))))
+        }).collect::<serde_json::Map<String, Value>>(),
+        "skipped": run::unavailable(spec).into_iter().map(|(server, why)| json!({"server": server, "why": why})).collect::<Vec<_>>(),
         "spec": toml::to_string(spec)?,
     }))
 }

@@ -154,6 +154,19 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
         machine["memory_mib"],
         esc(meta["started"].as_str().unwrap_or("?")),
     );
+    for skipped in meta["skipped"].as_array().into_iter().flatten() {
+        let _ = write!(
+            h,
+            "<p class=\"fails\">Not measured: {} — {}.</p>",
+            esc(skipped["server"].as_str().unwrap_or("?")),
+            esc(skipped["why"].as_str().unwrap_or("?"))
+        );
+    }
+    for (peer, version) in meta["peers"].as_object().into_iter().flatten() {
+        if let Some(version) = version.as_str() {
+            let _ = write!(h, "<p><small>{}: {}</small></p>", esc(peer), esc(version));
+        }
+    }
     h.push_str("<h2>Claims</h2>");
     if spec.claims.is_empty() {
         h.push_str("<p>This experiment makes no claims.</p>");

@@ -49,6 +49,25 @@ pub fn schedule(spec: &Spec) -> Vec<Planned> {
     order
 }
 
+/// Servers that cannot run here, and why: a peer that is not installed,
+/// or a peer asked to serve the embedded demo site (which only modus has).
+pub fn unavailable(spec: &Spec) -> Vec<(String, String)> {
+    spec.servers
+        .iter()
+        .filter_map(|s| {
+            let peer = s.peer.as_deref()?;
+            let why = if crate::peers::binary(peer).is_none() {
+                format!("{peer} is not installed (apt-get install {peer})")
+            } else if spec.docroot == "demo" {
+                format!("{peer} cannot serve the embedded demo site; give a directory")
+            } else {
+                return None;
+            };
+            Some((s.name.clone(), why))
+        })
+        .collect()
+}
+
 /// Where a point's raw record is kept (its presence marks it done).
 pub fn raw_path(out: &Path, spec: &Spec, p: &Planned) -> PathBuf {
     out.join("raw").join(format!("{}-c{}-r{}.json", spec.servers[p.server].name, p.clients, p.repeat))
@@ -74,7 +93,9 @@ impl Runner {
         std::fs::create_dir_all(self.out.join("raw"))
             .with_context(|| format!("creating {}", self.out.display()))?;
         let root = self.docroot(spec)?;
-        let plan = schedule(spec);
+        let skipped: Vec<String> = unavailable(spec).into_iter().map(|(name, _)| name).collect();
+        let plan: Vec<Planned> =
+            schedule(spec).into_iter().filter(|p| !skipped.contains(&spec.servers[p.server].name)).collect();
         let mut table = Table::default();
         let started = Instant::now();
         let mut measured = 0;
@@ -141,6 +162,31 @@ impl Runner {
         }
     }
 
+    /// Starts `server`: `modus serve`, or a peer from its configuration.
+    fn start(&self, spec: &Spec, server: &ServerSpec, root: Option<&Path>) -> Result<Server> {
+        let Some(peer) = server.peer.as_deref() else {
+            let mut serve = pinned(&self.modus, spec.server_cpus.as_deref());
+            serve.arg("serve");
+            if let Some(root) = root {
+                serve.arg(root);
+            }
+            serve.args(["--model", &server.model, "--listen", "127.0.0.1:0", "--access-log", "off"]);
+            serve.args(&server.args);
+            return Server::start(serve);
+        };
+        let bin = crate::peers::binary(peer).ok_or_else(|| anyhow!("{peer} is not installed"))?;
+        let root = root.ok_or_else(|| anyhow!("{peer} cannot serve the embedded demo site"))?;
+        let dir = self.out.join("peers").join(&server.name);
+        std::fs::create_dir_all(&dir)?;
+        let port = free_port()?;
+        let conf = dir.join(format!("{peer}.conf"));
+        std::fs::write(&conf, crate::peers::config(peer, &dir, root, port)?)?;
+        crate::peers::check(peer, &bin, &dir, &conf)?;
+        let mut command = pinned(&bin, spec.server_cpus.as_deref());
+        command.args(crate::peers::args(peer, &dir, &conf));
+        Server::start_peer(command, port)
+    }
+
     fn measure(
         &self,
         spec: &Spec,
@@ -148,23 +194,7 @@ impl Runner {
         clients: usize,
         root: Option<&Path>,
     ) -> Result<(Vec<f64>, Value)> {
-        let mut serve = pinned(&self.modus, spec.server_cpus.as_deref());
-        serve.arg("serve");
-        if let Some(root) = root {
-            serve.arg(root);
-        }
-        serve.args([
-            "--model",
-            &server.model,
-            "--listen",
-            "127.0.0.1:0",
-            "--access-log",
-            "off",
-            "--error-log",
-            "-",
-        ]);
-        serve.args(&server.args);
-        let mut child = Server::start(serve)?;
+        let mut child = self.start(spec, server, root)?;
         let url = format!("http://{}{}", child.addr, spec.path);
         let before = tree_cpu_ticks(child.pid());
         let mut load = pinned(&self.modus, spec.load_cpus.as_deref());
@@ -208,15 +238,20 @@ fn read_raw(path: &Path) -> Option<Vec<f64>> {
     METRICS.iter().map(|(m, _)| record["point"][m].as_f64()).collect()
 }
 
-/// `modus` under `taskset -c CPUS` when CPUs are given and taskset exists.
-fn pinned(modus: &Path, cpus: Option<&str>) -> Command {
+/// A port nobody listens on now (a peer is told its port; it cannot pick one).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `program` under `taskset -c CPUS` when CPUs are given and taskset exists.
+fn pinned(program: &Path, cpus: Option<&str>) -> Command {
     match cpus {
         Some(cpus) if Command::new("taskset").arg("-V").output().is_ok_and(|o| o.status.success()) => {
             let mut c = Command::new("taskset");
-            c.args(["-c", cpus]).arg(modus);
+            c.args(["-c", cpus]).arg(program);
             c
         }
-        _ => Command::new(modus),
+        _ => Command::new(program),
     }
 }
 
@@ -248,6 +283,30 @@ impl Server {
             .ok_or_else(|| anyhow!("unexpected first line {first:?}"))?
             .to_string();
         Ok(Server { child, addr })
+    }
+
+    /// A peer, which says nothing on start: it is up when its port answers.
+    fn start_peer(mut command: Command, port: u16) -> Result<Server> {
+        let child = command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
+        let mut server = Server { child, addr: format!("127.0.0.1:{port}") };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if std::net::TcpStream::connect(&server.addr).is_ok() {
+                return Ok(server);
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = server.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                bail!("the server exited ({status}) before listening: {}", err.trim());
+            }
+            if Instant::now() > deadline {
+                server.stop();
+                bail!("the server never listened on {}", server.addr);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn pid(&self) -> u32 {

@@ -60,17 +60,21 @@ pub struct Sweep {
     pub clients: Vec<usize>,
 }
 
-/// A server under test: a modus model and its flags.
+/// A server under test: a modus model and its flags, or a peer.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ServerSpec {
-    /// Its name in results (defaults to the model).
+    /// Its name in results (defaults to the model or the peer).
     #[serde(default)]
     pub name: String,
     /// `modus serve --model`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
+    /// A peer instead (`nginx`, `lighttpd`), from a configuration the lab writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
     /// More `modus serve` arguments.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
 }
 
@@ -140,7 +144,7 @@ impl Spec {
         let mut spec: Spec = toml::from_str(text).with_context(|| format!("in {origin}"))?;
         for s in &mut spec.servers {
             if s.name.is_empty() {
-                s.name = s.model.clone();
+                s.name = s.peer.clone().unwrap_or_else(|| s.model.clone());
             }
         }
         spec.check().with_context(|| format!("in {origin}"))?;
@@ -153,6 +157,25 @@ impl Spec {
         }
         let mut names = BTreeSet::new();
         for s in &self.servers {
+            match (&s.peer, s.model.is_empty()) {
+                (Some(_), false) | (None, true) => {
+                    bail!("server {:?}: give either a `model` or a `peer`", s.name)
+                }
+                (Some(peer), true) if !crate::peers::PEERS.contains(&peer.as_str()) => {
+                    bail!(
+                        "server {:?}: no peer {peer:?} (the lab runs {})",
+                        s.name,
+                        crate::peers::PEERS.join(", ")
+                    )
+                }
+                (Some(_), true) if !s.args.is_empty() => {
+                    bail!(
+                        "server {:?}: `args` are for modus models; a peer runs from the lab's configuration",
+                        s.name
+                    )
+                }
+                _ => {}
+            }
             if !names.insert(s.name.as_str()) {
                 bail!("two servers are named {:?} (give one a `name`)", s.name);
             }
@@ -237,6 +260,8 @@ mod tests {
             "{e}"
         );
         assert!(err("").contains("missing field `server`"), "{}", err(""));
+        assert!(err("[[server]]\npeer = \"h2o\"\n").contains("no peer \"h2o\""));
+        assert!(err("[[server]]\nname = \"x\"\n").contains("give either a `model` or a `peer`"));
         let e = err("[[server]]\nmodel = \"pool\"\n[[server]]\nmodel = \"pool\"\n");
         assert!(e.contains("two servers are named \"pool\""), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed\"\n");

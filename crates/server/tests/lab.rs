@@ -91,6 +91,53 @@ fn compare_ranks_every_model_on_the_demo_site() {
     assert_eq!(csv_rows(&out).len(), 8);
 }
 
+/// The peers run beside the models from the configurations the lab
+/// writes, where installed; otherwise the report says they were skipped.
+#[test]
+fn peers_are_measured_or_said_to_be_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "<p>peer test</p>\n").unwrap();
+    let out = tmp.path().join("peers");
+    let r = run(
+        BIN,
+        [
+            "lab",
+            "compare",
+            root.to_str().unwrap(),
+            "--path",
+            "/index.html",
+            "--models",
+            "event",
+            "--clients",
+            "2",
+            "--duration",
+            "300ms",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let rows = csv_rows(&out);
+    for peer in ["nginx", "lighttpd"] {
+        let installed =
+            ["/usr/sbin", "/usr/bin", "/usr/local/sbin"].iter().any(|d| Path::new(d).join(peer).is_file());
+        if installed {
+            let row =
+                rows.iter().find(|r| r[0] == peer).unwrap_or_else(|| panic!("{peer} measured: {rows:?}"));
+            assert!(row[3].parse::<f64>().unwrap() > 0.0 && row[6] == "0", "{peer} served: {row:?}");
+            assert!(out.join(format!("peers/{peer}/{peer}.conf")).is_file());
+        } else {
+            eprintln!("{peer} is not installed: checking that the report says so");
+            assert!(report.contains(&format!("Not measured: {peer} — {peer} is not installed")), "{report}");
+            assert!(r.stderr.contains(&format!("skipping {peer}")), "{}", r.stderr);
+        }
+    }
+}
+
 #[test]
 fn list_and_bad_experiments() {
     let r = run(BIN, ["lab", "list"], LIMIT);
