@@ -3,23 +3,26 @@
 //!
 //! ```text
 //! claim := side OP side              OP := >= | <= | > | <
-//! side  := [NUMBER *] METRIC(server=NAME)  |  NUMBER
+//! side  := [NUMBER *] METRIC(server=NAME[, AXIS=VALUE]...)  |  NUMBER
 //! ```
 //!
-//! e.g. `throughput(server=event) >= 0.8 * throughput(server=pool)`. A
-//! metric at a point is the mean over the repeats. The verdict: *holds*
-//! at every point, *holds partly*, or *does not hold* at any.
+//! e.g. `throughput(server=event) >= 0.8 * throughput(server=pool)`, or
+//! `throughput(server=pool, cpus=0-1) >= 1.5 * throughput(server=pool, cpus=0)`.
+//! The claim is checked at every measured point of the sweep; an
+//! `AXIS=VALUE` fixes that coordinate of its side. A metric at a point is
+//! the mean over the repeats. The verdict: *holds* at every point, *holds
+//! partly*, or *does not hold* at any.
 
 use anyhow::{bail, Result};
 
-use crate::results::Table;
+use crate::results::{Table, AXES};
 use crate::spec::{metric_names, Spec, METRICS};
 
 /// One side of a comparison.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Side {
     Number(f64),
-    Metric { factor: f64, metric: String, server: String },
+    Metric { factor: f64, metric: String, server: String, fixed: Vec<(String, String)> },
 }
 
 /// A parsed claim.
@@ -44,8 +47,8 @@ pub enum Op {
 pub struct Verdict {
     /// `holds`, `holds partly` or `does not hold` (`no data` before a run).
     pub word: &'static str,
-    /// Per point: clients, left, right, whether it held.
-    pub points: Vec<(usize, f64, f64, bool)>,
+    /// Per point: where, left, right, whether it held.
+    pub points: Vec<(String, f64, f64, bool)>,
 }
 
 impl Claim {
@@ -66,11 +69,16 @@ impl Claim {
     /// The verdict on `table`.
     pub fn judge(&self, table: &Table) -> Verdict {
         let mut points = Vec::new();
-        for &clients in &table.clients() {
+        let mut seen = Vec::new();
+        for at in table.coords() {
             let value = |side: &Side| match side {
                 Side::Number(n) => Some(*n),
-                Side::Metric { factor, metric, server } => {
-                    table.mean(server, clients, metric).map(|v| factor * v)
+                Side::Metric { factor, metric, server, fixed } => {
+                    let mut here = at.clone();
+                    for (axis, v) in fixed {
+                        here = here.with(axis, v)?;
+                    }
+                    table.mean(server, &here, metric).map(|v| factor * v)
                 }
             };
             if let (Some(l), Some(r)) = (value(&self.left), value(&self.right)) {
@@ -80,7 +88,11 @@ impl Claim {
                     Op::Gt => l > r,
                     Op::Lt => l < r,
                 };
-                points.push((clients, l, r, held));
+                // Points the claim's fixed coordinates make alike are one comparison.
+                if !seen.contains(&(l.to_bits(), r.to_bits())) {
+                    seen.push((l.to_bits(), r.to_bits()));
+                    points.push((at.label(table), l, r, held));
+                }
             }
         }
         let held = points.iter().filter(|p| p.3).count();
@@ -112,27 +124,37 @@ fn side(text: &str, spec: &Spec) -> Result<Side> {
     if !METRICS.iter().any(|(m, _)| *m == metric) {
         bail!("{metric:?} is not a metric ({})", metric_names());
     }
-    let arg = rest.strip_suffix(')').ok_or_else(|| anyhow::anyhow!("{text:?}: missing ')'"))?;
-    let Some(server) = arg.trim().strip_prefix("server").and_then(|a| a.trim().strip_prefix('=')) else {
-        bail!("{text:?}: want {metric}(server=NAME)");
-    };
-    let server = server.trim();
+    let args = rest.strip_suffix(')').ok_or_else(|| anyhow::anyhow!("{text:?}: missing ')'"))?;
+    let mut server = None;
+    let mut fixed = Vec::new();
+    for arg in args.split(',') {
+        let Some((key, value)) = arg.split_once('=') else {
+            bail!("{text:?}: want {metric}(server=NAME[, AXIS=VALUE])");
+        };
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "server" => server = Some(value.to_string()),
+            axis if AXES.contains(&axis) => fixed.push((axis.to_string(), value.to_string())),
+            other => bail!("{text:?}: {other:?} is neither `server` nor an axis ({})", AXES.join(", ")),
+        }
+    }
+    let Some(server) = server else { bail!("{text:?}: want {metric}(server=NAME[, AXIS=VALUE])") };
     if !spec.servers.iter().any(|s| s.name == server) {
         let names: Vec<&str> = spec.servers.iter().map(|s| s.name.as_str()).collect();
         bail!("no server {server:?} in this experiment (they are {})", names.join(", "));
     }
-    Ok(Side::Metric { factor, metric: metric.into(), server: server.into() })
+    Ok(Side::Metric { factor, metric: metric.into(), server, fixed })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::Point;
+    use crate::results::{at, Point};
 
     fn point(server: &str, clients: usize, repeat: u32, throughput: f64) -> Point {
         Point {
             server: server.into(),
-            clients,
+            at: at(clients),
             repeat,
             values: vec![throughput, 1.0, 2.0, 0.0, 10.0, 100.0, 0.0],
         }
@@ -145,7 +167,12 @@ mod tests {
         assert_eq!(claim.op, Op::Ge);
         assert_eq!(
             claim.right,
-            Side::Metric { factor: 0.5, metric: "throughput".into(), server: "pool".into() }
+            Side::Metric {
+                factor: 0.5,
+                metric: "throughput".into(),
+                server: "pool".into(),
+                fixed: Vec::new()
+            }
         );
         let table = Table {
             points: vec![
@@ -157,8 +184,21 @@ mod tests {
             ],
         };
         let v = claim.judge(&table);
-        assert_eq!(v.points, vec![(1, 120.0, 100.0, true), (8, 400.0, 500.0, false)], "means over repeats");
+        assert_eq!(
+            v.points,
+            vec![("clients=1".into(), 120.0, 100.0, true), ("clients=8".into(), 400.0, 500.0, false)],
+            "means over repeats"
+        );
         assert_eq!(v.word, "holds partly");
+        // A fixed coordinate: pool at 8 clients against twice event's at each point.
+        let fixed =
+            Claim::parse("throughput(server=pool, clients=8) > 2 * throughput(server=event)", &spec).unwrap();
+        let v = fixed.judge(&table);
+        assert_eq!(
+            v.points.iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(),
+            [(1000.0, 240.0), (1000.0, 800.0)]
+        );
+        assert_eq!(v.word, "holds");
         let all = Claim::parse("p99(server=pool) < 5", &spec).unwrap().judge(&table);
         assert_eq!(all.word, "holds");
         let none = Claim::parse("errors(server=pool) > 0", &spec).unwrap().judge(&table);
@@ -176,7 +216,8 @@ mod tests {
         assert!(e("throughput(server=pool)").contains("no comparison"));
         assert!(e("speed(server=pool) > 1").contains("\"speed\" is not a metric"));
         assert!(e("throughput(server=nginx) > 1").contains("no server \"nginx\""));
-        assert!(e("throughput(pool) > 1").contains("want throughput(server=NAME)"));
+        assert!(e("throughput(pool) > 1").contains("want throughput(server=NAME"));
+        assert!(e("throughput(server=pool, size=1) > 1").contains("\"size\" is neither `server` nor an axis"));
         assert!(e("1 > 2").contains("compares two numbers"));
         assert!(e("x * throughput(server=pool) > 1").contains("is not a number"));
     }

@@ -174,7 +174,7 @@ fn lab(args: LabArgs) -> Result<()> {
                     bail!("--peers: no peer {p:?} (the lab runs {})", peers::PEERS.join(", "));
                 }
             }
-            let load_cpus = server_cpus.as_deref().map(|_| other_cpus(server_cpus.as_deref()));
+            let load_cpus = server_cpus.as_deref().map(|_| run::other_cpus(server_cpus.as_deref()));
             let spec = Spec {
                 name: "compare".into(),
                 description: format!(
@@ -190,7 +190,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 seed: 1,
                 server_cpus,
                 load_cpus: load_cpus.flatten(),
-                sweep: Sweep { clients },
+                sweep: Sweep { clients, paths: Vec::new(), server_cpus: Vec::new() },
                 servers: chosen
                     .iter()
                     .map(|m| ServerSpec {
@@ -258,19 +258,6 @@ fn default_out(name: &str) -> PathBuf {
     PathBuf::from("lab-results").join(format!("{name}-{stamp}"))
 }
 
-/// The CPUs not in `list` (a `taskset -c` list of single CPUs and ranges).
-fn other_cpus(list: Option<&str>) -> Option<String> {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut taken = vec![false; n];
-    for part in list?.split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-        taken.iter_mut().take(b.saturating_add(1)).skip(a).for_each(|t| *t = true);
-    }
-    let rest: Vec<String> = (0..n).filter(|c| !taken[*c]).map(|c| c.to_string()).collect();
-    (!rest.is_empty()).then(|| rest.join(","))
-}
-
 /// What a results directory says about where and how it was made.
 fn meta(spec: &Spec) -> Result<Value> {
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
@@ -317,9 +304,9 @@ mod tests {
         if n < 2 {
             return;
         }
-        let rest = other_cpus(Some("0")).unwrap();
+        let rest = run::other_cpus(Some("0")).unwrap();
         assert!(!rest.split(',').any(|c| c == "0") && rest.split(',').count() == n - 1, "{rest}");
-        assert_eq!(other_cpus(Some(&format!("0-{}", n - 1))), None, "nothing left");
-        assert_eq!(other_cpus(None), None);
+        assert_eq!(run::other_cpus(Some(&format!("0-{}", n - 1))), None, "nothing left");
+        assert_eq!(run::other_cpus(None), None);
     }
 }

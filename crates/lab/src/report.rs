@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use crate::claims::Claim;
-use crate::results::Table;
+use crate::results::{Table, AXES};
 use crate::spec::{Plot, Spec, METRICS};
 
 const COLOURS: [RGBColor; 8] = [
@@ -29,28 +29,65 @@ fn unit(metric: &str) -> &'static str {
     METRICS.iter().find(|(m, _)| *m == metric).map_or("", |(_, u)| *u)
 }
 
-/// One plot as SVG, and its data as CSV (`server,x,mean,min,max`).
+/// One plot as SVG, and its data as CSV (`series,x,mean,min,max`): `y`
+/// against the axis `x`, one series per server and per value of the other
+/// axes that vary. The clients axis is numeric; paths and CPU sets are
+/// categories, in the order measured.
 pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
-    let xs = table.clients();
-    let mut csv = format!("server,{},{} mean,min,max\n", p.x, p.y);
-    let mut series = Vec::new();
+    let mut xs = table.axis_values(&p.x);
+    // Categories in the order the experiment lists them (file sizes grow, CPU sets widen).
+    let listed = match p.x.as_str() {
+        "path" => spec.paths(),
+        "cpus" => spec.cpu_sets(),
+        _ => Vec::new(),
+    };
+    xs.sort_by_key(|x| listed.iter().position(|l| l == x).unwrap_or(usize::MAX));
+    let numeric = p.x == "clients";
+    let position = |i: usize, v: &str| if numeric { v.parse::<f64>().unwrap_or(0.0) } else { i as f64 };
+    let others: Vec<&str> =
+        AXES.iter().copied().filter(|a| *a != p.x && table.axis_values(a).len() > 1).collect();
+    let coords = table.coords();
+    let mut csv = format!("series,{},{} mean,min,max\n", p.x, p.y);
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for s in &spec.servers {
-        let points: Vec<(f64, f64)> = xs
+        // The combinations of the other axes this server was measured at.
+        let mut combos: Vec<Vec<String>> = coords
             .iter()
-            .filter_map(|&x| {
-                let mean = table.mean(&s.name, x, &p.y)?;
-                let (lo, hi) = table.spread(&s.name, x, &p.y)?;
-                let _ = writeln!(csv, "{},{x},{mean},{lo},{hi}", s.name);
-                Some((x as f64, mean))
-            })
+            .filter(|c| table.mean(&s.name, c, &p.y).is_some())
+            .map(|c| others.iter().map(|a| c.get(a)).collect())
             .collect();
-        series.push((s.name.clone(), points));
+        combos.sort();
+        combos.dedup();
+        for combo in combos {
+            let label = std::iter::once(s.name.clone())
+                .chain(others.iter().zip(&combo).map(|(a, v)| format!("{a}={v}")))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let mut points = Vec::new();
+            for (i, x) in xs.iter().enumerate() {
+                let Some(at) = coords
+                    .iter()
+                    .find(|c| c.get(&p.x) == *x && others.iter().zip(&combo).all(|(a, v)| c.get(a) == *v))
+                else {
+                    continue;
+                };
+                let (Some(mean), Some((lo, hi))) =
+                    (table.mean(&s.name, at, &p.y), table.spread(&s.name, at, &p.y))
+                else {
+                    continue;
+                };
+                let _ = writeln!(csv, "{label},{x},{mean},{lo},{hi}");
+                points.push((position(i, x), mean));
+            }
+            series.push((label, points));
+        }
     }
-    let x_max = xs.iter().copied().max().unwrap_or(1) as f64;
-    let x_min = xs.iter().copied().min().unwrap_or(1) as f64;
-    let y_max = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9) * 1.1;
-    let y_min_pos =
-        series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)).filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
+    let positions: Vec<f64> = xs.iter().enumerate().map(|(i, x)| position(i, x)).collect();
+    let x_last = positions.iter().copied().fold(0.0, f64::max).max(1.0);
+    let x_first = positions.iter().copied().fold(f64::MAX, f64::min).min(x_last);
+    let ys: Vec<f64> = series.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)).collect();
+    let y_max = ys.iter().copied().fold(0.0, f64::max).max(1e-9) * 1.1;
+    let y_min_pos = ys.iter().copied().filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (760, 440)).into_drawing_area();
@@ -58,12 +95,28 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
         let caption = format!("{} — {} vs {}", spec.name, p.y, p.x);
         let mut builder = ChartBuilder::on(&root);
         builder.caption(caption, ("sans-serif", 18)).margin(12).x_label_area_size(42).y_label_area_size(72);
-        let x_desc = format!("{} (closed-loop connections)", p.x);
+        let x_desc = match p.x.as_str() {
+            "clients" => "clients (closed-loop connections)".to_string(),
+            "cpus" => "server CPUs".to_string(),
+            other => other.to_string(),
+        };
         let y_desc = format!("{} ({})", p.y, unit(&p.y));
+        let label_of = |v: &f64| {
+            if numeric {
+                format!("{v}")
+            } else {
+                xs.get(v.round().max(0.0) as usize).cloned().unwrap_or_default()
+            }
+        };
         macro_rules! draw {
             ($chart:expr) => {{
                 let mut chart = $chart;
-                chart.configure_mesh().x_desc(x_desc.as_str()).y_desc(y_desc.as_str()).draw()?;
+                let mut mesh = chart.configure_mesh();
+                mesh.x_desc(x_desc.as_str()).y_desc(y_desc.as_str());
+                if !numeric {
+                    mesh.x_labels(xs.len()).x_label_formatter(&label_of);
+                }
+                mesh.draw()?;
                 for (i, (name, points)) in series.iter().enumerate() {
                     let colour = COLOURS[i % COLOURS.len()];
                     chart
@@ -82,16 +135,17 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
                     .draw()?;
             }};
         }
-        let x_range = x_min.max(0.5)..x_max * 1.1;
-        match (p.log_x, p.log_y && y_min_pos < f64::MAX) {
+        let linear_x = if numeric { 0.0..x_last * 1.05 } else { -0.5..x_last + 0.5 };
+        let log_range = || (x_first.max(0.5)..x_last * 1.1).log_scale();
+        match (p.log_x && numeric, p.log_y && y_min_pos < f64::MAX) {
             (true, true) => {
-                draw!(builder.build_cartesian_2d(x_range.log_scale(), (y_min_pos * 0.8..y_max).log_scale())?)
+                draw!(builder.build_cartesian_2d(log_range(), (y_min_pos * 0.8..y_max).log_scale())?)
             }
-            (true, false) => draw!(builder.build_cartesian_2d(x_range.log_scale(), 0.0..y_max)?),
+            (true, false) => draw!(builder.build_cartesian_2d(log_range(), 0.0..y_max)?),
             (false, true) => {
-                draw!(builder.build_cartesian_2d(0.0..x_max * 1.05, (y_min_pos * 0.8..y_max).log_scale())?)
+                draw!(builder.build_cartesian_2d(linear_x, (y_min_pos * 0.8..y_max).log_scale())?)
             }
-            (false, false) => draw!(builder.build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max)?),
+            (false, false) => draw!(builder.build_cartesian_2d(linear_x, 0.0..y_max)?),
         }
         root.present()?;
     }
@@ -184,7 +238,7 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
                     .points
                     .iter()
                     .map(|(x, l, r, ok)| {
-                        format!("{x} clients: {} vs {} {}", fmt(*l), fmt(*r), if *ok { "✓" } else { "✗" })
+                        format!("{x}: {} vs {} {}", fmt(*l), fmt(*r), if *ok { "✓" } else { "✗" })
                     })
                     .collect();
                 let _ = write!(
@@ -212,21 +266,27 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
     }
     h.push_str("<h2>Results</h2><p><small>Mean over repeats, min–max in brackets when there are several. \
                A point where the load generator fell behind is marked †: its numbers are the generator's limit, not the server's.</small></p>");
-    let _ = write!(h, "<table><tr><th>server</th><th>clients</th>");
+    let _ = write!(h, "<table><tr><th>server</th><th>where</th>");
     for (m, u) in METRICS.iter().filter(|(m, _)| *m != "fell_behind") {
         let _ = write!(h, "<th>{m} ({u})</th>");
     }
     h.push_str("</tr>");
     for s in &spec.servers {
-        for x in table.clients() {
-            if table.mean(&s.name, x, "throughput").is_none() {
+        for at in table.coords() {
+            if table.mean(&s.name, &at, "throughput").is_none() {
                 continue;
             }
-            let behind = table.mean(&s.name, x, "fell_behind").unwrap_or(0.0) > 0.0;
-            let _ = write!(h, "<tr><td>{}{}</td><td>{x}</td>", esc(&s.name), if behind { " †" } else { "" });
+            let behind = table.mean(&s.name, &at, "fell_behind").unwrap_or(0.0) > 0.0;
+            let _ = write!(
+                h,
+                "<tr><td>{}{}</td><td>{}</td>",
+                esc(&s.name),
+                if behind { " †" } else { "" },
+                esc(&at.label(table))
+            );
             for (m, _) in METRICS.iter().filter(|(m, _)| *m != "fell_behind") {
-                let mean = table.mean(&s.name, x, m).unwrap_or(0.0);
-                let (lo, hi) = table.spread(&s.name, x, m).unwrap_or((mean, mean));
+                let mean = table.mean(&s.name, &at, m).unwrap_or(0.0);
+                let (lo, hi) = table.spread(&s.name, &at, m).unwrap_or((mean, mean));
                 let spread = if lo != hi {
                     format!(" <small>[{}–{}]</small>", fmt(lo), fmt(hi))
                 } else {
@@ -248,7 +308,7 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
 pub fn ranking(spec: &Spec, table: &Table) -> String {
     struct Row {
         name: String,
-        clients: usize,
+        at: String,
         peak: f64,
         p50: f64,
         p99: f64,
@@ -260,15 +320,15 @@ pub fn ranking(spec: &Spec, table: &Table) -> String {
         .servers
         .iter()
         .filter_map(|s| {
-            let (clients, peak) = table
-                .clients()
+            let (at, peak) = table
+                .coords()
                 .into_iter()
-                .filter_map(|x| table.mean(&s.name, x, "throughput").map(|t| (x, t)))
+                .filter_map(|c| table.mean(&s.name, &c, "throughput").map(|t| (c, t)))
                 .max_by(|a, b| a.1.total_cmp(&b.1))?;
-            let m = |metric| table.mean(&s.name, clients, metric).unwrap_or(0.0);
+            let m = |metric| table.mean(&s.name, &at, metric).unwrap_or(0.0);
             Some(Row {
                 name: s.name.clone(),
-                clients,
+                at: at.label(table),
                 peak,
                 p50: m("p50"),
                 p99: m("p99"),
@@ -280,21 +340,21 @@ pub fn ranking(spec: &Spec, table: &Table) -> String {
         .collect();
     rows.sort_by(|a, b| b.peak.total_cmp(&a.peak));
     let mut out = format!(
-        "{:<4} {:<14} {:>12} {:>8} {:>9} {:>9} {:>13} {:>8}\n",
-        "rank", "server", "peak req/s", "clients", "p50 ms", "p99 ms", "CPU µs/req", "errors"
+        "{:<4} {:<14} {:>12} {:>9} {:>9} {:>13} {:>8}  {}\n",
+        "rank", "server", "peak req/s", "p50 ms", "p99 ms", "CPU µs/req", "errors", "at"
     );
     for (i, r) in rows.iter().enumerate() {
         let _ = writeln!(
             out,
-            "{:<4} {:<14} {:>12.0} {:>8} {:>9.3} {:>9.3} {:>13.1} {:>8.0}{}",
+            "{:<4} {:<14} {:>12.0} {:>9.3} {:>9.3} {:>13.1} {:>8.0}  {}{}",
             i + 1,
             r.name,
             r.peak,
-            r.clients,
             r.p50,
             r.p99,
             r.cpu,
             r.errors,
+            r.at,
             if r.behind { "  † the load generator was the limit here" } else { "" }
         );
     }
@@ -315,7 +375,7 @@ mod tests {
                 let t = base * (i + 1) as f64;
                 table.points.push(Point {
                     server: server.into(),
-                    clients,
+                    at: crate::results::at(clients),
                     repeat: 1,
                     values: vec![t, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0],
                 });
@@ -324,6 +384,12 @@ mod tests {
         let (svg, csv) = plot(&spec, &table, &spec.plots[0]).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("\npool\n") && svg.contains("\nevent\n"), "{svg}");
         assert!(csv.contains("event,8,3000,3000,3000"), "{csv}");
+        // Another axis: categories on x, one series per server and clients.
+        let by_path =
+            Plot { name: "p".into(), x: "path".into(), y: "throughput".into(), log_x: false, log_y: false };
+        let (svg, csv) = plot(&spec, &table, &by_path).unwrap();
+        assert!(svg.contains("/500b.bin"), "the category is a label");
+        assert!(csv.contains("pool clients=1,/500b.bin,1000,"), "{csv}");
         let page = html(&spec, &table, &serde_json::json!({}), &[("throughput".into(), svg)]);
         assert!(page.contains("<b class=\"holds\">holds</b>"), "{page}");
         let ranked = ranking(&spec, &table);

@@ -1,6 +1,6 @@
-//! The results of a run: one row per measured point in `points.csv`, the
-//! columns being the point (server, clients, repeat) and the metrics of
-//! [`METRICS`], in that order.
+//! The results of a run: one row per measured point in `points.csv` — the
+//! server, the point's coordinates on the sweep's axes (clients, path,
+//! server CPUs), the repeat, and the metrics of [`METRICS`], in that order.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -9,11 +9,60 @@ use anyhow::{bail, Context, Result};
 
 use crate::spec::METRICS;
 
+/// The sweep's axes, as named in plots and claims.
+pub const AXES: [&str; 3] = ["clients", "path", "cpus"];
+
+/// Where a point lies on the sweep's axes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Coords {
+    pub clients: usize,
+    pub path: String,
+    /// The server's CPUs (a `taskset -c` list); empty: not pinned.
+    pub cpus: String,
+}
+
+impl Coords {
+    /// The value on `axis`, as text.
+    pub fn get(&self, axis: &str) -> String {
+        match axis {
+            "clients" => self.clients.to_string(),
+            "path" => self.path.clone(),
+            _ => self.cpus.clone(),
+        }
+    }
+
+    /// With `axis` set to `value` (a claim's fixed coordinate).
+    pub fn with(&self, axis: &str, value: &str) -> Option<Coords> {
+        let mut c = self.clone();
+        match axis {
+            "clients" => c.clients = value.parse().ok()?,
+            "path" => c.path = value.to_string(),
+            "cpus" => c.cpus = value.to_string(),
+            _ => return None,
+        }
+        Some(c)
+    }
+
+    /// As people read it: the axes that vary in `table`, `name=value`.
+    pub fn label(&self, table: &Table) -> String {
+        let parts: Vec<String> = AXES
+            .iter()
+            .filter(|a| table.axis_values(a).len() > 1)
+            .map(|a| format!("{a}={}", self.get(a)))
+            .collect();
+        if parts.is_empty() {
+            format!("clients={}", self.clients)
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
 /// One measured point.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
     pub server: String,
-    pub clients: usize,
+    pub at: Coords,
     pub repeat: u32,
     /// Values of [`METRICS`], in order.
     pub values: Vec<f64>,
@@ -35,17 +84,29 @@ pub struct Table {
 /// The header of `points.csv`.
 pub fn header() -> String {
     let metrics: Vec<&str> = METRICS.iter().map(|(m, _)| *m).collect();
-    format!("server,clients,repeat,{}", metrics.join(","))
+    format!("server,clients,path,cpus,repeat,{}", metrics.join(","))
 }
 
+/// The columns before the metrics.
+const KEYS: usize = 5;
+
 impl Table {
-    /// The CSV form.
+    /// The CSV form. Paths and CPU lists are written as given: the spec
+    /// refuses commas in paths, and a CPU list's commas are written as `+`.
     pub fn to_csv(&self) -> String {
         let mut out = header();
         out.push('\n');
         for p in &self.points {
             let values: Vec<String> = p.values.iter().map(|v| format!("{v}")).collect();
-            out.push_str(&format!("{},{},{},{}\n", p.server, p.clients, p.repeat, values.join(",")));
+            out.push_str(&format!(
+                "{},{},{},{},{},{}\n",
+                p.server,
+                p.at.clients,
+                p.at.path,
+                p.at.cpus.replace(',', "+"),
+                p.repeat,
+                values.join(",")
+            ));
         }
         out
     }
@@ -61,50 +122,76 @@ impl Table {
         for (i, line) in lines.enumerate() {
             let bad = || anyhow::anyhow!("{} line {}: {line:?}", path.display(), i + 2);
             let fields: Vec<&str> = line.split(',').collect();
-            if fields.len() != 3 + METRICS.len() {
+            if fields.len() != KEYS + METRICS.len() {
                 return Err(bad());
             }
-            let values = fields[3..].iter().map(|f| f.parse::<f64>()).collect::<Result<Vec<_>, _>>();
+            let values = fields[KEYS..].iter().map(|f| f.parse::<f64>()).collect::<Result<Vec<_>, _>>();
             points.push(Point {
                 server: fields[0].to_string(),
-                clients: fields[1].parse().map_err(|_| bad())?,
-                repeat: fields[2].parse().map_err(|_| bad())?,
+                at: Coords {
+                    clients: fields[1].parse().map_err(|_| bad())?,
+                    path: fields[2].to_string(),
+                    cpus: fields[3].replace('+', ","),
+                },
+                repeat: fields[4].parse().map_err(|_| bad())?,
                 values: values.map_err(|_| bad())?,
             });
         }
         Ok(Table { points })
     }
 
-    /// The sweep's points that were measured, in order.
-    pub fn clients(&self) -> Vec<usize> {
-        self.points.iter().map(|p| p.clients).collect::<BTreeSet<_>>().into_iter().collect()
+    /// The coordinates measured, in order.
+    pub fn coords(&self) -> Vec<Coords> {
+        self.points.iter().map(|p| p.at.clone()).collect::<BTreeSet<_>>().into_iter().collect()
+    }
+
+    /// The values measured on `axis`, in order (clients numerically).
+    pub fn axis_values(&self, axis: &str) -> Vec<String> {
+        let mut coords = self.coords();
+        coords.sort_by(|a, b| match axis {
+            "clients" => a.clients.cmp(&b.clients),
+            _ => a.get(axis).cmp(&b.get(axis)),
+        });
+        let mut seen = Vec::new();
+        for c in coords {
+            let v = c.get(axis);
+            if !seen.contains(&v) {
+                seen.push(v);
+            }
+        }
+        seen
     }
 
     fn values<'a>(
         &'a self,
         server: &'a str,
-        clients: usize,
+        at: &'a Coords,
         metric: &'a str,
     ) -> impl Iterator<Item = f64> + 'a {
         self.points
             .iter()
-            .filter(move |p| p.server == server && p.clients == clients)
+            .filter(move |p| p.server == server && p.at == *at)
             .filter_map(move |p| p.get(metric))
     }
 
     /// The mean over the repeats of a point.
-    pub fn mean(&self, server: &str, clients: usize, metric: &str) -> Option<f64> {
-        let v: Vec<f64> = self.values(server, clients, metric).collect();
+    pub fn mean(&self, server: &str, at: &Coords, metric: &str) -> Option<f64> {
+        let v: Vec<f64> = self.values(server, at, metric).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
     /// The spread over the repeats of a point: (min, max).
-    pub fn spread(&self, server: &str, clients: usize, metric: &str) -> Option<(f64, f64)> {
-        self.values(server, clients, metric).fold(None, |acc, v| match acc {
+    pub fn spread(&self, server: &str, at: &Coords, metric: &str) -> Option<(f64, f64)> {
+        self.values(server, at, metric).fold(None, |acc, v| match acc {
             None => Some((v, v)),
             Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
         })
     }
+}
+
+#[cfg(test)]
+pub(crate) fn at(clients: usize) -> Coords {
+    Coords { clients, path: "/500b.bin".into(), cpus: String::new() }
 }
 
 #[cfg(test)]
@@ -113,20 +200,22 @@ mod tests {
 
     #[test]
     fn points_round_trip_through_csv() {
+        let pinned = Coords { clients: 4, path: "/50k.bin".into(), cpus: "0,1".into() };
         let table = Table {
             points: vec![
                 Point {
                     server: "pool".into(),
-                    clients: 4,
+                    at: at(4),
                     repeat: 1,
                     values: vec![1.5, 2.0, 3.0, 0.0, 4.25, 5.0, 0.0],
                 },
                 Point {
                     server: "pool".into(),
-                    clients: 4,
+                    at: at(4),
                     repeat: 2,
                     values: vec![2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0],
                 },
+                Point { server: "pool".into(), at: pinned.clone(), repeat: 1, values: vec![9.0; 7] },
             ],
         };
         let dir = tempfile::tempdir().unwrap();
@@ -134,9 +223,12 @@ mod tests {
         std::fs::write(&path, table.to_csv()).unwrap();
         let back = Table::read(&path).unwrap();
         assert_eq!(back, table);
-        assert_eq!(back.mean("pool", 4, "throughput"), Some(2.0));
-        assert_eq!(back.spread("pool", 4, "throughput"), Some((1.5, 2.5)));
-        assert_eq!(back.mean("event", 4, "throughput"), None);
+        assert_eq!(back.mean("pool", &at(4), "throughput"), Some(2.0));
+        assert_eq!(back.spread("pool", &at(4), "throughput"), Some((1.5, 2.5)));
+        assert_eq!(back.mean("event", &at(4), "throughput"), None);
+        assert_eq!(back.axis_values("path"), ["/500b.bin", "/50k.bin"]);
+        assert_eq!(back.axis_values("cpus"), ["", "0,1"]);
+        assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1");
         std::fs::write(&path, "server,clients\n").unwrap();
         assert!(Table::read(&path).unwrap_err().to_string().contains("header differs"));
     }

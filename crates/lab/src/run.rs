@@ -13,15 +13,29 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::results::{Point, Table};
+use crate::results::{Coords, Point, Table};
 use crate::spec::{ServerSpec, Spec, METRICS};
 
-/// One point to measure: `spec.servers[server]` at `clients`, repeat `repeat`.
+/// One point to measure: `spec.servers[server]` at `clients`, the
+/// `path`-th path and the `cpus`-th CPU set of the sweep, repeat `repeat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Planned {
     pub server: usize,
     pub clients: usize,
+    pub path: usize,
+    pub cpus: usize,
     pub repeat: u32,
+}
+
+impl Planned {
+    /// Its coordinates.
+    pub fn coords(&self, spec: &Spec) -> Coords {
+        Coords {
+            clients: self.clients,
+            path: spec.paths()[self.path].clone(),
+            cpus: spec.cpu_sets()[self.cpus].clone(),
+        }
+    }
 }
 
 /// The points in the order they run: round after round (one per repeat),
@@ -31,11 +45,17 @@ pub struct Planned {
 pub fn schedule(spec: &Spec) -> Vec<Planned> {
     let mut order = Vec::new();
     for repeat in 1..=spec.repeats {
-        let mut round: Vec<Planned> = (0..spec.servers.len())
-            .flat_map(|server| {
-                spec.sweep.clients.iter().map(move |&clients| Planned { server, clients, repeat })
-            })
-            .collect();
+        let (paths, cpus) = (spec.paths().len(), spec.cpu_sets().len());
+        let mut round = Vec::new();
+        for server in 0..spec.servers.len() {
+            for &clients in &spec.sweep.clients {
+                for path in 0..paths {
+                    for cpus in 0..cpus {
+                        round.push(Planned { server, clients, path, cpus, repeat });
+                    }
+                }
+            }
+        }
         let mut state = spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(repeat) | 1;
         for i in (1..round.len()).rev() {
             // xorshift64: enough to shuffle a few dozen points reproducibly.
@@ -70,7 +90,9 @@ pub fn unavailable(spec: &Spec) -> Vec<(String, String)> {
 
 /// Where a point's raw record is kept (its presence marks it done).
 pub fn raw_path(out: &Path, spec: &Spec, p: &Planned) -> PathBuf {
-    out.join("raw").join(format!("{}-c{}-r{}.json", spec.servers[p.server].name, p.clients, p.repeat))
+    // Indices rather than the paths and CPU lists themselves, which hold slashes and commas.
+    let name = spec.servers[p.server].name.as_str();
+    out.join("raw").join(format!("{name}-c{}-p{}-u{}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
 }
 
 /// How to run.
@@ -112,24 +134,27 @@ impl Runner {
                             plan.len()
                         );
                     }
+                    let at = p.coords(spec);
                     let (values, record) = self
-                        .measure(spec, server, p.clients, root.as_deref())
-                        .with_context(|| format!("{} at {} clients", server.name, p.clients))?;
+                        .measure(spec, server, &at, root.as_deref())
+                        .with_context(|| format!("{} at {at:?}", server.name))?;
                     std::fs::write(&raw, serde_json::to_string_pretty(&record)?)?;
                     measured += 1;
                     values
                 }
             };
-            let point = Point { server: server.name.clone(), clients: p.clients, repeat: p.repeat, values };
+            let point = Point { server: server.name.clone(), at: p.coords(spec), repeat: p.repeat, values };
             let left = plan.len() - i - 1;
             let eta =
                 if measured > 0 { started.elapsed() / measured as u32 * left as u32 } else { Duration::ZERO };
             progress(&format!(
-                "[{}/{}] {} c={} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
+                "[{}/{}] {} c={} {}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
                 i + 1,
                 plan.len(),
                 point.server,
-                point.clients,
+                point.at.clients,
+                point.at.path,
+                if point.at.cpus.is_empty() { String::new() } else { format!(" cpus={}", point.at.cpus) },
                 point.repeat,
                 point.values[0],
                 point.values[2],
@@ -163,9 +188,9 @@ impl Runner {
     }
 
     /// Starts `server`: `modus serve`, or a peer from its configuration.
-    fn start(&self, spec: &Spec, server: &ServerSpec, root: Option<&Path>) -> Result<Server> {
+    fn start(&self, server: &ServerSpec, cpus: Option<&str>, root: Option<&Path>) -> Result<Server> {
         let Some(peer) = server.peer.as_deref() else {
-            let mut serve = pinned(&self.modus, spec.server_cpus.as_deref());
+            let mut serve = pinned(&self.modus, cpus);
             serve.arg("serve");
             if let Some(root) = root {
                 serve.arg(root);
@@ -182,7 +207,7 @@ impl Runner {
         let conf = dir.join(format!("{peer}.conf"));
         std::fs::write(&conf, crate::peers::config(peer, &dir, root, port)?)?;
         crate::peers::check(peer, &bin, &dir, &conf)?;
-        let mut command = pinned(&bin, spec.server_cpus.as_deref());
+        let mut command = pinned(&bin, cpus);
         command.args(crate::peers::args(peer, &dir, &conf));
         Server::start_peer(command, port)
     }
@@ -191,14 +216,16 @@ impl Runner {
         &self,
         spec: &Spec,
         server: &ServerSpec,
-        clients: usize,
+        at: &Coords,
         root: Option<&Path>,
     ) -> Result<(Vec<f64>, Value)> {
-        let mut child = self.start(spec, server, root)?;
-        let url = format!("http://{}{}", child.addr, spec.path);
+        let cpus = (!at.cpus.is_empty()).then_some(at.cpus.as_str());
+        let mut child = self.start(server, cpus, root)?;
+        let url = format!("http://{}{}", child.addr, at.path);
         let before = tree_cpu_ticks(child.pid());
-        let mut load = pinned(&self.modus, spec.load_cpus.as_deref());
-        load.args(["load", &url, "-c", &clients.to_string(), "--json"]);
+        let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
+        let mut load = pinned(&self.modus, load_cpus.as_deref());
+        load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
         load.args([
             "-d",
             &units::Dur(spec.duration.0).to_string(),
@@ -228,7 +255,11 @@ impl Runner {
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
-        Ok((values, json!({ "point": named, "server": server.name, "clients": clients, "load": report })))
+        let record = json!({
+            "point": named, "server": server.name, "clients": at.clients, "path": at.path, "server_cpus": at.cpus,
+            "load_cpus": load_cpus, "load": report,
+        });
+        Ok((values, record))
     }
 }
 
@@ -236,6 +267,19 @@ impl Runner {
 fn read_raw(path: &Path) -> Option<Vec<f64>> {
     let record: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     METRICS.iter().map(|(m, _)| record["point"][m].as_f64()).collect()
+}
+
+/// The CPUs not in `list` (a `taskset -c` list of single CPUs and ranges).
+pub fn other_cpus(list: Option<&str>) -> Option<String> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut taken = vec![false; n];
+    for part in list?.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        taken.iter_mut().take(b.saturating_add(1)).skip(a).for_each(|t| *t = true);
+    }
+    let rest: Vec<String> = (0..n).filter(|c| !taken[*c]).map(|c| c.to_string()).collect();
+    (!rest.is_empty()).then(|| rest.join(","))
 }
 
 /// A port nobody listens on now (a peer is told its port; it cannot pick one).
@@ -397,12 +441,14 @@ mod tests {
         let mut spec = crate::spec::load("tiny").unwrap();
         spec.repeats = 3;
         spec.sweep.clients = vec![1, 2, 4, 8];
+        spec.sweep.paths = vec!["/500b.bin".into(), "/50k.bin".into()];
         let plan = schedule(&spec);
-        let pairs = spec.servers.len() * 4;
+        let pairs = spec.servers.len() * 4 * 2;
         assert_eq!(plan.len(), pairs * 3);
         for (round, chunk) in plan.chunks(pairs).enumerate() {
             assert!(chunk.iter().all(|p| p.repeat == round as u32 + 1), "one round per repeat");
-            let mut seen: Vec<(usize, usize)> = chunk.iter().map(|p| (p.server, p.clients)).collect();
+            let mut seen: Vec<(usize, usize, usize)> =
+                chunk.iter().map(|p| (p.server, p.clients, p.path)).collect();
             seen.sort();
             seen.dedup();
             assert_eq!(seen.len(), pairs, "every pair once per round");

@@ -20,7 +20,8 @@ pub struct Spec {
     /// `modus workload fixed`), `demo` (the embedded demo site) or a directory.
     #[serde(default = "default_docroot")]
     pub docroot: String,
-    /// The URL path every request asks for.
+    /// The URL path every request asks for (unless the sweep has `paths`).
+    #[serde(default = "default_path")]
     pub path: String,
     /// Measured time per point.
     #[serde(default = "default_duration")]
@@ -39,7 +40,7 @@ pub struct Spec {
     pub server_cpus: Option<String>,
     #[serde(default)]
     pub load_cpus: Option<String>,
-    /// The axis: closed-loop clients.
+    /// The axes: closed-loop clients, and optionally paths and server CPUs.
     pub sweep: Sweep,
     /// The servers compared.
     #[serde(rename = "server")]
@@ -52,12 +53,19 @@ pub struct Spec {
     pub claims: Vec<ClaimSpec>,
 }
 
-/// The points of the sweep.
+/// The points of the sweep: every combination of its axes.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Sweep {
     /// Closed-loop clients (connections) at each point.
     pub clients: Vec<usize>,
+    /// URL paths (file sizes, say); none: the spec's `path`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The server's CPUs (`taskset -c` lists: "0", "0-1"); none: the
+    /// spec's `server-cpus`. The load generator gets the other CPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_cpus: Vec<String>,
 }
 
 /// A server under test: a modus model and its flags, or a peer.
@@ -115,6 +123,9 @@ pub const METRICS: [(&str, &str); 7] = [
 fn default_docroot() -> String {
     "fixed".into()
 }
+fn default_path() -> String {
+    "/".into()
+}
 fn default_duration() -> Dur {
     Dur(std::time::Duration::from_secs(5))
 }
@@ -132,10 +143,11 @@ fn default_x() -> String {
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 3] = [
+pub const BUILT_IN: [(&str, &str); 4] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
+    ("paper000-cpus", include_str!("../../../lab/paper000-cpus.toml")),
 ];
 
 impl Spec {
@@ -186,15 +198,22 @@ impl Spec {
         if self.sweep.clients.is_empty() || self.sweep.clients.contains(&0) {
             bail!("[sweep] clients: at least one point, each at least 1");
         }
+        for path in self.paths() {
+            if !path.starts_with('/') || path.contains([',', ' ']) {
+                bail!("path {path:?} must start with / and hold no commas or spaces");
+            }
+        }
         if self.repeats == 0 {
             bail!("repeats must be at least 1");
         }
-        if !self.path.starts_with('/') {
-            bail!("path {:?} must start with /", self.path);
-        }
         for p in &self.plots {
-            if p.x != "clients" {
-                bail!("plot {:?}: x = {:?}, but the only axis is \"clients\"", p.name, p.x);
+            if !crate::results::AXES.contains(&p.x.as_str()) {
+                bail!(
+                    "plot {:?}: x = {:?} is not an axis ({})",
+                    p.name,
+                    p.x,
+                    crate::results::AXES.join(", ")
+                );
             }
             if !METRICS.iter().any(|(m, _)| *m == p.y) {
                 bail!("plot {:?}: y = {:?} is not a metric ({})", p.name, p.y, metric_names());
@@ -206,7 +225,25 @@ impl Spec {
         Ok(())
     }
 
-    /// The spec for a quick look: one short round at the sweep's ends.
+    /// The paths requested, one per point of that axis.
+    pub fn paths(&self) -> Vec<String> {
+        if self.sweep.paths.is_empty() {
+            vec![self.path.clone()]
+        } else {
+            self.sweep.paths.clone()
+        }
+    }
+
+    /// The server's CPU sets, one per point of that axis ("": not pinned).
+    pub fn cpu_sets(&self) -> Vec<String> {
+        if self.sweep.server_cpus.is_empty() {
+            vec![self.server_cpus.clone().unwrap_or_default()]
+        } else {
+            self.sweep.server_cpus.clone()
+        }
+    }
+
+    /// The spec for a quick look: one short round at the ends of the clients axis.
     pub fn quick(mut self) -> Spec {
         let c = &self.sweep.clients;
         let ends = [c[0], c[c.len() - 1]];

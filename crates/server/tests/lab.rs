@@ -15,7 +15,7 @@ fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("server,clients,repeat,throughput,p50,p99,errors,cpu_per_request,pss,fell_behind"),
+        Some("server,clients,path,cpus,repeat,throughput,p50,p99,errors,cpu_per_request,pss,fell_behind"),
         "{text}"
     );
     lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
@@ -32,16 +32,16 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
     assert_eq!(rows.len(), 4, "2 servers × 2 points: {rows:?}");
     for row in &rows {
         assert!(["pool", "event"].contains(&row[0].as_str()), "{row:?}");
-        let throughput: f64 = row[3].parse().unwrap();
+        let throughput: f64 = row[5].parse().unwrap();
         assert!(throughput > 0.0, "every point served requests: {row:?}");
-        assert_eq!(row[6], "0", "no errors: {row:?}");
+        assert_eq!(row[8], "0", "no errors: {row:?}");
     }
     let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "an SVG document");
     assert!(svg.contains("\npool\n") && svg.contains("\nevent\n"), "both series in the legend");
     assert!(std::fs::read_to_string(out.join("plots/throughput.csv"))
         .unwrap()
-        .starts_with("server,clients,"));
+        .starts_with("series,clients,"));
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(report.contains("<b class=\"holds\">holds</b>"), "the claim's verdict");
     assert!(report.contains("<svg"), "plots inline: the report is self-contained");
@@ -59,12 +59,12 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
 
     // An interrupted run (one point's record gone) measures only what is missing.
     let raw = out.join("raw");
-    let kept = raw.join("pool-c1-r1.json");
+    let kept = raw.join("pool-c1-p0-u0-r1.json");
     let before = std::fs::metadata(&kept).unwrap().modified().unwrap();
-    std::fs::remove_file(raw.join("event-c8-r1.json")).unwrap();
+    std::fs::remove_file(raw.join("event-c8-p0-u0-r1.json")).unwrap();
     let r = run(BIN, ["lab", "run", "tiny", "--quick", "--out", o, "--resume"], LIMIT);
     assert!(r.status.success(), "{}", r.stderr);
-    assert!(raw.join("event-c8-r1.json").exists(), "the missing point was measured");
+    assert!(raw.join("event-c8-p0-u0-r1.json").exists(), "the missing point was measured");
     assert_eq!(std::fs::metadata(&kept).unwrap().modified().unwrap(), before, "a finished point was kept");
     assert_eq!(csv_rows(&out).len(), 4);
 }
@@ -128,7 +128,7 @@ fn peers_are_measured_or_said_to_be_missing() {
         if installed {
             let row =
                 rows.iter().find(|r| r[0] == peer).unwrap_or_else(|| panic!("{peer} measured: {rows:?}"));
-            assert!(row[3].parse::<f64>().unwrap() > 0.0 && row[6] == "0", "{peer} served: {row:?}");
+            assert!(row[5].parse::<f64>().unwrap() > 0.0 && row[8] == "0", "{peer} served: {row:?}");
             assert!(out.join(format!("peers/{peer}/{peer}.conf")).is_file());
         } else {
             eprintln!("{peer} is not installed: checking that the report says so");
