@@ -7,7 +7,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// An HTTP/1.1 web server whose concurrency model is a startup switch.
 #[derive(Parser, Debug)]
@@ -33,6 +33,17 @@ enum Command {
     Monitor(Box<director::MonitorOptions>),
     /// Run experiments: compare the models on your site, rerun the papers' experiments, draw the plots
     Lab(lab::LabArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one per command into DIR
+    Manpage {
+        /// Write modus.1, modus-serve.1, … into this directory
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
     /// Run one of the demo site's CGI programs (the server starts them)
     #[command(name = demo_programs::SUBCOMMAND, hide = true)]
     DemoCgi {
@@ -56,6 +67,34 @@ fn main() -> ExitCode {
         Command::Direct(options) => director::direct_main(*options),
         Command::Monitor(options) => director::monitor_main(*options),
         Command::Lab(args) => lab::lab_main(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "modus", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Manpage { out } => match manpages(out.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("modus manpage: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::DemoCgi { name } => demo_programs::run(&name),
     }
+}
+
+/// The manual: the top page on stdout, or every command's page into `dir`.
+fn manpages(dir: Option<&std::path::Path>) -> std::io::Result<()> {
+    let command = Cli::command();
+    let Some(dir) = dir else {
+        return clap_mangen::Man::new(command).render(&mut std::io::stdout());
+    };
+    std::fs::create_dir_all(dir)?;
+    let mut out = std::fs::File::create(dir.join("modus.1"))?;
+    clap_mangen::Man::new(command.clone()).render(&mut out)?;
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("modus-{}", sub.get_name());
+        let page = clap_mangen::Man::new(sub.clone()).title(name.clone());
+        page.render(&mut std::fs::File::create(dir.join(format!("{name}.1")))?)?;
+    }
+    Ok(())
 }

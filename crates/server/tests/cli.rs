@@ -421,3 +421,26 @@ fn help_is_grouped_and_plain() {
         }
     }
 }
+
+/// Completions and the manual come from the same definitions as the flags.
+#[test]
+fn completions_and_manual_pages() {
+    let bash = run_modus(&["completions", "bash"]);
+    assert_exit(&bash, 0);
+    assert!(bash.stdout.contains("_modus()") && bash.stdout.contains("--listen"), "{}", bash.stdout);
+    for shell in ["zsh", "fish"] {
+        let out = run_modus(&["completions", shell]);
+        assert_exit(&out, 0);
+        assert!(out.stdout.contains("serve"), "{shell}: {}", out.stdout);
+    }
+    assert_exit(&run_modus(&["completions", "tcsh"]), 2);
+    let man = run_modus(&["manpage"]);
+    assert_exit(&man, 0);
+    assert!(man.stdout.contains(".TH modus 1") && man.stdout.contains("serve"), "{}", man.stdout);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_modus(&["manpage", "--out", dir.path().to_str().unwrap()]);
+    assert_exit(&out, 0);
+    let serve = std::fs::read_to_string(dir.path().join("modus-serve.1")).unwrap();
+    assert!(serve.contains(".TH modus-serve 1") && serve.contains("listen"), "{serve}");
+    assert!(!dir.path().join("modus-demo-cgi.1").exists(), "hidden commands have no page");
+}
