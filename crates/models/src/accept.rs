@@ -44,7 +44,9 @@ pub fn run(
                 Err(e) if is_transient(&e) => {
                     // Out of descriptors or memory: back off instead of
                     // spinning on a listener that stays readable.
-                    pipeline.error_log.error(format_args!("accept: {e}"));
+                    pipeline
+                        .error_log
+                        .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
                     std::thread::sleep(Duration::from_millis(50));
                     break;
                 }

@@ -384,7 +384,10 @@ impl Loop {
                     // Out of descriptors or memory (or something odd): the
                     // listener stays readable, so stop watching it for a while
                     // instead of spinning; open connections carry on.
-                    self.pipeline.error_log.error(format_args!("accept: {}", io::Error::from(e)));
+                    let e = io::Error::from(e);
+                    self.pipeline
+                        .error_log
+                        .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
                     self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
                     return;
                 }

@@ -809,7 +809,9 @@ impl Child {
                 Some(Errno::AGAIN | Errno::INTR | Errno::CONNABORTED) => Accepted::Idle,
                 Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM) => {
                     // Out of descriptors or memory: back off, don't spin.
-                    self.pipeline.error_log.error(format_args!("accept: {e}"));
+                    self.pipeline
+                        .error_log
+                        .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
                     thread::sleep(Duration::from_millis(50));
                     Accepted::Idle
                 }

@@ -61,10 +61,21 @@ impl ErrorLog {
     /// the minute's budget of such lines is spent (see [`Said`]): for
     /// what clients can cause at will. Returns whether it was written.
     pub fn warn_once(&self, key: &str, msg: fmt::Arguments<'_>) -> bool {
-        self.warn_once_at(key, msg, Instant::now())
+        self.once_at("warn", key, msg, Instant::now())
     }
 
+    /// [`warn_once`](Self::warn_once) at level `error`: for failures that
+    /// repeat as long as their cause lasts (out of descriptors).
+    pub fn error_once(&self, key: &str, msg: fmt::Arguments<'_>) -> bool {
+        self.once_at("error", key, msg, Instant::now())
+    }
+
+    #[cfg(test)]
     fn warn_once_at(&self, key: &str, msg: fmt::Arguments<'_>, now: Instant) -> bool {
+        self.once_at("warn", key, msg, now)
+    }
+
+    fn once_at(&self, level: &str, key: &str, msg: fmt::Arguments<'_>, now: Instant) -> bool {
         let held_back = {
             let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
             if said.window_start.is_none_or(|start| now.duration_since(start) >= REPEAT_AFTER) {
@@ -82,12 +93,9 @@ impl ErrorLog {
             std::mem::take(&mut said.held_back)
         };
         if held_back > 0 {
-            self.write(
-                "warn",
-                format_args!("{msg} ({held_back} similar lines held back in the last minute)"),
-            );
+            self.write(level, format_args!("{msg} ({held_back} similar lines held back in the last minute)"));
         } else {
-            self.write("warn", msg);
+            self.write(level, msg);
         }
         true
     }

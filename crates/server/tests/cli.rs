@@ -444,3 +444,44 @@ fn completions_and_manual_pages() {
     assert!(serve.contains(".TH modus-serve 1") && serve.contains("listen"), "{serve}");
     assert!(!dir.path().join("modus-demo-cgi.1").exists(), "hidden commands have no page");
 }
+
+/// Out of descriptors, accepting fails for as long as the cause lasts; the
+/// error log says so once (with the fix), not once per attempt.
+#[test]
+fn running_out_of_descriptors_is_said_once() {
+    if run("prlimit", ["--version"], RUN_TIMEOUT).status.code() != Some(0) {
+        eprintln!("skipped: needs prlimit (util-linux) to lower the open-file limit");
+        return;
+    }
+    let root = Docroot::standard();
+    for model in ["pool", "event"] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("error.log");
+        let srv = Server::builder("prlimit")
+            .subcommand("--nofile=40:40")
+            .no_defaults()
+            .args([BIN, "serve", root.path().to_str().unwrap(), "--model", model, "--listen", "127.0.0.1:0"])
+            .args(["--access-log", "off", "--error-log", log.to_str().unwrap()])
+            .start();
+        let clients: Vec<std::net::TcpStream> = (0..80)
+            .filter_map(|_| std::net::TcpStream::connect(srv.addr()).ok())
+            .inspect(|mut c| {
+                let _ = std::io::Write::write_all(&mut c, b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+            })
+            .collect();
+        let said = || {
+            std::fs::read_to_string(&log).unwrap_or_default().matches("accept: Too many open files").count()
+        };
+        for _ in 0..100 {
+            if said() > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Accepting keeps failing (and backing off) while the clients stay connected.
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(said(), 1, "{model}: {}", std::fs::read_to_string(&log).unwrap());
+        assert!(std::fs::read_to_string(&log).unwrap().contains("raise the open-file limit"));
+        drop(clients);
+    }
+}

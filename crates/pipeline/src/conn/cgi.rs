@@ -142,6 +142,8 @@ impl Connection {
                         c.deadline = Instant::now() + p.settings.header_timeout;
                     }
                     Err(e) => {
+                        let what = format!("a chunked body for {}", c.request.path());
+                        self.note_limit(e.status(), &what, p);
                         self.fail_planned(c.plan, e.status(), p);
                         return None;
                     }

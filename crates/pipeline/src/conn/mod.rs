@@ -505,6 +505,8 @@ impl Connection {
                                     match request.head.framing {
                                         // RFC 9110 §15.5.14
                                         BodyFraming::Length(n) if n > p.settings.max_body => {
+                                            let what = format!("a body of {n} bytes for {}", request.path());
+                                            self.note_limit(413, &what, p);
                                             self.fail_planned(plan, 413, p);
                                             continue;
                                         }
@@ -545,6 +547,7 @@ impl Connection {
                             }
                             Ok(Parsed::Partial) => {}
                             Err(e) => {
+                                self.note_limit(e.status(), "a request head", p);
                                 self.refuse(e.status(), p);
                                 continue;
                             }

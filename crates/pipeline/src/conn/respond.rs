@@ -80,6 +80,29 @@ impl Connection {
         self.respond(reply, log, if close { 0 } else { plan.discard }, close && plan.unread, at, p);
     }
 
+    /// Says which limit refused `what` (413, 414, 431) and how to raise
+    /// it, once a minute per limit: the client only sees the status, and an
+    /// operator whose users hit it should not have to guess which flag.
+    pub(super) fn note_limit(&self, status: u16, what: &str, p: &Pipeline) {
+        let s = &p.settings;
+        let limit = match status {
+            413 => format!("--max-body ({} bytes)", s.max_body),
+            414 => format!("--max-request-line ({} bytes)", s.limits.max_request_line),
+            431 => format!(
+                "--max-header-bytes ({} bytes), --max-headers ({} fields) or a field line's length",
+                s.limits.max_header_bytes, s.limits.max_headers
+            ),
+            _ => return,
+        };
+        p.error_log.warn_once(
+            &format!("limit {status}"),
+            format_args!(
+                "{status} to {}: {what} over {limit}; if such requests are legitimate, raise that limit",
+                self.info.peer.ip()
+            ),
+        );
+    }
+
     /// Answers input that is not a request: parse errors and timeouts.
     pub(super) fn refuse(&mut self, status: u16, p: &Pipeline) {
         let log = p.access_log.is_enabled().then(|| LogRecord {

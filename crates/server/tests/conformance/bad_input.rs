@@ -252,6 +252,28 @@ fn request_line_too_long() {
     rejects(&format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n"), &[414]);
 }
 
+/// Which limit a 414 or 431 hit, and how to raise it, is in the error log.
+#[test]
+fn a_limit_says_which_in_the_error_log() {
+    let (_root, srv) = server();
+    let target = format!("/{}", "a".repeat(9000));
+    expect_rejected(&srv, format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes(), &[414]);
+    let big = format!("GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\n\r\n", "v".repeat(9000));
+    expect_rejected(&srv, big.as_bytes(), &[431]);
+    assert!(
+        poll_until(|| srv
+            .stderr()
+            .contains("414 to 127.0.0.1: a request head over --max-request-line (8192 bytes)")),
+        "{}",
+        srv.stderr()
+    );
+    assert!(
+        poll_until(|| srv.stderr().contains("431 to 127.0.0.1: a request head over --max-header-bytes")),
+        "{}",
+        srv.stderr()
+    );
+}
+
 #[test]
 fn request_line_just_under_limit_is_fine() {
     // A ~8000-byte target must be supported (RFC 9112 §3): 404, not 414.

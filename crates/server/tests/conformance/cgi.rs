@@ -262,6 +262,9 @@ fn a_body_over_max_body_is_413_and_the_script_never_runs() {
     check_common(&r, "POST");
     assert!(r.connection_has("close"), "the unread body ends the connection\n{}", r.describe());
     assert!(c.is_closed());
+    // The error log says which limit and how to raise it.
+    let said = "413 to 127.0.0.1: a body of 1001 bytes for /cgi-bin/mark over --max-body (1000 bytes)";
+    assert!(poll_until(|| t.srv.stderr().contains(said)), "{}", t.srv.stderr());
     // Chunked, discovered too large only while reading it.
     let mut req =
         b"POST /cgi-bin/mark HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
