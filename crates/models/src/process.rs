@@ -9,16 +9,18 @@
 //! It runs on the main thread of a process that has no other thread:
 //! `serve.rs` calls models whose `Caps.forks` is set before it starts any
 //! thread, and the master never starts one (each fork checks). It blocks
-//! SIGTERM, SIGINT, SIGUSR1 and SIGCHLD and reads them from a `signalfd`,
+//! SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2 and SIGCHLD and reads
+//! them from a `signalfd`,
 //! waiting at most until the next one-second maintenance tick (Apache's
 //! `perform_idle_server_maintenance` period):
 //!
 //! * SIGCHLD → reap every dead child with `waitpid(-1, WNOHANG)`, so there
 //!   is never a zombie; a child that died (even by SIGKILL) is replaced at
 //!   the next tick if the rules below still want it;
-//! * SIGUSR1 → reopen the master's logs (so children forked later inherit
-//!   the new files) and forward SIGUSR1 to every child;
-//! * SIGTERM/SIGINT → graceful stop (below);
+//! * SIGUSR1 and SIGHUP → reopen the master's logs (so children forked later
+//!   inherit the new files) and forward SIGUSR1 to every child (there is no
+//!   configuration reload: HUP says so in the error log);
+//! * SIGTERM/SIGINT/SIGQUIT → graceful stop (below); SIGUSR2 → said and ignored;
 //! * each tick → [`Scaling`]: `Spare` counts idle workers over the children
 //!   and spawns in batches that double each tick while short (1, 2, 4, … up
 //!   to 32 children a second, Apache's `idle_spawn_rate`), or retires one
@@ -181,7 +183,15 @@ pub(crate) fn run(env: ModelEnv, scaling: Scaling, workers_per_child: usize, bod
     // is the socket's state, shared by every child: set it once, here.
     listener.set_nonblocking(false)?;
     transport::listener::set_accepted_defaults(&listener, BLOCKING_TICK)?;
-    let mask = sigset(&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGUSR1, Signal::SIGCHLD]);
+    let mask = sigset(&[
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGCHLD,
+    ]);
     // The mask stays blocked after we return: serve.rs exits right away, and
     // unblocking could let a late SIGTERM kill the process with status ≠ 0.
     mask.thread_block()?;
@@ -322,13 +332,17 @@ impl Master {
         let mut stop = false;
         while let Some(info) = signals.read_signal()? {
             match Signal::try_from(info.ssi_signo as i32) {
-                Ok(Signal::SIGTERM | Signal::SIGINT) => stop = true,
-                Ok(Signal::SIGUSR1) => {
+                Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) => stop = true,
+                Ok(signal @ (Signal::SIGUSR1 | Signal::SIGHUP)) => {
+                    if signal == Signal::SIGHUP {
+                        self.pipeline.error_log.info(format_args!("{}", crate::HUP_SAID));
+                    }
                     reopen_logs(&self.pipeline);
                     for kid in &self.children {
                         let _ = kill(kid.pid, Signal::SIGUSR1);
                     }
                 }
+                Ok(Signal::SIGUSR2) => self.pipeline.error_log.info(format_args!("{}", crate::USR2_SAID)),
                 _ => {}
             }
         }
@@ -764,7 +778,14 @@ impl Child {
         // TERM, INT and USR1 stay blocked (inherited) and are read from this
         // child's own signalfd; CHLD goes back to normal, for CGI children.
         sigset(&[Signal::SIGCHLD]).thread_unblock()?;
-        let mask = sigset(&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGUSR1]);
+        let mask = sigset(&[
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGQUIT,
+            Signal::SIGHUP,
+            Signal::SIGUSR1,
+            Signal::SIGUSR2,
+        ]);
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         let Shared { listener, reports_tx, pod_rx } = shared;
         let status = Arc::new(Status {
@@ -890,8 +911,11 @@ fn housekeeping(
         let _ = poll(&mut [PollFd::new(signals, PollFlags::IN)], Some(&tick));
         while let Ok(Some(info)) = signals.read_signal() {
             match Signal::try_from(info.ssi_signo as i32) {
-                Ok(Signal::SIGTERM | Signal::SIGINT) => stop.trigger(),
-                Ok(Signal::SIGUSR1) => reopen_logs(pipeline),
+                Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) => stop.trigger(),
+                // A hangup reaches the whole process group (a closing
+                // terminal): the master speaks for the server; here it only
+                // reopens the logs, as the master asks on its own HUP.
+                Ok(Signal::SIGUSR1 | Signal::SIGHUP) => reopen_logs(pipeline),
                 _ => {}
             }
         }

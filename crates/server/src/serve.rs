@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use pipeline::accesslog::LogTarget;
 use pipeline::{AccessLog, ErrorLog, Pipeline, Site};
-use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use transport::Shutdown;
 
@@ -230,7 +230,9 @@ impl Server {
             return result.context("serving");
         }
 
-        let mut signals = Signals::new([SIGTERM, SIGINT, SIGUSR1])?;
+        // Every signal an operator may send is handled on purpose, none is
+        // fatal by its default action (a closing terminal sends HUP).
+        let mut signals = Signals::new([SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2])?;
         let signal_handle = signals.handle();
         let flushed = self.pipeline.clone();
         let flusher_stop = shutdown.clone();
@@ -259,7 +261,11 @@ impl Server {
 
         for signal in signals.forever() {
             match signal {
-                SIGUSR1 => {
+                SIGUSR2 => self.pipeline.error_log.info(format_args!("{}", models::USR2_SAID)),
+                SIGUSR1 | SIGHUP => {
+                    if signal == SIGHUP {
+                        self.pipeline.error_log.info(format_args!("{}", models::HUP_SAID));
+                    }
                     for e in [self.pipeline.access_log.reopen().err(), self.pipeline.error_log.reopen().err()]
                         .into_iter()
                         .flatten()

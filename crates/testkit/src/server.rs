@@ -26,6 +26,12 @@ pub enum Signal {
     Int,
     /// SIGUSR1: reopen the access log.
     Usr1,
+    /// SIGHUP: a terminal closing, or an operator's reload.
+    Hup,
+    /// SIGQUIT: graceful stop (as nginx).
+    Quit,
+    /// SIGUSR2.
+    Usr2,
     /// SIGKILL.
     Kill,
 }
@@ -37,6 +43,9 @@ impl Signal {
             Signal::Term => S::TERM,
             Signal::Int => S::INT,
             Signal::Usr1 => S::USR1,
+            Signal::Hup => S::HUP,
+            Signal::Quit => S::QUIT,
+            Signal::Usr2 => S::USR2,
             Signal::Kill => S::KILL,
         }
     }

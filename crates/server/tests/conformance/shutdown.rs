@@ -1,4 +1,5 @@
-// Graceful shutdown on SIGTERM/SIGINT. (Included once per model.)
+// Graceful shutdown on SIGTERM/SIGINT/SIGQUIT; SIGHUP and SIGUSR2 are never
+// fatal. (Included once per model.)
 
 use super::MODEL;
 use crate::common::*;
@@ -31,6 +32,27 @@ fn sigterm_exits_zero() {
 #[test]
 fn sigint_exits_zero() {
     stops_on(Signal::Int);
+}
+
+#[test]
+fn sigquit_exits_zero() {
+    stops_on(Signal::Quit);
+}
+
+/// HUP (a closing terminal, or an nginx user's reload) and USR2 leave the
+/// server serving, and the error log says what they did.
+#[test]
+fn sighup_and_sigusr2_keep_it_serving() {
+    let (_root, mut srv) = standard(MODEL, &[]);
+    assert_serves(&srv);
+    srv.signal(Signal::Hup);
+    assert!(poll_until(|| srv.stderr().contains("SIGHUP: logs reopened")), "{}", srv.stderr());
+    srv.signal(Signal::Usr2);
+    assert!(poll_until(|| srv.stderr().contains("SIGUSR2 ignored")), "{}", srv.stderr());
+    assert_serves(&srv);
+    srv.signal(Signal::Term);
+    let status = srv.wait_exit(EXIT_TIMEOUT);
+    assert!(status.success(), "{status:?}\n{}", srv.stderr());
 }
 
 #[test]
