@@ -587,8 +587,7 @@ impl Master {
                 let outcome = catch_unwind(AssertUnwindSafe(|| (self.body)(&child)));
                 child.status.leaving.store(true, Ordering::Relaxed);
                 child.status.send();
-                child.pipeline.access_log.flush();
-                child.pipeline.stats.flush();
+                child.pipeline.flush_logs();
                 child.publisher.publish_last(&child.pipeline);
                 if outcome.is_ok() {
                     0
@@ -919,8 +918,7 @@ fn housekeeping(
                 _ => {}
             }
         }
-        pipeline.access_log.flush();
-        pipeline.stats.flush();
+        pipeline.flush_logs();
         publisher.publish(pipeline);
         if sent != Some(status.snapshot()) {
             if let Some(report) = status.send() {

@@ -66,6 +66,24 @@ struct Inner {
     file: Option<File>,
     buf: Vec<u8>,
     lost_lines: u64,
+    /// Why the last failed write failed.
+    last_error: Option<String>,
+    /// `lost_lines` when the error log was last told, and when.
+    reported: u64,
+    reported_at: Option<std::time::Instant>,
+}
+
+impl Inner {
+    fn new(file: Option<File>, capacity: usize) -> Inner {
+        Inner {
+            file,
+            buf: Vec::with_capacity(capacity),
+            lost_lines: 0,
+            last_error: None,
+            reported: 0,
+            reported_at: None,
+        }
+    }
 }
 
 impl AccessLog {
@@ -75,18 +93,12 @@ impl AccessLog {
             LogTarget::File(path) => Some(open_append(path)?),
             _ => None,
         };
-        Ok(AccessLog {
-            target,
-            inner: Mutex::new(Inner { file, buf: Vec::with_capacity(FLUSH_AT * 2), lost_lines: 0 }),
-        })
+        Ok(AccessLog { target, inner: Mutex::new(Inner::new(file, FLUSH_AT * 2)) })
     }
 
     /// A log that writes nothing.
     pub fn off() -> AccessLog {
-        AccessLog {
-            target: LogTarget::Off,
-            inner: Mutex::new(Inner { file: None, buf: Vec::new(), lost_lines: 0 }),
-        }
+        AccessLog { target: LogTarget::Off, inner: Mutex::new(Inner::new(None, 0)) }
     }
 
     /// False when logging is off, so callers can skip building records.
@@ -137,6 +149,21 @@ impl AccessLog {
         Ok(())
     }
 
+    /// Lines dropped since the error log was last told, and why, when it
+    /// should be told now: at once the first time, then at most once a
+    /// minute (a full disk fails every flush).
+    pub fn dropped_report(&self) -> Option<(u64, String)> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let new = inner.lost_lines - inner.reported;
+        let due = inner.reported_at.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60));
+        if new == 0 || !due {
+            return None;
+        }
+        inner.reported = inner.lost_lines;
+        inner.reported_at = Some(std::time::Instant::now());
+        Some((new, inner.last_error.clone().unwrap_or_default()))
+    }
+
     /// Lines that could not be written (disk full, closed stdout...).
     pub fn lost_lines(&self) -> u64 {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).lost_lines
@@ -159,9 +186,13 @@ impl Inner {
             }
             _ => Ok(()),
         };
-        if result.is_err() {
-            // Serving goes on when the log cannot be written; the count tells.
+        // Serving goes on when the log cannot be written; the count tells.
+        // The lines are dropped, not kept (a log that cannot be written must
+        // not grow the server's memory); the next flush tries again, so
+        // logging resumes by itself once writes succeed (a disk freed).
+        if let Err(e) = result {
             self.lost_lines += self.buf.iter().filter(|&&b| b == b'\n').count() as u64;
+            self.last_error = Some(e.to_string());
         }
         self.buf.clear();
     }

@@ -104,6 +104,20 @@ impl Pipeline {
         self
     }
 
+    /// Writes out the buffered access-log lines and trace rows (the log
+    /// flusher calls it twice a second), and says in the error log if
+    /// access-log lines had to be dropped (see [`AccessLog::dropped_report`]).
+    pub fn flush_logs(&self) {
+        self.access_log.flush();
+        self.stats.flush();
+        if let Some((lines, why)) = self.access_log.dropped_report() {
+            self.error_log.error(format_args!(
+                "access log: {lines} line(s) dropped, writing failed: {why}; writing resumes by itself once it \
+                 succeeds (SIGUSR1 reopens the file)"
+            ));
+        }
+    }
+
     /// CGI scripts running in this process now.
     pub fn cgi_running(&self) -> usize {
         self.cgi_runtime.running()

@@ -237,6 +237,7 @@ pub fn json_status(info: &Info, snap: &Snapshot, rates: (f64, f64)) -> Value {
         "workers": { "busy": busy, "idle": snap.workers.len() - busy, "scoreboard": scoreboard },
         "cache": { "hits": snap.cache.hits, "misses": snap.cache.misses, "bytes": snap.cache.bytes },
         "cgi": { "running": snap.cgi_running },
+        "log_lines_dropped": snap.log_lines_dropped,
     })
 }
 
@@ -403,6 +404,12 @@ impl Collector for Exposition {
             "CGI scripts running.",
             None,
             MetricType::Gauge,
+        )?)?;
+        ConstCounter::new(snap.log_lines_dropped).encode(e.encode_descriptor(
+            "log_lines_dropped",
+            "Access-log lines that could not be written (a full disk, a closed pipe).",
+            None,
+            MetricType::Counter,
         )?)?;
         Ok(())
     }

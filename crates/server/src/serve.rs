@@ -225,8 +225,7 @@ impl Server {
             // before any thread exists, and own signals, log flushing and
             // shutdown themselves.
             let result = (self.model.run)(env);
-            self.pipeline.access_log.flush();
-            self.pipeline.stats.flush();
+            self.pipeline.flush_logs();
             return result.context("serving");
         }
 
@@ -240,8 +239,7 @@ impl Server {
             // At least once a second, as the access log promises.
             while !flusher_stop.is_triggered() {
                 thread::sleep(Duration::from_millis(500));
-                flushed.access_log.flush();
-                flushed.stats.flush();
+                flushed.flush_logs();
             }
         })?;
         if let Some(listener) = self.admin.take() {
@@ -292,8 +290,7 @@ impl Server {
                 Ok(())
             }
         };
-        self.pipeline.access_log.flush();
-        self.pipeline.stats.flush();
+        self.pipeline.flush_logs();
         if result.is_ok() && !shutdown.is_triggered() {
             bail!("the {} model stopped unexpectedly", self.model.name);
         }

@@ -511,3 +511,28 @@ fn the_demo_page_links_to_the_status_page() {
         srv.client().request("GET", link, &[]).assert_status(200);
     }
 }
+
+/// Dropped access-log lines are counted on the status page and in the
+/// metrics, for a thread model and for a process model (from its children).
+#[test]
+fn dropped_log_lines_are_counted() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("skipped: no /dev/full");
+        return;
+    }
+    let root = Docroot::standard();
+    for model in ["pool", "prefork"] {
+        let srv = start(model, &root, &["--access-log", "/dev/full"]);
+        let admin = srv.announced("admin");
+        let mut c = srv.client();
+        for _ in 0..4 {
+            c.request("GET", "/hello.txt", &[]).assert_status(200);
+        }
+        let v = poll_until(admin, 0, |v| v["log_lines_dropped"].as_u64().unwrap_or(0) >= 4);
+        assert!(v["log_lines_dropped"].as_u64().unwrap() >= 4, "{model}: {v}");
+        let (_, _, metrics) = get_once(admin, "/metrics");
+        let line = metrics.lines().find(|l| l.starts_with("modus_log_lines_dropped_total ")).unwrap_or("");
+        let n: f64 = line.split_whitespace().nth(1).unwrap_or("0").parse().unwrap();
+        assert!(n >= 4.0, "{model}: {metrics}");
+    }
+}

@@ -435,6 +435,7 @@ impl Stats {
         let (hits, misses, bytes) = p.cache.stats();
         snap.cache = CacheSnap { hits, misses, bytes };
         snap.cgi_running = p.cgi_running() as u64;
+        snap.log_lines_dropped = p.access_log.lost_lines();
         snap
     }
 }

@@ -39,6 +39,8 @@ pub struct Snapshot {
     pub cache: CacheSnap,
     /// CGI scripts running (as for `cache`).
     pub cgi_running: u64,
+    /// Access-log lines that could not be written (as for `cache`).
+    pub log_lines_dropped: u64,
 }
 
 impl Snapshot {
@@ -80,6 +82,7 @@ impl Snapshot {
             workers: Vec::new(),
             cache: CacheSnap::default(),
             cgi_running: 0,
+            log_lines_dropped: 0,
         }
     }
 
@@ -114,5 +117,6 @@ impl Snapshot {
         self.cache.misses += other.cache.misses;
         self.cache.bytes += other.cache.bytes;
         self.cgi_running += other.cgi_running;
+        self.log_lines_dropped += other.log_lines_dropped;
     }
 }

@@ -311,3 +311,27 @@ fn stdout_log() {
     let l = find(&lines, "GET /hello.txt?stdout HTTP/1.1");
     assert_eq!((l.status, l.bytes.as_str()), (200, "14"));
 }
+
+/// A log that cannot be written (here /dev/full: every write fails with
+/// ENOSPC) does not stop the serving, and the error log says lines were
+/// dropped and why.
+#[test]
+fn a_full_disk_drops_lines_and_says_so() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("skipped: no /dev/full");
+        return;
+    }
+    let root = Docroot::standard();
+    let srv = serve(MODEL, &root, &["--access-log", "/dev/full"]);
+    for _ in 0..3 {
+        get(&srv, "/hello.txt").assert_status(200);
+    }
+    let said = "access log: ";
+    assert!(
+        poll_until(|| srv.stderr().contains(said) && srv.stderr().contains("No space left on device")),
+        "{}",
+        srv.stderr()
+    );
+    assert!(srv.stderr().contains("line(s) dropped, writing failed"), "{}", srv.stderr());
+    get(&srv, "/hello.txt").assert_status(200);
+}
