@@ -9,8 +9,10 @@ use std::ops::Range;
 pub enum RangeOutcome {
     /// Ignore the header and send the whole representation (200).
     Full,
-    /// Send these byte ranges (206): half-open, sorted, merged, non-empty,
-    /// and never a single range covering the whole representation.
+    /// Send these byte ranges (206): half-open, sorted, merged, non-empty.
+    /// A satisfiable range covering the whole representation is a 206 too,
+    /// as nginx answers: the client asked for a range and gets one, with
+    /// its `Content-Range`.
     Partial(Vec<Range<u64>>),
     /// No range overlaps the representation (416 with
     /// `Content-Range: bytes */len`, RFC 9110 §15.5.17).
@@ -58,6 +60,11 @@ pub fn evaluate(header: &str, len: u64, max_ranges: usize) -> RangeOutcome {
     if ranges.is_empty() {
         return RangeOutcome::Unsatisfiable;
     }
+    if len == 0 {
+        // A suffix-range is satisfiable on an empty representation
+        // (§14.1.1) but selects no bytes, which a 206 cannot express.
+        return RangeOutcome::Full;
+    }
 
     // Overlapping and out-of-order ranges are what §14.2 allows a server to
     // coalesce; merging also caps the response at `len` bytes.
@@ -68,9 +75,6 @@ pub fn evaluate(header: &str, len: u64, max_ranges: usize) -> RangeOutcome {
             Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
             _ => merged.push(range),
         }
-    }
-    if merged.len() == 1 && merged[0] == (0..len) {
-        return RangeOutcome::Full;
     }
     RangeOutcome::Partial(merged)
 }
@@ -155,14 +159,18 @@ mod tests {
     }
 
     #[test]
-    fn whole_representation_is_full() {
-        assert_eq!(eval("bytes=0-", 10), Full);
-        assert_eq!(eval("bytes=0-9", 10), Full);
-        assert_eq!(eval("bytes=0-100", 10), Full);
-        assert_eq!(eval("bytes=-10", 10), Full);
-        assert_eq!(eval("bytes=-100", 10), Full);
-        assert_eq!(eval("bytes=0-4,5-9", 10), Full);
-        assert_eq!(eval("bytes=5-,0-6", 10), Full);
+    fn the_whole_representation_as_a_range_is_a_206() {
+        for spec in [
+            "bytes=0-",
+            "bytes=0-9",
+            "bytes=0-100",
+            "bytes=-10",
+            "bytes=-100",
+            "bytes=0-4,5-9",
+            "bytes=5-,0-6",
+        ] {
+            assert_eq!(eval(spec, 10), Partial(vec![0..10]), "{spec}");
+        }
     }
 
     #[test]
@@ -175,14 +183,14 @@ mod tests {
 
     #[test]
     fn huge_numbers_do_not_overflow() {
-        assert_eq!(eval("bytes=0-18446744073709551615", 10), Full);
-        assert_eq!(eval("bytes=0-18446744073709551616", 10), Full);
+        assert_eq!(eval("bytes=0-18446744073709551615", 10), Partial(vec![0..10]));
+        assert_eq!(eval("bytes=0-18446744073709551616", 10), Partial(vec![0..10]));
         assert_eq!(eval("bytes=18446744073709551615-", 10), Unsatisfiable);
         assert_eq!(eval("bytes=18446744073709551616-", 10), Unsatisfiable);
         assert_eq!(eval("bytes=18446744073709551616-18446744073709551617", 10), Unsatisfiable);
         // Beyond u64 the order still decides validity.
         assert_eq!(eval("bytes=18446744073709551617-18446744073709551616", 10), Full);
-        assert_eq!(eval("bytes=-18446744073709551616", 10), Full);
+        assert_eq!(eval("bytes=-18446744073709551616", 10), Partial(vec![0..10]));
         assert_eq!(
             eval("bytes=18446744073709551614-18446744073709551615", u64::MAX),
             Partial(vec![u64::MAX - 1..u64::MAX])
@@ -308,7 +316,7 @@ mod tests {
     fn many_overlapping_ranges_stay_bounded() {
         // Thousands of overlapping specs collapse into one small range.
         let header = format!("bytes={}", vec!["0-"; 5000].join(","));
-        assert_eq!(evaluate(&header, 1000, 10_000), Full);
+        assert_eq!(evaluate(&header, 1000, 10_000), Partial(vec![0..1000]));
         let header = format!("bytes={}", vec!["1-"; 5000].join(","));
         assert_eq!(evaluate(&header, 1000, 10_000), Partial(vec![1..1000]));
     }
