@@ -2,7 +2,7 @@ use super::*;
 use crate::accesslog::LogTarget;
 use crate::stats::TRACE_HEADER;
 use crate::{AccessLog, EmbeddedFile, ErrorLog, Settings, Site};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,4 +124,61 @@ fn phases_follow_each_other_without_gaps() {
         let head = us("service_start_us") - us("arrival_us");
         assert!((phases[0] + phases[1] - head).abs() <= 2.0, "{phases:?} against {head}: {row:?}");
     }
+}
+
+thread_local! {
+    /// Heads parsed to a `Partial` on this thread (see `head_parsed`).
+    pub(super) static PARTIAL_PARSES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A head that arrives a byte at a time is parsed once per line, not once
+/// per byte; limits still apply to a line that never ends.
+#[test]
+fn a_dribbled_head_is_parsed_once_per_line() {
+    let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+    let p = Pipeline::new(Settings::default(), Site::embedded(FILE), access, Arc::new(ErrorLog::stderr()));
+    let (mut client, server, peer) = connected();
+    let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p);
+    let mut head = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n".to_vec();
+    for i in 0..20 {
+        head.extend_from_slice(format!("X-Field-{i}: {}\r\n", "v".repeat(100)).as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+    let lines = head.iter().filter(|&&b| b == b'\n').count() as u32;
+    PARTIAL_PARSES.with(|n| n.set(0));
+    for (i, byte) in head.iter().enumerate() {
+        client.write_all(&[*byte]).unwrap();
+        // Each byte on its own read: wait until the server sees it.
+        for _ in 0..1000 {
+            let _ = conn.drive(&server, &p, false);
+            if conn.served() == 1 || conn.end - conn.start > i {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    drive_until_served(&mut conn, &server, &p, 1, None);
+    let partial = PARTIAL_PARSES.with(|n| n.get());
+    assert!(partial <= lines + 1, "{partial} partial parses for {} bytes in {lines} lines", head.len());
+    assert!(partial >= 2, "the head arrived in pieces: {partial}");
+    let mut response = [0u8; 12];
+    client.read_exact(&mut response).unwrap();
+    assert_eq!(&response, b"HTTP/1.1 200");
+
+    // A request line that never ends still gets its 414 once it passes the limit.
+    let (mut client, server, peer) = connected();
+    let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p);
+    client.write_all(b"GET /").unwrap();
+    let _ = conn.drive(&server, &p, false);
+    client.write_all(&vec![b'a'; 9000]).unwrap();
+    // Drive until the 414 is written (the head never completes: only the limit decides).
+    for _ in 0..200 {
+        if conn.drive(&server, &p, false) == Want::Close {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut response = [0u8; 12];
+    client.read_exact(&mut response).unwrap();
+    assert_eq!(&response, b"HTTP/1.1 414");
 }
