@@ -218,16 +218,29 @@ pub fn client_head(head: &ResponseHead, client_11: bool, keep: bool) -> (Vec<u8>
         .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
         .map(|(_, v)| v.as_slice())
         .collect();
+    // The body's framing is written from the parsed framing, never copied:
+    // a `Connection` header naming `Content-Length` (a hop-by-hop claim the
+    // backend may make) must not leave a keep-alive client without a length.
+    let length = match head.framing {
+        Framing::Length(n) => Some(n),
+        _ => None,
+    };
     for (name, value) in &head.headers {
         if is_hop_by_hop(name) || named_by_connection(connection.iter().copied(), name) {
             continue;
         }
+        if length.is_some() && name.eq_ignore_ascii_case("content-length") {
+            continue;
+        }
         // A Trailer announcement stays only if trailers do (they never do:
-        // the chunked relay drops them); Content-Length is the backend's.
+        // the chunked relay drops them).
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(n) = length {
+        out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes());
     }
     if framing == ClientFraming::Chunked {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
@@ -257,6 +270,22 @@ mod tests {
             }
             other => panic!("{raw:?}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn connection_cannot_take_the_length_away() {
+        for raw in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: content-length\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nConnection: Content-Length, close\r\nContent-Length: 5\r\n\r\n",
+        ] {
+            let (out, framing, keep) = client_head(&head(raw), true, true);
+            let text = String::from_utf8(out).unwrap();
+            assert_eq!(framing, ClientFraming::Same, "{raw:?}");
+            assert_eq!(text.matches("Content-Length: 5\r\n").count(), 1, "{raw:?}\n{text}");
+            assert!(keep, "the backend's Connection is hop-by-hop: the client's connection stays");
+        }
+        let (out, ..) = client_head(&head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"), true, true);
+        assert_eq!(String::from_utf8(out).unwrap().matches("Content-Length").count(), 1, "written once");
     }
 
     #[test]

@@ -270,6 +270,8 @@ fn malformed_and_slow_requests_never_reach_the_backend() {
         ("GET /a b HTTP/1.1\r\nHost: x\r\n\r\n", 400),
         ("GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
         ("GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 400),
+        // A tunnel: refused before a backend (one answering 200 would hold its slot).
+        ("CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n", 501),
     ];
     for &(raw, want) in cases {
         let mut c = d.client();

@@ -82,6 +82,18 @@ impl Director {
                     respond_local(c, status, "text/plain", &error_page(status, e.reason()), &[], false, true);
                     return Step::Again;
                 }
+                Ok(ReqParsed::Complete { head, .. }) if head.method == h1::Method::Connect => {
+                    // A tunnel is not an exchange the director can admit,
+                    // time or relay: refused here, before any backend
+                    // (one that answered 200 would hold its slot for good).
+                    self.stats.bad_requests += 1;
+                    let page = error_page(
+                        501,
+                        "CONNECT is not supported: the director relays requests, not tunnels",
+                    );
+                    respond_local(c, 501, "text/plain", &page, &[], false, true);
+                    return Step::Again;
+                }
                 Ok(ReqParsed::Complete { head, len }) => {
                     let small = match head.framing {
                         BodyFraming::Length(n) if n > cfg.max_body => {
