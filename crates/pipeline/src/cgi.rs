@@ -301,6 +301,14 @@ pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
             }
             value.extend_from_slice(v);
         }
+        if lower == "host" {
+            // RFC 9112 §3.2.2: with an absolute-form target the Host field
+            // is ignored and the target's authority names the host; the
+            // script must see the host the server routed by.
+            if let Some(host) = head.host() {
+                value = host.as_bytes().to_vec();
+            }
+        }
         let name = format!("HTTP_{}", lower.to_ascii_uppercase().replace('-', "_"));
         set(&name, OsString::from_vec(value));
         seen.push(lower);
@@ -776,6 +784,14 @@ mod tests {
         assert_eq!(var(&env, "HTTP_HOST"), Some("example.org:8080"));
         assert_eq!(var(&env, "CONTENT_LENGTH"), None, "no body, no CONTENT_LENGTH (§4.1.2)");
         assert_eq!(var(&env, "CONTENT_TYPE"), None);
+    }
+
+    #[test]
+    fn an_absolute_form_target_names_the_host() {
+        let h = head(Method::Get, "http://other.example/cgi-bin/env", &[("Host", "h")], BodyFraming::None);
+        let env = env_of(&h, "/cgi-bin/env", "");
+        assert_eq!(var(&env, "HTTP_HOST"), Some("other.example"), "RFC 9112 §3.2.2: Host is ignored");
+        assert_eq!(var(&env, "SERVER_NAME"), Some("other.example"));
     }
 
     #[test]
