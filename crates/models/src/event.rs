@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pipeline::{ConnInfo, Connection, Pipeline, Want};
+use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
 use rustix::io::Errno;
 use rustix::net::SocketFlags;
 use transport::deadlines::{self, Deadlines};
@@ -239,7 +239,8 @@ struct Loop {
     stopping: bool,
     pipeline: Arc<Pipeline>,
     helpers: Option<Box<dyn Helpers>>,
-    send_away: SendAway,
+    /// Where its connections' requests run: inline, or some sent to the helpers.
+    mode: Mode,
     conns: Slab<Conn>,
     timers: Deadlines,
     /// The clock as read once when the last wait returned: the time of
@@ -256,9 +257,10 @@ impl Loop {
         helpers: Option<(SendAway, Box<dyn Helpers>)>,
         max_conns: usize,
     ) -> io::Result<Loop> {
-        let (send_away, helpers) = match helpers {
-            Some((send_away, helpers)) => (send_away, Some(helpers)),
-            None => (SendAway::Cgi, None),
+        let (mode, helpers) = match helpers {
+            Some((SendAway::All, helpers)) => (Mode::HandOut, Some(helpers)),
+            Some((SendAway::Cgi, helpers)) => (Mode::HandOutScripts, Some(helpers)),
+            None => (Mode::Inline, None),
         };
         let poller = Poller::new()?;
         poller.add(&*listener, LISTENER, Interest::READABLE, Trigger::Exclusive)?;
@@ -280,7 +282,7 @@ impl Loop {
             stopping: false,
             pipeline,
             helpers,
-            send_away,
+            mode,
             conns: Slab::new(0),
             timers: Deadlines::default(),
             now: Instant::now(),
@@ -424,7 +426,7 @@ impl Loop {
 
     fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
         let now = self.now;
-        let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline);
+        let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline, self.mode);
         conn.set_edge_triggered();
         let conn = Conn {
             stream,
@@ -485,11 +487,7 @@ impl Loop {
         let Some(c) = self.conns.get_mut(token) else { return };
         let (p, stopping, now) = (&*self.pipeline, self.stopping, self.now);
         c.conn.set_now(now);
-        let drive = |c: &mut Conn| match (&self.helpers, self.send_away) {
-            (Some(_), SendAway::All) => c.conn.drive_split(&c.stream, p, stopping),
-            (Some(_), SendAway::Cgi) => c.conn.drive_except_cgi(&c.stream, p, stopping),
-            (None, _) => c.conn.drive(&c.stream, p, stopping),
-        };
+        let drive = |c: &mut Conn| c.conn.drive(&c.stream, p, stopping);
         let mut want = drive(c);
         // Helpers are for what may block; a request the loop can answer from
         // memory (a validated cache hit) never leaves it, as in Flash.

@@ -88,7 +88,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use pipeline::stats::{Phase, Worker};
-use pipeline::{ConnInfo, Connection, LogRecord, Pipeline, Request, Route, Want, BLOCKING_TICK};
+use pipeline::{ConnInfo, Connection, LogRecord, Mode, Pipeline, Request, Route, Want, BLOCKING_TICK};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 
 use crate::{accept, Caps, ModelEnv, ModelInfo};
@@ -364,7 +364,7 @@ fn read_stage(
         let stopping = shared.stopping();
         // Error replies (400, 431...) are written here, inline: they are rare
         // and short, and a blocked one is parked for the write stage.
-        let want = c.conn.drive_split(&c.stream, &shared.pipeline, stopping);
+        let want = c.conn.drive(&c.stream, &shared.pipeline, stopping);
         forward_log(&mut c, &log);
         match want {
             Want::Process => match c.conn.take_request() {
@@ -393,7 +393,7 @@ fn cgi_stage(shared: &Shared, inbox: Rx<CgiWork>, log: Tx<LogRecord>) {
         }
         let (want, stopping) = loop {
             let stopping = shared.stopping();
-            let want = c.conn.drive_split(&c.stream, p, stopping);
+            let want = c.conn.drive(&c.stream, p, stopping);
             forward_log(&mut c, &log);
             let Want::Pipes(deadline) = want else { break (want, stopping) };
             c.conn.wait_blocking(&c.stream, deadline.min(Instant::now() + BLOCKING_TICK));
@@ -424,7 +424,7 @@ fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>, cgi: Tx<CgiWork>, log: Tx<
     let me = scoreboard(shared);
     while let Some(mut c) = inbox.recv_as(&me) {
         let stopping = shared.stopping();
-        let want = c.conn.drive_split(&c.stream, &shared.pipeline, stopping);
+        let want = c.conn.drive(&c.stream, &shared.pipeline, stopping);
         forward_log(&mut c, &log);
         match want {
             Want::Pipes(_) => drop(cgi.send((c, None))),
@@ -656,7 +656,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
         if stream.set_nonblocking(true).is_err() {
             return true;
         }
-        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline);
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline, Mode::HandOut);
         conn.defer_log();
         shared.live.opened();
         let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone() });

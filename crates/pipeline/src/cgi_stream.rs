@@ -13,14 +13,14 @@
 //! [`IN_CHUNK`] bytes of body are held, so a 3 GB response streams in
 //! constant space.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use h1::{RequestHead, Version};
 use rustix::io::Errno;
-use rustix::net::{RecvFlags, SendFlags};
 use transport::poller::Interest;
+use transport::Wire;
 
 use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
 use crate::{reply, Pipeline};
@@ -204,7 +204,7 @@ impl CgiRun {
     }
 
     /// Moves every byte that can move now.
-    pub fn pump(&mut self, sock: &TcpStream, p: &Pipeline) -> Step {
+    pub fn pump(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Step {
         let mut moved = false;
         // Stderr is drained (a full pipe would stall the script) but is not
         // progress, and only a bounded amount per call: a script writing it
@@ -218,11 +218,7 @@ impl CgiRun {
                 Err(()) => return Step::Abort,
             }
             if self.out_pos < self.out.len() {
-                match rustix::net::send(
-                    sock,
-                    &self.out[self.out_pos..],
-                    SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-                ) {
+                match sock.write_now(&self.out[self.out_pos..]) {
                     Ok(n) => {
                         self.out_pos += n;
                         if self.out_pos == self.out.len() {
@@ -231,7 +227,7 @@ impl CgiRun {
                         }
                         progress = true;
                     }
-                    Err(Errno::AGAIN | Errno::INTR) => {}
+                    Err(e) if transient(&e) => {}
                     Err(_) => return Step::Abort,
                 }
             }
@@ -281,7 +277,7 @@ impl CgiRun {
     /// Body to the script: buffered bytes first, then more from the socket
     /// (never beyond the body, so a pipelined request stays unread).
     /// `Err`: the client vanished mid-body.
-    fn pump_stdin(&mut self, sock: &TcpStream) -> Result<bool, ()> {
+    fn pump_stdin(&mut self, sock: &(impl Wire + ?Sized)) -> Result<bool, ()> {
         let Some(stdin) = &self.sp.process.stdin else { return Ok(false) };
         let mut progress = false;
         if self.stdin_pos < self.stdin_buf.len() {
@@ -314,14 +310,14 @@ impl CgiRun {
         }
         let want = self.body_remaining.min(IN_CHUNK as u64) as usize;
         self.stdin_buf.resize(want, 0);
-        match rustix::net::recv(sock, &mut self.stdin_buf[..], RecvFlags::DONTWAIT) {
-            Ok((0, _)) => Err(()),
-            Ok((n, _)) => {
+        match sock.read_now(&mut self.stdin_buf[..]) {
+            Ok(0) => Err(()),
+            Ok(n) => {
                 self.stdin_buf.truncate(n);
                 self.body_remaining -= n as u64;
                 Ok(true)
             }
-            Err(Errno::AGAIN | Errno::INTR) => {
+            Err(e) if transient(&e) => {
                 self.stdin_buf.clear();
                 Ok(progress)
             }
@@ -555,4 +551,10 @@ impl CgiRun {
     pub fn kill(&mut self) {
         self.sp.process.kill();
     }
+}
+
+/// A socket error that only means "not now".
+fn transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
+    matches!(e.kind(), WouldBlock | TimedOut | Interrupted)
 }

@@ -38,8 +38,8 @@ pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
 pub use cgi::{CgiSettings, Program, Scripts};
 pub use conn::{
-    refuse_overloaded, serve_blocking, serve_blocking_queued, ConnInfo, Connection, Request, Waiting, Want,
-    BLOCKING_TICK,
+    refuse_overloaded, serve_blocking, serve_blocking_queued, ConnInfo, Connection, Mode, Request, Waiting,
+    Want, BLOCKING_TICK,
 };
 pub use errorlog::ErrorLog;
 pub use reply::{Reply, Response};

@@ -7,6 +7,8 @@
 //!   non-blocking one driven by epoll.
 //! * [`listener`] — bound listening sockets with the options a server wants.
 //! * [`Shutdown`] — a stop flag that also wakes threads waiting for a listener.
+//! * [`Wire`] — the byte stream a connection is driven over: a socket, or
+//!   bytes in memory in tests.
 //! * [`slab`] and [`deadlines`] — what an event loop keeps its connections
 //!   and their timeouts in (`event`, `amped` and the director's loop).
 #![warn(missing_docs)]
@@ -17,6 +19,8 @@ mod outbound;
 pub mod poller;
 mod shutdown;
 pub mod slab;
+mod wire;
 
 pub use outbound::{Chunk, Data, Outbound, Progress};
 pub use shutdown::{Shutdown, Wake};
+pub use wire::Wire;

@@ -254,6 +254,39 @@ impl Outbound {
         rustix::fs::sendfile(sock, file.as_ref(), Some(&mut pos), count).map_err(io::Error::from)
     }
 
+    /// Copies up to `limit` bytes of what is queued into `dst` (files read
+    /// with `pread`) and counts them as sent: the write path of a wire that
+    /// is not a socket (an in-memory one in tests, a TLS session's plaintext).
+    /// Returns how many bytes were copied; 0 only when nothing is queued or
+    /// a file shrank under the response.
+    pub fn copy_into(&mut self, dst: &mut Vec<u8>, limit: usize) -> io::Result<usize> {
+        let mut copied = 0;
+        while copied < limit {
+            let Some(front) = self.chunks.front() else { break };
+            let want = (front.len() - self.front_sent).min((limit - copied) as u64) as usize;
+            let n = match front {
+                Chunk::Bytes(data) => {
+                    let at = self.front_sent as usize;
+                    dst.extend_from_slice(&data.as_slice()[at..at + want]);
+                    want
+                }
+                Chunk::File { file, offset, .. } => {
+                    let start = dst.len();
+                    dst.resize(start + want, 0);
+                    let n = rustix::io::pread(file.as_ref(), &mut dst[start..], offset + self.front_sent)?;
+                    dst.truncate(start + n);
+                    n
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            self.advance(n as u64);
+            copied += n;
+        }
+        Ok(copied)
+    }
+
     fn advance(&mut self, mut n: u64) {
         self.sent += n;
         while n > 0 {

@@ -1,7 +1,6 @@
 //! The loop a blocking thread runs around a connection: the only code in
 //! the connection that waits.
 
-use std::io::Read;
 use std::net::{Shutdown as Direction, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -73,7 +72,7 @@ pub(super) fn serve_blocking_from(
     queued: Option<Duration>,
 ) {
     let Ok(peer) = stream.peer_addr() else { return };
-    let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p);
+    let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::Inline);
     if let Some(queued) = queued {
         conn.queued_before(queued);
     }
@@ -105,14 +104,14 @@ pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
     }
     let mut drain = [0u8; 4096];
     let mut first = Vec::new();
-    while let Ok(n @ 1..) = (&stream).read(&mut drain) {
+    while let Ok(n @ 1..) = stream.read_now(&mut drain) {
         if first.is_empty() {
             first.extend_from_slice(&drain[..n]);
         }
     }
     let mut reply =
         reply::error_page(&p.settings, 503, h1::Version::Http11, false, false, &[("Retry-After", "1")]);
-    let _ = reply.out.write_to(&stream);
+    let _ = stream.send(&mut reply.out);
     let _ = stream.shutdown(Direction::Write);
     if p.access_log.is_enabled() {
         p.access_log.record(&LogRecord {

@@ -2,14 +2,12 @@
 //! before the script starts, the `100 Continue` probe, the script's I/O
 //! streamed, local redirects, the script's timeout.
 
-use std::net::TcpStream;
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
 use h1::{BodyFraming, ChunkedDecoder, RequestHead};
-use rustix::io::Errno;
-use rustix::net::SendFlags;
 use transport::poller::Interest;
+use transport::Wire;
 
 use super::*;
 use crate::cgi_stream::{CgiRun, Step};
@@ -79,7 +77,7 @@ impl Connection {
         &self,
         head: RequestHead,
         normal_path: Option<Box<str>>,
-        sock: &TcpStream,
+        sock: &(impl Wire + ?Sized),
         p: &Pipeline,
         stopping: bool,
     ) -> (Request, Plan) {
@@ -102,7 +100,7 @@ impl Connection {
         };
         let plan =
             Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, cgi: Some(cgi) };
-        let local = sock.local_addr().ok();
+        let local = sock.local_addr();
         let peer = self.info.peer;
         let request = Request {
             head,
@@ -118,15 +116,15 @@ impl Connection {
     }
 
     /// Collects a chunked body for a script. `Some` ends `drive`.
-    pub(super) fn collect_body(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
+    pub(super) fn collect_body(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Option<Want> {
         let Phase::CgiBody(mut c) = std::mem::replace(&mut self.phase, Phase::Head) else {
             unreachable!("called in the CgiBody phase");
         };
         loop {
             if !c.interim.is_empty() {
-                match rustix::net::send(sock, c.interim, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                match sock.write_now(c.interim) {
                     Ok(n) => c.interim = &c.interim[n..],
-                    Err(Errno::AGAIN | Errno::INTR) => {
+                    Err(e) if would_block(&e) || e.kind() == std::io::ErrorKind::Interrupted => {
                         let deadline = c.deadline;
                         self.phase = Phase::CgiBody(c);
                         return Some(Want::Write(deadline));
@@ -194,7 +192,7 @@ impl Connection {
     }
 
     /// Streams a script's I/O. `Some` ends `drive`.
-    pub(super) fn drive_cgi(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
+    pub(super) fn drive_cgi(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Option<Want> {
         let Phase::Cgi(cgi) = std::mem::replace(&mut self.phase, Phase::Head) else {
             unreachable!("called in the Cgi phase");
         };

@@ -1,25 +1,30 @@
 //! The per-connection HTTP/1.1 state machine, shared by every model.
 //!
 //! * this file — the connection, its phases, what a driver calls
-//!   (`drive*`, `take_request`/`deliver`, `timed_out`) and the head phase:
+//!   (`drive`, `take_request`/`deliver`, `timed_out`) and the head phase:
 //!   parse, plan, run the pipeline or hand the request out;
 //! * `respond.rs` — writing a response, logging it, and what follows it
 //!   (close, linger, discard a body, wait for the next head);
 //! * `cgi.rs` — the phases of a CGI request: a chunked body collected, a
 //!   `100 Continue` probe, the script's I/O streamed, local redirects;
 //! * `timing.rs` — timestamps, phase durations, deadlines and the gauge;
-//! * `input.rs` — reading into the connection's buffer;
+//! * `io.rs` — reading into the connection's buffer;
 //! * `blocking.rs` — the loop a blocking thread runs around a connection
 //!   (the only code here that waits).
+//!
+//! The connection does no I/O of its own: every byte goes through the
+//! [`Wire`] a driver passes to [`Connection::drive`] — the client's socket,
+//! or bytes in memory in the unit tests (`tests.rs`), which drive every
+//! phase and error path with byte slices.
 
 use std::borrow::Cow;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
 use h1::{BodyFraming, HeadBuffers, Parsed, RequestHead};
 use transport::poller::Interest;
-use transport::Progress;
+use transport::{Progress, Wire};
 
 use crate::cgi_stream::CgiRun;
 use crate::reply::{self, Reply, Response};
@@ -29,7 +34,7 @@ use crate::{LogRecord, Pipeline, Route};
 
 mod blocking;
 mod cgi;
-mod input;
+mod io;
 mod respond;
 #[cfg(test)]
 mod tests;
@@ -38,7 +43,7 @@ mod timing;
 pub use blocking::{refuse_overloaded, serve_blocking, serve_blocking_queued, BLOCKING_TICK};
 
 use cgi::{collect_chunked, CgiPlan, Collect};
-use input::{would_block, SPARE_BUFFERS};
+use io::{would_block, SPARE_BUFFERS};
 use respond::Pending;
 use timing::{Mark, Timing};
 
@@ -58,7 +63,7 @@ pub enum Want {
     Write(Instant),
     /// Drop the socket.
     Close,
-    /// (`drive_split`, or `drive_except_cgi` for a script) a request is ready: take it with
+    /// ([`Mode::HandOut`], or [`Mode::HandOutScripts`] for a script) a request is ready: take it with
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
     Process,
@@ -142,13 +147,20 @@ impl Request {
     }
 }
 
-/// Which requests `drive` runs through the pipeline itself; the others
-/// it hands out with [`Want::Process`].
+/// Where a connection's requests run through the pipeline, fixed when the
+/// connection is made: by [`Connection::drive`] itself, or by the model,
+/// which takes them when `drive` says [`Want::Process`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Inline {
-    All,
-    ExceptCgi,
-    None,
+pub enum Mode {
+    /// `drive` runs every request on the calling thread (blocking threads,
+    /// the plain event loop).
+    Inline,
+    /// Every request is handed out (`staged`'s stages; `event` with helpers
+    /// for everything).
+    HandOut,
+    /// Scripts are handed out, whose start (`stat`, `exec`) may block; the
+    /// rest runs inline (`amped`).
+    HandOutScripts,
 }
 
 /// One client connection: bytes in, requests handled in order, bytes out.
@@ -173,6 +185,7 @@ pub struct Connection {
     head_seen: u32,
     head_line: u32,
     phase: Phase,
+    mode: Mode,
     served: u32,
     /// When the head being received must be complete: a total deadline,
     /// not an idle timer, so dribbling one byte at a time does not help.
@@ -248,13 +261,13 @@ struct Job {
     plan: Plan,
 }
 
-impl Inline {
+impl Mode {
     /// Whether `drive` runs the pipeline for a request so planned itself.
-    fn runs(self, plan: &Plan) -> bool {
+    fn runs_inline(self, plan: &Plan) -> bool {
         match self {
-            Inline::All => true,
-            Inline::ExceptCgi => plan.cgi.is_none(),
-            Inline::None => false,
+            Mode::Inline => true,
+            Mode::HandOutScripts => plan.cgi.is_none(),
+            Mode::HandOut => false,
         }
     }
 }
@@ -280,8 +293,8 @@ struct Plan {
 }
 
 impl Connection {
-    /// A connection accepted at `now`.
-    pub fn new(info: ConnInfo, now: Instant, pipeline: &Pipeline) -> Connection {
+    /// A connection accepted at `now`, whose requests run as `mode` says.
+    pub fn new(info: ConnInfo, now: Instant, pipeline: &Pipeline, mode: Mode) -> Connection {
         Connection {
             info,
             buf: Box::default(),
@@ -290,6 +303,7 @@ impl Connection {
             head_seen: 0,
             head_line: 0,
             phase: Phase::Head,
+            mode,
             served: 0,
             head_deadline: now + pipeline.settings.header_timeout,
             idle_deadline: now + pipeline.settings.header_timeout,
@@ -312,8 +326,8 @@ impl Connection {
     /// Keeps this connection's access-log records for the caller instead of
     /// writing them to `pipeline.access_log` when a response ends, so a
     /// model can log on threads of its own (`staged`'s log stage). Collect
-    /// them with [`take_log`](Self::take_log) after every `drive`,
-    /// `drive_split` and `timed_out`; records still held when the connection
+    /// them with [`take_log`](Self::take_log) after every `drive` and
+    /// `timed_out`; records still held when the connection
     /// is dropped are lost. Records are only made while the access log is enabled.
     pub fn defer_log(&mut self) {
         self.defer_log = true;
@@ -330,24 +344,15 @@ impl Connection {
         self.served
     }
 
-    /// Makes as much progress as `sock` allows, running the pipeline inline
-    /// on the calling thread. `stopping` asks to close at the next request
-    /// boundary (graceful shutdown).
-    pub fn drive(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
-        self.run(sock, p, stopping, Inline::All)
-    }
-
-    /// Like [`drive`](Self::drive), but stops with [`Want::Process`] when a
-    /// request is ready instead of running the pipeline itself.
-    pub fn drive_split(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
-        self.run(sock, p, stopping, Inline::None)
-    }
-
-    /// Like [`drive`](Self::drive), but stops with [`Want::Process`] when
-    /// the request ready is for a CGI script, whose start (`stat`, `exec`)
-    /// may block: for an event loop that runs everything else itself.
-    pub fn drive_except_cgi(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool) -> Want {
-        self.run(sock, p, stopping, Inline::ExceptCgi)
+    /// Makes as much progress as `wire` allows: reads, parses, runs the
+    /// pipeline for the requests its [`Mode`] runs inline (stopping with
+    /// [`Want::Process`] at the others), writes. `stopping` asks to close at
+    /// the next request boundary (graceful shutdown).
+    pub fn drive<W: Wire + ?Sized>(&mut self, wire: &W, p: &Pipeline, stopping: bool) -> Want {
+        let want = self.run_phases(wire, p, stopping);
+        self.set_gauge(&want);
+        self.now = None;
+        want
     }
 
     /// Declares that the driver waits for readiness edge-triggered and calls
@@ -442,14 +447,8 @@ impl Connection {
         self.respond_planned(plan, reply, at, p);
     }
 
-    fn run(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
-        let want = self.run_phases(sock, p, stopping, inline);
-        self.set_gauge(&want);
-        self.now = None;
-        want
-    }
-
-    fn run_phases(&mut self, sock: &TcpStream, p: &Pipeline, stopping: bool, inline: Inline) -> Want {
+    fn run_phases<W: Wire + ?Sized>(&mut self, sock: &W, p: &Pipeline, stopping: bool) -> Want {
+        let mode = self.mode;
         // A timestamp (timing on) taken at the end of one step, for the next
         // step to start with instead of reading the clock again: valid for
         // one turn of the loop only, in which nothing waits.
@@ -457,7 +456,7 @@ impl Connection {
         loop {
             let fresh = just_read.take();
             match &mut self.phase {
-                Phase::Ready(ready) if inline.runs(&ready.plan) => {
+                Phase::Ready(ready) if mode.runs_inline(&ready.plan) => {
                     let Phase::Ready(job) = std::mem::replace(&mut self.phase, Phase::Head) else {
                         unreachable!("matched Ready");
                     };
@@ -547,7 +546,7 @@ impl Connection {
                                         _ => {}
                                     }
                                 }
-                                if inline.runs(&plan) {
+                                if mode.runs_inline(&plan) {
                                     self.answer_inline(request, plan, just_read.take(), p);
                                 } else {
                                     self.phase = Phase::ready(request, plan);
@@ -594,7 +593,7 @@ impl Connection {
                         Err(_) => return Want::Close,
                     }
                 }
-                Phase::Write(pending) => match pending.reply.out.write_to(sock) {
+                Phase::Write(pending) => match sock.send(&mut pending.reply.out) {
                     Ok(Progress::Done) => {
                         if let Some(want) = self.finish_response(sock, p) {
                             return want;
@@ -683,7 +682,13 @@ impl Connection {
 
     /// Decides, before the pipeline runs, what happens to the connection
     /// after this request.
-    fn plan(&self, head: RequestHead, sock: &TcpStream, p: &Pipeline, stopping: bool) -> (Request, Plan) {
+    fn plan(
+        &self,
+        head: RequestHead,
+        sock: &(impl Wire + ?Sized),
+        p: &Pipeline,
+        stopping: bool,
+    ) -> (Request, Plan) {
         let settings = &p.settings;
         let (route, normal) = p.route(&head);
         let normal_path = match normal {

@@ -1,9 +1,9 @@
 //! Writing a response, logging it, and what follows it.
 
-use std::net::{Shutdown as Direction, TcpStream};
 use std::time::Instant;
 
 use h1::RequestHead;
+use transport::Wire;
 
 use super::*;
 use crate::reply::{self, Reply, Response};
@@ -141,7 +141,7 @@ impl Connection {
     }
 
     /// The response is out: log it and move on. `Some` ends `drive`.
-    pub(super) fn finish_response(&mut self, sock: &TcpStream, p: &Pipeline) -> Option<Want> {
+    pub(super) fn finish_response(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Option<Want> {
         let Phase::Write(mut pending) = std::mem::replace(&mut self.phase, Phase::Head) else {
             unreachable!("called in the write phase");
         };
@@ -160,7 +160,7 @@ impl Connection {
     /// Deadlines count from the response's end. `Some` ends `drive`.
     pub(super) fn after_response(
         &mut self,
-        sock: &TcpStream,
+        sock: &(impl Wire + ?Sized),
         close: bool,
         linger: bool,
         discard: u64,
@@ -171,7 +171,7 @@ impl Connection {
             if !linger {
                 return Some(Want::Close);
             }
-            let _ = sock.shutdown(Direction::Write);
+            sock.shutdown_write();
             self.phase = Phase::Linger { deadline: self.deadline_base(ended) + p.settings.linger_timeout };
         } else if discard > 0 {
             let deadline = self.deadline_base(ended) + p.settings.header_timeout;

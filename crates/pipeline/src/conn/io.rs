@@ -1,7 +1,8 @@
-//! Reading into a connection's buffer.
+//! Reading into a connection's buffer, from its [`Wire`].
 
-use std::io::{self, Read};
-use std::net::TcpStream;
+use std::io;
+
+use transport::Wire;
 
 use super::*;
 use crate::spares::{self, Spares};
@@ -30,7 +31,7 @@ impl Connection {
     /// With nothing buffered it borrows a spare buffer for the read and
     /// keeps it only if bytes came: a connection that turns out to be idle —
     /// most keep-alive connections, most of the time — then holds none.
-    pub(super) fn fill(&mut self, sock: &TcpStream) -> io::Result<usize> {
+    pub(super) fn fill(&mut self, wire: &(impl Wire + ?Sized)) -> io::Result<usize> {
         if self.drained {
             return Err(io::ErrorKind::WouldBlock.into());
         }
@@ -38,7 +39,7 @@ impl Connection {
             (self.start, self.end) = (0, 0);
             if self.buf.is_empty() {
                 let mut buf = spares::take(&SPARE_BUFFERS).unwrap_or_else(new_read_buffer);
-                let read = read_retrying(sock, &mut buf);
+                let read = wire.read(&mut buf);
                 if matches!(read, Ok(1..)) {
                     self.buf = buf;
                 } else {
@@ -61,20 +62,11 @@ impl Connection {
             }
         }
         let room = self.buf.len() - self.end;
-        let n = read_retrying(sock, &mut self.buf[self.end..])?;
+        let n = wire.read(&mut self.buf[self.end..])?;
         self.end += n;
         // Zero is end of stream, which ends the connection anyway.
         self.drained = self.edge_triggered && n < room;
         Ok(n)
-    }
-}
-
-pub(super) fn read_retrying(mut sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        match sock.read(buf) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            result => return result,
-        }
     }
 }
 
