@@ -7,13 +7,6 @@
 
 mod accept;
 
-/// Said on SIGHUP: what nginx users send to reload. modus reopens its logs
-/// (as on SIGUSR1) and keeps serving; it has no reload.
-pub const HUP_SAID: &str = "SIGHUP: logs reopened; the configuration is read only at start (no reload): \
-    restart modus to apply a changed one";
-/// Said on SIGUSR2 (nginx's binary upgrade), which is ignored.
-pub const USR2_SAID: &str = "SIGUSR2 ignored: no binary upgrade (restart modus to run a new binary)";
-
 /// Said (once a minute, see `ErrorLog::error_once`) when accepting fails for lack of descriptors or memory.
 pub(crate) const ACCEPT_HINT: &str = "out of descriptors or memory: new connections wait in the backlog \
     (raise the open-file limit, ulimit -n, or lower --max-connections)";
@@ -27,6 +20,7 @@ mod perchild;
 mod pool;
 mod prefork;
 mod process;
+pub mod signals;
 mod staged;
 mod worker;
 

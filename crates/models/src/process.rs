@@ -131,6 +131,7 @@ use rustix::pipe::{pipe_with, PipeFlags};
 use transport::Shutdown;
 
 use crate::board::{Board, Ledger, SlotWriter};
+use crate::signals::{self, Obeyed, Voice};
 use crate::{Admin, ModelEnv, Tuning};
 
 /// How often the master looks at the scoreboard and spawns or retires.
@@ -183,15 +184,8 @@ pub(crate) fn run(env: ModelEnv, scaling: Scaling, workers_per_child: usize, bod
     // is the socket's state, shared by every child: set it once, here.
     listener.set_nonblocking(false)?;
     transport::listener::set_accepted_defaults(&listener, BLOCKING_TICK)?;
-    let mask = sigset(&[
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGQUIT,
-        Signal::SIGHUP,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
-        Signal::SIGCHLD,
-    ]);
+    let mut mask = handled_signals();
+    mask.add(Signal::SIGCHLD);
     // The mask stays blocked after we return: serve.rs exits right away, and
     // unblocking could let a late SIGTERM kill the process with status ≠ 0.
     mask.thread_block()?;
@@ -331,19 +325,14 @@ impl Master {
         }
         let mut stop = false;
         while let Some(info) = signals.read_signal()? {
-            match Signal::try_from(info.ssi_signo as i32) {
-                Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) => stop = true,
-                Ok(signal @ (Signal::SIGUSR1 | Signal::SIGHUP)) => {
-                    if signal == Signal::SIGHUP {
-                        self.pipeline.error_log.info(format_args!("{}", crate::HUP_SAID));
-                    }
-                    reopen_logs(&self.pipeline);
+            match signals::obey(info.ssi_signo as i32, &self.pipeline, Voice::Server) {
+                Obeyed::Stop => stop = true,
+                Obeyed::LogsReopened => {
                     for kid in &self.children {
                         let _ = kill(kid.pid, Signal::SIGUSR1);
                     }
                 }
-                Ok(Signal::SIGUSR2) => self.pipeline.error_log.info(format_args!("{}", crate::USR2_SAID)),
-                _ => {}
+                Obeyed::Nothing => {}
             }
         }
         Ok(stop)
@@ -638,18 +627,21 @@ fn fork() -> io::Result<Forked> {
     }
 }
 
+/// [`signals::HANDLED`], as a mask.
+fn handled_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in signals::HANDLED {
+        set.add(Signal::try_from(s.as_raw()).expect("a signal both crates name"));
+    }
+    set
+}
+
 fn sigset(signals: &[Signal]) -> SigSet {
     let mut set = SigSet::empty();
     for &s in signals {
         set.add(s);
     }
     set
-}
-
-fn reopen_logs(p: &Pipeline) {
-    for e in [p.access_log.reopen().err(), p.error_log.reopen().err()].into_iter().flatten() {
-        p.error_log.error(format_args!("reopening logs: {e}"));
-    }
 }
 
 /// Bytes per report message (well under `PIPE_BUF`, so writes are atomic).
@@ -777,14 +769,7 @@ impl Child {
         // TERM, INT and USR1 stay blocked (inherited) and are read from this
         // child's own signalfd; CHLD goes back to normal, for CGI children.
         sigset(&[Signal::SIGCHLD]).thread_unblock()?;
-        let mask = sigset(&[
-            Signal::SIGTERM,
-            Signal::SIGINT,
-            Signal::SIGQUIT,
-            Signal::SIGHUP,
-            Signal::SIGUSR1,
-            Signal::SIGUSR2,
-        ]);
+        let mask = handled_signals();
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         let Shared { listener, reports_tx, pod_rx } = shared;
         let status = Arc::new(Status {
@@ -909,13 +894,11 @@ fn housekeeping(
     loop {
         let _ = poll(&mut [PollFd::new(signals, PollFlags::IN)], Some(&tick));
         while let Ok(Some(info)) = signals.read_signal() {
-            match Signal::try_from(info.ssi_signo as i32) {
-                Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) => stop.trigger(),
-                // A hangup reaches the whole process group (a closing
-                // terminal): the master speaks for the server; here it only
-                // reopens the logs, as the master asks on its own HUP.
-                Ok(Signal::SIGUSR1 | Signal::SIGHUP) => reopen_logs(pipeline),
-                _ => {}
+            // A hangup reaches the whole process group (a closing
+            // terminal): the master speaks for the server; a child only
+            // reopens its logs, as the master asks on its own HUP.
+            if signals::obey(info.ssi_signo as i32, pipeline, Voice::Child) == Obeyed::Stop {
+                stop.trigger();
             }
         }
         pipeline.flush_logs();

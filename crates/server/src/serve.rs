@@ -9,9 +9,9 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use models::signals::{self, Obeyed, Voice};
 use pipeline::accesslog::LogTarget;
 use pipeline::{AccessLog, ErrorLog, Pipeline, Site};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use transport::Shutdown;
 
@@ -229,9 +229,7 @@ impl Server {
             return result.context("serving");
         }
 
-        // Every signal an operator may send is handled on purpose, none is
-        // fatal by its default action (a closing terminal sends HUP).
-        let mut signals = Signals::new([SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2])?;
+        let mut signals = Signals::new(signals::HANDLED.map(|s| s.as_raw()))?;
         let signal_handle = signals.handle();
         let flushed = self.pipeline.clone();
         let flusher_stop = shutdown.clone();
@@ -258,24 +256,9 @@ impl Server {
         })?;
 
         for signal in signals.forever() {
-            match signal {
-                SIGUSR2 => self.pipeline.error_log.info(format_args!("{}", models::USR2_SAID)),
-                SIGUSR1 | SIGHUP => {
-                    if signal == SIGHUP {
-                        self.pipeline.error_log.info(format_args!("{}", models::HUP_SAID));
-                    }
-                    for e in [self.pipeline.access_log.reopen().err(), self.pipeline.error_log.reopen().err()]
-                        .into_iter()
-                        .flatten()
-                    {
-                        self.pipeline.error_log.error(format_args!("reopening logs: {e}"));
-                    }
-                }
-                _ => {
-                    self.pipeline.error_log.info(format_args!("stopping: finishing in-flight requests"));
-                    shutdown.trigger();
-                    break;
-                }
+            if signals::obey(signal, &self.pipeline, Voice::Server) == Obeyed::Stop {
+                shutdown.trigger();
+                break;
             }
         }
         let grace = options.tuning().shutdown_timeout;

@@ -1,0 +1,108 @@
+//! What each signal an operator may send means — one table for every model.
+//!
+//! The signals arrive by two routes, because a process that forks must have
+//! no threads when it does: thread models read them on a thread of
+//! `modus serve` (signal_hook), process models on a `signalfd` in the
+//! master and in each child (`process.rs`). Both routes hand the number to
+//! [`obey`], so a signal means the same whichever model runs.
+
+use pipeline::Pipeline;
+use rustix::process::Signal;
+
+/// Every signal modus handles on purpose: none is fatal by its default
+/// action (a closing terminal sends HUP).
+pub const HANDLED: [Signal; 6] =
+    [Signal::TERM, Signal::INT, Signal::QUIT, Signal::HUP, Signal::USR1, Signal::USR2];
+
+/// Said on SIGHUP: what nginx users send to reload. modus reopens its logs
+/// (as on SIGUSR1) and keeps serving; it has no reload.
+pub const HUP_SAID: &str = "SIGHUP: logs reopened; the configuration is read only at start (no reload): \
+    restart modus to apply a changed one";
+/// Said on SIGUSR2 (nginx's binary upgrade), which is ignored.
+pub const USR2_SAID: &str = "SIGUSR2 ignored: no binary upgrade (restart modus to run a new binary)";
+
+/// What is left for the caller once [`obey`] has acted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Obeyed {
+    /// TERM, INT, QUIT: stop gracefully (finish in-flight requests).
+    Stop,
+    /// USR1, HUP: the logs were reopened (a master also asks its children).
+    LogsReopened,
+    /// Nothing more to do (USR2, or a signal not in [`HANDLED`]).
+    Nothing,
+}
+
+/// Who receives a signal: the process that speaks for the server, or a
+/// process-model child (a hangup reaches the whole process group, and the
+/// master says what it means once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Voice {
+    /// `modus serve`'s process, or a process model's master.
+    Server,
+    /// A process-model child: acts, says nothing.
+    Child,
+}
+
+/// Acts on signal number `signo` for `p`: says what it means in the error
+/// log, reopens the logs on USR1 and HUP, and returns what is left to do.
+pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
+    let say = |what: &str| {
+        if voice == Voice::Server {
+            p.error_log.info(format_args!("{what}"));
+        }
+    };
+    match Signal::from_named_raw(signo) {
+        Some(Signal::TERM | Signal::INT | Signal::QUIT) => {
+            say("stopping: finishing in-flight requests");
+            Obeyed::Stop
+        }
+        Some(signal @ (Signal::USR1 | Signal::HUP)) => {
+            if signal == Signal::HUP {
+                say(HUP_SAID);
+            }
+            for e in [p.access_log.reopen().err(), p.error_log.reopen().err()].into_iter().flatten() {
+                p.error_log.error(format_args!("reopening logs: {e}"));
+            }
+            Obeyed::LogsReopened
+        }
+        Some(Signal::USR2) => {
+            say(USR2_SAID);
+            Obeyed::Nothing
+        }
+        _ => Obeyed::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pipeline::accesslog::{AccessLog, LogTarget};
+    use pipeline::{ErrorLog, Settings, Site};
+    use std::sync::Arc;
+
+    #[test]
+    fn each_handled_signal_has_its_meaning() {
+        let dir = tempfile::tempdir().unwrap();
+        let (access, errors) = (dir.path().join("access.log"), dir.path().join("error.log"));
+        let p = Pipeline::new(
+            Settings::default(),
+            Site::embedded(&[]),
+            Arc::new(AccessLog::open(LogTarget::File(access.clone())).unwrap()),
+            Arc::new(ErrorLog::open(LogTarget::File(errors.clone())).unwrap()),
+        );
+        let obeyed: Vec<Obeyed> = HANDLED.iter().map(|s| obey(s.as_raw(), &p, Voice::Server)).collect();
+        use Obeyed::*;
+        assert_eq!(obeyed, [Stop, Stop, Stop, LogsReopened, LogsReopened, Nothing]);
+        assert_eq!(obey(Signal::CHILD.as_raw(), &p, Voice::Server), Nothing);
+        let said = std::fs::read_to_string(&errors).unwrap();
+        assert!(said.contains(HUP_SAID) && said.contains(USR2_SAID), "{said}");
+        assert_eq!(said.matches("stopping").count(), 3, "{said}");
+
+        // Moved away (logrotate), then USR1: a new file in its place.
+        std::fs::rename(&access, dir.path().join("access.log.1")).unwrap();
+        assert_eq!(obey(Signal::USR1.as_raw(), &p, Voice::Child), LogsReopened);
+        assert!(access.exists(), "reopened at its path");
+        let child_said = std::fs::read_to_string(&errors).unwrap();
+        assert!(!child_said[said.len()..].contains("SIG"), "a child says nothing");
+    }
+}
