@@ -15,8 +15,8 @@
 
 use anyhow::{bail, Result};
 
-use crate::results::{Table, AXES};
-use crate::spec::{metric_names, Spec, METRICS};
+use crate::columns::{metric_names, AXES, METRICS};
+use crate::results::Table;
 
 /// One side of a comparison.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,14 +52,14 @@ pub struct Verdict {
 }
 
 impl Claim {
-    /// Parses `expr`, checking metrics and servers against `spec`.
-    pub fn parse(expr: &str, spec: &Spec) -> Result<Claim> {
+    /// Parses `expr`, checking its metrics, and its servers against `servers`.
+    pub fn parse(expr: &str, servers: &[&str]) -> Result<Claim> {
         let (at, op, len) = [(">=", Op::Ge), ("<=", Op::Le), (">", Op::Gt), ("<", Op::Lt)]
             .iter()
             .find_map(|(text, op)| expr.find(text).map(|at| (at, *op, text.len())))
             .ok_or_else(|| anyhow::anyhow!("no comparison (>=, <=, > or <)"))?;
-        let left = side(expr[..at].trim(), spec)?;
-        let right = side(expr[at + len..].trim(), spec)?;
+        let left = side(expr[..at].trim(), servers)?;
+        let right = side(expr[at + len..].trim(), servers)?;
         if matches!((&left, &right), (Side::Number(_), Side::Number(_))) {
             bail!("compares two numbers: name a metric of a server");
         }
@@ -106,7 +106,7 @@ impl Claim {
     }
 }
 
-fn side(text: &str, spec: &Spec) -> Result<Side> {
+fn side(text: &str, servers: &[&str]) -> Result<Side> {
     if let Ok(n) = text.parse::<f64>() {
         return Ok(Side::Number(n));
     }
@@ -139,9 +139,8 @@ fn side(text: &str, spec: &Spec) -> Result<Side> {
         }
     }
     let Some(server) = server else { bail!("{text:?}: want {metric}(server=NAME[, AXIS=VALUE])") };
-    if !spec.servers.iter().any(|s| s.name == server) {
-        let names: Vec<&str> = spec.servers.iter().map(|s| s.name.as_str()).collect();
-        bail!("no server {server:?} in this experiment (they are {})", names.join(", "));
+    if !servers.contains(&server.as_str()) {
+        bail!("no server {server:?} in this experiment (they are {})", servers.join(", "));
     }
     Ok(Side::Metric { factor, metric: metric.into(), server, fixed })
 }
@@ -163,7 +162,9 @@ mod tests {
     #[test]
     fn claims_parse_and_judge_every_point() {
         let spec = crate::spec::load("tiny").unwrap();
-        let claim = Claim::parse("throughput(server=event) >= 0.5 * throughput(server=pool)", &spec).unwrap();
+        let claim =
+            Claim::parse("throughput(server=event) >= 0.5 * throughput(server=pool)", &spec.server_names())
+                .unwrap();
         assert_eq!(claim.op, Op::Ge);
         assert_eq!(
             claim.right,
@@ -191,20 +192,23 @@ mod tests {
         );
         assert_eq!(v.word, "holds partly");
         // A fixed coordinate: pool at 8 clients against twice event's at each point.
-        let fixed =
-            Claim::parse("throughput(server=pool, clients=8) > 2 * throughput(server=event)", &spec).unwrap();
+        let fixed = Claim::parse(
+            "throughput(server=pool, clients=8) > 2 * throughput(server=event)",
+            &spec.server_names(),
+        )
+        .unwrap();
         let v = fixed.judge(&table);
         assert_eq!(
             v.points.iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(),
             [(1000.0, 240.0), (1000.0, 800.0)]
         );
         assert_eq!(v.word, "holds");
-        let all = Claim::parse("p99(server=pool) < 5", &spec).unwrap().judge(&table);
+        let all = Claim::parse("p99(server=pool) < 5", &spec.server_names()).unwrap().judge(&table);
         assert_eq!(all.word, "holds");
-        let none = Claim::parse("errors(server=pool) > 0", &spec).unwrap().judge(&table);
+        let none = Claim::parse("errors(server=pool) > 0", &spec.server_names()).unwrap().judge(&table);
         assert_eq!(none.word, "does not hold");
         assert_eq!(
-            Claim::parse("p50(server=pool) > 1", &spec).unwrap().judge(&Table::default()).word,
+            Claim::parse("p50(server=pool) > 1", &spec.server_names()).unwrap().judge(&Table::default()).word,
             "no data"
         );
     }
@@ -212,7 +216,7 @@ mod tests {
     #[test]
     fn bad_claims_say_why() {
         let spec = crate::spec::load("tiny").unwrap();
-        let e = |expr: &str| format!("{:#}", Claim::parse(expr, &spec).unwrap_err());
+        let e = |expr: &str| format!("{:#}", Claim::parse(expr, &spec.server_names()).unwrap_err());
         assert!(e("throughput(server=pool)").contains("no comparison"));
         assert!(e("speed(server=pool) > 1").contains("\"speed\" is not a metric"));
         assert!(e("throughput(server=nginx) > 1").contains("no server \"nginx\""));

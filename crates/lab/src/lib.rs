@@ -11,6 +11,7 @@
 //! * `report.rs` — plots, `report.html`, the ranked table.
 
 pub mod claims;
+pub mod columns;
 pub mod peers;
 pub mod report;
 pub mod results;
@@ -246,7 +247,7 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     report::write(out, spec, &table, &meta)?;
     print!("{}", report::ranking(spec, &table));
     for c in &spec.claims {
-        let v = claims::Claim::parse(&c.expr, spec)?.judge(&table);
+        let v = claims::Claim::parse(&c.expr, &spec.server_names())?.judge(&table);
         println!("claim: {} — {}", v.word, c.text);
     }
     println!("report: {}", out.join("report.html").display());

@@ -11,8 +11,9 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use crate::claims::Claim;
-use crate::results::{Table, AXES};
-use crate::spec::{Plot, Spec, METRICS};
+use crate::columns::{AXES, METRICS};
+use crate::results::Table;
+use crate::spec::{Plot, Spec};
 
 const COLOURS: [RGBColor; 8] = [
     RGBColor(0x0f, 0x6b, 0x5c),
@@ -226,7 +227,7 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
         h.push_str("<p>This experiment makes no claims.</p>");
     }
     for c in &spec.claims {
-        let verdict = Claim::parse(&c.expr, spec).map(|claim| claim.judge(table));
+        let verdict = Claim::parse(&c.expr, &spec.server_names()).map(|claim| claim.judge(table));
         match verdict {
             Ok(v) => {
                 let class = match v.word {

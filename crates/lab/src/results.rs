@@ -7,10 +7,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::spec::METRICS;
-
-/// The sweep's axes, as named in plots and claims.
-pub const AXES: [&str; 3] = ["clients", "path", "cpus"];
+use crate::columns::{AXES, METRICS};
 
 /// Where a point lies on the sweep's axes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
+use crate::columns::METRICS;
 use crate::results::{Coords, Point, Table};
-use crate::spec::{ServerSpec, Spec, METRICS};
+use crate::spec::{ServerSpec, Spec};
 
 /// One point to measure: `spec.servers[server]` at `clients`, the
 /// `path`-th path and the `cpus`-th CPU set of the sweep, repeat `repeat`.

@@ -8,6 +8,8 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use units::Dur;
 
+use crate::columns::{metric_names, AXES, METRICS};
+
 /// One experiment.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -109,17 +111,6 @@ pub struct ClaimSpec {
     pub expr: String,
 }
 
-/// The metrics a point has, with units (columns of `points.csv`).
-pub const METRICS: [(&str, &str); 7] = [
-    ("throughput", "requests/s"),
-    ("p50", "ms"),
-    ("p99", "ms"),
-    ("errors", "requests"),
-    ("cpu_per_request", "µs"),
-    ("pss", "KiB"),
-    ("fell_behind", "0/1"),
-];
-
 fn default_docroot() -> String {
     "fixed".into()
 }
@@ -207,22 +198,23 @@ impl Spec {
             bail!("repeats must be at least 1");
         }
         for p in &self.plots {
-            if !crate::results::AXES.contains(&p.x.as_str()) {
-                bail!(
-                    "plot {:?}: x = {:?} is not an axis ({})",
-                    p.name,
-                    p.x,
-                    crate::results::AXES.join(", ")
-                );
+            if !AXES.contains(&p.x.as_str()) {
+                bail!("plot {:?}: x = {:?} is not an axis ({})", p.name, p.x, AXES.join(", "));
             }
             if !METRICS.iter().any(|(m, _)| *m == p.y) {
                 bail!("plot {:?}: y = {:?} is not a metric ({})", p.name, p.y, metric_names());
             }
         }
         for c in &self.claims {
-            crate::claims::Claim::parse(&c.expr, self).with_context(|| format!("claim {:?}", c.expr))?;
+            crate::claims::Claim::parse(&c.expr, &self.server_names())
+                .with_context(|| format!("claim {:?}", c.expr))?;
         }
         Ok(())
+    }
+
+    /// The servers' names, as claims name them.
+    pub fn server_names(&self) -> Vec<&str> {
+        self.servers.iter().map(|s| s.name.as_str()).collect()
     }
 
     /// The paths requested, one per point of that axis.
@@ -253,11 +245,6 @@ impl Spec {
         self.repeats = 1;
         self
     }
-}
-
-/// The metric names, for error messages.
-pub fn metric_names() -> String {
-    METRICS.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
 }
 
 /// A spec by built-in name or file path.

@@ -23,7 +23,7 @@ use transport::poller::Interest;
 use transport::Wire;
 
 use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
-use crate::{reply, Pipeline};
+use crate::{response, Pipeline};
 
 /// A script started for a request, on its way from the pipeline (which
 /// may run on a helper thread) to the connection. Opaque outside the
@@ -407,7 +407,7 @@ impl CgiRun {
         if framing == Framing::Close {
             self.keep_alive = false;
         }
-        let mut head = reply::start(&p.settings, status, self.version, self.keep_alive);
+        let mut head = response::start(&p.settings, status, self.version, self.keep_alive);
         for (name, value) in &fields {
             head.header(name, value);
         }

@@ -29,6 +29,7 @@ pub mod multipart;
 pub mod range;
 mod reply;
 pub mod resolve;
+mod response;
 mod settings;
 mod site;
 mod spares;
@@ -42,7 +43,8 @@ pub use conn::{
     Want, BLOCKING_TICK,
 };
 pub use errorlog::ErrorLog;
-pub use reply::{Reply, Response};
+pub use reply::Reply;
+pub use response::Response;
 pub use settings::Settings;
 pub use site::{EmbeddedFile, Site};
 pub use stats::Stats;
@@ -147,7 +149,7 @@ impl Pipeline {
     }
 
     fn answer_route(&self, head: &h1::RequestHead, route: Route, path: &str, keep_alive: bool) -> Reply {
-        let blocking = reply::Blocking::Allowed;
+        let blocking = site::Blocking::Allowed;
         Reply::Response(
             reply::handle(self, head, route, path, keep_alive, blocking).expect("blocking is allowed"),
         )
@@ -207,7 +209,7 @@ impl Pipeline {
         // connection would be read from the middle of this one.
         let is_head = head.method == h1::Method::Head;
         let page = |status, extra: &[(&str, &str)]| {
-            Reply::Response(reply::error_page(
+            Reply::Response(response::error_page(
                 &self.settings,
                 status,
                 head.version,
@@ -275,11 +277,11 @@ impl Pipeline {
     pub fn handle_in_memory(&self, req: &Request) -> Option<Reply> {
         let (head, route, path, keep_alive) = (&req.head, req.route, req.path(), req.keep_alive);
         if !self.stats.timing {
-            return reply::handle(self, head, route, path, keep_alive, reply::Blocking::Avoid)
+            return reply::handle(self, head, route, path, keep_alive, site::Blocking::Avoid)
                 .map(Reply::Response);
         }
         let start = std::time::Instant::now();
-        let mut response = reply::handle(self, head, route, path, keep_alive, reply::Blocking::Avoid)?;
+        let mut response = reply::handle(self, head, route, path, keep_alive, site::Blocking::Avoid)?;
         response.data.took = start.elapsed();
         Some(Reply::Response(response))
     }

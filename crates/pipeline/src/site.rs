@@ -8,9 +8,18 @@ use std::time::SystemTime;
 use transport::{Chunk, Data};
 
 use crate::cache::{Body, Cache, Entry, Identity, INLINE_MAX};
-use crate::reply::Blocking;
 use crate::resolve::{DocRoot, SymlinkPolicy};
 use crate::{conditional, listing, Settings};
+
+/// Whether the pipeline may wait for the disk while answering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Blocking {
+    /// Open and read files as needed.
+    Allowed,
+    /// Answer only from memory (a validated cache entry, an embedded file,
+    /// an error decided by the request alone); otherwise give up.
+    Avoid,
+}
 
 /// A file compiled into the binary.
 #[derive(Clone, Copy, Debug)]

@@ -10,7 +10,7 @@ use transport::Shutdown;
 
 use super::respond::first_line;
 use super::*;
-use crate::reply;
+use crate::response;
 use crate::{LogRecord, Pipeline};
 
 impl Connection {
@@ -110,7 +110,7 @@ pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
         }
     }
     let mut reply =
-        reply::error_page(&p.settings, 503, h1::Version::Http11, false, false, &[("Retry-After", "1")]);
+        response::error_page(&p.settings, 503, h1::Version::Http11, false, false, &[("Retry-After", "1")]);
     let _ = stream.send(&mut reply.out);
     let _ = stream.shutdown(Direction::Write);
     if p.access_log.is_enabled() {

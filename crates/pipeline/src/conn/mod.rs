@@ -27,7 +27,8 @@ use transport::poller::Interest;
 use transport::{Progress, Wire};
 
 use crate::cgi_stream::CgiRun;
-use crate::reply::{self, Reply, Response};
+use crate::reply::Reply;
+use crate::response::{self, Response};
 use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase as TimedPhase, Stats};
 use crate::{LogRecord, Pipeline, Route};
@@ -753,7 +754,8 @@ impl Connection {
     /// Answers a planned request with an error page and closes.
     fn fail_planned(&mut self, plan: Plan, status: u16, p: &Pipeline) {
         let log = plan.log.map(|log| LogRecord { status, ..log });
-        let reply = reply::error_page(&p.settings, status, h1::Version::Http11, false, plan.head_only, &[]);
+        let reply =
+            response::error_page(&p.settings, status, h1::Version::Http11, false, plan.head_only, &[]);
         self.respond(reply, log, 0, true, None, p);
     }
 }

@@ -6,7 +6,8 @@ use h1::RequestHead;
 use transport::Wire;
 
 use super::*;
-use crate::reply::{self, Reply, Response};
+use crate::reply::Reply;
+use crate::response::{self, Response};
 use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase as TimedPhase};
 use crate::{LogRecord, Pipeline};
@@ -113,7 +114,7 @@ impl Connection {
             referer: None,
             user_agent: None,
         });
-        self.respond(reply::refuse(&p.settings, status), log, 0, true, None, p);
+        self.respond(response::refuse(&p.settings, status), log, 0, true, None, p);
     }
 
     /// `at`: a timestamp just taken (timing on), when the write starts.
@@ -147,7 +148,7 @@ impl Connection {
         };
         self.served += 1;
         self.log(p, &mut pending);
-        reply::spare::give_back(std::mem::take(&mut pending.reply.out));
+        response::spare::give_back(std::mem::take(&mut pending.reply.out));
         let (close, linger, discard) = (pending.reply.close, pending.linger, pending.discard);
         debug_assert!(pending.log.is_none());
         spares::give_back(&SPARE_PENDINGS, pending);

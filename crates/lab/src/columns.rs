@@ -1,0 +1,21 @@
+//! The columns of a result: the sweep's axes and the metrics measured at
+//! each point, as specs, claims, tables and plots name them.
+
+/// The sweep's axes, as named in plots and claims.
+pub const AXES: [&str; 3] = ["clients", "path", "cpus"];
+
+/// The metrics a point has, with units (columns of `points.csv`).
+pub const METRICS: [(&str, &str); 7] = [
+    ("throughput", "requests/s"),
+    ("p50", "ms"),
+    ("p99", "ms"),
+    ("errors", "requests"),
+    ("cpu_per_request", "µs"),
+    ("pss", "KiB"),
+    ("fell_behind", "0/1"),
+];
+
+/// The metric names, for error messages.
+pub fn metric_names() -> String {
+    METRICS.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
+}
