@@ -204,7 +204,7 @@ impl CgiRun {
     }
 
     /// Moves every byte that can move now.
-    pub fn pump(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Step {
+    pub fn pump(&mut self, sock: &dyn Wire, p: &Pipeline) -> Step {
         let mut moved = false;
         // Stderr is drained (a full pipe would stall the script) but is not
         // progress, and only a bounded amount per call: a script writing it
@@ -277,7 +277,7 @@ impl CgiRun {
     /// Body to the script: buffered bytes first, then more from the socket
     /// (never beyond the body, so a pipelined request stays unread).
     /// `Err`: the client vanished mid-body.
-    fn pump_stdin(&mut self, sock: &(impl Wire + ?Sized)) -> Result<bool, ()> {
+    fn pump_stdin(&mut self, sock: &dyn Wire) -> Result<bool, ()> {
         let Some(stdin) = &self.sp.process.stdin else { return Ok(false) };
         let mut progress = false;
         if self.stdin_pos < self.stdin_buf.len() {

@@ -287,6 +287,7 @@ impl Outbound {
         Ok(copied)
     }
 
+    #[inline]
     fn advance(&mut self, mut n: u64) {
         self.sent += n;
         while n > 0 {

@@ -77,7 +77,7 @@ impl Connection {
         &self,
         head: RequestHead,
         normal_path: Option<Box<str>>,
-        sock: &(impl Wire + ?Sized),
+        sock: &dyn Wire,
         p: &Pipeline,
         stopping: bool,
     ) -> (Request, Plan) {
@@ -116,7 +116,7 @@ impl Connection {
     }
 
     /// Collects a chunked body for a script. `Some` ends `drive`.
-    pub(super) fn collect_body(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Option<Want> {
+    pub(super) fn collect_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
         let Phase::CgiBody(mut c) = std::mem::replace(&mut self.phase, Phase::Head) else {
             unreachable!("called in the CgiBody phase");
         };
@@ -192,7 +192,7 @@ impl Connection {
     }
 
     /// Streams a script's I/O. `Some` ends `drive`.
-    pub(super) fn drive_cgi(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Option<Want> {
+    pub(super) fn drive_cgi(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
         let Phase::Cgi(cgi) = std::mem::replace(&mut self.phase, Phase::Head) else {
             unreachable!("called in the Cgi phase");
         };

@@ -31,7 +31,7 @@ impl Connection {
     /// With nothing buffered it borrows a spare buffer for the read and
     /// keeps it only if bytes came: a connection that turns out to be idle —
     /// most keep-alive connections, most of the time — then holds none.
-    pub(super) fn fill(&mut self, wire: &(impl Wire + ?Sized)) -> io::Result<usize> {
+    pub(super) fn fill(&mut self, wire: &dyn Wire) -> io::Result<usize> {
         if self.drained {
             return Err(io::ErrorKind::WouldBlock.into());
         }

@@ -349,7 +349,7 @@ impl Connection {
     /// pipeline for the requests its [`Mode`] runs inline (stopping with
     /// [`Want::Process`] at the others), writes. `stopping` asks to close at
     /// the next request boundary (graceful shutdown).
-    pub fn drive<W: Wire + ?Sized>(&mut self, wire: &W, p: &Pipeline, stopping: bool) -> Want {
+    pub fn drive(&mut self, wire: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
         let want = self.run_phases(wire, p, stopping);
         self.set_gauge(&want);
         self.now = None;
@@ -448,7 +448,7 @@ impl Connection {
         self.respond_planned(plan, reply, at, p);
     }
 
-    fn run_phases<W: Wire + ?Sized>(&mut self, sock: &W, p: &Pipeline, stopping: bool) -> Want {
+    fn run_phases(&mut self, sock: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
         let mode = self.mode;
         // A timestamp (timing on) taken at the end of one step, for the next
         // step to start with instead of reading the clock again: valid for
@@ -683,13 +683,7 @@ impl Connection {
 
     /// Decides, before the pipeline runs, what happens to the connection
     /// after this request.
-    fn plan(
-        &self,
-        head: RequestHead,
-        sock: &(impl Wire + ?Sized),
-        p: &Pipeline,
-        stopping: bool,
-    ) -> (Request, Plan) {
+    fn plan(&self, head: RequestHead, sock: &dyn Wire, p: &Pipeline, stopping: bool) -> (Request, Plan) {
         let settings = &p.settings;
         let (route, normal) = p.route(&head);
         let normal_path = match normal {

@@ -142,7 +142,7 @@ impl Connection {
     }
 
     /// The response is out: log it and move on. `Some` ends `drive`.
-    pub(super) fn finish_response(&mut self, sock: &(impl Wire + ?Sized), p: &Pipeline) -> Option<Want> {
+    pub(super) fn finish_response(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
         let Phase::Write(mut pending) = std::mem::replace(&mut self.phase, Phase::Head) else {
             unreachable!("called in the write phase");
         };
@@ -161,7 +161,7 @@ impl Connection {
     /// Deadlines count from the response's end. `Some` ends `drive`.
     pub(super) fn after_response(
         &mut self,
-        sock: &(impl Wire + ?Sized),
+        sock: &dyn Wire,
         close: bool,
         linger: bool,
         discard: u64,
