@@ -4,8 +4,9 @@
 //! log — all at once, so a script that prints before it reads its input
 //! cannot deadlock against us (bad-input K11).
 //!
-//! [`CgiRun::pump`] goes as far as every descriptor allows and says what it
-//! waits for; socket I/O uses `MSG_DONTWAIT`, so the same code runs on a
+//! A script's run is the [`Responder`] the connection drives: its `pump`
+//! goes as far as every descriptor allows and says what it waits for;
+//! socket I/O never waits (`Wire::read_now`, `Wire::write_now`), so the same code runs on a
 //! blocking model's socket (which then `poll`s, see
 //! [`Connection::wait_blocking`](crate::Connection::wait_blocking)) and on
 //! an event loop's non-blocking one (which registers the pipes in epoll).
@@ -17,13 +18,17 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use h1::{RequestHead, Version};
+use h1::{BodyFraming, RequestHead, Version};
 use rustix::io::Errno;
 use transport::poller::Interest;
 use transport::Wire;
 
 use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
+use crate::responder::{BodyStart, Responder, Streamed};
 use crate::{response, Pipeline};
+
+/// Internal redirects one request may take (Apache's `LimitInternalRecursion 10`).
+const MAX_REDIRECTS: u8 = 10;
 
 /// A script started for a request, on its way from the pipeline (which
 /// may run on a helper thread) to the connection. Opaque outside the
@@ -35,6 +40,13 @@ pub struct Spawned {
     pub(crate) head: RequestHead,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) redirects: u8,
+}
+
+impl Spawned {
+    /// The script's run, as the connection drives it.
+    pub(crate) fn responder(self: Box<Self>, body: BodyStart, p: &Pipeline) -> Box<dyn Responder> {
+        Box::new(CgiRun::new(self, body, p))
+    }
 }
 
 /// Output queued for the client beyond which the script's stdout is not
@@ -77,33 +89,15 @@ enum Out {
     Failed(&'static str),
 }
 
-/// What [`CgiRun::pump`] reached.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// Call again when a descriptor of [`CgiRun::waiting`] is ready, or at the deadline.
-    Wait(Instant),
-    /// The deadline passed without progress (found by `pump` itself, as a
-    /// script that floods stderr keeps its pipe ready): kill it.
-    TimedOut,
-    /// The response is out and the script reaped.
-    Done { close: bool },
-    /// Nothing was sent: answer with this status and close.
-    Failed(u16),
-    /// `Location: /path`: answer as for a GET of that path.
-    Redirect(String),
-    /// The client is gone or the response cannot be completed: close.
-    Abort,
-}
-
 /// A script's run, seen from the connection.
 #[derive(Debug)]
-pub(crate) struct CgiRun {
-    pub sp: Box<Spawned>,
+struct CgiRun {
+    sp: Box<Spawned>,
     keep_alive: bool,
     version: Version,
     head_only: bool,
     /// Body bytes still to come from the client (its `Content-Length`).
-    pub body_remaining: u64,
+    body_remaining: u64,
     stdin_buf: Vec<u8>,
     stdin_pos: usize,
     out: Vec<u8>,
@@ -113,28 +107,19 @@ pub(crate) struct CgiRun {
     stderr_line: Vec<u8>,
     stderr_lines_logged: u32,
     /// The status sent (or to send).
-    pub status: u16,
+    status: u16,
     /// The final response head has been queued: a failure can no longer be told.
-    pub started: bool,
+    started: bool,
     /// Body bytes (payload) queued for the client.
-    pub body_bytes: u64,
+    body_bytes: u64,
     close_after: bool,
     deadline: Instant,
     timeout: Duration,
 }
 
 impl CgiRun {
-    /// `buffered`: body bytes already received (a de-chunked body, or the
-    /// part of a `Content-Length` body that came with the head);
-    /// `remaining`: what is still to be read from the socket.
-    pub fn new(
-        sp: Box<Spawned>,
-        keep_alive: bool,
-        buffered: Vec<u8>,
-        remaining: u64,
-        expect_continue: bool,
-        p: &Pipeline,
-    ) -> CgiRun {
+    fn new(sp: Box<Spawned>, body: BodyStart, p: &Pipeline) -> CgiRun {
+        let BodyStart { keep_alive, buffered, remaining, expect_continue } = body;
         let timeout = p.settings.cgi.as_ref().map_or(Duration::from_secs(60), |c| c.timeout);
         let mut out = Vec::new();
         if expect_continue && remaining > 0 {
@@ -166,7 +151,7 @@ impl CgiRun {
 
     /// Every pipe of the script, with the readiness it can ever report: for
     /// registering them once with an edge-triggered poller.
-    pub fn pipes(&self) -> Vec<(BorrowedFd<'_>, Interest)> {
+    fn all_pipes(&self) -> Vec<(BorrowedFd<'_>, Interest)> {
         let pr = &self.sp.process;
         let mut v = Vec::with_capacity(4);
         v.extend(pr.stdin.as_ref().map(|fd| (fd.as_fd(), Interest::WRITABLE)));
@@ -178,7 +163,7 @@ impl CgiRun {
 
     /// What the last `pump` is waiting for, exactly (for level-triggered
     /// `poll`): the socket's interest, and each pipe's.
-    pub fn waiting(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>) {
+    fn wants(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>) {
         let pr = &self.sp.process;
         let out_pending = self.out_pos < self.out.len();
         let stdin_pending = self.stdin_pos < self.stdin_buf.len();
@@ -204,7 +189,7 @@ impl CgiRun {
     }
 
     /// Moves every byte that can move now.
-    pub fn pump(&mut self, sock: &dyn Wire, p: &Pipeline) -> Step {
+    fn move_bytes(&mut self, sock: &dyn Wire, p: &Pipeline) -> Streamed {
         let mut moved = false;
         // Stderr is drained (a full pipe would stall the script) but is not
         // progress, and only a bounded amount per call: a script writing it
@@ -215,7 +200,7 @@ impl CgiRun {
             match self.pump_stdin(sock) {
                 Ok(true) => progress = true,
                 Ok(false) => {}
-                Err(()) => return Step::Abort,
+                Err(()) => return Streamed::Abort,
             }
             if self.out_pos < self.out.len() {
                 match sock.write_now(&self.out[self.out_pos..]) {
@@ -228,14 +213,14 @@ impl CgiRun {
                         progress = true;
                     }
                     Err(e) if transient(&e) => {}
-                    Err(_) => return Step::Abort,
+                    Err(_) => return Streamed::Abort,
                 }
             }
             if self.out.len() - self.out_pos < OUT_HIGH {
                 match self.pump_stdout(p) {
                     Ok(true) => progress = true,
                     Ok(false) => {}
-                    Err(step) => return step,
+                    Err(streamed) => return streamed,
                 }
             }
             if self.sp.process.stdout.is_none() && self.out_pos == self.out.len() {
@@ -252,9 +237,9 @@ impl CgiRun {
                                 "cgi {}: {why} ({how}); answered {status}",
                                 self.sp.process.name
                             ));
-                            Step::Failed(status)
+                            Streamed::Failed(status)
                         }
-                        _ => Step::Done { close: self.close_after || !self.keep_alive },
+                        _ => Streamed::Done { close: self.close_after || !self.keep_alive },
                     };
                 }
             }
@@ -269,9 +254,9 @@ impl CgiRun {
             // `Timeout`): moving its input or output moves it.
             self.deadline = now + self.timeout;
         } else if now >= self.deadline {
-            return Step::TimedOut;
+            return Streamed::TimedOut;
         }
-        Step::Wait(self.deadline)
+        Streamed::Wait(self.deadline)
     }
 
     /// Body to the script: buffered bytes first, then more from the socket
@@ -326,7 +311,7 @@ impl CgiRun {
     }
 
     /// The script's output: head, then body. `Err` ends the run.
-    fn pump_stdout(&mut self, p: &Pipeline) -> Result<bool, Step> {
+    fn pump_stdout(&mut self, p: &Pipeline) -> Result<bool, Streamed> {
         let Some(stdout) = &self.sp.process.stdout else { return Ok(false) };
         let mut buf = [0u8; READ_SIZE];
         let n = match rustix::io::read(stdout, &mut buf) {
@@ -378,7 +363,7 @@ impl CgiRun {
                             self.sp.process.name
                         ));
                         self.drain_stderr(p);
-                        return Err(Step::Failed(502));
+                        return Err(Streamed::Failed(502));
                     }
                 }
             }
@@ -389,9 +374,9 @@ impl CgiRun {
     }
 
     /// Plans the response from the script's head and queues our head.
-    fn start_response(&mut self, response: ScriptResponse, p: &Pipeline) -> Result<(), Step> {
+    fn start_response(&mut self, response: ScriptResponse, p: &Pipeline) -> Result<(), Streamed> {
         let (status, reason, content_length, fields) = match response {
-            ScriptResponse::LocalRedirect(location) => return Err(Step::Redirect(location)),
+            ScriptResponse::LocalRedirect(location) => return Err(self.redirect(&location, p)),
             ScriptResponse::Document { status, reason, content_length, fields } => {
                 (status, reason, content_length, fields)
             }
@@ -547,9 +532,63 @@ impl CgiRun {
         p.error_log.error(format_args!("cgi {}: {text}", self.sp.process.name));
     }
 
-    /// The deadline passed: the script's group is killed.
-    pub fn kill(&mut self) {
+    /// `Location: /path` (§6.2.2): the answer is that of a GET of the
+    /// path, without the body; a HEAD stays a HEAD (Apache keeps
+    /// `header_only`), so its answer has no body either.
+    fn redirect(&self, location: &str, p: &Pipeline) -> Streamed {
+        let sp = &self.sp;
+        if sp.redirects + 1 >= MAX_REDIRECTS {
+            p.error_log.error(format_args!(
+                "cgi {}: more than {MAX_REDIRECTS} internal redirects (to {location})",
+                sp.process.name
+            ));
+            return Streamed::Failed(500);
+        }
+        let mut head = sp.head.redirected(location, |h| {
+            !["content-length", "content-type", "transfer-encoding"]
+                .iter()
+                .any(|n| h.name.eq_ignore_ascii_case(n))
+        });
+        if head.method != h1::Method::Head {
+            head.method = h1::Method::Get;
+        }
+        head.framing = BodyFraming::None;
+        head.expect_continue = false;
+        Streamed::Instead { head: Box::new(head), local: sp.local, redirects: sp.redirects + 1 }
+    }
+}
+
+impl Responder for CgiRun {
+    fn pump(&mut self, wire: &dyn Wire, p: &Pipeline) -> Streamed {
+        self.move_bytes(wire, p)
+    }
+
+    fn waiting(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>) {
+        self.wants()
+    }
+
+    fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)> {
+        self.all_pipes()
+    }
+
+    /// --cgi-timeout: the script made no progress; its whole process
+    /// group goes (bad-input K12).
+    fn stop(&mut self, p: &Pipeline) -> bool {
         self.sp.process.kill();
+        p.error_log.error(format_args!("cgi {}: timed out; killed", self.sp.process.name));
+        !self.started
+    }
+
+    fn status(&self) -> u16 {
+        self.status
+    }
+
+    fn body_bytes(&self) -> u64 {
+        self.body_bytes
+    }
+
+    fn body_unread(&self) -> u64 {
+        self.body_remaining
     }
 }
 

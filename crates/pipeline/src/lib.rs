@@ -29,6 +29,7 @@ pub mod multipart;
 pub mod range;
 mod reply;
 pub mod resolve;
+mod responder;
 mod response;
 mod settings;
 mod site;
@@ -66,6 +67,14 @@ pub enum Route {
     /// Refused by the request alone: an unknown method (501) or a path
     /// that can name nothing (400, 404).
     Refuse(u16),
+}
+
+impl Route {
+    /// Whether its handler reads the request body itself and streams the
+    /// response (a script), rather than being answered at once.
+    pub fn reads_body(self) -> bool {
+        self == Route::Script
+    }
 }
 
 /// The shared, thread-safe request core. Models hold it in an `Arc`.

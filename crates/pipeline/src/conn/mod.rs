@@ -5,8 +5,10 @@
 //!   parse, plan, run the pipeline or hand the request out;
 //! * `respond.rs` — writing a response, logging it, and what follows it
 //!   (close, linger, discard a body, wait for the next head);
-//! * `cgi.rs` — the phases of a CGI request: a chunked body collected, a
-//!   `100 Continue` probe, the script's I/O streamed, local redirects;
+//! * `stream.rs` — the phases of a request whose handler reads the body
+//!   itself and streams its response (a `Responder`: a CGI script): a
+//!   chunked body collected, a `100 Continue` probe, the responder driven,
+//!   the request it answers instead;
 //! * `timing.rs` — timestamps, phase durations, deadlines and the gauge;
 //! * `io.rs` — reading into the connection's buffer;
 //! * `blocking.rs` — the loop a blocking thread runs around a connection
@@ -26,7 +28,6 @@ use h1::{BodyFraming, HeadBuffers, Parsed, RequestHead};
 use transport::poller::Interest;
 use transport::{Progress, Wire};
 
-use crate::cgi_stream::CgiRun;
 use crate::reply::Reply;
 use crate::response::{self, Response};
 use crate::spares::{self, Spares};
@@ -34,18 +35,18 @@ use crate::stats::{now_ns, ConnState, Phase as TimedPhase, Stats};
 use crate::{LogRecord, Pipeline, Route};
 
 mod blocking;
-mod cgi;
 mod io;
 mod respond;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod timing;
 
 pub use blocking::{refuse_overloaded, serve_blocking, serve_blocking_queued, BLOCKING_TICK};
 
-use cgi::{collect_chunked, CgiPlan, Collect};
 use io::{would_block, SPARE_BUFFERS};
 use respond::Pending;
+use stream::{collect_chunked, BodyPlan, Collect, Streaming};
 use timing::{Mark, Timing};
 
 /// Who is on the other end.
@@ -68,12 +69,12 @@ pub enum Want {
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
     Process,
-    /// A CGI script runs for this connection: call `drive` again when the
+    /// A responder streams the response (a CGI script runs): call `drive` again when the
     /// socket or one of its pipes is ready — [`Connection::waiting`] says
     /// exactly which and how, [`Connection::new_pipes`] hands out the pipes
     /// once for pollers that register descriptors for good (edge-triggered),
     /// [`Connection::wait_blocking`] does the waiting for a blocking thread —
-    /// or `timed_out` at the deadline (the script is then killed).
+    /// or `timed_out` at the deadline (the responder is then stopped).
     Pipes(Instant),
 }
 
@@ -82,7 +83,7 @@ pub enum Want {
 pub struct Waiting<'a> {
     /// The client socket's readiness, if it is needed.
     pub socket: Option<Interest>,
-    /// The script's pipes (and its pidfd), each with its readiness.
+    /// The responder's descriptors (a script's pipes and pidfd), each with its readiness.
     pub pipes: Vec<(BorrowedFd<'a>, Interest)>,
 }
 
@@ -197,8 +198,8 @@ pub struct Connection {
     defer_log: bool,
     /// Records kept back for [`Connection::take_log`].
     deferred_log: Vec<LogRecord>,
-    /// A script was started whose pipes [`Connection::new_pipes`] has not handed out.
-    cgi_new: bool,
+    /// A responder was started whose descriptors [`Connection::new_pipes`] has not handed out.
+    stream_new: bool,
     /// The driver is told of every new byte (edge-triggered epoll), so a
     /// short read means the socket is empty until it says otherwise.
     edge_triggered: bool,
@@ -247,11 +248,11 @@ enum Phase {
     /// Closing after an error: our side is shut, input is drained for a
     /// while so the client reads the response instead of a reset (RFC 9112 §9.6).
     Linger { deadline: Instant },
-    /// Receiving a chunked body for a CGI script, which must know its
-    /// length before it starts (RFC 3875 §4.1.2, bad-input K5).
-    CgiBody(Box<Collect>),
-    /// A CGI script runs: its I/O is streamed.
-    Cgi(Box<(CgiRun, Plan)>),
+    /// Receiving a chunked body for a handler that must know its length
+    /// before it starts (a script: RFC 3875 §4.1.2, bad-input K5).
+    Collect(Box<Collect>),
+    /// A responder streams the response (a script runs).
+    Stream(Box<Streaming>),
 }
 
 /// A request and its plan. Its one allocation lasts from the parsed head
@@ -267,7 +268,7 @@ impl Mode {
     fn runs_inline(self, plan: &Plan) -> bool {
         match self {
             Mode::Inline => true,
-            Mode::HandOutScripts => plan.cgi.is_none(),
+            Mode::HandOutScripts => plan.body.is_none(),
             Mode::HandOut => false,
         }
     }
@@ -289,8 +290,8 @@ struct Plan {
     unread: bool,
     /// A HEAD request: whatever answers it carries no body.
     head_only: bool,
-    /// The request is for a CGI script.
-    cgi: Option<CgiPlan>,
+    /// The handler reads the body itself (a script), and how.
+    body: Option<BodyPlan>,
 }
 
 impl Connection {
@@ -310,7 +311,7 @@ impl Connection {
             idle_deadline: now + pipeline.settings.header_timeout,
             defer_log: false,
             deferred_log: Vec::new(),
-            cgi_new: false,
+            stream_new: false,
             edge_triggered: false,
             drained: false,
             gauge: ConnState::None,
@@ -465,13 +466,13 @@ impl Connection {
                     self.answer_inline(request.expect("a ready job holds its request"), plan, fresh, p);
                 }
                 Phase::Ready(_) | Phase::Processing(_) => return Want::Process,
-                Phase::CgiBody(_) => {
+                Phase::Collect(_) => {
                     if let Some(want) = self.collect_body(sock, p) {
                         return want;
                     }
                 }
-                Phase::Cgi(_) => {
-                    if let Some(want) = self.drive_cgi(sock, p) {
+                Phase::Stream(_) => {
+                    if let Some(want) = self.drive_stream(sock, p) {
                         return want;
                     }
                 }
@@ -517,7 +518,7 @@ impl Connection {
                                     }
                                 }
                                 let (request, plan) = self.plan(head, sock, p, stopping);
-                                if plan.cgi.is_some() {
+                                if plan.body.is_some() {
                                     match request.head.framing {
                                         // RFC 9110 §15.5.14
                                         BodyFraming::Length(n) if n > p.settings.max_body => {
@@ -534,8 +535,8 @@ impl Connection {
                                             // the chunked body cannot be skipped unread.
                                             let probe = request.probe();
                                             let mut plan = plan;
-                                            if let Some(cgi) = plan.cgi.as_mut() {
-                                                cgi.probed = Some(Box::new(request));
+                                            if let Some(body) = plan.body.as_mut() {
+                                                body.probed = Some(Box::new(request));
                                             }
                                             self.phase = Phase::ready(probe, plan);
                                             continue;
@@ -656,11 +657,8 @@ impl Connection {
     /// again; `false` if the socket should just be closed.
     pub fn timed_out(&mut self, p: &Pipeline) -> bool {
         match std::mem::replace(&mut self.phase, Phase::Head) {
-            Phase::Cgi(cgi) => {
-                let (run, plan) = *cgi;
-                return self.cgi_timed_out(run, plan, p);
-            }
-            Phase::CgiBody(collect) => {
+            Phase::Stream(streaming) => return self.stream_timed_out(*streaming, p),
+            Phase::Collect(collect) => {
                 self.fail_planned(collect.plan, 408, p);
                 return true;
             }
@@ -690,8 +688,8 @@ impl Connection {
             Some(Cow::Owned(path)) => Some(path.into_boxed_str()),
             _ => None,
         };
-        if route == Route::Script {
-            return self.plan_cgi(head, normal_path, sock, p, stopping);
+        if route.reads_body() {
+            return self.plan_streamed(head, route, normal_path, sock, p, stopping);
         }
         // A body no handler wants is read and dropped to find the next
         // request (RFC 9112 §6.3). One too large, chunked, or whose sender
@@ -709,7 +707,7 @@ impl Connection {
         let log = self.log_record(&head, p);
         let unread = self.start < self.end || head.framing != BodyFraming::None;
         let head_only = head.method == h1::Method::Head;
-        let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, cgi: None };
+        let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, body: None };
         let peer = self.info.peer;
         let request =
             Request { head, keep_alive, peer, local: None, redirects: 0, probe: false, route, normal_path };

@@ -70,8 +70,8 @@ impl Connection {
     /// `at`: a timestamp just taken (timing on), the start of what follows.
     pub(super) fn respond_planned(&mut self, plan: Plan, reply: Reply, at: Option<u64>, p: &Pipeline) {
         let (plan, reply) = match reply {
-            Reply::Response(response) if plan.cgi.is_none() => (plan, response),
-            reply => match self.start_script(plan, reply, at, p) {
+            Reply::Response(response) if plan.body.is_none() => (plan, response),
+            reply => match self.start_stream(plan, reply, at, p) {
                 Some(answer) => answer,
                 None => return,
             },
@@ -205,9 +205,9 @@ impl Connection {
     pub(super) fn abort(&mut self, p: &Pipeline) {
         match std::mem::replace(&mut self.phase, Phase::Head) {
             Phase::Write(mut pending) => self.log(p, &mut pending),
-            Phase::Cgi(cgi) => {
-                let (run, plan) = *cgi;
-                self.log_cgi(&run, plan, p);
+            Phase::Stream(streaming) => {
+                let Streaming { responder, plan } = *streaming;
+                self.log_streamed(responder.as_ref(), plan, p);
             }
             _ => {}
         }

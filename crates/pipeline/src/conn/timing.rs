@@ -17,15 +17,15 @@ pub(super) struct Timing {
     /// A request is out with the pipeline: `deliver` records its phases.
     pub(super) taken: bool,
     /// When the model took the request out of the loop (`drive_split`, or
-    /// a script under `drive_except_cgi`): its queue starts.
+    /// a script under `Mode::HandOutScripts`): its queue starts.
     pub(super) handed_out: Mark,
     /// What the connection waited before it reached this `Connection` (a
     /// model's handoff queue): part of its first request's total.
     pub(super) queued_before: u64,
     /// The response began to be written.
     pub(super) write_start: Mark,
-    /// The CGI script started.
-    pub(super) cgi_start: Mark,
+    /// The responder (a script) started.
+    pub(super) stream_start: Mark,
     pub(super) phases: PhaseTimes,
     pub(super) data: &'static str,
     /// Sampled for the trace: the path is kept.
@@ -158,7 +158,7 @@ impl Connection {
         tm.taken = false;
         tm.handed_out = Mark::NONE;
         tm.write_start = Mark::NONE;
-        tm.cgi_start = Mark::NONE;
+        tm.stream_start = Mark::NONE;
         tm.phases.clear();
         tm.data = "";
     }

@@ -1,6 +1,9 @@
-//! The phases of a CGI request on a connection: a chunked body collected
-//! before the script starts, the `100 Continue` probe, the script's I/O
-//! streamed, local redirects, the script's timeout.
+//! The phases of a request whose handler reads the body itself and streams
+//! its response (a [`Responder`]; a CGI script is the one there is): a
+//! chunked body collected first (the handler must know its length, RFC 3875
+//! §4.1.2), the `100 Continue` probe, the responder driven, the request it
+//! answers instead (a local redirect), its timeout. What the responder runs
+//! is not this file's business.
 
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
@@ -10,14 +13,11 @@ use transport::poller::Interest;
 use transport::Wire;
 
 use super::*;
-use crate::cgi_stream::{CgiRun, Step};
+use crate::responder::{BodyStart, Responder, Streamed};
 use crate::stats::{now_ns, Phase as TimedPhase};
 use crate::Pipeline;
 
-/// Internal redirects one request may take (Apache's `LimitInternalRecursion 10`).
-pub(super) const MAX_REDIRECTS: u8 = 10;
-
-/// A chunked request body being collected for a script.
+/// A chunked request body being collected before its handler starts.
 #[derive(Debug)]
 pub(super) struct Collect {
     pub(super) request: Request,
@@ -29,18 +29,32 @@ pub(super) struct Collect {
     pub(super) deadline: Instant,
 }
 
-/// How a CGI request's body reaches the script.
+/// How a request's body reaches a handler that reads it itself.
 #[derive(Debug)]
-pub(super) struct CgiPlan {
+pub(super) struct BodyPlan {
     pub(super) keep_alive: bool,
     pub(super) expect_continue: bool,
-    /// `Content-Length` bytes not yet received (streamed to the script).
+    /// `Content-Length` bytes not yet received (streamed to the handler).
     pub(super) remaining: u64,
     /// A de-chunked body, received in full.
     pub(super) collected: Vec<u8>,
-    /// The request whose script is being looked for (`Request::probe`),
+    /// The request whose handler is being looked for (`Request::probe`),
     /// for when it is found.
     pub(super) probed: Option<Box<Request>>,
+}
+
+impl BodyPlan {
+    /// After the handler started: nothing more to send it.
+    fn spent(keep_alive: bool) -> BodyPlan {
+        BodyPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new(), probed: None }
+    }
+}
+
+/// A responder at work, and the plan of the request it answers.
+#[derive(Debug)]
+pub(super) struct Streaming {
+    pub(super) responder: Box<dyn Responder>,
+    pub(super) plan: Plan,
 }
 
 impl Connection {
@@ -48,34 +62,36 @@ impl Connection {
     /// `poll` and other level-triggered waits).
     pub fn waiting(&self) -> Waiting<'_> {
         match &self.phase {
-            Phase::Cgi(cgi) => {
-                let (socket, pipes) = cgi.0.waiting();
+            Phase::Stream(streaming) => {
+                let (socket, pipes) = streaming.responder.waiting();
                 Waiting { socket, pipes }
             }
             _ => Waiting { socket: None, pipes: Vec::new() },
         }
     }
 
-    /// The pipes of a script started since the last call, each with every
-    /// readiness it can report; empty otherwise. For edge-triggered pollers
-    /// that register a descriptor once: they are closed (and so leave any
-    /// epoll set) when the script's run ends.
+    /// The descriptors (a script's pipes) of a responder started since the
+    /// last call, each with every readiness it can report; empty otherwise.
+    /// For edge-triggered pollers that register a descriptor once: they are
+    /// closed (and so leave any epoll set) when the responder ends.
     pub fn new_pipes(&mut self) -> Vec<(BorrowedFd<'_>, Interest)> {
-        if !std::mem::take(&mut self.cgi_new) {
+        if !std::mem::take(&mut self.stream_new) {
             return Vec::new();
         }
         match &self.phase {
-            Phase::Cgi(cgi) => cgi.0.pipes(),
+            Phase::Stream(streaming) => streaming.responder.descriptors(),
             _ => Vec::new(),
         }
     }
 
-    /// [`plan`](Self::plan) for a script: its body is the script's input,
-    /// so it is read whole (a chunked one before the script starts), and
-    /// the connection can stay open after any body we accept.
-    pub(super) fn plan_cgi(
+    /// [`plan`](Self::plan) for a request whose handler reads the body: it
+    /// is the handler's input, so it is read whole (a chunked one before the
+    /// handler starts), and the connection can stay open after any body we
+    /// accept.
+    pub(super) fn plan_streamed(
         &self,
         head: RequestHead,
+        route: Route,
         normal_path: Option<Box<str>>,
         sock: &dyn Wire,
         p: &Pipeline,
@@ -91,7 +107,7 @@ impl Connection {
             head.keep_alive && body_ok && !stopping && self.served + 1 < settings.max_keepalive_requests;
         let log = self.log_record(&head, p);
         let unread = self.start < self.end || head.framing != BodyFraming::None;
-        let cgi = CgiPlan {
+        let body = BodyPlan {
             keep_alive,
             expect_continue: head.expect_continue,
             remaining,
@@ -99,26 +115,18 @@ impl Connection {
             probed: None,
         };
         let plan =
-            Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, cgi: Some(cgi) };
+            Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, body: Some(body) };
         let local = sock.local_addr();
         let peer = self.info.peer;
-        let request = Request {
-            head,
-            keep_alive,
-            peer,
-            local,
-            redirects: 0,
-            probe: false,
-            route: Route::Script,
-            normal_path,
-        };
+        let request =
+            Request { head, keep_alive, peer, local, redirects: 0, probe: false, route, normal_path };
         (request, plan)
     }
 
-    /// Collects a chunked body for a script. `Some` ends `drive`.
+    /// Collects a chunked body for its handler. `Some` ends `drive`.
     pub(super) fn collect_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
-        let Phase::CgiBody(mut c) = std::mem::replace(&mut self.phase, Phase::Head) else {
-            unreachable!("called in the CgiBody phase");
+        let Phase::Collect(mut c) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            unreachable!("called in the Collect phase");
         };
         loop {
             if !c.interim.is_empty() {
@@ -126,7 +134,7 @@ impl Connection {
                     Ok(n) => c.interim = &c.interim[n..],
                     Err(e) if would_block(&e) || e.kind() == std::io::ErrorKind::Interrupted => {
                         let deadline = c.deadline;
-                        self.phase = Phase::CgiBody(c);
+                        self.phase = Phase::Collect(c);
                         return Some(Want::Write(deadline));
                     }
                     Err(_) => return Some(Want::Close),
@@ -148,13 +156,13 @@ impl Connection {
                 }
                 if c.decoder.is_done() {
                     let Collect { mut request, mut plan, body, .. } = *c;
-                    // The script sees a body of known length (§4.1.2).
+                    // The handler sees a body of known length (§4.1.2).
                     request.head.framing = BodyFraming::Length(body.len() as u64);
                     request.head.expect_continue = false;
                     plan.unread = self.start < self.end;
-                    if let Some(cgi) = plan.cgi.as_mut() {
-                        cgi.collected = body;
-                        cgi.expect_continue = false;
+                    if let Some(plan_body) = plan.body.as_mut() {
+                        plan_body.collected = body;
+                        plan_body.expect_continue = false;
                     }
                     self.phase = Phase::ready(request, plan);
                     return None;
@@ -169,7 +177,7 @@ impl Connection {
                 Ok(_) => {}
                 Err(e) if would_block(&e) => {
                     let deadline = c.deadline;
-                    self.phase = Phase::CgiBody(c);
+                    self.phase = Phase::Collect(c);
                     return Some(Want::Read(deadline));
                 }
                 Err(_) => return Some(Want::Close),
@@ -177,132 +185,102 @@ impl Connection {
         }
     }
 
-    /// --cgi-timeout: the script made no progress; its whole process group
-    /// goes (bad-input K12). `true`: a 504 is queued; `false`: output had
-    /// begun, so only a close can tell the client.
-    pub(super) fn cgi_timed_out(&mut self, mut run: CgiRun, plan: Plan, p: &Pipeline) -> bool {
-        run.kill();
-        p.error_log.error(format_args!("cgi {}: timed out; killed", run.sp.process.name));
-        if !run.started {
+    /// The responder's deadline passed: it is stopped. `true`: an error
+    /// page (504) is queued; `false`: output had begun, so only a close can
+    /// tell the client.
+    pub(super) fn stream_timed_out(&mut self, streaming: Streaming, p: &Pipeline) -> bool {
+        let Streaming { mut responder, plan } = streaming;
+        if responder.stop(p) {
             self.fail_planned(plan, 504, p);
             return true;
         }
-        self.log_cgi(&run, plan, p);
+        self.log_streamed(responder.as_ref(), plan, p);
         false
     }
 
-    /// Streams a script's I/O. `Some` ends `drive`.
-    pub(super) fn drive_cgi(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
-        let Phase::Cgi(cgi) = std::mem::replace(&mut self.phase, Phase::Head) else {
-            unreachable!("called in the Cgi phase");
+    /// Drives the responder. `Some` ends `drive`.
+    pub(super) fn drive_stream(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
+        let Phase::Stream(mut streaming) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            unreachable!("called in the Stream phase");
         };
-        let (mut run, plan) = *cgi;
-        match run.pump(sock, p) {
-            Step::Wait(deadline) => {
-                self.phase = Phase::Cgi(Box::new((run, plan)));
+        match streaming.responder.pump(sock, p) {
+            Streamed::Wait(deadline) => {
+                self.phase = Phase::Stream(streaming);
                 Some(Want::Pipes(deadline))
             }
-            Step::TimedOut => {
-                if self.cgi_timed_out(run, plan, p) {
+            Streamed::TimedOut => {
+                if self.stream_timed_out(*streaming, p) {
                     None
                 } else {
                     Some(Want::Close)
                 }
             }
-            Step::Done { close } => {
-                let discard = plan.discard + run.body_remaining;
+            Streamed::Done { close } => {
+                let Streaming { responder, plan } = *streaming;
+                let discard = plan.discard + responder.body_unread();
                 let unread = discard > 0 || self.start < self.end;
-                self.log_cgi(&run, plan, p);
-                drop(run);
+                self.log_streamed(responder.as_ref(), plan, p);
+                drop(responder);
                 self.after_response(sock, close, unread, discard, p)
             }
-            Step::Failed(status) => {
-                drop(run);
+            Streamed::Failed(status) => {
+                let Streaming { responder, plan } = *streaming;
+                drop(responder);
                 self.fail_planned(plan, status, p);
                 None
             }
-            Step::Redirect(location) if run.sp.redirects + 1 >= MAX_REDIRECTS => {
-                p.error_log.error(format_args!(
-                    "cgi {}: more than {MAX_REDIRECTS} internal redirects (to {location})",
-                    run.sp.process.name
-                ));
-                drop(run);
-                self.fail_planned(plan, 500, p);
-                None
-            }
-            Step::Redirect(location) => {
-                // §6.2.2: answer as for a GET of that path, without the
-                // body; a HEAD stays a HEAD (Apache keeps `header_only`),
-                // so its answer has no body either.
-                let sp = &run.sp;
-                let mut head = sp.head.redirected(&location, |h| {
-                    !["content-length", "content-type", "transfer-encoding"]
-                        .iter()
-                        .any(|n| h.name.eq_ignore_ascii_case(n))
-                });
-                if head.method != h1::Method::Head {
-                    head.method = h1::Method::Get;
-                }
-                head.framing = BodyFraming::None;
-                head.expect_continue = false;
-                let keep_alive = plan.cgi.as_ref().is_some_and(|c| c.keep_alive);
-                let request =
-                    Request::routed(p, head, keep_alive, self.info.peer, sp.local, sp.redirects + 1);
-                // The first script's body is dropped, and what it did not read of
-                // the request's body is dropped after the new response.
-                let discard = plan.discard + run.body_remaining;
-                drop(run);
-                let cgi = CgiPlan {
-                    keep_alive,
-                    expect_continue: false,
-                    remaining: 0,
-                    collected: Vec::new(),
-                    probed: None,
-                };
-                let plan = Plan { cgi: Some(cgi), discard, ..plan };
+            Streamed::Instead { head, local, redirects } => {
+                let Streaming { responder, plan } = *streaming;
+                let keep_alive = plan.body.as_ref().is_some_and(|b| b.keep_alive);
+                let request = Request::routed(p, *head, keep_alive, self.info.peer, local, redirects);
+                // The first response's body is dropped, and what it did not
+                // read of the request's body is dropped after the new one.
+                let discard = plan.discard + responder.body_unread();
+                drop(responder);
+                let plan = Plan { body: Some(BodyPlan::spent(keep_alive)), discard, ..plan };
                 self.phase = Phase::ready(request, plan);
                 None
             }
-            Step::Abort => {
-                self.log_cgi(&run, plan, p);
+            Streamed::Abort => {
+                let Streaming { responder, plan } = *streaming;
+                self.log_streamed(responder.as_ref(), plan, p);
                 Some(Want::Close)
             }
         }
     }
 
-    pub(super) fn log_cgi(&mut self, run: &CgiRun, plan: Plan, p: &Pipeline) {
+    pub(super) fn log_streamed(&mut self, responder: &dyn Responder, plan: Plan, p: &Pipeline) {
         let mut end = p.stats.timing.then(now_ns);
-        if let (Some(start), Some(now)) = (self.tm.cgi_start.take(), end) {
+        if let (Some(start), Some(now)) = (self.tm.stream_start.take(), end) {
             self.tm.phases.set(TimedPhase::CgiRun, now.saturating_sub(start));
         }
+        let (status, body_bytes) = (responder.status(), responder.body_bytes());
+        self.served += 1;
         if let Some(mut record) = plan.log {
-            record.status = run.status;
-            record.body_bytes = run.body_bytes;
-            self.served += 1;
+            record.status = status;
+            record.body_bytes = body_bytes;
             if self.defer_log {
                 self.deferred_log.push(record);
             } else {
                 self.lend_now(end, || p.access_log.record(&record));
                 end = end.map(|start| self.timed_log(start));
             }
-        } else {
-            self.served += 1;
         }
-        self.finish_request(run.status, run.body_bytes, end);
+        self.finish_request(status, body_bytes, end);
     }
 
-    /// The answer to a request planned for a script: the probe passed (a
-    /// chunked body is collected next), or the script started (its run
-    /// begins; `at` is its start, timing on). `Some` gives back what is
-    /// answered like any request: the script's error page.
-    pub(super) fn start_script(
+    /// The answer to a request planned for a streaming handler: the probe
+    /// passed (a chunked body is collected next), or the handler started
+    /// (the responder runs; `at` is its start, timing on). `Some` gives back
+    /// what is answered like any request: the handler's error page.
+    pub(super) fn start_stream(
         &mut self,
         mut plan: Plan,
         reply: Reply,
         at: Option<u64>,
         p: &Pipeline,
     ) -> Option<(Plan, Response)> {
-        let probed = plan.cgi.as_mut().and_then(|cgi| cgi.probed.take());
+        let probed = plan.body.as_mut().and_then(|body| body.probed.take());
         match reply {
             Reply::Continue => {
                 let Some(request) = probed else {
@@ -310,17 +288,17 @@ impl Connection {
                     self.fail_planned(plan, 500, p);
                     return None;
                 };
-                // The script exists: ask for the body, then start it.
+                // The handler exists: ask for the body, then start it.
                 self.phase = collect_chunked(*request, plan, CONTINUE, p);
                 None
             }
             Reply::Script { spawned, .. } => {
-                let Some(cgi_plan) = plan.cgi.take() else {
+                let Some(body) = plan.body.take() else {
                     p.error_log.error(format_args!("a script started for a request planned as a file"));
                     self.fail_planned(plan, 500, p);
                     return None;
                 };
-                let CgiPlan { keep_alive, expect_continue, mut remaining, collected, .. } = cgi_plan;
+                let BodyPlan { keep_alive, expect_continue, mut remaining, collected, .. } = body;
                 let buffered = if collected.is_empty() {
                     // The part of the body that arrived with the head.
                     let take = remaining.min((self.end - self.start) as u64) as usize;
@@ -331,24 +309,19 @@ impl Connection {
                 } else {
                     collected
                 };
-                let run = CgiRun::new(spawned, keep_alive, buffered, remaining, expect_continue, p);
-                plan.cgi = Some(CgiPlan {
-                    keep_alive,
-                    expect_continue: false,
-                    remaining: 0,
-                    collected: Vec::new(),
-                    probed: None,
-                });
-                self.phase = Phase::Cgi(Box::new((run, plan)));
-                self.cgi_new = true;
-                self.tm.cgi_start = self.stamp(at).into();
+                let responder =
+                    spawned.responder(BodyStart { keep_alive, buffered, remaining, expect_continue }, p);
+                plan.body = Some(BodyPlan::spent(keep_alive));
+                self.phase = Phase::Stream(Box::new(Streaming { responder, plan }));
+                self.stream_new = true;
+                self.tm.stream_start = self.stamp(at).into();
                 None
             }
-            // The script did not start (404, 403, 503...), or the probe's
+            // The handler did not start (404, 403, 503...), or the probe's
             // error page: a body, if any, is dropped to find the next request.
             Reply::Response(response) => {
-                if let Some(cgi_plan) = plan.cgi.take() {
-                    plan.discard += cgi_plan.remaining;
+                if let Some(body) = plan.body.take() {
+                    plan.discard += body.remaining;
                 }
                 Some((plan, response))
             }
@@ -358,9 +331,9 @@ impl Connection {
 
 pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-/// The phase that receives a chunked body for a script, after `interim`.
+/// The phase that receives a chunked body for its handler, after `interim`.
 pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pipeline) -> Phase {
-    Phase::CgiBody(Box::new(Collect {
+    Phase::Collect(Box::new(Collect {
         interim,
         decoder: ChunkedDecoder::new(p.settings.max_body),
         body: Vec::new(),

@@ -1,0 +1,90 @@
+//! A response the connection streams instead of writing it from a queue.
+//!
+//! Most answers are an [`Outbound`](transport::Outbound) built at once.
+//! Some are produced while they are sent, by something that also reads the
+//! rest of the request body from the client — a CGI script today. Such a
+//! [`Responder`] moves its own bytes between the client's [`Wire`] and its
+//! source; the connection only drives it, waits for what it says, logs it
+//! and goes on with what it leaves. The connection knows nothing of what a
+//! responder runs.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::time::Instant;
+
+use h1::RequestHead;
+use transport::poller::Interest;
+use transport::Wire;
+
+use crate::Pipeline;
+
+/// How the request's body reaches a responder as it starts.
+#[derive(Debug)]
+pub(crate) struct BodyStart {
+    /// The connection may stay open after the response.
+    pub keep_alive: bool,
+    /// Body bytes already received: a de-chunked body, or the part of a
+    /// `Content-Length` body that came with the head.
+    pub buffered: Vec<u8>,
+    /// Body bytes still to be read from the client.
+    pub remaining: u64,
+    /// The client waits for `100 Continue` before sending them.
+    pub expect_continue: bool,
+}
+
+/// What [`Responder::pump`] reached.
+#[derive(Debug)]
+pub(crate) enum Streamed {
+    /// Pump again when a descriptor of [`Responder::waiting`] is ready, or
+    /// at this deadline.
+    Wait(Instant),
+    /// The deadline passed without progress: [`Responder::stop`] it.
+    TimedOut,
+    /// The response is out.
+    Done {
+        /// The connection must close after it.
+        close: bool,
+    },
+    /// Nothing was sent: answer with this status and close.
+    Failed(u16),
+    /// Answer this request instead, nothing having been sent (a CGI local
+    /// redirect, RFC 3875 §6.2.2); it carries no body.
+    Instead {
+        /// The request to answer.
+        head: Box<RequestHead>,
+        /// Where the connection came in.
+        local: Option<SocketAddr>,
+        /// Internal redirects taken, this one included.
+        redirects: u8,
+    },
+    /// The client is gone or the response cannot be completed: close.
+    Abort,
+}
+
+/// A response produced while it is sent; see the module documentation.
+pub(crate) trait Responder: fmt::Debug + Send {
+    /// Moves every byte that can move now, in both directions.
+    fn pump(&mut self, wire: &dyn Wire, p: &Pipeline) -> Streamed;
+
+    /// What the last `pump` waits for, exactly (for level-triggered
+    /// waits): the client's readiness, and each descriptor's.
+    fn waiting(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>);
+
+    /// Every descriptor it may wait on, with every readiness it can
+    /// report: for pollers that register descriptors once.
+    fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)>;
+
+    /// Its deadline passed: stop it for good. `true` if nothing was sent,
+    /// so an error page can still answer the request.
+    fn stop(&mut self, p: &Pipeline) -> bool;
+
+    /// The status sent (or to be sent), for the log.
+    fn status(&self) -> u16;
+
+    /// Body bytes sent (or queued) to the client, for the log.
+    fn body_bytes(&self) -> u64;
+
+    /// Request body bytes it did not read: dropped before the next request.
+    fn body_unread(&self) -> u64;
+}
