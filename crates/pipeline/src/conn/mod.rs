@@ -1,11 +1,11 @@
 //! The per-connection HTTP/1.1 state machine, shared by every model.
 //!
-//! * this file — the connection, its phases, what a driver calls
-//!   (`drive`, `take_request`/`deliver`, `timed_out`) and the head phase:
+//! * this file — the connection, its states, what a driver calls
+//!   (`drive`, `take_request`/`deliver`, `timed_out`) and the head state:
 //!   parse, plan, run the pipeline or hand the request out;
 //! * `respond.rs` — writing a response, logging it, and what follows it
 //!   (close, linger, discard a body, wait for the next head);
-//! * `stream.rs` — the phases of a request whose handler reads the body
+//! * `stream.rs` — the states of a request whose handler reads the body
 //!   itself and streams its response (a `Responder`: a CGI script): a
 //!   chunked body collected, a `100 Continue` probe, the responder driven,
 //!   the request it answers instead;
@@ -31,7 +31,7 @@ use transport::{Progress, Wire};
 use crate::reply::Reply;
 use crate::response::{self, Response};
 use crate::spares::{self, Spares};
-use crate::stats::{now_ns, ConnState, Phase as TimedPhase, Stats};
+use crate::stats::{now_ns, ConnState, Phase, Stats};
 use crate::{LogRecord, Pipeline, Route};
 
 mod blocking;
@@ -186,7 +186,7 @@ pub struct Connection {
     /// a time costs linear work, not quadratic.
     head_seen: u32,
     head_line: u32,
-    phase: Phase,
+    state: State,
     mode: Mode,
     served: u32,
     /// When the head being received must be complete: a total deadline,
@@ -233,7 +233,7 @@ thread_local! {
 }
 
 #[derive(Debug)]
-enum Phase {
+enum State {
     /// Waiting for (the rest of) a request head.
     Head,
     /// (Split mode) a request waits to be taken by the model.
@@ -274,9 +274,9 @@ impl Mode {
     }
 }
 
-impl Phase {
-    fn ready(request: Request, plan: Plan) -> Phase {
-        Phase::Ready(Box::new(Job { request: Some(request), plan }))
+impl State {
+    fn ready(request: Request, plan: Plan) -> State {
+        State::Ready(Box::new(Job { request: Some(request), plan }))
     }
 }
 
@@ -304,7 +304,7 @@ impl Connection {
             end: 0,
             head_seen: 0,
             head_line: 0,
-            phase: Phase::Head,
+            state: State::Head,
             mode,
             served: 0,
             head_deadline: now + pipeline.settings.header_timeout,
@@ -351,7 +351,7 @@ impl Connection {
     /// [`Want::Process`] at the others), writes. `stopping` asks to close at
     /// the next request boundary (graceful shutdown).
     pub fn drive(&mut self, wire: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
-        let want = self.run_phases(wire, p, stopping);
+        let want = self.advance(wire, p, stopping);
         self.set_gauge(&want);
         self.now = None;
         want
@@ -375,18 +375,18 @@ impl Connection {
     /// it elsewhere (a queue, a pool, a spawner thread) and hands the reply
     /// back with [`deliver`](Self::deliver).
     pub fn take_request(&mut self) -> Option<Request> {
-        match std::mem::replace(&mut self.phase, Phase::Head) {
-            Phase::Ready(mut job) => {
+        match std::mem::replace(&mut self.state, State::Head) {
+            State::Ready(mut job) => {
                 let request = job.request.take().expect("a ready job holds its request");
                 if self.stats.timing {
                     self.tm.taken = true;
                     self.tm.handed_out = Mark::at(now_ns());
                 }
-                self.phase = Phase::Processing(job);
+                self.state = State::Processing(job);
                 Some(request)
             }
             other => {
-                self.phase = other;
+                self.state = other;
                 None
             }
         }
@@ -395,7 +395,7 @@ impl Connection {
     /// Hands back the reply for the request taken with
     /// [`take_request`](Self::take_request); drive the connection again to send it.
     pub fn deliver(&mut self, reply: Reply, p: &Pipeline) {
-        let Phase::Processing(job) = std::mem::replace(&mut self.phase, Phase::Head) else {
+        let State::Processing(job) = std::mem::replace(&mut self.state, State::Head) else {
             panic!("deliver without a request taken");
         };
         self.deliver_from(job.plan, reply, None, p);
@@ -428,9 +428,9 @@ impl Connection {
                 None => u64::try_from(reply.took().as_nanos()).unwrap_or(u64::MAX),
             };
             let measured = match &reply {
-                Reply::Script { .. } => Some((TimedPhase::CgiSpawn, "cgi")),
-                Reply::Response(response) if response.data.hit => Some((TimedPhase::DataHit, "hit")),
-                Reply::Response(_) => Some((TimedPhase::DataMiss, "miss")),
+                Reply::Script { .. } => Some((Phase::CgiSpawn, "cgi")),
+                Reply::Response(response) if response.data.hit => Some((Phase::DataHit, "hit")),
+                Reply::Response(_) => Some((Phase::DataMiss, "miss")),
                 // A 100-continue probe found the script: the request is not
                 // answered yet, and its script start is recorded when it runs.
                 Reply::Continue => None,
@@ -449,7 +449,7 @@ impl Connection {
         self.respond_planned(plan, reply, at, p);
     }
 
-    fn run_phases(&mut self, sock: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
+    fn advance(&mut self, sock: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
         let mode = self.mode;
         // A timestamp (timing on) taken at the end of one step, for the next
         // step to start with instead of reading the clock again: valid for
@@ -457,32 +457,32 @@ impl Connection {
         let mut just_read: Option<u64> = None;
         loop {
             let fresh = just_read.take();
-            match &mut self.phase {
-                Phase::Ready(ready) if mode.runs_inline(&ready.plan) => {
-                    let Phase::Ready(job) = std::mem::replace(&mut self.phase, Phase::Head) else {
+            match &mut self.state {
+                State::Ready(ready) if mode.runs_inline(&ready.plan) => {
+                    let State::Ready(job) = std::mem::replace(&mut self.state, State::Head) else {
                         unreachable!("matched Ready");
                     };
                     let Job { request, plan } = *job;
                     self.answer_inline(request.expect("a ready job holds its request"), plan, fresh, p);
                 }
-                Phase::Ready(_) | Phase::Processing(_) => return Want::Process,
-                Phase::Collect(_) => {
+                State::Ready(_) | State::Processing(_) => return Want::Process,
+                State::Collect(_) => {
                     if let Some(want) = self.collect_body(sock, p) {
                         return want;
                     }
                 }
-                Phase::Stream(_) => {
+                State::Stream(_) => {
                     if let Some(want) = self.drive_stream(sock, p) {
                         return want;
                     }
                 }
-                Phase::Head => {
+                State::Head => {
                     if self.start < self.end {
                         let parse_start = if let Some(now) = self.stamp(fresh) {
                             if self.tm.first.get().is_none() {
                                 self.tm.first = Mark::at(now);
                                 if let Some(idle_since) = self.tm.idle_since.get() {
-                                    self.tm.phases.set(TimedPhase::Wait, now.saturating_sub(idle_since));
+                                    self.tm.phases.set(Phase::Wait, now.saturating_sub(idle_since));
                                 }
                             }
                             Some(now)
@@ -509,8 +509,8 @@ impl Connection {
                                 self.start += len;
                                 if let (Some(t0), Some(first)) = (parse_start, self.tm.first.get()) {
                                     let now = now_ns();
-                                    self.tm.phases.set(TimedPhase::Read, t0.saturating_sub(first));
-                                    self.tm.phases.set(TimedPhase::Parse, now.saturating_sub(t0));
+                                    self.tm.phases.set(Phase::Read, t0.saturating_sub(first));
+                                    self.tm.phases.set(Phase::Parse, now.saturating_sub(t0));
                                     self.tm.service_start = Mark::at(now);
                                     just_read = Some(now);
                                     if p.stats.sample() {
@@ -538,11 +538,11 @@ impl Connection {
                                             if let Some(body) = plan.body.as_mut() {
                                                 body.probed = Some(Box::new(request));
                                             }
-                                            self.phase = Phase::ready(probe, plan);
+                                            self.state = State::ready(probe, plan);
                                             continue;
                                         }
                                         BodyFraming::Chunked => {
-                                            self.phase = collect_chunked(request, plan, b"", p);
+                                            self.state = collect_chunked(request, plan, b"", p);
                                             continue;
                                         }
                                         _ => {}
@@ -551,7 +551,7 @@ impl Connection {
                                 if mode.runs_inline(&plan) {
                                     self.answer_inline(request, plan, just_read.take(), p);
                                 } else {
-                                    self.phase = Phase::ready(request, plan);
+                                    self.state = State::ready(request, plan);
                                 }
                                 continue;
                             }
@@ -595,7 +595,7 @@ impl Connection {
                         Err(_) => return Want::Close,
                     }
                 }
-                Phase::Write(pending) => match sock.send(&mut pending.reply.out) {
+                State::Write(pending) => match sock.send(&mut pending.reply.out) {
                     Ok(Progress::Done) => {
                         if let Some(want) = self.finish_response(sock, p) {
                             return want;
@@ -608,7 +608,7 @@ impl Connection {
                         let sent = pending.reply.out.bytes_sent();
                         if sent != pending.sent_mark {
                             pending.sent_mark = sent;
-                            // `deadline_base(None)`, but `self.phase` is borrowed.
+                            // `deadline_base(None)`, but `self.state` is borrowed.
                             pending.deadline =
                                 self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
                         }
@@ -619,7 +619,7 @@ impl Connection {
                         return Want::Close;
                     }
                 },
-                Phase::Discard { remaining, deadline } => {
+                State::Discard { remaining, deadline } => {
                     let buffered = (self.end - self.start) as u64;
                     let take = buffered.min(*remaining);
                     self.start += take as usize;
@@ -637,7 +637,7 @@ impl Connection {
                         Err(_) => return Want::Close,
                     }
                 }
-                Phase::Linger { deadline } => {
+                State::Linger { deadline } => {
                     let deadline = *deadline;
                     self.start = 0;
                     self.end = 0;
@@ -656,19 +656,19 @@ impl Connection {
     /// there is something to send (a 408), so `drive` should be called
     /// again; `false` if the socket should just be closed.
     pub fn timed_out(&mut self, p: &Pipeline) -> bool {
-        match std::mem::replace(&mut self.phase, Phase::Head) {
-            Phase::Stream(streaming) => return self.stream_timed_out(*streaming, p),
-            Phase::Collect(collect) => {
+        match std::mem::replace(&mut self.state, State::Head) {
+            State::Stream(streaming) => return self.stream_timed_out(*streaming, p),
+            State::Collect(collect) => {
                 self.fail_planned(collect.plan, 408, p);
                 return true;
             }
-            other => self.phase = other,
+            other => self.state = other,
         }
-        match self.phase {
+        match self.state {
             // A request had begun: say why it is refused (RFC 9110 §15.5.9).
             // An idle connection is closed silently, as nginx does, so
             // browsers' speculative connections do not log errors.
-            Phase::Head if self.start < self.end => {
+            State::Head if self.start < self.end => {
                 self.refuse(408, p);
                 true
             }

@@ -9,7 +9,7 @@ use super::*;
 use crate::reply::Reply;
 use crate::response::{self, Response};
 use crate::spares::{self, Spares};
-use crate::stats::{now_ns, ConnState, Phase as TimedPhase};
+use crate::stats::{now_ns, ConnState, Phase};
 use crate::{LogRecord, Pipeline};
 
 thread_local! {
@@ -132,7 +132,7 @@ impl Connection {
         self.set_state(ConnState::Writing);
         let deadline = self.deadline_base(self.tm.write_start.get()) + p.settings.send_timeout;
         let pending = Pending { reply, log, discard, linger, sent_mark: 0, deadline };
-        self.phase = Phase::Write(match spares::take(&SPARE_PENDINGS) {
+        self.state = State::Write(match spares::take(&SPARE_PENDINGS) {
             Some(mut spare) => {
                 *spare = pending;
                 spare
@@ -143,7 +143,7 @@ impl Connection {
 
     /// The response is out: log it and move on. `Some` ends `drive`.
     pub(super) fn finish_response(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
-        let Phase::Write(mut pending) = std::mem::replace(&mut self.phase, Phase::Head) else {
+        let State::Write(mut pending) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the write phase");
         };
         self.served += 1;
@@ -173,10 +173,10 @@ impl Connection {
                 return Some(Want::Close);
             }
             sock.shutdown_write();
-            self.phase = Phase::Linger { deadline: self.deadline_base(ended) + p.settings.linger_timeout };
+            self.state = State::Linger { deadline: self.deadline_base(ended) + p.settings.linger_timeout };
         } else if discard > 0 {
             let deadline = self.deadline_base(ended) + p.settings.header_timeout;
-            self.phase = Phase::Discard { remaining: discard, deadline };
+            self.state = State::Discard { remaining: discard, deadline };
         } else {
             self.await_next_head(p, ended);
         }
@@ -195,7 +195,7 @@ impl Connection {
             self.set_state(ConnState::KeepAlive);
         }
         let now = self.deadline_base(ended);
-        self.phase = Phase::Head;
+        self.state = State::Head;
         self.head_deadline = now + p.settings.header_timeout;
         self.idle_deadline = now + p.settings.keepalive_timeout;
     }
@@ -203,9 +203,9 @@ impl Connection {
     /// The connection dies mid-response: log what was sent (a 200 that was
     /// cut short still shows its real byte count).
     pub(super) fn abort(&mut self, p: &Pipeline) {
-        match std::mem::replace(&mut self.phase, Phase::Head) {
-            Phase::Write(mut pending) => self.log(p, &mut pending),
-            Phase::Stream(streaming) => {
+        match std::mem::replace(&mut self.state, State::Head) {
+            State::Write(mut pending) => self.log(p, &mut pending),
+            State::Stream(streaming) => {
                 let Streaming { responder, plan } = *streaming;
                 self.log_streamed(responder.as_ref(), plan, p);
             }
@@ -216,7 +216,7 @@ impl Connection {
     pub(super) fn log(&mut self, p: &Pipeline, pending: &mut Pending) {
         let mut end = p.stats.timing.then(now_ns);
         if let (Some(start), Some(now)) = (self.tm.write_start.take(), end) {
-            self.tm.phases.set(TimedPhase::Write, now.saturating_sub(start));
+            self.tm.phases.set(Phase::Write, now.saturating_sub(start));
         }
         if let Some(mut record) = pending.log.take() {
             record.body_bytes = pending.reply.out.bytes_sent().saturating_sub(pending.reply.head_len);

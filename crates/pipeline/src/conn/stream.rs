@@ -14,7 +14,7 @@ use transport::Wire;
 
 use super::*;
 use crate::responder::{BodyStart, Responder, Streamed};
-use crate::stats::{now_ns, Phase as TimedPhase};
+use crate::stats::{now_ns, Phase};
 use crate::Pipeline;
 
 /// A chunked request body being collected before its handler starts.
@@ -61,8 +61,8 @@ impl Connection {
     /// While [`Want::Pipes`]: what the connection waits for, exactly (for
     /// `poll` and other level-triggered waits).
     pub fn waiting(&self) -> Waiting<'_> {
-        match &self.phase {
-            Phase::Stream(streaming) => {
+        match &self.state {
+            State::Stream(streaming) => {
                 let (socket, pipes) = streaming.responder.waiting();
                 Waiting { socket, pipes }
             }
@@ -78,8 +78,8 @@ impl Connection {
         if !std::mem::take(&mut self.stream_new) {
             return Vec::new();
         }
-        match &self.phase {
-            Phase::Stream(streaming) => streaming.responder.descriptors(),
+        match &self.state {
+            State::Stream(streaming) => streaming.responder.descriptors(),
             _ => Vec::new(),
         }
     }
@@ -125,7 +125,7 @@ impl Connection {
 
     /// Collects a chunked body for its handler. `Some` ends `drive`.
     pub(super) fn collect_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
-        let Phase::Collect(mut c) = std::mem::replace(&mut self.phase, Phase::Head) else {
+        let State::Collect(mut c) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the Collect phase");
         };
         loop {
@@ -134,7 +134,7 @@ impl Connection {
                     Ok(n) => c.interim = &c.interim[n..],
                     Err(e) if would_block(&e) || e.kind() == std::io::ErrorKind::Interrupted => {
                         let deadline = c.deadline;
-                        self.phase = Phase::Collect(c);
+                        self.state = State::Collect(c);
                         return Some(Want::Write(deadline));
                     }
                     Err(_) => return Some(Want::Close),
@@ -164,7 +164,7 @@ impl Connection {
                         plan_body.collected = body;
                         plan_body.expect_continue = false;
                     }
-                    self.phase = Phase::ready(request, plan);
+                    self.state = State::ready(request, plan);
                     return None;
                 }
             }
@@ -177,7 +177,7 @@ impl Connection {
                 Ok(_) => {}
                 Err(e) if would_block(&e) => {
                     let deadline = c.deadline;
-                    self.phase = Phase::Collect(c);
+                    self.state = State::Collect(c);
                     return Some(Want::Read(deadline));
                 }
                 Err(_) => return Some(Want::Close),
@@ -200,12 +200,12 @@ impl Connection {
 
     /// Drives the responder. `Some` ends `drive`.
     pub(super) fn drive_stream(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
-        let Phase::Stream(mut streaming) = std::mem::replace(&mut self.phase, Phase::Head) else {
+        let State::Stream(mut streaming) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the Stream phase");
         };
         match streaming.responder.pump(sock, p) {
             Streamed::Wait(deadline) => {
-                self.phase = Phase::Stream(streaming);
+                self.state = State::Stream(streaming);
                 Some(Want::Pipes(deadline))
             }
             Streamed::TimedOut => {
@@ -238,7 +238,7 @@ impl Connection {
                 let discard = plan.discard + responder.body_unread();
                 drop(responder);
                 let plan = Plan { body: Some(BodyPlan::spent(keep_alive)), discard, ..plan };
-                self.phase = Phase::ready(request, plan);
+                self.state = State::ready(request, plan);
                 None
             }
             Streamed::Abort => {
@@ -252,7 +252,7 @@ impl Connection {
     pub(super) fn log_streamed(&mut self, responder: &dyn Responder, plan: Plan, p: &Pipeline) {
         let mut end = p.stats.timing.then(now_ns);
         if let (Some(start), Some(now)) = (self.tm.stream_start.take(), end) {
-            self.tm.phases.set(TimedPhase::CgiRun, now.saturating_sub(start));
+            self.tm.phases.set(Phase::CgiRun, now.saturating_sub(start));
         }
         let (status, body_bytes) = (responder.status(), responder.body_bytes());
         self.served += 1;
@@ -289,7 +289,7 @@ impl Connection {
                     return None;
                 };
                 // The handler exists: ask for the body, then start it.
-                self.phase = collect_chunked(*request, plan, CONTINUE, p);
+                self.state = collect_chunked(*request, plan, CONTINUE, p);
                 None
             }
             Reply::Script { spawned, .. } => {
@@ -312,7 +312,7 @@ impl Connection {
                 let responder =
                     spawned.responder(BodyStart { keep_alive, buffered, remaining, expect_continue }, p);
                 plan.body = Some(BodyPlan::spent(keep_alive));
-                self.phase = Phase::Stream(Box::new(Streaming { responder, plan }));
+                self.state = State::Stream(Box::new(Streaming { responder, plan }));
                 self.stream_new = true;
                 self.tm.stream_start = self.stamp(at).into();
                 None
@@ -332,8 +332,8 @@ impl Connection {
 pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// The phase that receives a chunked body for its handler, after `interim`.
-pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pipeline) -> Phase {
-    Phase::Collect(Box::new(Collect {
+pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pipeline) -> State {
+    State::Collect(Box::new(Collect {
         interim,
         decoder: ChunkedDecoder::new(p.settings.max_body),
         body: Vec::new(),

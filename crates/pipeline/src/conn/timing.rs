@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::stats::{now_ns, ConnState, Phase as TimedPhase, PhaseTimes, TraceRow};
+use crate::stats::{now_ns, ConnState, Phase, PhaseTimes, TraceRow};
 
 /// One request's timestamps ([`now_ns`]) and phase durations.
 #[derive(Debug, Default)]
@@ -67,7 +67,7 @@ impl Connection {
     /// event loop, once per wakeup, as nginx caches its time: deadlines set
     /// until the next `drive` (with the `deliver` or `timed_out` before it)
     /// ends count from `now` instead of a reading of their own, and so may
-    /// be as stale as `now` is. Phase timestamps (timing on) are always
+    /// be as stale as `now` is. State timestamps (timing on) are always
     /// read exactly. A blocking thread must not call this: its `drive` waits.
     pub fn set_now(&mut self, now: Instant) {
         self.now = Some(now);
@@ -102,7 +102,7 @@ impl Connection {
         let state = match want {
             Want::Close => ConnState::None,
             Want::Read(_)
-                if matches!(self.phase, Phase::Head) && self.start == self.end && self.served > 0 =>
+                if matches!(self.state, State::Head) && self.start == self.end && self.served > 0 =>
             {
                 ConnState::KeepAlive
             }
@@ -133,7 +133,7 @@ impl Connection {
         let tm = &mut self.tm;
         if let Some(first) = tm.first.get() {
             let total = end.saturating_sub(first).saturating_add(std::mem::take(&mut tm.queued_before));
-            tm.phases.set(TimedPhase::Total, total);
+            tm.phases.set(Phase::Total, total);
         }
         stats.record_request(status, bytes, &tm.phases);
         if let Some(path) = tm.trace_path.take() {
@@ -175,15 +175,15 @@ impl Connection {
     }
 
     pub(super) fn add_queue(&mut self, ns: u64) {
-        let before = self.tm.phases.get(TimedPhase::Queue).unwrap_or(0);
-        self.tm.phases.set(TimedPhase::Queue, before.saturating_add(ns));
+        let before = self.tm.phases.get(Phase::Queue).unwrap_or(0);
+        self.tm.phases.set(Phase::Queue, before.saturating_add(ns));
     }
 
     /// Records the log phase, which began at `start` (the previous phase's
     /// end) and ends now; returns now.
     pub(super) fn timed_log(&mut self, start: u64) -> u64 {
         let now = now_ns();
-        self.tm.phases.set(TimedPhase::Log, now.saturating_sub(start));
+        self.tm.phases.set(Phase::Log, now.saturating_sub(start));
         now
     }
 }
