@@ -219,10 +219,10 @@ impl<T> Rx<T> {
 fn queue<T>(stats: &Arc<StageStats>, depth: usize) -> (Tx<T>, Rx<T>) {
     // crossbeam's channel, whose receivers spin and `sched_yield` before
     // they sleep, rather than `handoff`'s mutex and condvar (which `pool`
-    // gained from): tried here on one core (2026-11-23), the condvar queues
-    // showed no gain beyond the noise and were behind at 50 KB keep-alive in
-    // two of three rounds — a yield lets the producing stage run, and the
-    // item is there when the consumer comes back, with no futex sleep/wake.
+    // gained from): the condvar queues showed no gain here (BENCHMARKS.md,
+    // "Why the code is as it is") — a yield lets the producing stage run,
+    // and the item is there when the consumer comes back, with no futex
+    // sleep/wake.
     let (tx, rx) = bounded(depth);
     (Tx { tx, stats: stats.clone() }, Rx { rx, stats: stats.clone() })
 }

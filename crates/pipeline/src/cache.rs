@@ -30,10 +30,9 @@ impl Identity {
 /// Files up to this size are kept as bytes and leave with the head in one
 /// `writev`; larger ones are kept as an open descriptor and go out with
 /// `sendfile`. On loopback, copying a 50 KB or 115 KB file from memory
-/// costs the server 15–20 % less CPU than `sendfile`'s page-by-page splice
-/// (event model, paired runs, 2026-11-23: 11.9–13.1 vs 15.3–17.2 µs per
-/// 50 KB request; 21.1–24.9 vs 23.7–28.5 at 115 KB), and h2o and lighttpd
-/// copy too. (An older machine showed the opposite at 16 KiB, hence the
+/// costs the server less CPU than `sendfile`'s page-by-page splice
+/// (BENCHMARKS.md, "Why the code is as it is"), and h2o and lighttpd copy
+/// too. (An older machine showed the opposite at 16 KiB, hence the
 /// constant.) The cache's byte budget bounds what this holds — per process,
 /// so a prefork server holds it once per child.
 pub(crate) const INLINE_MAX: u64 = 256 << 10;

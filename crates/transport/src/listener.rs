@@ -51,7 +51,8 @@ pub fn set_accepted_defaults(listener: &TcpListener, tick: std::time::Duration) 
 /// finds nothing to read and sleeps again until the request arrives — a
 /// second wake-up per connection. On loopback that wake-up is paid on the
 /// client's core (the ACK is processed in its `connect`), and it made wrk
-/// about 10 % slower against modus than against h2o on `Connection: close`.
+/// measurably slower against modus than against h2o on `Connection: close`
+/// (BENCHMARKS.md, "Why the code is as it is").
 /// A client that stays silent is accepted anyway once `wait` has passed (the
 /// kernel re-sends the SYN-ACK and takes the next ACK), so the header
 /// timeout still answers it, only later by up to `wait`.

@@ -350,6 +350,11 @@ impl Connection {
     /// pipeline for the requests its [`Mode`] runs inline (stopping with
     /// [`Want::Process`] at the others), writes. `stopping` asks to close at
     /// the next request boundary (graceful shutdown).
+    ///
+    /// The wire is a trait object, not a type parameter: generic, the state
+    /// machine was compiled in each model's crate, with inlining that cost
+    /// more than the three indirect calls a request now makes
+    /// (BENCHMARKS.md, "Why the code is as it is").
     pub fn drive(&mut self, wire: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
         let want = self.advance(wire, p, stopping);
         self.set_gauge(&want);

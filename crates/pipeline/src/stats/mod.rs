@@ -15,10 +15,10 @@
 //!
 //! The first [`OWNED_SHARDS`] threads to record each own a shard alone (a
 //! claim they give back when they exit), and, being its only writer, add
-//! with a plain load and store. An uncontended `lock xadd` costs about
-//! 5 ns here (2026-11-24, `fetch_add` in a loop: 5.5 ns against 0.3 ns for
-//! load + store), and a timed request makes some 20 of them — a tenth of
-//! `event`'s whole user time per request. Threads beyond those (a
+//! with a plain load and store. An uncontended `lock xadd` costs some
+//! twenty times a load and a store, and a timed request makes some 20 of
+//! them — a tenth of `event`'s whole user time per request (BENCHMARKS.md,
+//! "Why the code is as it is"). Threads beyond those (a
 //! thread-per-connection server under load) share the other
 //! [`SHARDS`]` - OWNED_SHARDS`, round robin, with `fetch_add`.
 //!
