@@ -31,6 +31,7 @@ mod reply;
 pub mod resolve;
 mod responder;
 mod response;
+pub mod schedule;
 mod settings;
 mod site;
 mod spares;

@@ -33,6 +33,8 @@ pub struct Settings {
     pub server_name: String,
     /// CGI (RFC 3875); `None`: off (the default).
     pub cgi: Option<crate::CgiSettings>,
+    /// The order responses compete for the link in (`--schedule`).
+    pub schedule: crate::schedule::Schedule,
 }
 
 impl Default for Settings {
@@ -52,6 +54,7 @@ impl Default for Settings {
             follow_symlinks: false,
             server_name: concat!("modus/", env!("CARGO_PKG_VERSION")).to_string(),
             cgi: None,
+            schedule: crate::schedule::Schedule::Fifo,
         }
     }
 }

@@ -8,6 +8,62 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 pub use units::{Dur, Size};
 
+use pipeline::schedule::{self, Schedule, Srpt};
+
+/// What `--schedule` names (see [`Schedule`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleName {
+    /// In the order the kernel sends them.
+    Fifo,
+    /// Shortest remaining bytes first.
+    Srpt,
+}
+
+/// SRPT class cutoffs as typed: sizes, comma-separated, ascending.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Cutoffs(pub Vec<u64>);
+
+impl std::str::FromStr for Cutoffs {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Cutoffs, String> {
+        let sizes = s
+            .split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(|part| part.parse::<Size>().map(|size| size.0))
+            .collect::<Result<Vec<u64>, _>>()
+            .map_err(|e| e.to_string())?;
+        schedule::check_cutoffs(&sizes)?;
+        Ok(Cutoffs(sizes))
+    }
+}
+
+impl TryFrom<String> for Cutoffs {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Cutoffs, String> {
+        s.parse()
+    }
+}
+
+impl From<Cutoffs> for String {
+    fn from(c: Cutoffs) -> String {
+        c.0.iter().map(|&n| Size(n).to_string()).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// `--srpt-priority-base`: decimal, or hexadecimal after `0x`.
+fn parse_priority(s: &str) -> Result<u32, String> {
+    let parsed = match s.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|_| format!("{s:?}: a number, e.g. 65537 or 0x10001"))
+}
+
 /// Every `serve` setting. Each is optional so the layers can be merged;
 /// [`ServeOptions::resolve`] applies the defaults.
 #[derive(Args, Debug, Default, Deserialize, Serialize)]
@@ -197,6 +253,28 @@ pub struct ServeOptions {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Files")]
     pub follow_symlinks: Option<bool>,
 
+    /// The order responses compete for the outgoing link: fifo, or srpt —
+    /// the socket's priority follows the class of the bytes a response has
+    /// left (needs a priority qdisc: README, "Scheduling the outgoing link")
+    /// [default: fifo]
+    #[arg(long, value_name = "fifo|srpt", help_heading = "Scheduling")]
+    pub schedule: Option<ScheduleName>,
+
+    /// SRPT's class cutoffs, ascending, at most 7 (8 classes)
+    /// [default: 5KiB,13KiB,36KiB,130KiB,222KiB,803KiB,6MiB]
+    #[arg(long, value_name = "SIZE,...", help_heading = "Scheduling")]
+    pub srpt_classes: Option<Cutoffs>,
+
+    /// A response writing this long is served at the top class: SRPT's
+    /// bound on starvation [default: 2s]
+    #[arg(long, value_name = "DURATION", help_heading = "Scheduling")]
+    pub srpt_max_wait: Option<Dur>,
+
+    /// SO_PRIORITY of class 0; class k gets BASE + k (65537 = htb class 1:1)
+    /// [default: 65537]
+    #[arg(long, value_name = "N", value_parser = parse_priority, help_heading = "Scheduling")]
+    pub srpt_priority_base: Option<u32>,
+
     /// Check the configuration and exit (0 if valid, 2 if not)
     #[arg(long, help_heading = "Configuration")]
     #[serde(skip)]
@@ -286,6 +364,10 @@ impl ServeOptions {
             cgi_path: Some(pipeline::CgiSettings::PATH.into()),
             no_timing: Some(false),
             trace_sample: Some(0.01),
+            schedule: Some(ScheduleName::Fifo),
+            srpt_classes: Some(Cutoffs(Srpt::CUTOFFS.to_vec())),
+            srpt_max_wait: Some(Dur(Srpt::MAX_WAIT)),
+            srpt_priority_base: Some(Srpt::PRIORITY_BASE),
             ..ServeOptions::default()
         };
         self.layer_over(defaults);
@@ -345,7 +427,24 @@ impl ServeOptions {
             browse: self.browse.unwrap_or(d.browse),
             follow_symlinks: self.follow_symlinks.unwrap_or(d.follow_symlinks),
             cgi: self.cgi_dir.clone().map(|dir| self.cgi_settings(pipeline::Scripts::Dir(dir))),
+            schedule: self.schedule(),
             ..d
+        }
+    }
+
+    /// `--schedule` and the `--srpt-*` options.
+    pub fn schedule(&self) -> Schedule {
+        match self.schedule.unwrap_or(ScheduleName::Fifo) {
+            ScheduleName::Fifo => Schedule::Fifo,
+            ScheduleName::Srpt => {
+                let d = Srpt::default();
+                Schedule::Srpt(Srpt {
+                    cutoffs: self.srpt_classes.clone().map_or(d.cutoffs.clone(), |c| c.0),
+                    max_wait: self.srpt_max_wait.map_or(d.max_wait, |t| t.0),
+                    priority_base: self.srpt_priority_base.unwrap_or(d.priority_base),
+                    ..d
+                })
+            }
         }
     }
 

@@ -84,8 +84,14 @@ impl ServerBuilder {
     }
 
     /// Pass `--model NAME`.
+    ///
+    /// The name may be followed by flags the model runs with, separated by
+    /// spaces (`"event --schedule srpt"`): how the conformance suite runs
+    /// one model under several settings.
     pub fn model(mut self, model: &str) -> Self {
-        self.model = Some(model.to_string());
+        let mut words = model.split_whitespace();
+        self.model = words.next().map(str::to_string);
+        self.args.extend(words.map(OsString::from));
         self
     }
 
@@ -464,4 +470,21 @@ where
         std::thread::sleep(Duration::from_millis(20));
     };
     Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model given with flags runs with them (the conformance suite's
+    /// `"event --schedule srpt"`).
+    #[test]
+    fn a_model_may_carry_its_flags() {
+        let args = Server::builder("modus").model("event --schedule srpt").arg("--x").command_args();
+        let words: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        let at = |w: &str| words.iter().position(|x| *x == w).unwrap_or_else(|| panic!("{w} in {words:?}"));
+        assert_eq!(words[at("--model") + 1], "event");
+        assert_eq!(words[at("--schedule") + 1], "srpt");
+        assert!(words.contains(&"--x"));
+    }
 }

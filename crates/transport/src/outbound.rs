@@ -83,6 +83,9 @@ pub enum Progress {
     /// The socket cannot take more now (non-blocking `EAGAIN`, or a blocking
     /// socket's send timeout expired); call again when it is writable.
     Blocked,
+    /// The bytes a bounded write was allowed ([`Outbound::write_to_at_most`])
+    /// went out; more is queued, and the socket may take it.
+    Paused,
 }
 
 /// Chunks gathered into one `writev`; more rarely pays off and the array stays on the stack.
@@ -136,6 +139,11 @@ impl Outbound {
     /// grows it to hundreds).
     pub fn queue_capacity(&self) -> usize {
         self.chunks.capacity()
+    }
+
+    /// Bytes still to write.
+    pub fn remaining(&self) -> u64 {
+        self.chunks.iter().map(Chunk::len).sum::<u64>() - self.front_sent
     }
 
     /// True when nothing is left to write.
@@ -197,15 +205,29 @@ impl Outbound {
     /// Writes as much as the socket takes. Errors other than `WouldBlock`,
     /// `TimedOut` and `Interrupted` are returned; the connection is then dead.
     pub fn write_to(&mut self, sock: &TcpStream) -> io::Result<Progress> {
+        self.write_to_at_most(sock, u64::MAX)
+    }
+
+    /// [`write_to`](Self::write_to), stopping with [`Progress::Paused`]
+    /// once `limit` bytes went out: so a scheduler can look at what is left
+    /// (and reprioritise the socket) between quanta of a large response.
+    pub fn write_to_at_most(&mut self, sock: &TcpStream, limit: u64) -> io::Result<Progress> {
+        let mut allowed = limit;
         loop {
+            if allowed == 0 {
+                return Ok(if self.chunks.is_empty() { Progress::Done } else { Progress::Paused });
+            }
             let result = match self.chunks.front() {
                 None => return Ok(Progress::Done),
-                Some(Chunk::Bytes(_)) => self.write_memory(sock),
-                Some(Chunk::File { .. }) => self.write_file(sock),
+                Some(Chunk::Bytes(_)) => self.write_memory(sock, allowed),
+                Some(Chunk::File { .. }) => self.write_file(sock, allowed),
             };
             match result {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.advance(n as u64),
+                Ok(n) => {
+                    allowed -= n as u64;
+                    self.advance(n as u64)
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
                     return Ok(Progress::Blocked)
@@ -219,16 +241,22 @@ impl Outbound {
     /// follows, `MSG_MORE` keeps the kernel from pushing the head out in a
     /// segment of its own just before `sendfile` (nginx uses TCP_CORK for
     /// this; `MSG_MORE` costs no extra system calls).
-    fn write_memory(&self, sock: &TcpStream) -> io::Result<usize> {
+    fn write_memory(&self, sock: &TcpStream, allowed: u64) -> io::Result<usize> {
         let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
         let mut count = 0;
         let mut file_follows = false;
+        let mut budget = usize::try_from(allowed).unwrap_or(usize::MAX);
         for chunk in &self.chunks {
+            if budget == 0 {
+                break;
+            }
             match chunk {
                 Chunk::Bytes(data) if count < MAX_IOVECS => {
                     let bytes = data.as_slice();
                     let skip = if count == 0 { self.front_sent as usize } else { 0 };
-                    slices[count] = IoSlice::new(&bytes[skip..]);
+                    let take = (bytes.len() - skip).min(budget);
+                    slices[count] = IoSlice::new(&bytes[skip..skip + take]);
+                    budget -= take;
                     count += 1;
                 }
                 Chunk::Bytes(_) => break,
@@ -245,12 +273,12 @@ impl Outbound {
         writer.write_vectored(&slices[..count])
     }
 
-    fn write_file(&self, sock: &TcpStream) -> io::Result<usize> {
+    fn write_file(&self, sock: &TcpStream, allowed: u64) -> io::Result<usize> {
         let Some(Chunk::File { file, offset, len }) = self.chunks.front() else {
             unreachable!("write_file is called for a file chunk");
         };
         let mut pos = offset + self.front_sent;
-        let count = (len - self.front_sent).min(MAX_SENDFILE) as usize;
+        let count = (len - self.front_sent).min(MAX_SENDFILE).min(allowed) as usize;
         rustix::fs::sendfile(sock, file.as_ref(), Some(&mut pos), count).map_err(io::Error::from)
     }
 

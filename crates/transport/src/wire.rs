@@ -27,8 +27,16 @@ pub trait Wire {
     fn read_now(&self, buf: &mut [u8]) -> io::Result<usize>;
     /// Writes what it can of `bytes` without ever waiting, whatever the mode.
     fn write_now(&self, bytes: &[u8]) -> io::Result<usize>;
-    /// Writes as much of `out` as the wire takes.
-    fn send(&self, out: &mut Outbound) -> io::Result<Progress>;
+    /// Writes as much of `out` as the wire takes, and at most `limit` bytes
+    /// ([`Progress::Paused`] when that stopped it).
+    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress>;
+    /// Sets the priority of the packets it sends from now on (Linux
+    /// `SO_PRIORITY`: a qdisc such as `htb` may classify by it).
+    fn set_priority(&self, priority: u32) -> io::Result<()>;
+    /// Keeps at most about `bytes` unsent in the kernel (Linux
+    /// `TCP_NOTSENT_LOWAT`), so what is queued next goes out at the
+    /// priority set then, not behind a deep buffer of older bytes.
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()>;
     /// Ends our direction of the stream (a FIN), leaving the other open.
     fn shutdown_write(&self);
     /// The address the connection came in on, if the wire has one.
@@ -53,8 +61,16 @@ impl Wire for TcpStream {
         Ok(rustix::net::send(self, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)?)
     }
 
-    fn send(&self, out: &mut Outbound) -> io::Result<Progress> {
-        out.write_to(self)
+    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
+        out.write_to_at_most(self, limit)
+    }
+
+    fn set_priority(&self, priority: u32) -> io::Result<()> {
+        socket2::SockRef::from(self).set_priority(priority)
+    }
+
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
+        socket2::SockRef::from(self).set_tcp_notsent_lowat(bytes)
     }
 
     fn shutdown_write(&self) {
@@ -63,5 +79,48 @@ impl Wire for TcpStream {
 
     fn local_addr(&self) -> Option<SocketAddr> {
         TcpStream::local_addr(self).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Chunk, Data};
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
+    }
+
+    /// What SRPT sets is what the kernel holds (read back with `getsockopt`).
+    #[test]
+    fn priority_and_unsent_limit_reach_the_socket() {
+        let (_client, server) = pair();
+        let sock = socket2::SockRef::from(&server);
+        assert_eq!(sock.priority().unwrap(), 0);
+        Wire::set_priority(&server, 0x10003).unwrap();
+        assert_eq!(sock.priority().unwrap(), 0x10003);
+        Wire::set_priority(&server, 0x10001).unwrap();
+        assert_eq!(sock.priority().unwrap(), 0x10001);
+        Wire::set_unsent_limit(&server, 16 << 10).unwrap();
+        assert_eq!(sock.tcp_notsent_lowat().unwrap(), 16 << 10);
+    }
+
+    #[test]
+    fn a_bounded_send_pauses_at_its_limit() {
+        let (mut client, server) = pair();
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Owned(vec![b'a'; 3000])));
+        out.push(Chunk::Bytes(Data::Owned(vec![b'b'; 3000])));
+        assert_eq!(Wire::send(&server, &mut out, 4000).unwrap(), Progress::Paused);
+        assert_eq!((out.bytes_sent(), out.remaining()), (4000, 2000));
+        assert_eq!(Wire::send(&server, &mut out, 4000).unwrap(), Progress::Done);
+        let mut got = vec![0; 6000];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got[2990..3010], [[b'a'; 10], [b'b'; 10]].concat());
     }
 }

@@ -111,7 +111,7 @@ pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
     }
     let mut reply =
         response::error_page(&p.settings, 503, h1::Version::Http11, false, false, &[("Retry-After", "1")]);
-    let _ = stream.send(&mut reply.out);
+    let _ = stream.send(&mut reply.out, u64::MAX);
     let _ = stream.shutdown(Direction::Write);
     if p.access_log.is_enabled() {
         p.access_log.record(&LogRecord {

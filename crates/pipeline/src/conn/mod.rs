@@ -30,9 +30,13 @@ use transport::{Progress, Wire};
 
 use crate::reply::Reply;
 use crate::response::{self, Response};
+use crate::schedule::Schedule;
 use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase, Stats};
 use crate::{LogRecord, Pipeline, Route};
+
+/// [`Connection::class`] before SRPT first set the socket's priority.
+const UNSCHEDULED: u8 = u8::MAX;
 
 mod blocking;
 mod io;
@@ -188,6 +192,8 @@ pub struct Connection {
     head_line: u32,
     state: State,
     mode: Mode,
+    /// The SRPT class its socket was last given ([`UNSCHEDULED`] before any).
+    class: u8,
     served: u32,
     /// When the head being received must be complete: a total deadline,
     /// not an idle timer, so dribbling one byte at a time does not help.
@@ -306,6 +312,7 @@ impl Connection {
             head_line: 0,
             state: State::Head,
             mode,
+            class: UNSCHEDULED,
             served: 0,
             head_deadline: now + pipeline.settings.header_timeout,
             idle_deadline: now + pipeline.settings.header_timeout,
@@ -600,30 +607,50 @@ impl Connection {
                         Err(_) => return Want::Close,
                     }
                 }
-                State::Write(pending) => match sock.send(&mut pending.reply.out) {
-                    Ok(Progress::Done) => {
-                        if let Some(want) = self.finish_response(sock, p) {
-                            return want;
+                State::Write(pending) => {
+                    let limit = match &p.settings.schedule {
+                        Schedule::Fifo => u64::MAX,
+                        Schedule::Srpt(srpt) => {
+                            let now = self.now.unwrap_or_else(Instant::now);
+                            let class = srpt.class(pending.reply.out.remaining(), now - pending.started);
+                            if class != self.class {
+                                // Best effort: a socket that refuses keeps its order.
+                                if self.class == UNSCHEDULED {
+                                    let _ = sock.set_unsent_limit(srpt.unsent_limit);
+                                }
+                                let _ = sock.set_priority(srpt.priority(class));
+                                self.class = class;
+                            }
+                            srpt.quantum
                         }
-                        // The response's end (timing on) is a pipelined
-                        // request's first timestamp.
-                        just_read = self.tm.idle_since.get();
-                    }
-                    Ok(Progress::Blocked) => {
-                        let sent = pending.reply.out.bytes_sent();
-                        if sent != pending.sent_mark {
-                            pending.sent_mark = sent;
-                            // `deadline_base(None)`, but `self.state` is borrowed.
-                            pending.deadline =
-                                self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
+                    };
+                    match sock.send(&mut pending.reply.out, limit) {
+                        // A quantum went out: look at the class again.
+                        Ok(Progress::Paused) => {}
+                        Ok(Progress::Done) => {
+                            if let Some(want) = self.finish_response(sock, p) {
+                                return want;
+                            }
+                            // The response's end (timing on) is a pipelined
+                            // request's first timestamp.
+                            just_read = self.tm.idle_since.get();
                         }
-                        return Want::Write(pending.deadline);
+                        Ok(Progress::Blocked) => {
+                            let sent = pending.reply.out.bytes_sent();
+                            if sent != pending.sent_mark {
+                                pending.sent_mark = sent;
+                                // `deadline_base(None)`, but `self.state` is borrowed.
+                                pending.deadline =
+                                    self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
+                            }
+                            return Want::Write(pending.deadline);
+                        }
+                        Err(_) => {
+                            self.abort(p);
+                            return Want::Close;
+                        }
                     }
-                    Err(_) => {
-                        self.abort(p);
-                        return Want::Close;
-                    }
-                },
+                }
                 State::Discard { remaining, deadline } => {
                     let buffered = (self.end - self.start) as u64;
                     let take = buffered.min(*remaining);

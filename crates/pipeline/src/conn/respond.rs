@@ -42,6 +42,8 @@ pub(super) struct Pending {
     /// Bytes sent when the deadline was last moved; progress moves it.
     pub(super) sent_mark: u64,
     pub(super) deadline: Instant,
+    /// When the write began (for SRPT's starvation bound).
+    pub(super) started: Instant,
 }
 
 impl Connection {
@@ -130,8 +132,9 @@ impl Connection {
         // The write starts when its deadline is set: one clock read for both.
         self.tm.write_start = self.stamp(at).into();
         self.set_state(ConnState::Writing);
-        let deadline = self.deadline_base(self.tm.write_start.get()) + p.settings.send_timeout;
-        let pending = Pending { reply, log, discard, linger, sent_mark: 0, deadline };
+        let started = self.deadline_base(self.tm.write_start.get());
+        let deadline = started + p.settings.send_timeout;
+        let pending = Pending { reply, log, discard, linger, sent_mark: 0, deadline, started };
         self.state = State::Write(match spares::take(&SPARE_PENDINGS) {
             Some(mut spare) => {
                 *spare = pending;

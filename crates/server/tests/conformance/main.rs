@@ -60,7 +60,9 @@ mod timeouts;
 #[cfg(any())]
 mod traversal;
 
-/// Expands every feature file once per `module_name => "model-name"` pair.
+/// Expands every feature file once per `module_name => "model-name"` pair;
+/// the name may carry flags (`"event --schedule srpt"`), so one model runs
+/// the whole suite under another setting too.
 macro_rules! models {
     ($($module:ident => $name:literal),* $(,)?) => {$(
         mod $module {
@@ -95,5 +97,9 @@ mod conformance {
         staged => "staged",
         event => "event",
         amped => "amped",
+        // SRPT changes the write path (bounded writes, socket priorities):
+        // the models whose loops it concerns run everything under it too.
+        event_srpt => "event --schedule srpt",
+        amped_srpt => "amped --schedule srpt",
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod cgi;
 mod core;
+mod schedule;
 mod wire;
 
 use wire::MemoryWire;

@@ -26,6 +26,12 @@ pub struct MemoryWire {
     shut_write: Cell<bool>,
     /// Read calls made, including those that found nothing.
     pub reads: Cell<u32>,
+    /// Every priority set, in order.
+    pub priorities: RefCell<Vec<u32>>,
+    /// The unsent limit set, if any.
+    pub unsent_limit: Cell<Option<u32>>,
+    /// Bytes written before each priority change (where in the response it came).
+    pub priority_at: RefCell<Vec<usize>>,
 }
 
 impl MemoryWire {
@@ -135,10 +141,14 @@ impl Wire for MemoryWire {
         Ok(n)
     }
 
-    fn send(&self, out: &mut Outbound) -> io::Result<Progress> {
+    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
         self.check_reset()?;
+        let mut allowed = usize::try_from(limit).unwrap_or(usize::MAX);
         while !out.is_empty() {
-            let room = self.take_room(usize::MAX);
+            if allowed == 0 {
+                return Ok(Progress::Paused);
+            }
+            let room = self.take_room(allowed);
             if room == 0 {
                 return Ok(Progress::Blocked);
             }
@@ -150,8 +160,20 @@ impl Wire for MemoryWire {
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
+            allowed -= n;
         }
         Ok(Progress::Done)
+    }
+
+    fn set_priority(&self, priority: u32) -> io::Result<()> {
+        self.priorities.borrow_mut().push(priority);
+        self.priority_at.borrow_mut().push(self.written.borrow().len());
+        Ok(())
+    }
+
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
+        self.unsent_limit.set(Some(bytes));
+        Ok(())
     }
 
     fn shutdown_write(&self) {

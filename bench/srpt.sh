@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# bench/srpt.sh — connection scheduling on a real bottleneck (paper 004, issue 15):
+# `modus serve --schedule fifo` against `--schedule srpt` behind a 100 Mbit/s
+# link, under an open-loop SURGE load at several utilisations ρ.
+#
+# The bottleneck is built for real: a server network namespace and a client
+# namespace joined by a veth pair (addresses 10.200.0.1/.2, which exist only
+# inside the two namespaces), the server's side shaped by `htb` with the
+# classes README documents ("Scheduling the outgoing link"): class k of SRPT
+# is SO_PRIORITY 0x10001 + k → leaf 1:(k+1), prio k, and 1:1 is the default,
+# so handshakes and ACKs go first. Needs root, `ip` and `tc`; skips with a
+# message otherwise.
+#
+# Load: `modus workload surge` (heavy-tailed sizes, Zipf popularity), replayed
+# by `modus load --workload … -R RATE --arrivals poisson`, where RATE makes
+# the offered bytes ρ × the link's measured capacity. Reported per ρ and
+# schedule: mean and p99 response time, mean slowdown (response time ÷ the
+# response's transmission time on an idle link), and the mean response time
+# of the smallest 50 %, the next 40 %, the next 9 % and the largest 1 % of
+# requests by size. Response time is from the intended send time (the open
+# loop's schedule) to the last byte, so a lagging generator cannot hide
+# queueing.
+#
+# Usage: bench/srpt.sh                 # as root
+# Environment: RHOS ["0.5 0.7 0.8 0.9 0.95"]  ROUNDS [3]  DURATION [20] (s)
+#   LINK [100mbit]  MODEL [event]  FILES [2000]  OUT [bench/results/srpt-TIMESTAMP]
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+RHOS=${RHOS:-"0.5 0.7 0.8 0.9 0.95"}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-20}
+LINK=${LINK:-100mbit}
+MODEL=${MODEL:-event}
+FILES=${FILES:-2000}
+OUT=${OUT:-$REPO/bench/results/srpt-$(date +%Y%m%d-%H%M%S)}
+SRV=modus-srpt-srv
+CLI=modus-srpt-cli
+SRV_IP=10.200.0.1
+CLI_IP=10.200.0.2
+PORT=8080
+
+log() { printf '[srpt] %s\n' "$*" >&2; }
+skip() { log "skipped: $*"; exit 0; }
+
+[[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces and tc)"
+command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (iproute2)"
+command -v python3 >/dev/null || skip "needs python3 for the statistics"
+
+(cd "$REPO" && cargo build --release -q -p modus)
+MODUS=$REPO/target/release/modus
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+server=
+
+cleanup() {
+    [[ -n $server ]] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
+    ip netns del "$SRV" 2>/dev/null || true
+    ip netns del "$CLI" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# ------------------------------------------------------------ the bottleneck
+ip netns del "$SRV" 2>/dev/null || true
+ip netns del "$CLI" 2>/dev/null || true
+ip netns add "$SRV" || skip "cannot create network namespaces here"
+ip netns add "$CLI"
+ip link add veth-srpt-s type veth peer name veth-srpt-c
+ip link set veth-srpt-s netns "$SRV"
+ip link set veth-srpt-c netns "$CLI"
+ip -n "$SRV" addr add "$SRV_IP/24" dev veth-srpt-s
+ip -n "$CLI" addr add "$CLI_IP/24" dev veth-srpt-c
+for ns in "$SRV" "$CLI"; do ip -n "$ns" link set lo up; done
+ip -n "$SRV" link set veth-srpt-s up
+ip -n "$CLI" link set veth-srpt-c up
+
+# README's lines, with IF=veth-srpt-s and RATE=$LINK.
+tc -n "$SRV" qdisc add dev veth-srpt-s root handle 1: htb default 1
+tc -n "$SRV" class add dev veth-srpt-s parent 1: classid 1:100 htb rate "$LINK" ceil "$LINK" quantum 60000
+for k in 0 1 2 3 4 5 6 7; do
+    tc -n "$SRV" class add dev veth-srpt-s parent 1:100 classid "1:$((k + 1))" htb rate 1mbit ceil "$LINK" prio "$k"
+done
+tc -n "$SRV" qdisc show dev veth-srpt-s > "$OUT/qdisc.txt"
+tc -n "$SRV" class show dev veth-srpt-s > "$OUT/classes.txt"
+
+# ------------------------------------------------------------ the workload
+log "making a SURGE workload of $FILES files"
+"$MODUS" workload surge --out "$WORK/w" --files "$FILES" --requests 200000 > /dev/null
+# Bytes on the wire per request: the file plus a response head of ~240 bytes.
+mean_bytes=$(awk '!/^#/ { n++; s += $4 } END { printf "%.0f", s / n + 240 }' "$WORK/w/stream.txt")
+
+start_server() {
+    ip netns exec "$SRV" taskset -c 0 "$MODUS" serve "$WORK/w/docs" --model "$MODEL" \
+        --listen "$SRV_IP:$PORT" --access-log off --schedule "$1" > "$WORK/server.out" 2> "$WORK/server.err" &
+    server=$!
+    for _ in $(seq 1 100); do
+        grep -q '^listening on ' "$WORK/server.out" && return
+        sleep 0.05
+    done
+    cat "$WORK/server.err" >&2
+    exit 2
+}
+stop_server() {
+    kill -TERM "$server"
+    wait "$server" || true
+    server=
+}
+
+# ------------------------------------------------------------ link capacity
+log "measuring the link's capacity"
+big=$(awk '!/^#/ && $4 > 1000000 { print $5; exit }' "$WORK/w/stream.txt")
+[[ -n $big ]] || big=$(awk '!/^#/ { print $5; exit }' "$WORK/w/stream.txt")
+start_server fifo
+ip netns exec "$CLI" taskset -c 1 "$MODUS" load "http://$SRV_IP:$PORT$big" --allow-remote -c 4 -d 5s --json \
+    > "$WORK/capacity.json"
+stop_server
+capacity=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["bytes_per_s"]))' "$WORK/capacity.json")
+log "capacity $capacity bytes/s; mean response $mean_bytes bytes"
+echo "capacity_bytes_per_s=$capacity mean_response_bytes=$mean_bytes link=$LINK model=$MODEL" > "$OUT/setup.txt"
+
+# ------------------------------------------------------------ the runs
+echo "round,rho,schedule,rate,requests,errors,mean_ms,p99_ms,mean_slowdown,small50_ms,mid40_ms,large9_ms,top1_ms" \
+    > "$OUT/runs.csv"
+for round in $(seq 1 "$ROUNDS"); do
+    for rho in $RHOS; do
+        rate=$(python3 -c "print(max(1, round($rho * $capacity / $mean_bytes)))")
+        for schedule in fifo srpt; do
+            start_server "$schedule"
+            timeline="$OUT/timeline-r$round-rho$rho-$schedule.csv"
+            ip netns exec "$CLI" taskset -c 1 "$MODUS" load "http://$SRV_IP:$PORT/" --allow-remote \
+                --workload "$WORK/w" -R "$rate" --arrivals poisson -d "${DURATION}s" --timeout 60s \
+                --timeline "$timeline" > "$WORK/load.txt" 2>&1 || true
+            stop_server
+            row=$(python3 - "$timeline" "$capacity" <<'EOF'
+import csv, sys
+path, capacity = sys.argv[1], float(sys.argv[2])
+rows = [r for r in csv.DictReader(open(path))]
+ok = [r for r in rows if r["status"] == "200" and r["end_us"]]
+errors = len(rows) - len(ok)
+rt = sorted((int(r["end_us"]) - int(r["intended_us"])) / 1000 for r in ok)
+def q(sorted_values, f):
+    return sorted_values[min(len(sorted_values) - 1, int(f * len(sorted_values)))]
+# Size groups by rank (ties split by arrival), so each holds its share.
+by_size = sorted(ok, key=lambda r: int(r["bytes"]))
+n = len(by_size)
+groups = {k: [] for k in ("small50", "mid40", "large9", "top1")}
+slowdowns = []
+for rank, r in enumerate(by_size):
+    t = (int(r["end_us"]) - int(r["intended_us"])) / 1000
+    b = int(r["bytes"])
+    slowdowns.append(t / max(b / capacity * 1000, 1e-6))
+    g = "small50" if rank < 0.5 * n else "mid40" if rank < 0.9 * n else "large9" if rank < 0.99 * n else "top1"
+    groups[g].append(t)
+mean = lambda v: sum(v) / len(v) if v else float("nan")
+print(f"{len(ok)},{errors},{mean(rt):.2f},{q(rt, 0.99):.2f},{mean(slowdowns):.1f},"
+      + ",".join(f"{mean(groups[k]):.2f}" for k in ("small50", "mid40", "large9", "top1")))
+EOF
+)
+            echo "$round,$rho,$schedule,$rate,$row" >> "$OUT/runs.csv"
+            log "round $round ρ=$rho $schedule: $row"
+        done
+    done
+done
+
+# ------------------------------------------------------------ the table
+python3 - "$OUT/runs.csv" <<'EOF' | tee "$OUT/summary.md"
+import csv, sys
+from collections import defaultdict
+rows = list(csv.DictReader(open(sys.argv[1])))
+cells = defaultdict(list)
+for r in rows:
+    cells[(r["rho"], r["schedule"])].append(r)
+mean = lambda v: sum(v) / len(v)
+cols = ["mean_ms", "p99_ms", "mean_slowdown", "small50_ms", "mid40_ms", "large9_ms", "top1_ms"]
+print("| ρ | schedule | requests | errors | " + " | ".join(cols) + " |")
+print("|---|---|---|---|" + "---|" * len(cols))
+for (rho, schedule), rs in sorted(cells.items()):
+    vals = [mean([float(r[c]) for r in rs]) for c in cols]
+    reqs = sum(int(r["requests"]) for r in rs)
+    errs = sum(int(r["errors"]) for r in rs)
+    print(f"| {rho} | {schedule} | {reqs} | {errs} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+print()
+for rho in sorted({r["rho"] for r in rows}):
+    f, s = cells.get((rho, "fifo")), cells.get((rho, "srpt"))
+    if f and s:
+        ratio = lambda c: mean([float(r[c]) for r in f]) / max(mean([float(r[c]) for r in s]), 1e-9)
+        print(f"ρ={rho}: fifo/srpt mean {ratio('mean_ms'):.2f}×, slowdown {ratio('mean_slowdown'):.2f}×, "
+              f"top 1 % {1 / ratio('top1_ms'):.2f}× of fifo's time under srpt")
+EOF
+log "results in $OUT"

@@ -1,0 +1,63 @@
+//! SRPT on the outgoing link: the socket's priority follows the class of a
+//! response's remaining bytes as it goes out, and a response kept waiting
+//! too long goes first.
+
+use super::*;
+use crate::schedule::{Schedule, Srpt};
+
+const GET_BIG: &[u8] = b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+
+fn srpt(cutoffs: &[u64], quantum: u64) -> Harness {
+    let srpt = Srpt { cutoffs: cutoffs.to_vec(), quantum, ..Srpt::default() };
+    Harness::with(Settings { schedule: Schedule::Srpt(srpt), ..Settings::default() }, Mode::Inline)
+}
+
+#[test]
+fn fifo_leaves_the_socket_alone() {
+    let mut h = Harness::new();
+    h.send(GET_BIG);
+    assert_eq!(h.response().body.len(), BIG.len());
+    assert!(h.wire.priorities.borrow().is_empty());
+    assert_eq!(h.wire.unsent_limit.get(), None);
+}
+
+#[test]
+fn the_priority_rises_as_the_response_goes_out() {
+    let mut h = srpt(&[10_000, 50_000], 10_000);
+    h.send(GET_BIG);
+    let written = h.wire.take_written();
+    assert_eq!(parse_responses(&written)[0].body.len(), BIG.len(), "the whole response, in quanta");
+    // Class 2 while more than 50,000 bytes are left, 1 down to 10,000, then 0,
+    // each change made at the first quantum boundary past its cutoff.
+    assert_eq!(*h.wire.priorities.borrow(), [0x10003, 0x10002, 0x10001]);
+    let total = written.len();
+    let left: Vec<usize> = h.wire.priority_at.borrow().iter().map(|at| total - at).collect();
+    assert_eq!(left[0], total);
+    assert!(left[1] <= 50_000 && left[1] + 10_000 > 50_000, "{left:?}");
+    assert!(left[2] <= 10_000 && left[2] + 10_000 > 10_000, "{left:?}");
+    assert_eq!(h.wire.unsent_limit.get(), Some(Srpt::UNSENT_LIMIT));
+}
+
+#[test]
+fn each_response_on_a_connection_gets_its_own_class() {
+    let mut h = srpt(&[10_000, 50_000], 10_000);
+    h.send(GET);
+    h.send(GET_BIG);
+    assert_eq!(h.responses().len(), 2);
+    // The small one at class 0; the large one starts again at class 2.
+    assert_eq!(*h.wire.priorities.borrow(), [0x10001, 0x10003, 0x10002, 0x10001]);
+}
+
+/// `--srpt-max-wait`: a large response that has been writing that long is
+/// served at the top class, however much is left.
+#[test]
+fn a_response_that_waited_too_long_is_served_first() {
+    let mut h = srpt(&[10_000, 50_000], 10_000);
+    h.wire.send_room(20_000);
+    let Want::Write(_) = h.send(GET_BIG) else { panic!("the send buffer is full") };
+    assert_eq!(*h.wire.priorities.borrow(), [0x10003]);
+    h.now += Srpt::MAX_WAIT;
+    h.wire.send_room(10_000);
+    h.drive();
+    assert_eq!(*h.wire.priorities.borrow(), [0x10003, 0x10001], "promoted with 70 KB left");
+}
