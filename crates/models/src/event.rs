@@ -61,6 +61,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pipeline::schedule::Schedule;
 use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
 use rustix::io::Errno;
 use rustix::net::SocketFlags;
@@ -241,6 +242,13 @@ struct Loop {
     helpers: Option<Box<dyn Helpers>>,
     /// Where its connections' requests run: inline, or some sent to the helpers.
     mode: Mode,
+    /// `--schedule srpt`: each turn's ready connections are served shortest
+    /// remaining response first, a quantum each (`None`: in readiness order).
+    srpt_wait: Option<Duration>,
+    /// This turn's connections due a drive (SRPT only).
+    turn: Vec<u64>,
+    /// Connections that yielded after a quantum, for the next turn.
+    again: Vec<u64>,
     conns: Slab<Conn>,
     timers: Deadlines,
     /// The clock as read once when the last wait returned: the time of
@@ -262,6 +270,10 @@ impl Loop {
             Some((SendAway::Cgi, helpers)) => (Mode::HandOutScripts, Some(helpers)),
             None => (Mode::Inline, None),
         };
+        let srpt_wait = match &pipeline.settings.schedule {
+            Schedule::Srpt(srpt) => Some(srpt.max_wait),
+            Schedule::Fifo => None,
+        };
         let poller = Poller::new()?;
         poller.add(&*listener, LISTENER, Interest::READABLE, Trigger::Exclusive)?;
         // Level-triggered: it stays readable once the stop is requested, and
@@ -281,8 +293,11 @@ impl Loop {
             shutdown,
             stopping: false,
             pipeline,
+            srpt_wait,
             helpers,
             mode,
+            turn: Vec::new(),
+            again: Vec::new(),
             conns: Slab::new(0),
             timers: Deadlines::default(),
             now: Instant::now(),
@@ -309,6 +324,8 @@ impl Loop {
             let now = self.now;
             let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
             let timeout = match (self.timers.next_in(now), resume) {
+                // Yielded connections still have bytes to send: look, don't wait.
+                _ if !self.again.is_empty() => Some(Duration::ZERO),
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -330,6 +347,9 @@ impl Loop {
                     }
                     token => self.ready(token, event),
                 }
+            }
+            if self.srpt_wait.is_some() {
+                self.serve_turn();
             }
             self.expire_timers();
             if self.accept_resume.is_some_and(|at| at <= self.now) {
@@ -428,6 +448,9 @@ impl Loop {
         let now = self.now;
         let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline, self.mode);
         conn.set_edge_triggered();
+        if self.srpt_wait.is_some() {
+            conn.set_yielding();
+        }
         let conn = Conn {
             stream,
             conn,
@@ -457,7 +480,7 @@ impl Loop {
             // A script's pipe: it matters only while a script runs (events
             // of an earlier script's pipes may still be queued).
             if self.conns.get(token & !PIPE).is_some_and(|c| c.waits == Waits::Pipes) {
-                self.drive(token & !PIPE);
+                self.due(token & !PIPE);
             }
             return;
         }
@@ -475,11 +498,50 @@ impl Loop {
                 self.conns.remove(token);
             }
             Waits::Helper => {}
-            Waits::Pipes => self.drive(token),
-            Waits::Read if c.readable => self.drive(token),
-            Waits::Write if c.writable => self.drive(token),
+            Waits::Pipes => self.due(token),
+            Waits::Read if c.readable => self.due(token),
+            Waits::Write if c.writable => self.due(token),
             Waits::Read | Waits::Write => {}
         }
+    }
+
+    /// A connection can make progress: drive it now, or (SRPT) in this
+    /// turn's order.
+    fn due(&mut self, token: u64) {
+        match self.srpt_wait {
+            None => self.drive(token),
+            Some(_) => self.turn.push(token),
+        }
+    }
+
+    /// SRPT on the loop's CPU: the turn's ready connections, and those that
+    /// yielded last turn, each driven once, fewest bytes left first (ties
+    /// in token order), so small responses are not stuck behind a large
+    /// one's writes; a large one moves a quantum per turn.
+    fn serve_turn(&mut self) {
+        let Some(max_wait) = self.srpt_wait else { return };
+        let mut turn = std::mem::take(&mut self.turn);
+        turn.append(&mut self.again);
+        let now = self.now;
+        let mut order: Vec<(u64, u64)> = turn
+            .drain(..)
+            .filter_map(|token| self.conns.get(token).map(|c| (c.conn.remaining(max_wait, now), token)))
+            .collect();
+        order.sort_unstable();
+        order.dedup_by_key(|&mut (_, token)| token);
+        for (_, token) in order {
+            // An earlier drive this turn may have closed or moved it on.
+            let still_due = self.conns.get(token).is_some_and(|c| match c.waits {
+                Waits::Pipes => true,
+                Waits::Read => c.readable,
+                Waits::Write => c.writable,
+                Waits::Helper => false,
+            });
+            if still_due {
+                self.drive(token);
+            }
+        }
+        self.turn = turn;
     }
 
     /// Runs the connection's state machine as far as its socket allows.
@@ -516,6 +578,13 @@ impl Loop {
             Want::Write(deadline) => {
                 (c.waits, c.writable) = (Waits::Write, false);
                 c.set_deadline(&mut self.timers, token, deadline);
+            }
+            // Still writable: no edge will come, so the loop itself comes back.
+            Want::Again => {
+                c.waits = Waits::Write;
+                // It made progress: the send timeout counts from now.
+                c.set_deadline(&mut self.timers, token, self.now + self.pipeline.settings.send_timeout);
+                self.again.push(token);
             }
             Want::Pipes(deadline) => {
                 c.waits = Waits::Pipes;

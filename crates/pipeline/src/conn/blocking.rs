@@ -86,6 +86,7 @@ pub(super) fn serve_blocking_from(
                 deadline
             }
             Want::Process => unreachable!("drive runs the pipeline inline"),
+            Want::Again => unreachable!("a blocking thread's connection does not yield"),
         };
         if Instant::now() >= deadline && !conn.timed_out(p) {
             return;

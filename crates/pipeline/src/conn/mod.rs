@@ -69,6 +69,10 @@ pub enum Want {
     Write(Instant),
     /// Drop the socket.
     Close,
+    /// (Yielding connections, [`Connection::set_yielding`]) a quantum of a
+    /// response went out and the socket may take more: drive again on the
+    /// loop's next turn, after the connections due before it.
+    Again,
     /// ([`Mode::HandOut`], or [`Mode::HandOutScripts`] for a script) a request is ready: take it with
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
@@ -194,6 +198,8 @@ pub struct Connection {
     mode: Mode,
     /// The SRPT class its socket was last given ([`UNSCHEDULED`] before any).
     class: u8,
+    /// Stop after each quantum of a response ([`Want::Again`]).
+    yielding: bool,
     served: u32,
     /// When the head being received must be complete: a total deadline,
     /// not an idle timer, so dribbling one byte at a time does not help.
@@ -313,6 +319,7 @@ impl Connection {
             state: State::Head,
             mode,
             class: UNSCHEDULED,
+            yielding: false,
             served: 0,
             head_deadline: now + pipeline.settings.header_timeout,
             idle_deadline: now + pipeline.settings.header_timeout,
@@ -376,6 +383,28 @@ impl Connection {
     /// most keep-alive responses — is skipped.
     pub fn set_edge_triggered(&mut self) {
         self.edge_triggered = true;
+    }
+
+    /// Declares that the driver serves many connections in turns and orders
+    /// them by what they have left ([`remaining`](Self::remaining)): under
+    /// SRPT, `drive` then returns [`Want::Again`] after each quantum of a
+    /// response, so one large response cannot hold the loop while smaller
+    /// ones wait (the event loops).
+    pub fn set_yielding(&mut self) {
+        self.yielding = true;
+    }
+
+    /// What SRPT orders a loop's turn by: the bytes left of the response
+    /// being written (0 for anything else: reading and parsing a head is
+    /// quick, and tells what the request will cost), or 0 for a response
+    /// writing for longer than `max_wait` (the bound on starvation).
+    pub fn remaining(&self, max_wait: std::time::Duration, now: Instant) -> u64 {
+        match &self.state {
+            State::Write(pending) if now.saturating_duration_since(pending.started) < max_wait => {
+                pending.reply.out.remaining()
+            }
+            _ => 0,
+        }
     }
 
     /// The socket reported readable (edge-triggered drivers).
@@ -625,7 +654,9 @@ impl Connection {
                         }
                     };
                     match sock.send(&mut pending.reply.out, limit) {
-                        // A quantum went out: look at the class again.
+                        // A quantum went out: look at the class again, after
+                        // the loop's other connections if it serves in turns.
+                        Ok(Progress::Paused) if self.yielding => return Want::Again,
                         Ok(Progress::Paused) => {}
                         Ok(Progress::Done) => {
                             if let Some(want) = self.finish_response(sock, p) {

@@ -61,3 +61,37 @@ fn a_response_that_waited_too_long_is_served_first() {
     h.drive();
     assert_eq!(*h.wire.priorities.borrow(), [0x10003, 0x10001], "promoted with 70 KB left");
 }
+
+/// In an event loop a large response yields after each quantum, so the
+/// loop can serve the connections with less left first.
+#[test]
+fn a_yielding_connection_stops_after_each_quantum() {
+    let mut h = srpt(&[10_000, 50_000], 30_000);
+    h.conn.set_yielding();
+    let max_wait = Srpt::MAX_WAIT;
+    assert_eq!(h.conn.remaining(max_wait, h.now), 0, "nothing to write yet");
+    assert_eq!(h.send(GET_BIG), Want::Again);
+    let mut left = vec![h.conn.remaining(max_wait, h.now)];
+    while let Want::Again = h.drive() {
+        left.push(h.conn.remaining(max_wait, h.now));
+    }
+    assert_eq!(h.conn.remaining(max_wait, h.now), 0, "done");
+    assert_eq!(left.len(), 3, "quanta of 30,000 bytes: {left:?}");
+    assert!(left.windows(2).all(|w| w[0] - w[1] == 30_000), "{left:?}");
+    assert_eq!(h.response().body.len(), BIG.len());
+    // A response that has been writing past the bound counts as nothing left.
+    let mut h = srpt(&[10_000, 50_000], 30_000);
+    h.conn.set_yielding();
+    h.send(GET_BIG);
+    assert!(h.conn.remaining(max_wait, h.now) > 0);
+    assert_eq!(h.conn.remaining(max_wait, h.now + max_wait), 0);
+}
+
+/// Without SRPT nothing yields: the default write path is unchanged.
+#[test]
+fn fifo_never_yields() {
+    let mut h = Harness::new();
+    h.conn.set_yielding();
+    assert!(matches!(h.send(GET_BIG), Want::Read(_)));
+    assert_eq!(h.response().body.len(), BIG.len());
+}
