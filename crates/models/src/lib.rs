@@ -42,6 +42,9 @@ pub struct Caps {
     pub event_driven: bool,
     /// Splits the pipeline into stages with queues between them.
     pub staged: bool,
+    /// Under `--schedule srpt`, orders the connections its loop serves too
+    /// (every model orders the outgoing link through socket priorities).
+    pub srpt_loop: bool,
 }
 
 /// Tuning knobs; each model reads the ones that apply to it.

@@ -19,7 +19,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "per-request",
     paper_name: "RBW",
     summary: "a new thread per connection, exiting after it (--max-threads)",
-    caps: Caps { forks: false, event_driven: false, staged: false },
+    caps: Caps { forks: false, event_driven: false, staged: false, srpt_loop: false },
     run,
 };
 

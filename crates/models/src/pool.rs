@@ -19,7 +19,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "pool",
     paper_name: "TPW",
     summary: "fixed thread pool fed by one accept queue (--threads, --queue)",
-    caps: Caps { forks: false, event_driven: false, staged: false },
+    caps: Caps { forks: false, event_driven: false, staged: false, srpt_loop: false },
     run,
 };
 

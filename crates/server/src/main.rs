@@ -57,8 +57,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(options) => serve::main(*options),
         Command::Models => {
+            // What `--schedule srpt` orders: the link in every model, and
+            // the loop's turns where a loop serves many connections.
             for m in models::MODELS {
-                println!("{:<12} {:<8} {}", m.name, m.paper_name, m.summary);
+                let srpt = if m.caps.srpt_loop { "srpt:link+loop" } else { "srpt:link" };
+                println!("{:<12} {:<8} {:<15} {}", m.name, m.paper_name, srpt, m.summary);
             }
             ExitCode::SUCCESS
         }

@@ -73,6 +73,12 @@ fn unknown_model_exits_2_and_lists_models() {
     assert_exit(&listing, 0);
     let names: Vec<&str> = listing.stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
     assert!(names.len() >= 8, "modus models lists every model:\n{}", listing.stdout);
+    // What --schedule srpt orders in each: the loop's turns only where there is a loop.
+    for line in listing.stdout.lines() {
+        let loops = line.starts_with("event ") || line.starts_with("amped ");
+        let srpt = if loops { " srpt:link+loop " } else { " srpt:link " };
+        assert!(line.contains(srpt), "{line}");
+    }
     for name in names {
         assert!(out.stderr.contains(name), "stderr should list {name}:\n{}", out.stderr);
     }
