@@ -21,9 +21,17 @@
 # loop's schedule) to the last byte, so a lagging generator cannot hide
 # queueing.
 #
+# `bench/srpt.sh loop` measures the other bottleneck SRPT orders: one event
+# loop's CPU (no root needed). One `event` worker on CPU 0, `modus load` on
+# CPU 1 with more connections than the loop serves at once (-c 256, closed
+# loop), 90 % 500 B and 10 % 115 KB requests: mean and p99 response time of
+# each size and throughput, fifo against srpt, ROUNDS rounds of DURATION.
+#
 # Usage: bench/srpt.sh                 # as root
+#        bench/srpt.sh loop
 # Environment: RHOS ["0.5 0.7 0.8 0.9 0.95"]  ROUNDS [3]  DURATION [20] (s)
 #   LINK [100mbit]  MODEL [event]  FILES [2000]  OUT [bench/results/srpt-TIMESTAMP]
+#   SRPT_ARGS [""] more `modus serve` flags for the srpt runs (e.g. "--srpt-max-wait 500ms")
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RHOS=${RHOS:-"0.5 0.7 0.8 0.9 0.95"}
@@ -41,6 +49,62 @@ PORT=8080
 
 log() { printf '[srpt] %s\n' "$*" >&2; }
 skip() { log "skipped: $*"; exit 0; }
+
+if [[ ${1:-} == loop ]]; then
+    command -v python3 >/dev/null || skip "needs python3 for the statistics"
+    (cd "$REPO" && cargo build --release -q -p modus)
+    MODUS=$REPO/target/release/modus
+    mkdir -p "$OUT"
+    WORK=$(mktemp -d)
+    trap 'rm -rf "$WORK"' EXIT
+    mkdir -p "$WORK/root"
+    head -c 500 /dev/zero | tr '\0' 's' > "$WORK/root/small.bin"
+    head -c 117760 /dev/zero | tr '\0' 'l' > "$WORK/root/large.bin"
+    printf '90 /small.bin\n10 /large.bin\n' > "$WORK/mix.txt"
+    echo "round,schedule,rps,small_mean_us,small_p99_us,large_mean_us,large_p99_us,errors" > "$OUT/loop.csv"
+    for round in $(seq 1 "$ROUNDS"); do
+        for schedule in fifo srpt; do
+            taskset -c 0 "$MODUS" serve "$WORK/root" --model event --workers 1 --listen 127.0.0.1:0 \
+                --access-log off --schedule "$schedule" > "$WORK/server.out" 2>/dev/null &
+            pid=$!
+            for _ in $(seq 1 100); do grep -q '^listening on ' "$WORK/server.out" && break; sleep 0.05; done
+            addr=$(sed -n 's/^listening on \([^ ]*\).*/\1/p' "$WORK/server.out")
+            taskset -c 1 "$MODUS" load "http://$addr/" --mix "$WORK/mix.txt" -c 256 -d "${DURATION}s" \
+                --warmup 2s --json > "$WORK/load.json" 2>/dev/null || true
+            kill -TERM "$pid"; wait "$pid" || true
+            row=$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["per_class"]
+s, l = c["/small.bin"]["latency_us"], c["/large.bin"]["latency_us"]
+print(f"{r[\"throughput_rps\"]:.0f},{s[\"mean\"]:.0f},{s[\"p99\"]},{l[\"mean\"]:.0f},{l[\"p99\"]},{r[\"errors\"]}")
+' "$WORK/load.json")
+            echo "$round,$schedule,$row" >> "$OUT/loop.csv"
+            log "loop round $round $schedule: $row"
+        done
+    done
+    python3 - "$OUT/loop.csv" <<'PY' | tee "$OUT/loop.md"
+import csv, sys
+from collections import defaultdict
+rows = list(csv.DictReader(open(sys.argv[1])))
+by = defaultdict(list)
+for r in rows:
+    by[r["schedule"]].append(r)
+mean = lambda rs, c: sum(float(r[c]) for r in rs) / len(rs)
+cols = ["rps", "small_mean_us", "small_p99_us", "large_mean_us", "large_p99_us", "errors"]
+print("| schedule | " + " | ".join(cols) + " |")
+print("|---|" + "---|" * len(cols))
+for sched in ("fifo", "srpt"):
+    if by[sched]:
+        print(f"| {sched} | " + " | ".join(f"{mean(by[sched], c):.0f}" for c in cols) + " |")
+if by["fifo"] and by["srpt"]:
+    f, s = by["fifo"], by["srpt"]
+    print()
+    print(f"small requests: fifo/srpt mean {mean(f, 'small_mean_us') / mean(s, 'small_mean_us'):.2f}x; "
+          f"throughput srpt/fifo {mean(s, 'rps') / mean(f, 'rps'):.3f}")
+PY
+    exit 0
+fi
 
 [[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces and tc)"
 command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (iproute2)"
@@ -91,7 +155,7 @@ mean_bytes=$(awk '!/^#/ { n++; s += $4 } END { printf "%.0f", s / n + 240 }' "$W
 
 start_server() {
     ip netns exec "$SRV" taskset -c 0 "$MODUS" serve "$WORK/w/docs" --model "$MODEL" \
-        --listen "$SRV_IP:$PORT" --access-log off --schedule "$1" > "$WORK/server.out" 2> "$WORK/server.err" &
+        --listen "$SRV_IP:$PORT" --access-log off --schedule "$@" > "$WORK/server.out" 2> "$WORK/server.err" &
     server=$!
     for _ in $(seq 1 100); do
         grep -q '^listening on ' "$WORK/server.out" && return
@@ -125,7 +189,12 @@ for round in $(seq 1 "$ROUNDS"); do
     for rho in $RHOS; do
         rate=$(python3 -c "print(max(1, round($rho * $capacity / $mean_bytes)))")
         for schedule in fifo srpt; do
-            start_server "$schedule"
+            if [[ $schedule == srpt ]]; then
+                # shellcheck disable=SC2086 # SRPT_ARGS is a list of flags
+                start_server srpt ${SRPT_ARGS:-}
+            else
+                start_server fifo
+            fi
             timeline="$OUT/timeline-r$round-rho$rho-$schedule.csv"
             ip netns exec "$CLI" taskset -c 1 "$MODUS" load "http://$SRV_IP:$PORT/" --allow-remote \
                 --workload "$WORK/w" -R "$rate" --arrivals poisson -d "${DURATION}s" --timeout 60s \
