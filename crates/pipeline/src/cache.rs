@@ -103,6 +103,8 @@ pub struct Cache {
     bytes: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// Misses being read now, for `--schedule srpt-group`'s coalescing.
+    pub(crate) flights: crate::flights::Flights,
 }
 
 impl Cache {
@@ -116,6 +118,7 @@ impl Cache {
             bytes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            flights: crate::flights::Flights::default(),
         }
     }
 

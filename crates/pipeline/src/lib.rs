@@ -24,6 +24,7 @@ mod cgi_stream;
 pub mod conditional;
 mod conn;
 pub mod errorlog;
+mod flights;
 pub mod listing;
 pub mod multipart;
 pub mod range;
@@ -335,5 +336,38 @@ mod tests {
         assert_eq!(route(&plain, "OPTIONS * HTTP/1.1"), (Route::ServerWide, None));
         assert_eq!(route(&plain, "GET /a%00b HTTP/1.1").0, Route::Refuse(400));
         assert_eq!(route(&plain, "GET /.hidden HTTP/1.1").0, Route::Refuse(404));
+    }
+
+    /// `--schedule srpt-group`: requests missing on one document together
+    /// are all answered with its bytes (whichever of them read it).
+    #[test]
+    fn grouped_misses_all_get_the_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let body: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("doc.bin"), &body).unwrap();
+        let srpt = schedule::Srpt { group: true, ..schedule::Srpt::default() };
+        let settings = Settings { schedule: schedule::Schedule::Srpt(srpt), ..Settings::default() };
+        let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+        let site = Site::dir(dir.path(), false).unwrap();
+        let p = Pipeline::new(settings, site, access, Arc::new(ErrorLog::stderr()));
+        let bytes = b"GET /doc.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+        let Ok(h1::Parsed::Complete { head, .. }) = h1::parse_request(bytes, &p.settings.limits) else { panic!() };
+        let bodies: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| match p.handle(&head, true) {
+                        Reply::Response(mut r) => {
+                            assert_eq!(r.status, 200);
+                            let mut out = Vec::new();
+                            r.out.copy_into(&mut out, usize::MAX).unwrap();
+                            out.split_off(r.head_len as usize)
+                        }
+                        other => panic!("{other:?}"),
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert!(bodies.iter().all(|b| *b == body));
     }
 }

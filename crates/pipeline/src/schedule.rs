@@ -24,6 +24,13 @@ pub enum Schedule {
     Srpt(Srpt),
 }
 
+impl Schedule {
+    /// Whether concurrent misses for one document share one read.
+    pub fn groups(&self) -> bool {
+        matches!(self, Schedule::Srpt(Srpt { group: true, .. }))
+    }
+}
+
 /// SRPT's settings: the size classes and what keeps large responses moving.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Srpt {
@@ -41,6 +48,9 @@ pub struct Srpt {
     /// Bytes written between two looks at what is left (and so at the
     /// class), for one response.
     pub quantum: u64,
+    /// Same-document grouping (`--schedule srpt-group`): concurrent misses
+    /// for one document wait for a single read of it.
+    pub group: bool,
 }
 
 impl Srpt {
@@ -86,6 +96,7 @@ impl Default for Srpt {
             priority_base: Srpt::PRIORITY_BASE,
             unsent_limit: Srpt::UNSENT_LIMIT,
             quantum: Srpt::QUANTUM,
+            group: false,
         }
     }
 }

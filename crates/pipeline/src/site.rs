@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use transport::{Chunk, Data};
 
 use crate::cache::{Body, Cache, Entry, Identity, INLINE_MAX};
+use crate::flights::{Boarding, Landed};
 use crate::resolve::{DocRoot, SymlinkPolicy};
 use crate::{conditional, listing, Settings};
 
@@ -213,7 +214,28 @@ impl Site {
                 if blocking == Blocking::Avoid {
                     return None;
                 }
-                (lookup_dir(root, path, cache, settings), false)
+                if !settings.schedule.groups() {
+                    return Some((lookup_dir(root, path, cache, settings), false));
+                }
+                // One read for every request that misses on it meanwhile.
+                match cache.flights.board(path) {
+                    Boarding::Leader(leader) => {
+                        let found = lookup_dir(root, path, cache, settings);
+                        leader.land(match &found {
+                            Found::Resource(Resource::Cached(entry)) => Landed::Entry(entry.clone()),
+                            Found::Failed(e) => Landed::Failed(e.kind(), e.to_string()),
+                            _ => Landed::Nothing,
+                        });
+                        (found, false)
+                    }
+                    Boarding::Followed(Landed::Entry(entry)) => {
+                        (Found::Resource(Resource::Cached(entry)), true)
+                    }
+                    Boarding::Followed(Landed::Failed(kind, why)) => {
+                        (Found::Failed(io::Error::new(kind, why)), false)
+                    }
+                    Boarding::Followed(Landed::Nothing) => (lookup_dir(root, path, cache, settings), false),
+                }
             }
         })
     }

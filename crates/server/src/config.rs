@@ -12,12 +12,14 @@ use pipeline::schedule::{self, Schedule, Srpt};
 
 /// What `--schedule` names (see [`Schedule`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum ScheduleName {
     /// In the order the kernel sends them.
     Fifo,
     /// Shortest remaining bytes first.
     Srpt,
+    /// `srpt`, and concurrent misses for one document read once.
+    SrptGroup,
 }
 
 /// SRPT class cutoffs as typed: sizes, comma-separated, ascending.
@@ -255,9 +257,10 @@ pub struct ServeOptions {
 
     /// The order responses compete for the outgoing link: fifo, or srpt —
     /// the socket's priority follows the class of the bytes a response has
-    /// left (needs a priority qdisc: README, "Scheduling the outgoing link")
-    /// [default: fifo]
-    #[arg(long, value_name = "fifo|srpt", help_heading = "Scheduling")]
+    /// left (needs a priority qdisc: README, "Scheduling the outgoing link");
+    /// srpt-group also reads a document once for all the requests that miss
+    /// on it together [default: fifo]
+    #[arg(long, value_name = "fifo|srpt|srpt-group", help_heading = "Scheduling")]
     pub schedule: Option<ScheduleName>,
 
     /// SRPT's class cutoffs, ascending, at most 7 (8 classes)
@@ -436,12 +439,13 @@ impl ServeOptions {
     pub fn schedule(&self) -> Schedule {
         match self.schedule.unwrap_or(ScheduleName::Fifo) {
             ScheduleName::Fifo => Schedule::Fifo,
-            ScheduleName::Srpt => {
+            name @ (ScheduleName::Srpt | ScheduleName::SrptGroup) => {
                 let d = Srpt::default();
                 Schedule::Srpt(Srpt {
                     cutoffs: self.srpt_classes.clone().map_or(d.cutoffs.clone(), |c| c.0),
                     max_wait: self.srpt_max_wait.map_or(d.max_wait, |t| t.0),
                     priority_base: self.srpt_priority_base.unwrap_or(d.priority_base),
+                    group: name == ScheduleName::SrptGroup,
                     ..d
                 })
             }

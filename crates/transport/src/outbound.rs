@@ -205,27 +205,34 @@ impl Outbound {
     /// Writes as much as the socket takes. Errors other than `WouldBlock`,
     /// `TimedOut` and `Interrupted` are returned; the connection is then dead.
     pub fn write_to(&mut self, sock: &TcpStream) -> io::Result<Progress> {
-        self.write_to_at_most(sock, u64::MAX)
+        self.write::<false>(sock, u64::MAX)
     }
 
     /// [`write_to`](Self::write_to), stopping with [`Progress::Paused`]
     /// once `limit` bytes went out: so a scheduler can look at what is left
     /// (and reprioritise the socket) between quanta of a large response.
     pub fn write_to_at_most(&mut self, sock: &TcpStream, limit: u64) -> io::Result<Progress> {
-        let mut allowed = limit;
+        self.write::<true>(sock, limit)
+    }
+
+    /// The write loop, `BOUNDED` by `allowed` bytes or not: the unbounded
+    /// one, every response's under FIFO, keeps no count.
+    fn write<const BOUNDED: bool>(&mut self, sock: &TcpStream, mut allowed: u64) -> io::Result<Progress> {
         loop {
-            if allowed == 0 {
+            if BOUNDED && allowed == 0 {
                 return Ok(if self.chunks.is_empty() { Progress::Done } else { Progress::Paused });
             }
             let result = match self.chunks.front() {
                 None => return Ok(Progress::Done),
-                Some(Chunk::Bytes(_)) => self.write_memory(sock, allowed),
+                Some(Chunk::Bytes(_)) => self.write_memory::<BOUNDED>(sock, allowed),
                 Some(Chunk::File { .. }) => self.write_file(sock, allowed),
             };
             match result {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    allowed -= n as u64;
+                    if BOUNDED {
+                        allowed -= n as u64;
+                    }
                     self.advance(n as u64)
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -241,22 +248,26 @@ impl Outbound {
     /// follows, `MSG_MORE` keeps the kernel from pushing the head out in a
     /// segment of its own just before `sendfile` (nginx uses TCP_CORK for
     /// this; `MSG_MORE` costs no extra system calls).
-    fn write_memory(&self, sock: &TcpStream, allowed: u64) -> io::Result<usize> {
+    fn write_memory<const BOUNDED: bool>(&self, sock: &TcpStream, allowed: u64) -> io::Result<usize> {
         let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
         let mut count = 0;
         let mut file_follows = false;
         let mut budget = usize::try_from(allowed).unwrap_or(usize::MAX);
         for chunk in &self.chunks {
-            if budget == 0 {
+            if BOUNDED && budget == 0 {
                 break;
             }
             match chunk {
                 Chunk::Bytes(data) if count < MAX_IOVECS => {
-                    let bytes = data.as_slice();
-                    let skip = if count == 0 { self.front_sent as usize } else { 0 };
-                    let take = (bytes.len() - skip).min(budget);
-                    slices[count] = IoSlice::new(&bytes[skip..skip + take]);
-                    budget -= take;
+                    let bytes = &data.as_slice()[if count == 0 { self.front_sent as usize } else { 0 }..];
+                    let bytes = if BOUNDED {
+                        let take = bytes.len().min(budget);
+                        budget -= take;
+                        &bytes[..take]
+                    } else {
+                        bytes
+                    };
+                    slices[count] = IoSlice::new(bytes);
                     count += 1;
                 }
                 Chunk::Bytes(_) => break,

@@ -62,7 +62,10 @@ impl Wire for TcpStream {
     }
 
     fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
-        out.write_to_at_most(self, limit)
+        match limit {
+            u64::MAX => out.write_to(self),
+            limit => out.write_to_at_most(self, limit),
+        }
     }
 
     fn set_priority(&self, priority: u32) -> io::Result<()> {

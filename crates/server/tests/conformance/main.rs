@@ -101,5 +101,7 @@ mod conformance {
         // the models whose loops it concerns run everything under it too.
         event_srpt => "event --schedule srpt",
         amped_srpt => "amped --schedule srpt",
+        // And same-document grouping, whose misses wait on one another's read.
+        amped_srpt_group => "amped --schedule srpt-group",
     }
 }
