@@ -27,8 +27,19 @@
 # loop), 90 % 500 B and 10 % 115 KB requests: mean and p99 response time of
 # each size and throughput, fifo against srpt, ROUNDS rounds of DURATION.
 #
+# `bench/srpt.sh disk` measures the third bottleneck, the disk, when the
+# documents do not fit in memory (paper 004's own case): `amped` with a
+# memory cgroup (v1) limit of MEMORY on the server, so its page cache holds a
+# quarter of the SURGE document set, and `--cache-size` well below it; a
+# closed loop of 64 connections replays the SURGE stream on loopback.
+# Reported for fifo and srpt-group: bytes read from the disk per request
+# (`/proc/PID/io` read_bytes of the server), requests/s, mean and p99
+# response time. The documents' pages are dropped (`POSIX_FADV_DONTNEED`)
+# before every run. Needs root and the memory cgroup.
+#
 # Usage: bench/srpt.sh                 # as root
 #        bench/srpt.sh loop
+#        bench/srpt.sh disk             # as root
 # Environment: RHOS ["0.5 0.7 0.8 0.9 0.95"]  ROUNDS [3]  DURATION [20] (s)
 #   LINK [100mbit]  MODEL [event]  FILES [2000]  OUT [bench/results/srpt-TIMESTAMP]
 #   SRPT_ARGS [""] more `modus serve` flags for the srpt runs (e.g. "--srpt-max-wait 500ms")
@@ -49,6 +60,85 @@ PORT=8080
 
 log() { printf '[srpt] %s\n' "$*" >&2; }
 skip() { log "skipped: $*"; exit 0; }
+
+if [[ ${1:-} == disk ]]; then
+    [[ $(id -u) -eq 0 ]] || skip "needs root (a memory cgroup)"
+    CG=/sys/fs/cgroup/memory/modus-srpt-disk
+    [[ -d /sys/fs/cgroup/memory ]] || skip "needs the cgroup v1 memory controller"
+    command -v python3 >/dev/null || skip "needs python3"
+    (cd "$REPO" && cargo build --release -q -p modus)
+    MODUS=$REPO/target/release/modus
+    mkdir -p "$OUT"
+    WORK=$(mktemp -d)
+    DISK_FILES=${DISK_FILES:-6000}
+    trap 'rmdir "$CG" 2>/dev/null; rm -rf "$WORK"' EXIT
+    "$MODUS" workload surge --out "$WORK/w" --files "$DISK_FILES" --requests 400000 > /dev/null
+    docset=$(du -sb "$WORK/w/docs" | cut -f1)
+    MEMORY=${MEMORY:-$((docset / 4))}
+    log "document set $docset bytes; the server's memory limit $MEMORY bytes"
+    mkdir -p "$CG"
+    echo "$MEMORY" > "$CG/memory.limit_in_bytes"
+    echo "docset_bytes=$docset memory_limit=$MEMORY files=$DISK_FILES" > "$OUT/disk-setup.txt"
+    echo "round,schedule,requests,rps,mean_us,p99_us,errors,read_bytes,read_bytes_per_request" > "$OUT/disk.csv"
+    for round in $(seq 1 "$ROUNDS"); do
+        for schedule in ${DISK_SCHEDULES:-fifo srpt srpt-group}; do
+            # Written pages are dirty until written back, and dirty pages
+            # cannot be dropped: sync first.
+            sync
+            python3 - "$WORK/w/docs" <<'PY'
+import os, sys
+for base, _, files in os.walk(sys.argv[1]):
+    for name in files:
+        fd = os.open(os.path.join(base, name), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+PY
+            taskset -c 0 "$MODUS" serve "$WORK/w/docs" --model amped --workers 1 --helpers 8 \
+                --listen 127.0.0.1:0 --access-log off --cache-size 4MiB --schedule "$schedule" \
+                > "$WORK/server.out" 2>/dev/null &
+            pid=$!
+            echo "$pid" > "$CG/cgroup.procs"
+            for _ in $(seq 1 100); do grep -q '^listening on ' "$WORK/server.out" && break; sleep 0.05; done
+            addr=$(sed -n 's/^listening on \([^ ]*\).*/\1/p' "$WORK/server.out")
+            before=$(awk '/^read_bytes/ { print $2 }' "/proc/$pid/io")
+            taskset -c 1 "$MODUS" load "http://$addr/" --workload "$WORK/w" -c 64 -d "${DURATION}s" \
+                --json > "$WORK/load.json" 2>/dev/null || true
+            after=$(awk '/^read_bytes/ { print $2 }' "/proc/$pid/io")
+            kill -TERM "$pid"; wait "$pid" || true
+            row=$(python3 - "$WORK/load.json" "$((after - before))" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+read = int(sys.argv[2])
+lat = r["latency_us"]
+n = max(r["requests"], 1)
+print(f"{r['requests']},{r['throughput_rps']:.0f},{lat['mean']:.0f},{lat['p99']},{r['errors']},{read},{read / n:.0f}")
+PY
+)
+            echo "$round,$schedule,$row" >> "$OUT/disk.csv"
+            log "disk round $round $schedule: $row"
+        done
+    done
+    python3 - "$OUT/disk.csv" <<'PY' | tee "$OUT/disk.md"
+import csv, sys
+from collections import defaultdict
+rows = list(csv.DictReader(open(sys.argv[1])))
+by = defaultdict(list)
+for r in rows:
+    by[r["schedule"]].append(r)
+mean = lambda rs, c: sum(float(r[c]) for r in rs) / len(rs)
+cols = ["rps", "mean_us", "p99_us", "errors", "read_bytes_per_request"]
+print("| schedule | " + " | ".join(cols) + " |")
+print("|---|" + "---|" * len(cols))
+for sched in ("fifo", "srpt", "srpt-group"):
+    if by[sched]:
+        print(f"| {sched} | " + " | ".join(f"{mean(by[sched], c):.0f}" for c in cols) + " |")
+if by["fifo"] and by["srpt-group"]:
+    f, g = by["fifo"], by["srpt-group"]
+    print()
+    print(f"disk bytes per request: srpt-group/fifo {mean(g, 'read_bytes_per_request') / max(mean(f, 'read_bytes_per_request'), 1):.3f}")
+PY
+    exit 0
+fi
 
 if [[ ${1:-} == loop ]]; then
     command -v python3 >/dev/null || skip "needs python3 for the statistics"
@@ -72,13 +162,14 @@ if [[ ${1:-} == loop ]]; then
             taskset -c 1 "$MODUS" load "http://$addr/" --mix "$WORK/mix.txt" -c 256 -d "${DURATION}s" \
                 --warmup 2s --json > "$WORK/load.json" 2>/dev/null || true
             kill -TERM "$pid"; wait "$pid" || true
-            row=$(python3 -c '
+            row=$(python3 - "$WORK/load.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 c = r["per_class"]
 s, l = c["/small.bin"]["latency_us"], c["/large.bin"]["latency_us"]
-print(f"{r[\"throughput_rps\"]:.0f},{s[\"mean\"]:.0f},{s[\"p99\"]},{l[\"mean\"]:.0f},{l[\"p99\"]},{r[\"errors\"]}")
-' "$WORK/load.json")
+print(f"{r['throughput_rps']:.0f},{s['mean']:.0f},{s['p99']},{l['mean']:.0f},{l['p99']},{r['errors']}")
+PY
+)
             echo "$round,$schedule,$row" >> "$OUT/loop.csv"
             log "loop round $round $schedule: $row"
         done
