@@ -351,7 +351,9 @@ mod tests {
         let site = Site::dir(dir.path(), false).unwrap();
         let p = Pipeline::new(settings, site, access, Arc::new(ErrorLog::stderr()));
         let bytes = b"GET /doc.bin HTTP/1.1\r\nHost: x\r\n\r\n";
-        let Ok(h1::Parsed::Complete { head, .. }) = h1::parse_request(bytes, &p.settings.limits) else { panic!() };
+        let Ok(h1::Parsed::Complete { head, .. }) = h1::parse_request(bytes, &p.settings.limits) else {
+            panic!()
+        };
         let bodies: Vec<Vec<u8>> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..8)
                 .map(|_| {

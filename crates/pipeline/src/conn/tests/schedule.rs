@@ -95,3 +95,47 @@ fn fifo_never_yields() {
     assert!(matches!(h.send(GET_BIG), Want::Read(_)));
     assert_eq!(h.response().body.len(), BIG.len());
 }
+
+/// The same on a real socket: what the kernel holds once a large response
+/// is out is class 0's priority, and the unsent limit is set.
+#[test]
+fn a_real_socket_ends_at_the_top_class() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, peer) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let srpt = Srpt { cutoffs: vec![10_000, 50_000], quantum: 10_000, ..Srpt::default() };
+    let settings = Settings { schedule: Schedule::Srpt(srpt), ..Settings::default() };
+    let h = Harness::with(settings, Mode::Inline);
+    let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &h.p, Mode::Inline);
+    // A quantum per drive, so the priority can be read between them.
+    conn.set_yielding();
+    client.write_all(GET_BIG).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while got.len() < BIG.len() {
+            let n = client.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    });
+    let sock = socket2::SockRef::from(&server);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..10_000 {
+        let want = conn.drive(&server, &h.p, false);
+        seen.insert(sock.priority().unwrap());
+        if conn.served() == 1 {
+            break;
+        }
+        assert!(matches!(want, Want::Write(_) | Want::Read(_) | Want::Again), "{want:?}");
+        std::thread::yield_now();
+    }
+    assert_eq!(conn.served(), 1);
+    assert!(reader.join().unwrap().len() >= BIG.len());
+    assert_eq!(sock.priority().unwrap(), 0x10001, "class 0 at the end");
+    assert!(seen.len() >= 2, "the priority changed on the way: {seen:?}");
+    assert_eq!(sock.tcp_notsent_lowat().unwrap(), Srpt::UNSENT_LIMIT);
+}
