@@ -100,7 +100,7 @@ fn fifo_never_yields() {
 /// is out is class 0's priority, and the unsent limit is set.
 #[test]
 fn a_real_socket_ends_at_the_top_class() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (server, peer) = listener.accept().unwrap();
