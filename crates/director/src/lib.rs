@@ -25,6 +25,7 @@ pub mod forward;
 pub mod monitor;
 pub mod options;
 pub mod proxy;
+pub mod relay;
 pub mod response;
 mod watch;
 

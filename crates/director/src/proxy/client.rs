@@ -8,8 +8,9 @@ use h1::{BodyFraming, ChunkedDecoder, Parsed as ReqParsed};
 use super::*;
 use crate::admin::label;
 use crate::backend::pick;
-use crate::forward::{encode_chunk, request_head, LAST_CHUNK};
-use crate::response::{client_head, parse_response, ClientFraming, Framing, Parsed, MAX_RESPONSE_HEAD};
+use crate::forward::request_head;
+use crate::relay::{RequestBody, ResponseBody};
+use crate::response::{client_head, parse_response, Parsed, MAX_RESPONSE_HEAD};
 
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
@@ -148,13 +149,11 @@ impl Director {
                         self.stats.requests += 1;
                         let backend_name = &cfg.backends[0].0;
                         let body = match head.framing {
-                            BodyFraming::None | BodyFraming::Length(0) => ReqBody::Done,
-                            BodyFraming::Length(n) => ReqBody::Length(n),
-                            BodyFraming::Chunked => {
-                                ReqBody::Chunked(Box::new(ChunkedDecoder::new(cfg.max_body)))
-                            }
+                            BodyFraming::None | BodyFraming::Length(0) => RequestBody::Done,
+                            BodyFraming::Length(n) => RequestBody::Length(n),
+                            BodyFraming::Chunked => RequestBody::chunked(cfg.max_body),
                         };
-                        let retryable = matches!(body, ReqBody::Done);
+                        let retryable = body.is_done();
                         let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
                         c.ex = Some(Exchange {
                             fwd_head: if is_status {
@@ -280,7 +279,7 @@ impl Director {
             record(&mut self.latencies.queue, waited);
             self.metrics.queue_wait.observe(waited.as_secs_f64());
         }
-        let body_pending = !matches!(ex.body, ReqBody::Done);
+        let body_pending = !ex.body.is_done();
         if ex.expect_continue && body_pending {
             c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -314,9 +313,9 @@ impl Director {
         }
 
         // Request body: client → backend, re-framed, bounded.
-        let body_was_pending = !matches!(ex.body, ReqBody::Done);
+        let body_was_pending = !ex.body.is_done();
         let mut body_moved = false;
-        while !matches!(ex.body, ReqBody::Done) && bc.out.len() - bc.out_pos < OUT_CAP {
+        while !ex.body.is_done() && bc.out.len() - bc.out_pos < OUT_CAP {
             if c.inbuf.is_empty() {
                 match read_some(&mut c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
                     Io::Data => {}
@@ -325,46 +324,23 @@ impl Director {
                     Io::Eof | Io::Failed => return self.abort(token, false),
                 }
             }
-            match &mut ex.body {
-                ReqBody::Length(remaining) => {
-                    let n = (*remaining).min(c.inbuf.len() as u64) as usize;
-                    bc.out.extend_from_slice(&c.inbuf[..n]);
-                    c.inbuf.drain(..n);
-                    *remaining -= n as u64;
-                    if *remaining == 0 {
-                        ex.body = ReqBody::Done;
-                    }
+            match ex.body.forward(&c.inbuf, &mut bc.out) {
+                Ok(consumed) => {
+                    c.inbuf.drain(..consumed);
                 }
-                ReqBody::Chunked(decoder) => {
-                    let mut data = Vec::new();
-                    match decoder.decode(&c.inbuf, &mut data) {
-                        Ok(consumed) => {
-                            c.inbuf.drain(..consumed);
-                            encode_chunk(&mut bc.out, &data);
-                            if decoder.is_done() {
-                                bc.out.extend_from_slice(LAST_CHUNK);
-                                ex.body = ReqBody::Done;
-                            }
-                        }
-                        Err(e) => {
-                            self.stats.bad_requests += 1;
-                            return self.fail(token, e.status(), e.reason(), false);
-                        }
-                    }
+                Err(e) => {
+                    self.stats.bad_requests += 1;
+                    return self.fail(token, e.status(), e.reason(), false);
                 }
-                ReqBody::Done => {}
             }
             progress = true;
             body_moved = true;
         }
         if body_moved && c.phase == Phase::Receive {
             let now = Instant::now();
-            c.deadline = Some(if matches!(ex.body, ReqBody::Done) {
-                now + cfg.backend_timeout
-            } else {
-                now + cfg.body_timeout
-            });
-        } else if body_was_pending && matches!(ex.body, ReqBody::Done) {
+            c.deadline =
+                Some(if ex.body.is_done() { now + cfg.backend_timeout } else { now + cfg.body_timeout });
+        } else if body_was_pending && ex.body.is_done() {
             c.deadline = Some(Instant::now() + cfg.backend_timeout);
         }
         match flush(&mut bc.stream, &mut bc.writable, &mut bc.out, &mut bc.out_pos) {
@@ -374,7 +350,7 @@ impl Director {
                 return self.backend_failed(token, retry, "backend connection failed");
             }
         }
-        if ex.sent.is_none() && matches!(ex.body, ReqBody::Done) && bc.out_pos == bc.out.len() {
+        if ex.sent.is_none() && ex.body.is_done() && bc.out_pos == bc.out.len() {
             ex.sent = Some((Instant::now(), ex.attached_inflight));
         }
 
@@ -411,18 +387,7 @@ impl Director {
                         ex.close_after |= !keep;
                         c.out.extend_from_slice(&bytes);
                         ex.head_sent = true;
-                        ex.relay = Some(Relay {
-                            framing: head.framing,
-                            to_client,
-                            remaining: match head.framing {
-                                Framing::Length(n) => n,
-                                _ => 0,
-                            },
-                            decoder: (head.framing == Framing::Chunked)
-                                .then(|| Box::new(ChunkedDecoder::new(u64::MAX))),
-                            done: head.framing == Framing::None || head.framing == Framing::Length(0),
-                            backend_close: head.backend_close,
-                        });
+                        ex.relay = Some(ResponseBody::new(head.framing, to_client, head.backend_close));
                         c.phase = Phase::Response;
                         c.deadline = Some(Instant::now() + cfg.send_timeout);
                         if is_gateway_error(head.status) {
@@ -439,7 +404,7 @@ impl Director {
                     Io::Data => progress = true,
                     Io::Blocked => break,
                     Io::Eof | Io::Failed => {
-                        let retry = ex.retryable && bc.reused && had == 0 && matches!(ex.body, ReqBody::Done);
+                        let retry = ex.retryable && bc.reused && had == 0 && ex.body.is_done();
                         return self.backend_failed(token, retry, "backend closed before responding");
                     }
                 }
@@ -449,82 +414,46 @@ impl Director {
 
         // RESPONSE: backend → client, bounded by the client's buffer.
         let relay = ex.relay.as_mut().expect("RESPONSE has a relay");
-        while !relay.done && c.out.len() - c.out_pos < OUT_CAP {
+        while !relay.is_done() && c.out.len() - c.out_pos < OUT_CAP {
             if bc.inbuf.is_empty() {
                 match read_some(&mut bc.stream, &mut bc.readable, &mut bc.inbuf, READ_SIZE) {
                     Io::Data => {}
                     Io::Blocked => break,
-                    Io::Eof | Io::Failed if relay.framing == Framing::Close => {
-                        if relay.to_client == ClientFraming::Chunked {
-                            c.out.extend_from_slice(LAST_CHUNK);
-                        }
-                        relay.done = true;
-                        relay.backend_close = true;
-                        break;
-                    }
-                    // Truncated: the client cannot be told except by closing.
-                    Io::Eof | Io::Failed => {
-                        self.backends[b].errors += 1;
-                        self.passive_failure(b, "broken");
-                        return self.abort(token, true);
-                    }
-                }
-            }
-            progress = true;
-            match relay.framing {
-                Framing::None => relay.done = true,
-                Framing::Length(_) => {
-                    let n = relay.remaining.min(bc.inbuf.len() as u64) as usize;
-                    c.out.extend_from_slice(&bc.inbuf[..n]);
-                    bc.inbuf.drain(..n);
-                    relay.remaining -= n as u64;
-                    relay.done = relay.remaining == 0;
-                }
-                Framing::Chunked => {
-                    let decoder = relay.decoder.as_mut().expect("chunked relay has a decoder");
-                    let mut data = Vec::new();
-                    match decoder.decode(&bc.inbuf, &mut data) {
-                        Ok(consumed) => {
-                            bc.inbuf.drain(..consumed);
-                            match relay.to_client {
-                                ClientFraming::Chunked => encode_chunk(&mut c.out, &data),
-                                _ => c.out.extend_from_slice(&data),
-                            }
-                            if decoder.is_done() {
-                                if relay.to_client == ClientFraming::Chunked {
-                                    c.out.extend_from_slice(LAST_CHUNK);
-                                }
-                                relay.done = true;
-                            }
-                        }
+                    Io::Eof | Io::Failed => match relay.backend_closed(&mut c.out) {
+                        // A body that runs to the close has ended.
+                        Ok(()) => break,
+                        // Truncated: the client cannot be told except by closing.
                         Err(_) => {
                             self.backends[b].errors += 1;
                             self.passive_failure(b, "broken");
                             return self.abort(token, true);
                         }
-                    }
+                    },
                 }
-                Framing::Close => {
-                    match relay.to_client {
-                        ClientFraming::Chunked => encode_chunk(&mut c.out, &bc.inbuf),
-                        _ => c.out.extend_from_slice(&bc.inbuf),
-                    }
-                    bc.inbuf.clear();
+            }
+            progress = true;
+            match relay.relay(&bc.inbuf, &mut c.out) {
+                Ok(consumed) => {
+                    bc.inbuf.drain(..consumed);
+                }
+                Err(_) => {
+                    self.backends[b].errors += 1;
+                    self.passive_failure(b, "broken");
+                    return self.abort(token, true);
                 }
             }
         }
-        if relay.done {
+        if relay.is_done() {
             // The backend is free as soon as its response is read, whatever
             // the client's speed: reuse it only if the exchange was clean.
             // A body that is Done is only copied into `bc.out`; if a backend
             // answered early, part of it may still be unsent, and the next
             // request on that connection would be read as its tail.
-            let reuse = !relay.backend_close
-                && relay.framing != Framing::Close
+            let reuse = relay.backend_reusable()
                 && bc.inbuf.is_empty()
-                && matches!(ex.body, ReqBody::Done)
+                && ex.body.is_done()
                 && bc.out_pos == bc.out.len();
-            if !matches!(ex.body, ReqBody::Done) {
+            if !ex.body.is_done() {
                 // The backend answered before the whole body was sent: the
                 // rest of it is unread, so the client connection must close.
                 ex.close_after = true;

@@ -51,7 +51,7 @@ use transport::Shutdown;
 use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
 use crate::options::Config;
-use crate::response::{ClientFraming, Framing};
+use crate::relay::{RequestBody, ResponseBody};
 use crate::watch::Watch;
 use transport::deadlines::Deadlines;
 use transport::slab::Slab;
@@ -136,28 +136,6 @@ impl Phase {
     const NAMES: [&'static str; 5] = ["REQUEST", "PEEK", "RECEIVE", "RESPONSE", "LINGER"];
 }
 
-/// The body of the request being forwarded.
-#[derive(Debug)]
-enum ReqBody {
-    /// Sent (or none).
-    Done,
-    /// This many bytes still to send.
-    Length(u64),
-    /// Decoded and re-chunked as it arrives.
-    Chunked(Box<ChunkedDecoder>),
-}
-
-/// The response being relayed.
-#[derive(Debug)]
-struct Relay {
-    framing: Framing,
-    to_client: ClientFraming,
-    remaining: u64,
-    decoder: Option<Box<ChunkedDecoder>>,
-    done: bool,
-    backend_close: bool,
-}
-
 /// One request/response exchange.
 #[derive(Debug)]
 struct Exchange {
@@ -166,7 +144,7 @@ struct Exchange {
     client_11: bool,
     keep_alive: bool,
     expect_continue: bool,
-    body: ReqBody,
+    body: RequestBody,
     /// The request has no body, so it may be sent again after a failure
     /// before any response byte on a reused connection.
     retryable: bool,
@@ -175,7 +153,7 @@ struct Exchange {
     /// The response head has gone to the client (after that, a failure can
     /// only abort the connection).
     head_sent: bool,
-    relay: Option<Relay>,
+    relay: Option<ResponseBody>,
     /// The exchange is over once the client's output is flushed.
     done: bool,
     close_after: bool,
@@ -612,7 +590,7 @@ fn respond_local(
         client_11: true,
         keep_alive: false,
         expect_continue: false,
-        body: ReqBody::Done,
+        body: RequestBody::Done,
         retryable: false,
         attempts: 0,
         backend: None,
@@ -640,10 +618,10 @@ fn respond_local(
 fn discard_body(c: &mut Client) -> bool {
     let Some(ex) = c.ex.as_mut() else { return false };
     match ex.body {
-        ReqBody::Done => true,
-        ReqBody::Length(n) if (c.inbuf.len() as u64) >= n => {
+        RequestBody::Done => true,
+        RequestBody::Length(n) if (c.inbuf.len() as u64) >= n => {
             c.inbuf.drain(..n as usize);
-            ex.body = ReqBody::Done;
+            ex.body = RequestBody::Done;
             true
         }
         _ => false,

@@ -92,7 +92,7 @@ impl Director {
             }
             Phase::Receive => {
                 let ex = c.ex.as_ref();
-                let body_pending = ex.is_some_and(|ex| !matches!(ex.body, ReqBody::Done));
+                let body_pending = ex.is_some_and(|ex| !ex.body.is_done());
                 let backend = ex.and_then(|ex| ex.backend);
                 let backend_reading = backend
                     .and_then(|(_, bt)| self.bconns.get(bt))
