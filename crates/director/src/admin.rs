@@ -20,6 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::Value;
+use statuspage::{esc, fmt_us, Resource};
 
 /// Label pairs.
 pub type Labels = Vec<(String, String)>;
@@ -189,53 +190,11 @@ impl Metrics {
 
 /// The response to one admin request (always closes).
 pub fn answer(method: &h1::Method, path: &str, status: impl FnOnce() -> Value, metrics: &Metrics) -> Vec<u8> {
-    let head_only = *method == h1::Method::Head;
-    let (code, ctype, body) = if !matches!(method, h1::Method::Get | h1::Method::Head) {
-        (405, "text/plain", b"GET or HEAD\n".to_vec())
-    } else {
-        match path {
-            "/" | "/status" => (200, "text/html; charset=utf-8", html(&status()).into_bytes()),
-            "/status.json" => {
-                (200, "application/json", serde_json::to_vec_pretty(&status()).expect("serialising a Value"))
-            }
-            "/metrics" => (
-                200,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                metrics.render(&status()).into_bytes(),
-            ),
-            _ => (404, "text/plain", b"not found: try /status, /status.json, /metrics\n".to_vec()),
-        }
-    };
-    let mut head = h1::ResponseHead::new(code);
-    head.date()
-        .header("Server", "modus-director")
-        .header("Content-Type", ctype)
-        .header("Cache-Control", "no-store")
-        .header("Connection", "close")
-        .header_u64("Content-Length", body.len() as u64);
-    if code == 405 {
-        head.header("Allow", "GET, HEAD");
-    }
-    let mut out = head.finish();
-    if !head_only {
-        out.extend_from_slice(&body);
-    }
-    out
-}
-
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    statuspage::answer(method, path, Some("modus-director"), |resource| match resource {
+        Resource::Page => html(&status()).into_bytes(),
+        Resource::Json => serde_json::to_vec_pretty(&status()).expect("serialising a Value"),
+        Resource::Metrics => metrics.render(&status()).into_bytes(),
+    })
 }
 
 fn text(v: &Value) -> String {
@@ -243,17 +202,6 @@ fn text(v: &Value) -> String {
         Value::String(s) => esc(s),
         Value::Null => "–".into(),
         other => esc(&other.to_string()),
-    }
-}
-
-fn fmt_us(v: &Value) -> String {
-    let Some(us) = v.as_f64() else { return "–".into() };
-    if us >= 1e6 {
-        format!("{:.2} s", us / 1e6)
-    } else if us >= 1e3 {
-        format!("{:.2} ms", us / 1e3)
-    } else {
-        format!("{us:.0} µs")
     }
 }
 

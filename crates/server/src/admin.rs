@@ -26,6 +26,7 @@ use prometheus_client::metrics::info::Info as InfoMetric;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::{json, Map, Value};
+use statuspage::{esc, fmt_us, Resource};
 use transport::{Shutdown, Wake};
 
 /// What the admin pages show about the server besides its stats.
@@ -98,53 +99,25 @@ fn answer(stream: TcpStream, source: &dyn Fn() -> Snapshot, info: &Info, rates: 
         match h1::parse_request(&buf[..len], &h1::Limits::default()) {
             Ok(h1::Parsed::Complete { head, .. }) => break head,
             Ok(h1::Parsed::Partial) if len < buf.len() => continue,
-            _ => return respond(&stream, 400, "text/plain", b"bad request\n".to_vec(), false),
+            _ => {
+                return send(&stream, &statuspage::response(400, "text/plain", b"bad request\n", false, None))
+            }
         }
     };
-    let is_head = head.method == h1::Method::Head;
-    if !matches!(head.method, h1::Method::Get | h1::Method::Head) {
-        return respond(&stream, 405, "text/plain", b"GET or HEAD\n".to_vec(), is_head);
-    }
     let snap = source();
-    match head.path() {
-        "/" | "/status" => {
-            respond(&stream, 200, "text/html; charset=utf-8", html(info, &snap, rates).into_bytes(), is_head)
-        }
-        "/status.json" => {
-            let body = serde_json::to_vec_pretty(&json_status(info, &snap, rates)).expect("json");
-            respond(&stream, 200, "application/json", body, is_head)
-        }
-        "/metrics" => respond(
-            &stream,
-            200,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics(info, &snap).into_bytes(),
-            is_head,
-        ),
-        _ => respond(
-            &stream,
-            404,
-            "text/plain",
-            b"not found: try /status, /status.json, /metrics\n".to_vec(),
-            is_head,
-        ),
-    }
+    let out = statuspage::answer(&head.method, head.path(), None, |resource| match resource {
+        Resource::Page => html(info, &snap, rates).into_bytes(),
+        Resource::Json => serde_json::to_vec_pretty(&json_status(info, &snap, rates)).expect("json"),
+        Resource::Metrics => metrics(info, &snap).into_bytes(),
+    });
+    send(&stream, &out);
 }
 
-fn respond(mut stream: &TcpStream, status: u16, content_type: &str, body: Vec<u8>, is_head: bool) {
-    let mut head = h1::ResponseHead::with_capacity(status, 256);
-    head.date()
-        .header("Content-Type", content_type)
-        .header("Cache-Control", "no-store")
-        .header("Connection", "close")
-        .header_u64("Content-Length", body.len() as u64);
-    let mut out = head.finish();
-    if !is_head {
-        out.extend_from_slice(&body);
-    }
-    let _ = stream.write_all(&out);
+/// Writes a whole response, then closes our side and drains what the
+/// client still sends, so the close is not a reset.
+fn send(mut stream: &TcpStream, out: &[u8]) {
+    let _ = stream.write_all(out);
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    // Drain what the client still sends so the close is not a reset.
     let mut sink = [0u8; 1024];
     while matches!(stream.read(&mut sink), Ok(1..)) {}
 }
@@ -412,21 +385,6 @@ impl Collector for Exposition {
             MetricType::Counter,
         )?)?;
         Ok(())
-    }
-}
-
-fn esc(s: &str) -> String {
-    pipeline::listing::html_escape(s).into_owned()
-}
-
-fn fmt_us(v: &Value) -> String {
-    let us = v.as_f64().unwrap_or(0.0);
-    if us >= 1e6 {
-        format!("{:.2} s", us / 1e6)
-    } else if us >= 1e3 {
-        format!("{:.2} ms", us / 1e3)
-    } else {
-        format!("{us:.1} µs")
     }
 }
 
