@@ -24,7 +24,7 @@ pub enum Framing {
 
 /// A validated backend response head.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResponseHead {
+pub struct BackendHead {
     /// Status code, 100..=599.
     pub status: u16,
     /// Reason phrase as sent (validated by httparse: no CR/LF).
@@ -37,7 +37,7 @@ pub struct ResponseHead {
     pub backend_close: bool,
 }
 
-impl ResponseHead {
+impl BackendHead {
     /// A 1xx interim response, to be skipped (we never ask for one, but a
     /// server may send `100 Continue` anyway).
     pub fn is_interim(&self) -> bool {
@@ -47,9 +47,9 @@ impl ResponseHead {
 
 /// The outcome of [`parse_response`].
 #[derive(Debug, PartialEq, Eq)]
-pub enum Parsed {
+pub enum HeadParse {
     /// A head of `len` bytes.
-    Complete(ResponseHead, usize),
+    Complete(BackendHead, usize),
     /// Need more bytes.
     Partial,
 }
@@ -57,7 +57,7 @@ pub enum Parsed {
 /// Parses and validates a response head at the start of `buf`. `head_request`
 /// says whether the request was HEAD (no body whatever the fields say).
 /// Every error means: answer 502, never reuse the backend connection.
-pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Parsed, &'static str> {
+pub fn parse_response(buf: &[u8], head_request: bool) -> Result<HeadParse, &'static str> {
     let window = &buf[..buf.len().min(MAX_RESPONSE_HEAD)];
     let mut slots = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
     let mut response = httparse::Response::new(&mut slots);
@@ -66,7 +66,7 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Parsed, &'static
         Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => {
             return Err("response head too large")
         }
-        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Ok(httparse::Status::Partial) => return Ok(HeadParse::Partial),
         Err(httparse::Error::TooManyHeaders) => return Err("too many response fields"),
         Err(_) => return Err("malformed response head"),
     };
@@ -130,8 +130,8 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Parsed, &'static
         close = true;
         Framing::Close
     };
-    Ok(Parsed::Complete(
-        ResponseHead {
+    Ok(HeadParse::Complete(
+        BackendHead {
             status,
             reason: response.reason.unwrap_or("").as_bytes().to_vec(),
             headers,
@@ -199,7 +199,7 @@ pub enum ClientFraming {
 /// The head to send to the client, and how the body is framed for it.
 /// `client_11`: the client spoke HTTP/1.1; `keep`: the client connection
 /// may stay open as far as the request is concerned.
-pub fn client_head(head: &ResponseHead, client_11: bool, keep: bool) -> (Vec<u8>, ClientFraming, bool) {
+pub fn client_head(head: &BackendHead, client_11: bool, keep: bool) -> (Vec<u8>, ClientFraming, bool) {
     let framing = match head.framing {
         Framing::None | Framing::Length(_) => ClientFraming::Same,
         Framing::Chunked | Framing::Close if client_11 => ClientFraming::Chunked,
@@ -258,13 +258,13 @@ pub fn client_head(head: &ResponseHead, client_11: bool, keep: bool) -> (Vec<u8>
 mod tests {
     use super::*;
 
-    fn parse(raw: &str) -> Result<Parsed, &'static str> {
+    fn parse(raw: &str) -> Result<HeadParse, &'static str> {
         parse_response(raw.as_bytes(), false)
     }
 
-    fn head(raw: &str) -> ResponseHead {
+    fn head(raw: &str) -> BackendHead {
         match parse(raw) {
-            Ok(Parsed::Complete(h, len)) => {
+            Ok(HeadParse::Complete(h, len)) => {
                 assert_eq!(len, raw.find("\r\n\r\n").unwrap() + 4);
                 h
             }
@@ -302,10 +302,10 @@ mod tests {
         assert!(head("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n").backend_close);
         assert!(head("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").backend_close);
         match parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true).unwrap() {
-            Parsed::Complete(h, _) => assert_eq!(h.framing, Framing::None, "HEAD has no body"),
+            HeadParse::Complete(h, _) => assert_eq!(h.framing, Framing::None, "HEAD has no body"),
             p => panic!("{p:?}"),
         }
-        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Le"), Ok(Parsed::Partial));
+        assert_eq!(parse("HTTP/1.1 200 OK\r\nContent-Le"), Ok(HeadParse::Partial));
     }
 
     #[test]

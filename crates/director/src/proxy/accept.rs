@@ -51,7 +51,7 @@ impl Director {
                 peer,
                 readable: false,
                 writable: false,
-                phase: Phase::Request,
+                state: ClientState::Request,
                 inbuf: Vec::new(),
                 out: Vec::new(),
                 out_pos: 0,

@@ -4,7 +4,7 @@ use std::io::{self};
 use std::net::Shutdown as NetShutdown;
 use std::time::Instant;
 
-use h1::Parsed as ReqParsed;
+use h1::Parsed;
 use transport::poller::{Interest, Trigger};
 
 use super::*;
@@ -41,8 +41,8 @@ impl Director {
             let limits = &self.cfg.limits;
             let request = loop {
                 match h1::parse_request(&a.inbuf, limits) {
-                    Ok(ReqParsed::Complete { head, .. }) => break Some(Ok(head)),
-                    Ok(ReqParsed::Partial) => {}
+                    Ok(Parsed::Complete { head, .. }) => break Some(Ok(head)),
+                    Ok(Parsed::Partial) => {}
                     Err(e) => break Some(Err(e)),
                 }
                 let mut readable = true;

@@ -3,14 +3,14 @@
 use std::net::Shutdown as NetShutdown;
 use std::time::Instant;
 
-use h1::{BodyFraming, ChunkedDecoder, Parsed as ReqParsed};
+use h1::{BodyFraming, ChunkedDecoder, Parsed};
 
 use super::*;
 use crate::admin::label;
 use crate::backend::pick;
 use crate::forward::request_head;
 use crate::relay::{RequestBody, ResponseBody};
-use crate::response::{client_head, parse_response, Parsed, MAX_RESPONSE_HEAD};
+use crate::response::{client_head, parse_response, HeadParse, MAX_RESPONSE_HEAD};
 
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
@@ -39,20 +39,20 @@ impl Director {
             Ok(w) => w,
             Err(()) => return Step::Close,
         };
-        if c.phase == Phase::Response && (wrote || c.deadline.is_none()) {
+        if c.state == ClientState::Response && (wrote || c.deadline.is_none()) {
             c.deadline = Some(Instant::now() + self.cfg.send_timeout);
         }
-        match c.phase {
-            Phase::Request => self.step_request(token),
-            Phase::Peek => {
+        match c.state {
+            ClientState::Request => self.step_request(token),
+            ClientState::Peek => {
                 if c.ex.as_ref().is_some_and(|ex| ex.queued_at.is_some()) {
                     Step::Blocked
                 } else {
                     Step::Peek
                 }
             }
-            Phase::Receive | Phase::Response => self.step_exchange(token, wrote),
-            Phase::Linger => {
+            ClientState::Receive | ClientState::Response => self.step_exchange(token, wrote),
+            ClientState::Linger => {
                 let mut sink = Vec::new();
                 loop {
                     sink.clear();
@@ -83,7 +83,7 @@ impl Director {
                     respond_local(c, status, "text/plain", &error_page(status, e.reason()), &[], false, true);
                     return Step::Again;
                 }
-                Ok(ReqParsed::Complete { head, .. }) if head.method == h1::Method::Connect => {
+                Ok(Parsed::Complete { head, .. }) if head.method == h1::Method::Connect => {
                     // A tunnel is not an exchange the director can admit,
                     // time or relay: refused here, before any backend
                     // (one that answered 200 would hold its slot for good).
@@ -95,7 +95,7 @@ impl Director {
                     respond_local(c, 501, "text/plain", &page, &[], false, true);
                     return Step::Again;
                 }
-                Ok(ReqParsed::Complete { head, len }) => {
+                Ok(Parsed::Complete { head, len }) => {
                     let small = match head.framing {
                         BodyFraming::Length(n) if n > cfg.max_body => {
                             self.stats.bad_requests += 1;
@@ -179,14 +179,14 @@ impl Director {
                             sent: None,
                             status: 0,
                         });
-                        c.phase = Phase::Peek;
+                        c.state = ClientState::Peek;
                         c.deadline = None;
                         c.head_started = None;
                         return Step::Peek;
                     }
                     cap = len + small;
                 }
-                Ok(ReqParsed::Partial) => {}
+                Ok(Parsed::Partial) => {}
             }
             let was_empty = c.inbuf.is_empty();
             match read_some(&mut c.stream, &mut c.readable, &mut c.inbuf, cap) {
@@ -283,7 +283,7 @@ impl Director {
         if ex.expect_continue && body_pending {
             c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
-        c.phase = Phase::Receive;
+        c.state = ClientState::Receive;
         // While the body is coming, the client must keep it moving; after
         // it, the backend has --backend-timeout to answer.
         c.deadline = Some(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
@@ -336,7 +336,7 @@ impl Director {
             progress = true;
             body_moved = true;
         }
-        if body_moved && c.phase == Phase::Receive {
+        if body_moved && c.state == ClientState::Receive {
             let now = Instant::now();
             c.deadline =
                 Some(if ex.body.is_done() { now + cfg.backend_timeout } else { now + cfg.body_timeout });
@@ -354,14 +354,14 @@ impl Director {
             ex.sent = Some((Instant::now(), ex.attached_inflight));
         }
 
-        if c.phase == Phase::Receive {
+        if c.state == ClientState::Receive {
             loop {
                 match parse_response(&bc.inbuf, ex.head_request) {
                     Err(reason) => {
                         self.backends[b].errors += 1;
                         return self.backend_failed(token, false, reason);
                     }
-                    Ok(Parsed::Complete(head, len)) => {
+                    Ok(HeadParse::Complete(head, len)) => {
                         bc.inbuf.drain(..len);
                         if head.is_interim() {
                             continue;
@@ -388,7 +388,7 @@ impl Director {
                         c.out.extend_from_slice(&bytes);
                         ex.head_sent = true;
                         ex.relay = Some(ResponseBody::new(head.framing, to_client, head.backend_close));
-                        c.phase = Phase::Response;
+                        c.state = ClientState::Response;
                         c.deadline = Some(Instant::now() + cfg.send_timeout);
                         if is_gateway_error(head.status) {
                             self.passive_failure(b, "gateway_error");
@@ -397,7 +397,7 @@ impl Director {
                         }
                         return Step::Again;
                     }
-                    Ok(Parsed::Partial) => {}
+                    Ok(HeadParse::Partial) => {}
                 }
                 let had = bc.inbuf.len();
                 match read_some(&mut bc.stream, &mut bc.readable, &mut bc.inbuf, MAX_RESPONSE_HEAD + 1) {
@@ -480,11 +480,11 @@ impl Director {
         self.metrics.request_duration.observe(took.as_secs_f64());
         if ex.close_after || !ex.keep_alive || self.stopping.is_some() {
             let _ = c.stream.shutdown(NetShutdown::Write);
-            c.phase = Phase::Linger;
+            c.state = ClientState::Linger;
             c.deadline = Some(Instant::now() + LINGER);
             return Step::Again;
         }
-        c.phase = Phase::Request;
+        c.state = ClientState::Request;
         let now = Instant::now();
         if c.inbuf.is_empty() {
             c.head_started = None;
@@ -538,7 +538,7 @@ impl Director {
         let ex = c.ex.as_mut().expect("seen above");
         if retry && ex.attempts < 2 {
             ex.attempts += 1;
-            c.phase = Phase::Peek;
+            c.state = ClientState::Peek;
             self.dispatch_queue();
             return Step::Peek;
         }

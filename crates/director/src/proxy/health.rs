@@ -6,7 +6,7 @@ use std::time::Instant;
 use transport::poller::{Interest, Trigger};
 
 use super::*;
-use crate::response::{parse_response, Parsed, MAX_RESPONSE_HEAD};
+use crate::response::{parse_response, HeadParse, MAX_RESPONSE_HEAD};
 
 impl Director {
     /// Starts a `--health-path` check of backend `b`: a fresh connection
@@ -70,16 +70,16 @@ impl Director {
         loop {
             let mut readable = true;
             match parse_response(&p.inbuf, false) {
-                Ok(Parsed::Complete(head, len)) if head.is_interim() => {
+                Ok(HeadParse::Complete(head, len)) if head.is_interim() => {
                     p.inbuf.drain(..len);
                     continue;
                 }
-                Ok(Parsed::Complete(head, _)) => {
+                Ok(HeadParse::Complete(head, _)) => {
                     let ok = (200..400).contains(&head.status);
                     return self.end_probe(token, ok);
                 }
                 Err(_) => return self.end_probe(token, false),
-                Ok(Parsed::Partial) => {}
+                Ok(HeadParse::Partial) => {}
             }
             match read_some(&mut p.stream, &mut readable, &mut p.inbuf, MAX_RESPONSE_HEAD + 1) {
                 Io::Data => {}

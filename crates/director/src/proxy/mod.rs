@@ -2,7 +2,7 @@
 //! non-blocking and registered once, edge-triggered, for both directions.
 //!
 //! Each client connection is a state machine with the paper's four states
-//! ([`Phase`]):
+//! ([`ClientState`]):
 //!
 //! * **REQUEST** — read and validate a request head with `h1::parse_request`
 //!   (the server's own limits and smuggling rules) under a total header
@@ -116,7 +116,7 @@ const RATE_WINDOW: Duration = Duration::from_secs(5);
 
 /// The paper's connection-object states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub enum ClientState {
     /// Reading and validating the request.
     Request,
     /// Deciding: forward, park in the pending queue, or refuse.
@@ -129,7 +129,7 @@ pub enum Phase {
     Linger,
 }
 
-impl Phase {
+impl ClientState {
     fn index(self) -> usize {
         self as usize
     }
@@ -177,7 +177,7 @@ struct Client {
     peer: SocketAddr,
     readable: bool,
     writable: bool,
-    phase: Phase,
+    state: ClientState,
     inbuf: Vec<u8>,
     out: Vec<u8>,
     out_pos: usize,
@@ -609,7 +609,7 @@ fn respond_local(
     ex.queued_at = None;
     ex.status = status;
     ex.close_after |= !keep;
-    c.phase = Phase::Response;
+    c.state = ClientState::Response;
     c.deadline = None;
 }
 

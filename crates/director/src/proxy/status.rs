@@ -16,8 +16,10 @@ impl Director {
         self.listener = None;
         // Idle connections close now; requests in flight finish.
         for token in self.clients.tokens() {
-            let idle =
-                self.clients.get(token).is_some_and(|c| c.phase == Phase::Request && c.inbuf.is_empty());
+            let idle = self
+                .clients
+                .get(token)
+                .is_some_and(|c| c.state == ClientState::Request && c.inbuf.is_empty());
             if idle {
                 self.close_client(token);
             }
@@ -34,7 +36,7 @@ impl Director {
         let mut phases = [0usize; 5];
         for t in self.clients.tokens() {
             if let Some(c) = self.clients.get(t) {
-                phases[c.phase.index()] += 1;
+                phases[c.state.index()] += 1;
             }
         }
         let now = Instant::now();
@@ -80,8 +82,11 @@ impl Director {
             .collect();
         let in_flight: usize = self.backends.iter().map(|b| b.inflight).sum();
         let idle: usize = self.backends.iter().map(|b| b.idle.len()).sum();
-        let connections: serde_json::Map<String, Value> =
-            Phase::NAMES.iter().zip(phases).map(|(name, n)| (name.to_string(), Value::from(n))).collect();
+        let connections: serde_json::Map<String, Value> = ClientState::NAMES
+            .iter()
+            .zip(phases)
+            .map(|(name, n)| (name.to_string(), Value::from(n)))
+            .collect();
         let responses: serde_json::Map<String, Value> =
             s.responses.iter().map(|(code, n)| (code.to_string(), Value::from(*n))).collect();
         json!({
@@ -128,7 +133,7 @@ impl Director {
         let mut phases = [0usize; 5];
         for t in self.clients.tokens() {
             if let Some(c) = self.clients.get(t) {
-                phases[c.phase.index()] += 1;
+                phases[c.state.index()] += 1;
             }
         }
         let s = &self.stats;
@@ -137,7 +142,7 @@ impl Director {
             self.started.elapsed().as_secs(),
             self.clients.len()
         );
-        for (name, n) in Phase::NAMES.iter().zip(phases) {
+        for (name, n) in ClientState::NAMES.iter().zip(phases) {
             out.push_str(&format!("state {name}: {n}\n"));
         }
         out.push_str(&format!(

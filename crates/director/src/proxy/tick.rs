@@ -70,8 +70,8 @@ impl Director {
     pub(super) fn client_timeout(&mut self, token: u64) {
         let Some(c) = self.clients.get_mut(token) else { return };
         c.deadline = None;
-        match c.phase {
-            Phase::Request => {
+        match c.state {
+            ClientState::Request => {
                 if c.inbuf.is_empty() {
                     // Idle keep-alive, or connected and never sent a byte:
                     // close quietly.
@@ -82,7 +82,7 @@ impl Director {
                 let page = error_page(408, "request head not received in time");
                 respond_local(c, 408, "text/plain", &page, &[], false, true);
             }
-            Phase::Peek => {
+            ClientState::Peek => {
                 // The queue wait is over: the busy page.
                 if let Some(ex) = c.ex.as_mut() {
                     ex.queued_at = None;
@@ -90,7 +90,7 @@ impl Director {
                 self.queue.retain(|&t| t != token);
                 self.busy_page(token, "queue_timeout");
             }
-            Phase::Receive => {
+            ClientState::Receive => {
                 let ex = c.ex.as_ref();
                 let body_pending = ex.is_some_and(|ex| !ex.body.is_done());
                 let backend = ex.and_then(|ex| ex.backend);
@@ -114,7 +114,7 @@ impl Director {
                     self.fail(token, 504, "backend did not respond in time", false);
                 }
             }
-            Phase::Response | Phase::Linger => {
+            ClientState::Response | ClientState::Linger => {
                 self.abort(token, false);
                 self.close_client(token);
                 return;

@@ -150,7 +150,7 @@ impl Director {
                     ex.backend = None;
                     ex.attempts += 1;
                     self.backends[b].inflight -= 1;
-                    c.phase = Phase::Peek;
+                    c.state = ClientState::Peek;
                     self.ready.push_back(client);
                 }
             }
