@@ -45,7 +45,7 @@ impl Director {
         match c.state {
             ClientState::Request => self.step_request(token),
             ClientState::Peek => {
-                if c.ex.as_ref().is_some_and(|ex| ex.queued_at.is_some()) {
+                if c.ex.as_ref().is_some_and(Exchange::is_queued) {
                     Step::Blocked
                 } else {
                     Step::Peek
@@ -168,15 +168,9 @@ impl Director {
                             body,
                             retryable,
                             attempts: 0,
-                            backend: None,
-                            head_sent: false,
-                            relay: None,
-                            done: false,
+                            stage: Stage::Parsed,
                             close_after: false,
-                            queued_at: None,
                             started: Instant::now(),
-                            attached_inflight: 0,
-                            sent: None,
                             status: 0,
                         });
                         c.state = ClientState::Peek;
@@ -229,9 +223,9 @@ impl Director {
             self.attach(token, b);
             return;
         }
-        if ex.queued_at.is_none() && self.queue.len() < self.cfg.queue {
+        if !ex.is_queued() && self.queue.len() < self.cfg.queue {
             let now = Instant::now();
-            ex.queued_at = Some(now);
+            ex.stage = Stage::Queued(now);
             c.deadline = Some(now + self.cfg.queue_timeout);
             self.stats.queued_total += 1;
             self.queue.push_back(token);
@@ -271,10 +265,8 @@ impl Director {
         };
         self.backends[b].inflight += 1;
         let now = Instant::now();
-        ex.backend = Some((b, btoken));
-        ex.attached_inflight = self.backends[b].inflight;
-        ex.sent = None;
-        if let Some(queued) = ex.queued_at.take() {
+        let attachment = Attachment { backend: (b, btoken), inflight: self.backends[b].inflight, sent: None };
+        if let Stage::Queued(queued) = std::mem::replace(&mut ex.stage, Stage::Attached(attachment)) {
             let waited = now.duration_since(queued);
             record(&mut self.latencies.queue, waited);
             self.metrics.queue_wait.observe(waited.as_secs_f64());
@@ -300,13 +292,13 @@ impl Director {
         let cfg = &self.cfg;
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
-        if ex.done {
+        if ex.is_done() {
             if c.out_pos < c.out.len() {
                 return Step::Blocked;
             }
             return self.finish(token);
         }
-        let Some((b, btoken)) = ex.backend else { return Step::Blocked };
+        let Some((b, btoken)) = ex.backend() else { return Step::Blocked };
         let Some(bc) = self.bconns.get_mut(btoken) else { return Step::Blocked };
         if !bc.connected {
             return Step::Blocked;
@@ -346,12 +338,14 @@ impl Director {
         match flush(&mut bc.stream, &mut bc.writable, &mut bc.out, &mut bc.out_pos) {
             Ok(w) => progress |= w,
             Err(()) => {
-                let retry = ex.retryable && bc.reused && bc.inbuf.is_empty() && !ex.head_sent;
+                let retry = ex.retryable && bc.reused && bc.inbuf.is_empty() && !ex.head_sent();
                 return self.backend_failed(token, retry, "backend connection failed");
             }
         }
-        if ex.sent.is_none() && ex.body.is_done() && bc.out_pos == bc.out.len() {
-            ex.sent = Some((Instant::now(), ex.attached_inflight));
+        if let Stage::Attached(a) = &mut ex.stage {
+            if a.sent.is_none() && ex.body.is_done() && bc.out_pos == bc.out.len() {
+                a.sent = Some(Instant::now());
+            }
         }
 
         if c.state == ClientState::Receive {
@@ -371,7 +365,9 @@ impl Director {
                         if failed {
                             self.backends[b].server_errors += 1;
                         }
-                        if let Some((sent, inflight)) = ex.sent {
+                        if let Some((sent, inflight)) =
+                            ex.attachment().and_then(|a| Some((a.sent?, a.inflight)))
+                        {
                             let latency = sent.elapsed();
                             let backend = &mut self.backends[b];
                             backend.limiter.sample(latency, failed, inflight);
@@ -386,8 +382,12 @@ impl Director {
                         let (bytes, to_client, keep) = client_head(&head, ex.client_11, keep);
                         ex.close_after |= !keep;
                         c.out.extend_from_slice(&bytes);
-                        ex.head_sent = true;
-                        ex.relay = Some(ResponseBody::new(head.framing, to_client, head.backend_close));
+                        let Stage::Attached(attachment) = std::mem::replace(&mut ex.stage, Stage::Done)
+                        else {
+                            unreachable!("RECEIVE is attached");
+                        };
+                        let body = ResponseBody::new(head.framing, to_client, head.backend_close);
+                        ex.stage = Stage::Relaying(attachment, body);
                         c.state = ClientState::Response;
                         c.deadline = Some(Instant::now() + cfg.send_timeout);
                         if is_gateway_error(head.status) {
@@ -413,7 +413,7 @@ impl Director {
         }
 
         // RESPONSE: backend → client, bounded by the client's buffer.
-        let relay = ex.relay.as_mut().expect("RESPONSE has a relay");
+        let Stage::Relaying(_, relay) = &mut ex.stage else { unreachable!("RESPONSE relays") };
         while !relay.is_done() && c.out.len() - c.out_pos < OUT_CAP {
             if bc.inbuf.is_empty() {
                 match read_some(&mut bc.stream, &mut bc.readable, &mut bc.inbuf, READ_SIZE) {
@@ -458,7 +458,6 @@ impl Director {
                 // rest of it is unread, so the client connection must close.
                 ex.close_after = true;
             }
-            ex.done = true;
             self.release(token, reuse);
             return Step::Again;
         }
@@ -500,7 +499,7 @@ impl Director {
     /// lets a queued request have the slot.
     pub(super) fn release(&mut self, token: u64, reuse: bool) {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return };
-        let Some((b, btoken)) = ex.backend.take() else { return };
+        let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() else { return };
         let backend = &mut self.backends[b];
         backend.inflight -= 1;
         backend.served += 1;
@@ -522,13 +521,12 @@ impl Director {
     /// race on a reused connection, request without body), or 502.
     pub(super) fn backend_failed(&mut self, token: u64, retry: bool, reason: &str) -> Step {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return Step::Close };
-        let sent = ex.sent;
-        if let Some((b, btoken)) = ex.backend.take() {
+        if let Some(Attachment { backend: (b, btoken), inflight, sent }) = ex.detach() {
             self.backends[b].inflight -= 1;
             self.close_bconn(btoken);
             if !retry {
                 // Not a keep-alive race: the backend failed this request.
-                if let Some((at, inflight)) = sent {
+                if let Some(at) = sent {
                     self.backends[b].limiter.sample(at.elapsed(), true, inflight);
                 }
                 self.passive_failure(b, "broken");
@@ -552,10 +550,10 @@ impl Director {
     pub(super) fn fail(&mut self, token: u64, status: u16, reason: &str, keep_if_possible: bool) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Close };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
-        if ex.head_sent {
+        if ex.head_sent() {
             return self.abort(token, true);
         }
-        if let Some((b, btoken)) = ex.backend.take() {
+        if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
             self.backends[b].inflight -= 1;
             self.close_bconn(btoken);
             self.dispatch_queue();
@@ -570,7 +568,7 @@ impl Director {
     /// client more than that).
     pub(super) fn abort(&mut self, token: u64, _backend_fault: bool) -> Step {
         if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
-            if let Some((b, btoken)) = ex.backend.take() {
+            if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
                 self.backends[b].inflight -= 1;
                 self.close_bconn(btoken);
                 self.dispatch_queue();
@@ -581,13 +579,13 @@ impl Director {
 
     pub(super) fn close_client(&mut self, token: u64) {
         if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
-            if let Some((b, btoken)) = ex.backend.take() {
+            if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
                 self.backends[b].inflight -= 1;
                 self.close_bconn(btoken);
             }
         }
         if let Some(c) = self.clients.remove(token) {
-            if c.ex.as_ref().is_some_and(|ex| ex.queued_at.is_some()) {
+            if c.ex.as_ref().is_some_and(Exchange::is_queued) {
                 self.queue.retain(|&t| t != token);
             }
             let ip = c.peer.ip();
@@ -605,10 +603,8 @@ impl Director {
     /// them all at once if no backend is up.
     pub(super) fn dispatch_queue(&mut self) {
         while let Some(&token) = self.queue.front() {
-            let queued = self
-                .clients
-                .get(token)
-                .is_some_and(|c| c.ex.as_ref().is_some_and(|ex| ex.queued_at.is_some()));
+            let queued =
+                self.clients.get(token).is_some_and(|c| c.ex.as_ref().is_some_and(Exchange::is_queued));
             if !queued {
                 self.queue.pop_front();
                 continue;
@@ -629,7 +625,7 @@ impl Director {
     /// 502 when nothing is up).
     pub(super) fn unqueue_and_admit(&mut self, token: u64) {
         if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
-            ex.queued_at = None;
+            ex.stage = Stage::Parsed;
             self.admit(token);
             self.ready.push_back(token);
         }

@@ -149,27 +149,90 @@ struct Exchange {
     /// before any response byte on a reused connection.
     retryable: bool,
     attempts: u32,
-    backend: Option<(usize, u64)>,
-    /// The response head has gone to the client (after that, a failure can
-    /// only abort the connection).
-    head_sent: bool,
-    relay: Option<ResponseBody>,
-    /// The exchange is over once the client's output is flushed.
-    done: bool,
+    /// Where it is: parsed, queued, attached, relaying, done.
+    stage: Stage,
     close_after: bool,
-    queued_at: Option<Instant>,
     /// The request was parsed (REQUEST done).
     started: Instant,
-    /// The backend's requests in flight when this one was attached.
-    attached_inflight: usize,
-    /// When the whole request (head and body) had been written to the
-    /// backend, and `attached_inflight`: the limiter's latency clock
-    /// starts there, so a client's slow upload is not the backend's
-    /// latency. `None` before (an early answer or a failure during the
-    /// upload gives no latency sample).
-    sent: Option<(Instant, usize)>,
     /// The status answered (relayed or local).
     status: u16,
+}
+
+/// Where an exchange is, paper 002's REQUEST → PEEK → RECEIVE → RESPONSE as
+/// the exchange sees it. The client connection's [`ClientState`] says what
+/// its socket waits for; this says what the exchange holds.
+#[derive(Debug)]
+enum Stage {
+    /// Parsed; PEEK decides where it goes (again, after a failed attempt).
+    Parsed,
+    /// In the pending queue since then: no backend had room.
+    Queued(Instant),
+    /// On a backend connection: the request goes out, the response head
+    /// is awaited (RECEIVE).
+    Attached(Attachment),
+    /// The response head went to the client, the body follows (RESPONSE);
+    /// a failure from here on can only abort the connection.
+    Relaying(Attachment, ResponseBody),
+    /// Answered, by a backend or by the director: over once the client's
+    /// output is flushed.
+    Done,
+}
+
+/// An exchange's hold on a backend connection.
+#[derive(Debug)]
+struct Attachment {
+    /// The backend, and the token of its connection.
+    backend: (usize, u64),
+    /// The backend's requests in flight when this one was attached.
+    inflight: usize,
+    /// When the whole request (head and body) had been written to the
+    /// backend: the limiter's latency clock starts there, so a client's
+    /// slow upload is not the backend's latency. `None` before (an early
+    /// answer or a failure during the upload gives no latency sample).
+    sent: Option<Instant>,
+}
+
+impl Exchange {
+    fn is_queued(&self) -> bool {
+        matches!(self.stage, Stage::Queued(_))
+    }
+
+    fn is_done(&self) -> bool {
+        matches!(self.stage, Stage::Done)
+    }
+
+    /// The response head has gone to the client.
+    fn head_sent(&self) -> bool {
+        matches!(self.stage, Stage::Relaying(..) | Stage::Done)
+    }
+
+    fn attachment(&self) -> Option<&Attachment> {
+        match &self.stage {
+            Stage::Attached(a) | Stage::Relaying(a, _) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The backend and its connection's token, while attached.
+    fn backend(&self) -> Option<(usize, u64)> {
+        self.attachment().map(|a| a.backend)
+    }
+
+    /// Lets go of the backend connection: an attached exchange goes back to
+    /// PEEK's decision, a relaying one is over.
+    fn detach(&mut self) -> Option<Attachment> {
+        match std::mem::replace(&mut self.stage, Stage::Parsed) {
+            Stage::Attached(a) => Some(a),
+            Stage::Relaying(a, _) => {
+                self.stage = Stage::Done;
+                Some(a)
+            }
+            other => {
+                self.stage = other;
+                None
+            }
+        }
+    }
 }
 
 struct Client {
@@ -593,20 +656,12 @@ fn respond_local(
         body: RequestBody::Done,
         retryable: false,
         attempts: 0,
-        backend: None,
-        head_sent: false,
-        relay: None,
-        done: false,
+        stage: Stage::Done,
         close_after: true,
-        queued_at: None,
         started: Instant::now(),
-        attached_inflight: 0,
-        sent: None,
         status,
     });
-    ex.head_sent = true;
-    ex.done = true;
-    ex.queued_at = None;
+    ex.stage = Stage::Done;
     ex.status = status;
     ex.close_after |= !keep;
     c.state = ClientState::Response;
@@ -633,4 +688,58 @@ fn discard_body(c: &mut Client) -> bool {
 fn describe_io(e: &io::Error) -> String {
     let text = e.to_string();
     text.split(" (os error").next().unwrap_or(&text).to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::{ClientFraming, Framing};
+
+    fn exchange(stage: Stage) -> Exchange {
+        Exchange {
+            fwd_head: b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            head_request: false,
+            client_11: true,
+            keep_alive: true,
+            expect_continue: false,
+            body: RequestBody::Done,
+            retryable: true,
+            attempts: 0,
+            stage,
+            close_after: false,
+            started: Instant::now(),
+            status: 0,
+        }
+    }
+
+    fn attachment() -> Attachment {
+        Attachment { backend: (1, 42), inflight: 3, sent: None }
+    }
+
+    /// Letting go of a backend sends an attached exchange back to PEEK's
+    /// decision (a retry, or an answer of the director's own) and ends a
+    /// relaying one; a queued or finished exchange holds no backend.
+    #[test]
+    fn detaching_follows_the_stage() {
+        let mut ex = exchange(Stage::Attached(attachment()));
+        assert_eq!(ex.backend(), Some((1, 42)));
+        assert!(!ex.head_sent());
+        assert_eq!(ex.detach().map(|a| a.backend), Some((1, 42)));
+        assert!(matches!(ex.stage, Stage::Parsed));
+        assert_eq!(ex.backend(), None);
+
+        let body = ResponseBody::new(Framing::Length(5), ClientFraming::Same, false);
+        let mut ex = exchange(Stage::Relaying(attachment(), body));
+        assert!(ex.head_sent(), "after the head, a failure can only abort");
+        assert_eq!(ex.detach().map(|a| a.inflight), Some(3));
+        assert!(ex.is_done() && ex.head_sent());
+
+        let mut ex = exchange(Stage::Queued(Instant::now()));
+        assert!(ex.is_queued());
+        assert!(ex.detach().is_none());
+        assert!(ex.is_queued(), "still in the queue, to be taken out of it");
+
+        let mut ex = exchange(Stage::Done);
+        assert!(ex.detach().is_none() && ex.is_done());
+    }
 }

@@ -85,7 +85,7 @@ impl Director {
             ClientState::Peek => {
                 // The queue wait is over: the busy page.
                 if let Some(ex) = c.ex.as_mut() {
-                    ex.queued_at = None;
+                    ex.stage = Stage::Parsed;
                 }
                 self.queue.retain(|&t| t != token);
                 self.busy_page(token, "queue_timeout");
@@ -93,7 +93,7 @@ impl Director {
             ClientState::Receive => {
                 let ex = c.ex.as_ref();
                 let body_pending = ex.is_some_and(|ex| !ex.body.is_done());
-                let backend = ex.and_then(|ex| ex.backend);
+                let backend = ex.and_then(Exchange::backend);
                 let backend_reading = backend
                     .and_then(|(_, bt)| self.bconns.get(bt))
                     .is_some_and(|bc| bc.connected && bc.out_pos == bc.out.len());
@@ -106,7 +106,8 @@ impl Director {
                     self.stats.gateway_timeout += 1;
                     if let Some((b, _)) = backend {
                         self.backends[b].errors += 1;
-                        if let Some((sent, inflight)) = ex.and_then(|ex| ex.sent) {
+                        let attachment = ex.and_then(Exchange::attachment);
+                        if let Some((sent, inflight)) = attachment.and_then(|a| Some((a.sent?, a.inflight))) {
                             self.backends[b].limiter.sample(sent.elapsed(), true, inflight);
                         }
                         self.passive_failure(b, "timeout");

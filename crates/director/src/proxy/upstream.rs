@@ -147,7 +147,7 @@ impl Director {
             // served by another backend (or get a quick 502).
             if let Some(c) = self.clients.get_mut(client) {
                 if let Some(ex) = c.ex.as_mut() {
-                    ex.backend = None;
+                    ex.detach();
                     ex.attempts += 1;
                     self.backends[b].inflight -= 1;
                     c.state = ClientState::Peek;
