@@ -148,6 +148,9 @@ fn side(text: &str, servers: &[&str]) -> Result<Side> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The servers of the built-in `tiny` experiment.
+    const SERVERS: &[&str] = &["pool", "event"];
     use crate::results::{at, Point};
 
     fn point(server: &str, clients: usize, repeat: u32, throughput: f64) -> Point {
@@ -161,10 +164,8 @@ mod tests {
 
     #[test]
     fn claims_parse_and_judge_every_point() {
-        let spec = crate::spec::load("tiny").unwrap();
         let claim =
-            Claim::parse("throughput(server=event) >= 0.5 * throughput(server=pool)", &spec.server_names())
-                .unwrap();
+            Claim::parse("throughput(server=event) >= 0.5 * throughput(server=pool)", SERVERS).unwrap();
         assert_eq!(claim.op, Op::Ge);
         assert_eq!(
             claim.right,
@@ -192,31 +193,28 @@ mod tests {
         );
         assert_eq!(v.word, "holds partly");
         // A fixed coordinate: pool at 8 clients against twice event's at each point.
-        let fixed = Claim::parse(
-            "throughput(server=pool, clients=8) > 2 * throughput(server=event)",
-            &spec.server_names(),
-        )
-        .unwrap();
+        let fixed =
+            Claim::parse("throughput(server=pool, clients=8) > 2 * throughput(server=event)", SERVERS)
+                .unwrap();
         let v = fixed.judge(&table);
         assert_eq!(
             v.points.iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(),
             [(1000.0, 240.0), (1000.0, 800.0)]
         );
         assert_eq!(v.word, "holds");
-        let all = Claim::parse("p99(server=pool) < 5", &spec.server_names()).unwrap().judge(&table);
+        let all = Claim::parse("p99(server=pool) < 5", SERVERS).unwrap().judge(&table);
         assert_eq!(all.word, "holds");
-        let none = Claim::parse("errors(server=pool) > 0", &spec.server_names()).unwrap().judge(&table);
+        let none = Claim::parse("errors(server=pool) > 0", SERVERS).unwrap().judge(&table);
         assert_eq!(none.word, "does not hold");
         assert_eq!(
-            Claim::parse("p50(server=pool) > 1", &spec.server_names()).unwrap().judge(&Table::default()).word,
+            Claim::parse("p50(server=pool) > 1", SERVERS).unwrap().judge(&Table::default()).word,
             "no data"
         );
     }
 
     #[test]
     fn bad_claims_say_why() {
-        let spec = crate::spec::load("tiny").unwrap();
-        let e = |expr: &str| format!("{:#}", Claim::parse(expr, &spec.server_names()).unwrap_err());
+        let e = |expr: &str| format!("{:#}", Claim::parse(expr, SERVERS).unwrap_err());
         assert!(e("throughput(server=pool)").contains("no comparison"));
         assert!(e("speed(server=pool) > 1").contains("\"speed\" is not a metric"));
         assert!(e("throughput(server=nginx) > 1").contains("no server \"nginx\""));

@@ -104,7 +104,7 @@ pub struct Cache {
     hits: AtomicU64,
     misses: AtomicU64,
     /// Misses being read now, for `--schedule srpt-group`'s coalescing.
-    pub(crate) flights: crate::flights::Flights,
+    pub(crate) flights: crate::flights::Flights<Arc<Entry>>,
 }
 
 impl Cache {

@@ -15,13 +15,12 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use crate::cache::Entry;
-
-/// What a leader's read gave its followers.
+/// What a leader's read gave its followers: `T` is what was read (a
+/// cache entry).
 #[derive(Clone, Debug)]
-pub(crate) enum Landed {
+pub(crate) enum Landed<T> {
     /// The document, now in the cache.
-    Entry(Arc<Entry>),
+    Entry(T),
     /// The read failed: each follower answers with this error.
     Failed(io::ErrorKind, String),
     /// Nothing to share (not found, not cacheable, or the leader died):
@@ -29,40 +28,52 @@ pub(crate) enum Landed {
     Nothing,
 }
 
-#[derive(Debug, Default)]
-struct Flight {
-    landed: Mutex<Option<Landed>>,
+#[derive(Debug)]
+struct Flight<T> {
+    landed: Mutex<Option<Landed<T>>>,
     done: Condvar,
     /// Followers waiting (for tests).
     waiting: Mutex<usize>,
 }
 
+impl<T> Default for Flight<T> {
+    fn default() -> Flight<T> {
+        Flight { landed: Mutex::new(None), done: Condvar::new(), waiting: Mutex::new(0) }
+    }
+}
+
 /// The documents being read now, by path.
-#[derive(Debug, Default)]
-pub(crate) struct Flights {
-    flying: Mutex<HashMap<Box<str>, Arc<Flight>>>,
+#[derive(Debug)]
+pub(crate) struct Flights<T> {
+    flying: Mutex<HashMap<Box<str>, Arc<Flight<T>>>>,
+}
+
+impl<T> Default for Flights<T> {
+    fn default() -> Flights<T> {
+        Flights { flying: Mutex::new(HashMap::new()) }
+    }
 }
 
 /// What [`Flights::board`] decided.
-pub(crate) enum Boarding<'a> {
+pub(crate) enum Boarding<'a, T> {
     /// This request reads the document; [`Leader::land`] tells the others.
-    Leader(Leader<'a>),
+    Leader(Leader<'a, T>),
     /// Another request read it meanwhile: its outcome.
-    Followed(Landed),
+    Followed(Landed<T>),
 }
 
 /// The request that reads a document for everyone waiting on it.
-pub(crate) struct Leader<'a> {
-    flights: &'a Flights,
+pub(crate) struct Leader<'a, T> {
+    flights: &'a Flights<T>,
     key: Box<str>,
-    flight: Arc<Flight>,
+    flight: Arc<Flight<T>>,
     landed: bool,
 }
 
-impl Flights {
+impl<T: Clone> Flights<T> {
     /// Joins the read of `key` in flight, waiting for it to land, or starts
     /// one and leads it.
-    pub(crate) fn board(&self, key: &str) -> Boarding<'_> {
+    pub(crate) fn board(&self, key: &str) -> Boarding<'_, T> {
         let mut flying = self.flying.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(flight) = flying.get(key).cloned() {
             drop(flying);
@@ -86,13 +97,13 @@ impl Flights {
     }
 }
 
-impl Leader<'_> {
+impl<T> Leader<'_, T> {
     /// The read is done: wake the followers with `landed`.
-    pub(crate) fn land(mut self, landed: Landed) {
+    pub(crate) fn land(mut self, landed: Landed<T>) {
         self.finish(landed);
     }
 
-    fn finish(&mut self, landed: Landed) {
+    fn finish(&mut self, landed: Landed<T>) {
         if std::mem::replace(&mut self.landed, true) {
             return;
         }
@@ -104,7 +115,7 @@ impl Leader<'_> {
     }
 }
 
-impl Drop for Leader<'_> {
+impl<T> Drop for Leader<'_, T> {
     /// A leader that never landed (it panicked) still releases its followers.
     fn drop(&mut self) {
         self.finish(Landed::Nothing);
@@ -114,22 +125,13 @@ impl Drop for Leader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{Body, Identity};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::SystemTime;
 
-    fn entry() -> Arc<Entry> {
-        let identity = Identity { dev: 1, ino: 2, len: 5, modified: SystemTime::UNIX_EPOCH };
-        Arc::new(Entry::new(
-            identity,
-            Body::Bytes(Arc::from(&b"hello"[..])),
-            "\"e\"".into(),
-            "text/plain".into(),
-        ))
-    }
+    /// What the tests read: a document's bytes.
+    type Doc = Arc<[u8]>;
 
     /// Leads one flight and holds it until `followers` wait on it, then lands `landed`.
-    fn fly(followers: usize, landed: Landed) -> (usize, Vec<Landed>) {
+    fn fly(followers: usize, landed: Landed<Doc>) -> (usize, Vec<Landed<Doc>>) {
         let flights = Flights::default();
         let reads = AtomicUsize::new(0);
         let outcomes = Mutex::new(Vec::new());
@@ -155,10 +157,10 @@ mod tests {
 
     #[test]
     fn one_read_answers_everyone_waiting() {
-        let (reads, outcomes) = fly(7, Landed::Entry(entry()));
+        let (reads, outcomes) = fly(7, Landed::Entry(Arc::from(&b"hello"[..])));
         assert_eq!(reads, 1);
         assert_eq!(outcomes.len(), 7);
-        assert!(outcomes.iter().all(|o| matches!(o, Landed::Entry(e) if e.identity.len == 5)));
+        assert!(outcomes.iter().all(|o| matches!(o, Landed::Entry(e) if &e[..] == b"hello")));
     }
 
     #[test]
@@ -171,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_leader_that_dies_releases_its_followers() {
-        let flights = Flights::default();
+        let flights = Flights::<Doc>::default();
         let released = AtomicUsize::new(0);
         std::thread::scope(|s| {
             let Boarding::Leader(leader) = flights.board("/doc") else { panic!() };
@@ -192,7 +194,7 @@ mod tests {
 
     #[test]
     fn different_documents_fly_apart() {
-        let flights = Flights::default();
+        let flights = Flights::<Doc>::default();
         let a = flights.board("/a");
         let b = flights.board("/b");
         assert!(matches!((a, b), (Boarding::Leader(_), Boarding::Leader(_))));

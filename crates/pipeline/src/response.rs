@@ -34,6 +34,7 @@ pub(crate) struct DataPhase {
 }
 
 /// Starts a response head with the headers every response carries.
+#[inline]
 pub(crate) fn start(settings: &Settings, status: u16, version: Version, keep_alive: bool) -> ResponseHead {
     let mut head = ResponseHead::in_buffer(status, spare::head_buffer());
     head.date().header("Server", &settings.server_name);
@@ -46,6 +47,7 @@ pub(crate) fn start(settings: &Settings, status: u16, version: Version, keep_ali
     head
 }
 
+#[inline]
 pub(crate) fn finish(
     status: u16,
     head: ResponseHead,
