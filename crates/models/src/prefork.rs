@@ -13,7 +13,7 @@
 //!
 //! Every child blocks in `accept()` on the shared socket; Linux wakes one
 //! waiter per connection, so there is no thundering herd and no accept lock
-//! (see `process.rs`). Connections the children cannot take yet wait in the
+//! (see `process/`). Connections the children cannot take yet wait in the
 //! kernel's backlog — the queue of this model.
 
 use std::io;

@@ -3,7 +3,7 @@
 //! The signals arrive by two routes, because a process that forks must have
 //! no threads when it does: thread models read them on a thread of
 //! `modus serve` (signal_hook), process models on a `signalfd` in the
-//! master and in each child (`process.rs`). Both routes hand the number to
+//! master and in each child (`process/`). Both routes hand the number to
 //! [`obey`], so a signal means the same whichever model runs.
 
 use pipeline::Pipeline;
