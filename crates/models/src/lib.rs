@@ -20,6 +20,7 @@ mod perchild;
 mod pool;
 mod prefork;
 mod process;
+pub mod runtime;
 pub mod signals;
 mod staged;
 mod worker;
@@ -138,7 +139,7 @@ pub struct ModelEnv {
 
 /// What serves the admin listener, given a way to read the whole server's
 /// statistics. Runs until its process is killed.
-pub type AdminServer = dyn Fn(TcpListener, &dyn Fn() -> Snapshot) + Send + Sync;
+pub type AdminServer = dyn Fn(TcpListener, &dyn Fn() -> Snapshot, &Shutdown) + Send + Sync;
 
 /// `--admin` for a process model: the master forks an *admin child* (and
 /// forks it again if it dies) that serves `listener` with `serve`, reading

@@ -3,16 +3,11 @@
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use models::signals::{self, Obeyed, Voice};
 use pipeline::accesslog::LogTarget;
 use pipeline::{AccessLog, ErrorLog, Pipeline, Site};
-use signal_hook::iterator::Signals;
 use transport::Shutdown;
 
 use crate::config::ServeOptions;
@@ -201,83 +196,21 @@ impl Server {
             self.model.name
         ));
 
-        let mut env = models::ModelEnv {
+        let env = models::ModelEnv {
             listener,
             pipeline: self.pipeline.clone(),
-            shutdown: shutdown.clone(),
+            shutdown,
             tuning: options.tuning(),
             admin: None,
         };
-        if self.model.caps.forks {
-            if let Some(listener) = self.admin.take() {
-                // Served by the master's admin child, from every child's
-                // stats; it stops when the master kills it.
-                let info = admin_info(self.model, options, &self.pipeline);
-                let serve =
-                    move |listener, source: &dyn Fn() -> pipeline::stats::Snapshot| match Shutdown::new() {
-                        Ok(never) => crate::admin::run(listener, source, &info, &never),
-                        Err(e) => eprintln!("modus: admin: {e}"),
-                    };
-                env.admin = Some(models::Admin { listener, serve: Arc::new(serve) });
-            }
-            // A child forked from a threaded process can deadlock on a lock
-            // another thread held at the fork, so process models run here,
-            // before any thread exists, and own signals, log flushing and
-            // shutdown themselves.
-            let result = (self.model.run)(env);
-            self.pipeline.flush_logs();
-            return result.context("serving");
-        }
-
-        let mut signals = Signals::new(signals::HANDLED.map(|s| s.as_raw()))?;
-        let signal_handle = signals.handle();
-        let flushed = self.pipeline.clone();
-        let flusher_stop = shutdown.clone();
-        thread::Builder::new().name("log-flush".into()).spawn(move || {
-            // At least once a second, as the access log promises.
-            while !flusher_stop.is_triggered() {
-                thread::sleep(Duration::from_millis(500));
-                flushed.flush_logs();
-            }
-        })?;
-        if let Some(listener) = self.admin.take() {
+        let admin = self.admin.take().map(|listener| {
             let info = admin_info(self.model, options, &self.pipeline);
-            let (pipeline, stop) = (self.pipeline.clone(), shutdown.clone());
-            thread::Builder::new().name("admin".into()).spawn(move || {
-                crate::admin::run(listener, &|| pipeline::stats::Stats::of_pipeline(&pipeline), &info, &stop)
-            })?;
-        }
-
-        let (done_tx, done_rx) = mpsc::channel();
-        let run = self.model.run;
-        thread::Builder::new().name(format!("model-{}", self.model.name)).spawn(move || {
-            let _ = done_tx.send(run(env));
-            signal_handle.close();
-        })?;
-
-        for signal in signals.forever() {
-            if signals::obey(signal, &self.pipeline, Voice::Server) == Obeyed::Stop {
-                shutdown.trigger();
-                break;
-            }
-        }
-        let grace = options.tuning().shutdown_timeout;
-        let outcome =
-            if shutdown.is_triggered() { done_rx.recv_timeout(grace).ok() } else { done_rx.recv().ok() };
-        let result = match outcome {
-            Some(result) => result.context("serving"),
-            None => {
-                self.pipeline
-                    .error_log
-                    .warn(format_args!("shutdown timeout: closing connections still in flight"));
-                Ok(())
-            }
-        };
-        self.pipeline.flush_logs();
-        if result.is_ok() && !shutdown.is_triggered() {
-            bail!("the {} model stopped unexpectedly", self.model.name);
-        }
-        result
+            let serve = move |listener, source: &dyn Fn() -> pipeline::stats::Snapshot, stop: &Shutdown| {
+                crate::admin::run(listener, source, &info, stop)
+            };
+            models::Admin { listener, serve: Arc::new(serve) }
+        });
+        models::runtime::host(self.model, env, admin).context("serving")
     }
 }
 

@@ -188,7 +188,11 @@ impl Master {
         }
         let stats = self.pipeline.stats.clone();
         let serve = admin.serve.clone();
-        (serve)(admin.listener, &|| board.total(stats.uptime()));
+        // Nothing stops it but the master's TERM.
+        match Shutdown::new() {
+            Ok(never) => (serve)(admin.listener, &|| board.total(stats.uptime()), &never),
+            Err(e) => self.pipeline.error_log.error(format_args!("admin child: {e}")),
+        }
         std::process::exit(0)
     }
 
