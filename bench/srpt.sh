@@ -93,9 +93,10 @@ for base, _, files in os.walk(sys.argv[1]):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
 PY
+            # shellcheck disable=SC2046 # SRPT_ARGS is a list of flags
             taskset -c 0 "$MODUS" serve "$WORK/w/docs" --model amped --workers 1 --helpers 8 \
                 --listen 127.0.0.1:0 --access-log off --cache-size 4MiB --schedule "$schedule" \
-                > "$WORK/server.out" 2>/dev/null &
+                $([[ $schedule != fifo ]] && echo "${SRPT_ARGS:-}") > "$WORK/server.out" 2>/dev/null &
             pid=$!
             echo "$pid" > "$CG/cgroup.procs"
             for _ in $(seq 1 100); do grep -q '^listening on ' "$WORK/server.out" && break; sleep 0.05; done

@@ -43,7 +43,7 @@ pub struct Srpt {
     /// `SO_PRIORITY` of class 0; class k is `priority_base + k`
     /// (`--srpt-priority-base`).
     pub priority_base: u32,
-    /// `TCP_NOTSENT_LOWAT` of a scheduled socket.
+    /// `TCP_NOTSENT_LOWAT` of a scheduled socket; 0 leaves the kernel's.
     pub unsent_limit: u32,
     /// Bytes written between two looks at what is left (and so at the
     /// class), for one response.

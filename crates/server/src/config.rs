@@ -278,6 +278,12 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N", value_parser = parse_priority, help_heading = "Scheduling")]
     pub srpt_priority_base: Option<u32>,
 
+    /// Unsent bytes SRPT lets the kernel hold per socket (TCP_NOTSENT_LOWAT),
+    /// so a class change reaches the link soon; 0 leaves the kernel's
+    /// default [default: 16KiB]
+    #[arg(long, value_name = "SIZE", help_heading = "Scheduling")]
+    pub srpt_unsent_limit: Option<Size>,
+
     /// Check the configuration and exit (0 if valid, 2 if not)
     #[arg(long, help_heading = "Configuration")]
     #[serde(skip)]
@@ -371,6 +377,7 @@ impl ServeOptions {
             srpt_classes: Some(Cutoffs(Srpt::CUTOFFS.to_vec())),
             srpt_max_wait: Some(Dur(Srpt::MAX_WAIT)),
             srpt_priority_base: Some(Srpt::PRIORITY_BASE),
+            srpt_unsent_limit: Some(Size(u64::from(Srpt::UNSENT_LIMIT))),
             ..ServeOptions::default()
         };
         self.layer_over(defaults);
@@ -445,6 +452,9 @@ impl ServeOptions {
                     cutoffs: self.srpt_classes.clone().map_or(d.cutoffs.clone(), |c| c.0),
                     max_wait: self.srpt_max_wait.map_or(d.max_wait, |t| t.0),
                     priority_base: self.srpt_priority_base.unwrap_or(d.priority_base),
+                    unsent_limit: self
+                        .srpt_unsent_limit
+                        .map_or(d.unsent_limit, |s| u32::try_from(s.0).unwrap_or(u32::MAX)),
                     group: name == ScheduleName::SrptGroup,
                     ..d
                 })

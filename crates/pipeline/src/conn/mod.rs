@@ -644,7 +644,7 @@ impl Connection {
                             let class = srpt.class(pending.reply.out.remaining(), now - pending.started);
                             if class != self.class {
                                 // Best effort: a socket that refuses keeps its order.
-                                if self.class == UNSCHEDULED {
+                                if self.class == UNSCHEDULED && srpt.unsent_limit > 0 {
                                     let _ = sock.set_unsent_limit(srpt.unsent_limit);
                                 }
                                 let _ = sock.set_priority(srpt.priority(class));

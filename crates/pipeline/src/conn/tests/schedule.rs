@@ -48,6 +48,18 @@ fn each_response_on_a_connection_gets_its_own_class() {
     assert_eq!(*h.wire.priorities.borrow(), [0x10001, 0x10003, 0x10002, 0x10001]);
 }
 
+/// `--srpt-unsent-limit 0` leaves the kernel's unsent limit alone.
+#[test]
+fn an_unsent_limit_of_zero_is_not_set() {
+    let srpt = Srpt { cutoffs: vec![10_000], unsent_limit: 0, ..Srpt::default() };
+    let mut h =
+        Harness::with(Settings { schedule: Schedule::Srpt(srpt), ..Settings::default() }, Mode::Inline);
+    h.send(GET_BIG);
+    assert_eq!(h.response().body.len(), BIG.len());
+    assert!(!h.wire.priorities.borrow().is_empty(), "priorities are still set");
+    assert_eq!(h.wire.unsent_limit.get(), None);
+}
+
 /// `--srpt-max-wait`: a large response that has been writing that long is
 /// served at the top class, however much is left.
 #[test]
