@@ -66,6 +66,10 @@ pub enum LabCommand {
     Report {
         /// A directory written by `modus lab run` or `modus lab compare`
         dir: PathBuf,
+        /// Print the report as Markdown (also written to DIR/report.md), for
+        /// BENCHMARKS.md or an issue, instead of the ranking
+        #[arg(long)]
+        markdown: bool,
     },
     /// Every model serves your site under a climbing load; ranked by peak throughput
     Compare {
@@ -145,7 +149,7 @@ fn lab(args: LabArgs) -> Result<()> {
             let out = out.unwrap_or_else(|| default_out(&spec.name));
             execute(&spec, &out, resume)
         }
-        LabCommand::Report { dir } => {
+        LabCommand::Report { dir, markdown } => {
             let meta: Value = serde_json::from_str(
                 &std::fs::read_to_string(dir.join("meta.json"))
                     .with_context(|| format!("{}: no meta.json", dir.display()))?,
@@ -153,6 +157,10 @@ fn lab(args: LabArgs) -> Result<()> {
             let spec = Spec::parse(meta["spec"].as_str().unwrap_or(""), "meta.json's spec")?;
             let table = results::Table::read(&dir.join("points.csv"))?;
             report::write(&dir, &spec, &table, &meta)?;
+            if markdown {
+                print!("{}", report::markdown(&spec, &table, &meta));
+                return Ok(());
+            }
             print!("{}", report::ranking(&spec, &table));
             println!("report: {}", dir.join("report.html").display());
             Ok(())

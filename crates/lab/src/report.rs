@@ -153,7 +153,7 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
     Ok((svg, csv))
 }
 
-/// Writes `plots/` and `report.html` for a results directory.
+/// Writes `plots/`, `report.html` and `report.md` for a results directory.
 pub fn write(out: &Path, spec: &Spec, table: &Table, meta: &Value) -> Result<()> {
     let plots = out.join("plots");
     std::fs::create_dir_all(&plots)?;
@@ -165,7 +165,79 @@ pub fn write(out: &Path, spec: &Spec, table: &Table, meta: &Value) -> Result<()>
         svgs.push((p.name.clone(), svg));
     }
     std::fs::write(out.join("report.html"), html(spec, table, meta, &svgs))?;
+    std::fs::write(out.join("report.md"), markdown(spec, table, meta))?;
     Ok(())
+}
+
+/// The report as Markdown, for BENCHMARKS.md and issue threads: the
+/// command that reruns it, the machine, the ranking, the claims with their
+/// verdicts, and every point (mean over repeats, min–max beside it).
+pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
+    let mut m = String::new();
+    let _ = writeln!(m, "### `modus lab run {}` — {}\n", spec.name, spec.description.trim());
+    let machine = &meta["machine"];
+    let _ = writeln!(
+        m,
+        "modus {} (git {}), {} × {}, kernel {}, {} MiB; {} repeat(s) per point.\n",
+        meta["modus_version"].as_str().unwrap_or("?"),
+        meta["git_revision"].as_str().unwrap_or("?"),
+        machine["cpus"],
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["kernel"].as_str().unwrap_or("?"),
+        machine["memory_mib"],
+        spec.repeats,
+    );
+    for skipped in meta["skipped"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            m,
+            "Not measured: {} — {}.\n",
+            skipped["server"].as_str().unwrap_or("?"),
+            skipped["why"].as_str().unwrap_or("?")
+        );
+    }
+    m.push_str("```\n");
+    m.push_str(&ranking(spec, table));
+    m.push_str("```\n\n");
+    if !spec.claims.is_empty() {
+        m.push_str("| claim | verdict |\n|---|---|\n");
+        for c in &spec.claims {
+            let word = match Claim::parse(&c.expr, &spec.server_names()) {
+                Ok(claim) => claim.judge(table).word,
+                Err(_) => "cannot be read",
+            };
+            let _ = writeln!(m, "| {} (`{}`) | {word} |", c.text, c.expr);
+        }
+        m.push('\n');
+    }
+    let metrics: Vec<&str> = ["throughput", "p99", "cpu_per_request"]
+        .into_iter()
+        .filter(|k| METRICS.iter().any(|(n, _)| n == k))
+        .collect();
+    let _ = write!(m, "| server | at |");
+    for k in &metrics {
+        let _ = write!(m, " {k} ({}) |", unit(k));
+    }
+    m.push_str("\n|---|---|");
+    m.push_str(&"---|".repeat(metrics.len()));
+    m.push('\n');
+    for s in &spec.servers {
+        for at in table.coords() {
+            if table.mean(&s.name, &at, "throughput").is_none() {
+                continue;
+            }
+            let _ = write!(m, "| {} | {} |", s.name, at.label(table));
+            for k in &metrics {
+                let cell = match (table.mean(&s.name, &at, k), table.spread(&s.name, &at, k)) {
+                    (Some(v), Some((lo, hi))) if hi > lo => format!("{} ({}–{})", fmt(v), fmt(lo), fmt(hi)),
+                    (Some(v), _) => fmt(v),
+                    _ => "–".into(),
+                };
+                let _ = write!(m, " {cell} |");
+            }
+            m.push('\n');
+        }
+    }
+    m
 }
 
 fn esc(s: &str) -> String {

@@ -57,6 +57,23 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
     assert!(r.status.success(), "{}", r.stderr);
     assert!(out.join("report.html").exists());
 
+    // The same as Markdown, for BENCHMARKS.md: the rerun command, the
+    // ranking, the claims' verdicts and a row per server and point.
+    let r = run(BIN, ["lab", "report", o, "--markdown"], LIMIT);
+    assert!(r.status.success(), "{}", r.stderr);
+    let md = &r.stdout;
+    assert!(md.starts_with("### `modus lab run tiny`"), "{md}");
+    assert!(md.contains("rank server") && md.contains("peak req/s"), "{md}");
+    assert!(md.contains("| claim | verdict |"), "{md}");
+    assert!(
+        md.contains("| server | at | throughput (requests/s) | p99 (ms) | cpu_per_request (µs) |"),
+        "{md}"
+    );
+    for server in ["pool", "event"] {
+        assert_eq!(md.matches(&format!("\n| {server} | ")).count(), 2, "two points each: {md}");
+    }
+    assert_eq!(std::fs::read_to_string(out.join("report.md")).unwrap(), *md);
+
     // An interrupted run (one point's record gone) measures only what is missing.
     let raw = out.join("raw");
     let kept = raw.join("pool-c1-p0-u0-r1.json");
