@@ -78,6 +78,12 @@ pub enum LabCommand {
         /// The path requested [default: / ]
         #[arg(long, default_value = "/", value_name = "PATH")]
         path: String,
+        /// Requests from a weighted list of URLs instead (`WEIGHT PATH` per line, as `modus load --mix`)
+        #[arg(long, value_name = "FILE", conflicts_with = "workload")]
+        mix: Option<PathBuf>,
+        /// Requests replayed from a `modus workload surge` directory instead; ROOT defaults to its docs/
+        #[arg(long, value_name = "DIR")]
+        workload: Option<PathBuf>,
         /// Models to compare, comma-separated, or `all`
         #[arg(long, default_value = "all", value_name = "LIST")]
         models: String,
@@ -165,7 +171,21 @@ fn lab(args: LabArgs) -> Result<()> {
             println!("report: {}", dir.join("report.html").display());
             Ok(())
         }
-        LabCommand::Compare { root, path, models, peers, clients, duration, server_cpus, out } => {
+        LabCommand::Compare {
+            root,
+            path,
+            mix,
+            workload,
+            models,
+            peers,
+            clients,
+            duration,
+            server_cpus,
+            out,
+        } => {
+            let root = root.or_else(|| workload.as_ref().map(|w| w.join("docs")));
+            let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
+            let (mix, workload) = (mix.map(absolute), workload.map(absolute));
             let chosen: Vec<&str> =
                 if models == "all" { MODELS.to_vec() } else { models.split(',').map(str::trim).collect() };
             for m in &chosen {
@@ -187,12 +207,19 @@ fn lab(args: LabArgs) -> Result<()> {
             let spec = Spec {
                 name: "compare".into(),
                 description: format!(
-                    "Every model serving {} ({path}), closed loop, {} clients",
+                    "Every model serving {} ({}), closed loop, {} clients",
                     root.as_ref().map_or("the demo site".into(), |r| r.display().to_string()),
+                    match (&mix, &workload) {
+                        (Some(m), _) => format!("the mix in {m}"),
+                        (_, Some(w)) => format!("the SURGE stream in {w}"),
+                        _ => path.clone(),
+                    },
                     clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
                 ),
                 docroot: root.as_ref().map_or("demo".into(), |r| r.display().to_string()),
                 path,
+                mix,
+                workload,
                 duration,
                 warmup: units::Dur(std::time::Duration::from_millis(500).min(duration.0)),
                 repeats: 1,

@@ -173,6 +173,16 @@ impl Runner {
     fn docroot(&self, spec: &Spec) -> Result<Option<PathBuf>> {
         match spec.docroot.as_str() {
             "demo" => Ok(None),
+            "fixed" if spec.workload.is_some() => {
+                let dir = PathBuf::from(spec.workload.as_deref().unwrap_or_default()).join("docs");
+                if !dir.is_dir() {
+                    bail!(
+                        "workload {}: no docs/ (make one with modus workload surge --out DIR)",
+                        dir.display()
+                    );
+                }
+                Ok(Some(dir))
+            }
             "fixed" => {
                 let dir = self.out.join("docroot");
                 load::surge::fixed(&dir, 1)?;
@@ -227,6 +237,12 @@ impl Runner {
         let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
         let mut load = pinned(&self.modus, load_cpus.as_deref());
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
+        if let Some(mix) = &spec.mix {
+            load.args(["--mix", mix]);
+        }
+        if let Some(workload) = &spec.workload {
+            load.args(["--workload", workload, "--repeat-stream"]);
+        }
         load.args([
             "-d",
             &units::Dur(spec.duration.0).to_string(),

@@ -42,6 +42,15 @@ pub struct Spec {
     pub server_cpus: Option<String>,
     #[serde(default)]
     pub load_cpus: Option<String>,
+    /// Requests drawn from a weighted list of URLs (`modus load --mix`
+    /// format: `WEIGHT PATH` per line) instead of `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix: Option<String>,
+    /// Requests replayed from a `modus workload surge` directory (its
+    /// stream, repeated) instead of `path`; with the default `docroot`, its
+    /// `docs` are served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
     /// The axes: closed-loop clients, and optionally paths and server CPUs.
     pub sweep: Sweep,
     /// The servers compared.
@@ -193,6 +202,12 @@ impl Spec {
             if !path.starts_with('/') || path.contains([',', ' ']) {
                 bail!("path {path:?} must start with / and hold no commas or spaces");
             }
+        }
+        if self.mix.is_some() && self.workload.is_some() {
+            bail!("mix and workload: one or the other");
+        }
+        if (self.mix.is_some() || self.workload.is_some()) && !self.sweep.paths.is_empty() {
+            bail!("[sweep] paths with a mix or a workload: the requests' paths come from it");
         }
         if self.repeats == 0 {
             bail!("repeats must be at least 1");

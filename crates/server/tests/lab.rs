@@ -108,6 +108,44 @@ fn compare_ranks_every_model_on_the_demo_site() {
     assert_eq!(csv_rows(&out).len(), 8);
 }
 
+/// `compare --mix` and `--workload`: the requests come from the mix file or
+/// the SURGE stream, and each point's load report shows those paths.
+#[test]
+fn compare_takes_a_mix_or_a_workload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("site");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("small.txt"), "s".repeat(100)).unwrap();
+    std::fs::write(root.join("large.txt"), "l".repeat(50_000)).unwrap();
+    let mix = tmp.path().join("mix.txt");
+    std::fs::write(&mix, "3 /small.txt\n1 /large.txt\n").unwrap();
+    let workload = tmp.path().join("w");
+    let r = run(
+        BIN,
+        ["workload", "surge", "--out", workload.to_str().unwrap(), "--files", "20", "--requests", "200"],
+        LIMIT,
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let replayed = format!("\"workload\": \"SURGE stream {}", workload.to_str().unwrap());
+    for (flag, value, root_arg, wanted) in
+        [("--mix", &mix, Some(&root), "\"/large.txt\""), ("--workload", &workload, None, replayed.as_str())]
+    {
+        let out = tmp.path().join(format!("out{flag}"));
+        let mut args = vec!["lab", "compare", "--models", "pool,event", "--peers", "none", "--clients", "2"];
+        args.extend(["--duration", "300ms", flag, value.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        if let Some(root) = root_arg {
+            args.push(root.to_str().unwrap());
+        }
+        let r = run(BIN, args, LIMIT);
+        assert!(r.status.success(), "{flag}: {}\n{}", r.stdout, r.stderr);
+        assert_eq!(csv_rows(&out).len(), 2, "{flag}");
+        let raw = std::fs::read_dir(out.join("raw")).unwrap().next().unwrap().unwrap().path();
+        let record = std::fs::read_to_string(raw).unwrap();
+        assert!(record.contains(wanted), "{flag}: the load came from it: {record}");
+        assert!(!record.contains("\"404\""), "{flag}: every path was found: {record}");
+    }
+}
+
 /// The peers run beside the models from the configurations the lab
 /// writes, where installed; otherwise the report says they were skipped.
 #[test]
