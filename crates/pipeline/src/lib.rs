@@ -19,6 +19,7 @@
 
 pub mod accesslog;
 mod cache;
+pub mod cache_control;
 pub mod cgi;
 mod cgi_stream;
 pub mod conditional;

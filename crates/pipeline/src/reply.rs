@@ -164,7 +164,7 @@ fn answer(p: &Pipeline, req: &RequestHead, keep_alive: bool, path: &str, found: 
         _ => return page(405, &[("Allow", ALLOW)]),
     }
     match found {
-        Found::Resource(resource) => respond(settings, req, &resource, keep_alive),
+        Found::Resource(resource) => respond(settings, req, path, &resource, keep_alive),
         Found::Listing(html) => {
             let mut head = start(settings, 200, req.version, keep_alive);
             head.header("Content-Type", "text/html; charset=utf-8")
@@ -184,8 +184,21 @@ fn no_content_allow(settings: &Settings, req: &RequestHead, keep_alive: bool) ->
 }
 
 /// GET or HEAD of a file: conditionals (RFC 9110 §13.2.2), then ranges (§14).
-fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: bool) -> Response {
+fn respond(settings: &Settings, req: &RequestHead, path: &str, res: &Resource, keep_alive: bool) -> Response {
     let is_head = req.method == Method::Head;
+    let caching = settings.cache_control.for_path(path);
+    // What the 200 would say of caching, on every answer that stands for it.
+    let add_caching = |head: &mut h1::ResponseHead| {
+        if let Some(rule) = caching {
+            head.header("Cache-Control", rule.value());
+            // An HTTP/1.0 cache may know only Expires (RFC 9111 §5.3).
+            if req.version == h1::Version::Http10 {
+                if let Some(expires) = rule.expires(std::time::SystemTime::now()) {
+                    head.header("Expires", &expires);
+                }
+            }
+        }
+    };
     let len = res.len();
     let precondition = conditional::evaluate(
         true,
@@ -203,6 +216,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             // 304 carries the validators a 200 would have, and no body (RFC 9110 §15.4.5).
             let mut head = start(settings, 304, req.version, keep_alive);
             head.header("ETag", res.etag()).header("Last-Modified", res.last_modified().as_ref());
+            add_caching(&mut head);
             return finish(304, head, None, keep_alive);
         }
     }
@@ -226,6 +240,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
         RangeOutcome::Full => {
             let mut head = start(settings, 200, req.version, keep_alive);
             res.whole_fields(&mut head);
+            add_caching(&mut head);
             (200, head, Some(res.chunk(0..len)), Vec::new())
         }
         RangeOutcome::Unsatisfiable => {
@@ -246,6 +261,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
                 .header("Content-Range", format!("bytes {}-{}/{len}", r.start, r.end - 1))
                 .header_u64("Content-Length", r.end - r.start);
             res.validators(&mut head);
+            add_caching(&mut head);
             (206, head, Some(res.chunk(r)), Vec::new())
         }
         RangeOutcome::Partial(ranges) => {
@@ -255,6 +271,7 @@ fn respond(settings: &Settings, req: &RequestHead, res: &Resource, keep_alive: b
             head.header("Content-Type", &layout.content_type)
                 .header_u64("Content-Length", layout.content_length);
             res.validators(&mut head);
+            add_caching(&mut head);
             let parts = layout
                 .parts
                 .into_iter()

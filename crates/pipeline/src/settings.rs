@@ -35,6 +35,8 @@ pub struct Settings {
     pub cgi: Option<crate::CgiSettings>,
     /// The order responses compete for the link in (`--schedule`).
     pub schedule: crate::schedule::Schedule,
+    /// `Cache-Control` of the site's files, by path (`--cache-control`).
+    pub cache_control: crate::cache_control::CacheControl,
 }
 
 impl Default for Settings {
@@ -55,6 +57,7 @@ impl Default for Settings {
             server_name: concat!("modus/", env!("CARGO_PKG_VERSION")).to_string(),
             cgi: None,
             schedule: crate::schedule::Schedule::Fifo,
+            cache_control: crate::cache_control::CacheControl::default(),
         }
     }
 }

@@ -57,6 +57,12 @@ impl From<Cutoffs> for String {
     }
 }
 
+/// One `--cache-control` rule, checked.
+fn parse_cache_rule(s: &str) -> Result<String, String> {
+    pipeline::cache_control::CacheControl::parse(&[s])?;
+    Ok(s.to_string())
+}
+
 /// `--srpt-priority-base`: decimal, or hexadecimal after `0x`.
 fn parse_priority(s: &str) -> Result<u32, String> {
     let parsed = match s.strip_prefix("0x") {
@@ -255,6 +261,12 @@ pub struct ServeOptions {
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Files")]
     pub follow_symlinks: Option<bool>,
 
+    /// Cache-Control for files whose path matches PATTERN (`*.css`, or
+    /// `/static/*` with a slash: the whole path); repeat it, the first
+    /// match wins; HTTP/1.0 clients also get Expires from max-age
+    #[arg(long, value_name = "PATTERN=VALUE", value_parser = parse_cache_rule, help_heading = "Files")]
+    pub cache_control: Option<Vec<String>>,
+
     /// The order responses compete for the outgoing link: fifo, or srpt —
     /// the socket's priority follows the class of the bytes a response has
     /// left (needs a priority qdisc: README, "Scheduling the outgoing link");
@@ -438,8 +450,15 @@ impl ServeOptions {
             follow_symlinks: self.follow_symlinks.unwrap_or(d.follow_symlinks),
             cgi: self.cgi_dir.clone().map(|dir| self.cgi_settings(pipeline::Scripts::Dir(dir))),
             schedule: self.schedule(),
+            cache_control: self.cache_control().unwrap_or_default(),
             ..d
         }
+    }
+
+    /// `--cache-control`'s rules, or why they cannot be read (from a
+    /// config file, which clap did not check).
+    pub fn cache_control(&self) -> Result<pipeline::cache_control::CacheControl, String> {
+        pipeline::cache_control::CacheControl::parse(self.cache_control.as_deref().unwrap_or_default())
     }
 
     /// `--schedule` and the `--srpt-*` options.

@@ -71,6 +71,7 @@ impl Server {
         })?;
         let listen = options.listen.as_deref().unwrap_or_default();
         let addr = socket_addr("--listen", listen)?;
+        options.cache_control().map_err(|e| anyhow!("cache-control: {e}"))?;
         let mut settings = options.settings();
         if let Some(cgi) = &mut settings.cgi {
             if let pipeline::Scripts::Dir(dir) = &mut cgi.scripts {

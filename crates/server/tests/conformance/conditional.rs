@@ -152,3 +152,43 @@ fn if_none_match_on_head_is_304() {
     let r = request(&srv, "HEAD", "/hello.txt", &[&format!("If-None-Match: {etag}")]);
     assert_304(&r, &etag);
 }
+
+/// `--cache-control` rules: the first match by path wins, a directory's
+/// index counts as its `index.html`, and a file no rule names gets none.
+#[test]
+fn cache_control_rules_apply_by_path() {
+    let (_root, srv) = standard(
+        MODEL,
+        &["--cache-control", "*.css=max-age=31536000, immutable", "--cache-control", "*.html=no-cache"],
+    );
+    let r = get(&srv, "/style.css");
+    r.assert_status(200);
+    assert_eq!(r.header_one("cache-control"), "max-age=31536000, immutable");
+    assert!(r.header("expires").is_none(), "an HTTP/1.1 client gets no Expires");
+    assert_eq!(get(&srv, "/dir/").header_one("cache-control"), "no-cache");
+    assert!(get(&srv, "/hello.txt").header("cache-control").is_none());
+    // A range of it says the same of caching.
+    let r = request(&srv, "GET", "/style.css", &["Range: bytes=0-3"]);
+    r.assert_status(206);
+    assert_eq!(r.header_one("cache-control"), "max-age=31536000, immutable");
+}
+
+/// A 304 carries the Cache-Control its 200 would (RFC 9110 §15.4.5), and
+/// an HTTP/1.0 client also gets Expires from max-age (RFC 9111 §5.3).
+#[test]
+fn cache_control_on_304_and_expires_for_http_1_0() {
+    let (_root, srv) = standard(MODEL, &["--cache-control", "*=public, max-age=3600"]);
+    let etag = get(&srv, "/hello.txt").header_one("etag").to_string();
+    let r = request(&srv, "GET", "/hello.txt", &[&format!("If-None-Match: {etag}")]);
+    r.assert_status(304);
+    assert_eq!(r.header_one("cache-control"), "public, max-age=3600");
+    let mut c = srv.client();
+    c.send("GET /hello.txt HTTP/1.0\r\n\r\n");
+    let r = c.read_response("GET");
+    r.assert_status(200);
+    assert_eq!(r.header_one("cache-control"), "public, max-age=3600");
+    let expires = h1::parse_http_date(r.header_one("expires")).expect("an HTTP date");
+    let date = h1::parse_http_date(r.header_one("date")).expect("an HTTP date");
+    let ahead = expires.duration_since(date).expect("Expires after Date").as_secs();
+    assert!((3599..=3601).contains(&ahead), "Expires is Date + max-age: {ahead} s");
+}
