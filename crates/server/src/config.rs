@@ -146,6 +146,12 @@ pub struct ServeOptions {
     #[arg(long, value_name = "DURATION", help_heading = "Network")]
     pub defer_accept: Option<Dur>,
 
+    /// Run as USER (and GROUP, else the user's own) once the ports are
+    /// bound and the logs opened, as nginx's `user`: needs root; files are
+    /// then served with that user's rights, scripts run as it
+    #[arg(long, value_name = "USER[:GROUP]", help_heading = "Network")]
+    pub user: Option<String>,
+
     /// Threads per child process (worker; upper bound for perchild) [default: 25]
     #[arg(long, value_name = "N", help_heading = "Models")]
     pub threads_per_child: Option<usize>,

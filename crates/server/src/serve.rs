@@ -61,6 +61,8 @@ struct Server {
     addr: SocketAddr,
     /// `--admin`, bound.
     admin: Option<std::net::TcpListener>,
+    /// `--user`: who to become once the ports are bound.
+    run_as: Option<RunAs>,
 }
 
 impl Server {
@@ -128,7 +130,8 @@ impl Server {
         }
         let pipeline =
             Pipeline::new(settings, site, Arc::new(access_log), Arc::new(error_log)).with_stats(stats);
-        Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin })
+        let run_as = options.user.as_deref().map(RunAs::resolve).transpose()?;
+        Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin, run_as })
     }
 
     fn run(mut self, options: &ServeOptions) -> anyhow::Result<()> {
@@ -146,6 +149,15 @@ impl Server {
         let defer = options.defer_accept.map_or(crate::config::DEFER_ACCEPT, |d| d.0);
         transport::listener::set_defer_accept(&listener, defer).context("--defer-accept")?;
         let local = listener.local_addr()?;
+        // Ports bound and logs open: what needed root is done.
+        match &self.run_as {
+            Some(run_as) => run_as.become_it()?,
+            None if nix::unistd::geteuid().is_root() => self.pipeline.error_log.warn(format_args!(
+                "running as root: every file and script is then open to the server; \
+                 --user names the user to run as once the ports are bound"
+            )),
+            None => {}
+        }
         let shutdown = Shutdown::new()?;
         let admin_addr = match &self.admin {
             Some(admin) => format!(" admin={}", admin.local_addr()?),
@@ -337,4 +349,55 @@ fn socket_addr(flag: &str, typed: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{flag} {typed:?}"))?
         .next()
         .ok_or_else(|| anyhow!("{flag} {typed:?} resolves to no address"))
+}
+
+/// Who `--user USER[:GROUP]` names, looked up when the configuration is
+/// checked (a name that does not exist is a configuration error).
+struct RunAs {
+    spec: String,
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+}
+
+impl RunAs {
+    fn resolve(spec: &str) -> anyhow::Result<RunAs> {
+        use nix::unistd::{getuid, Group, User};
+        let (user_name, group_name) = match spec.split_once(':') {
+            Some((user, group)) => (user, Some(group)),
+            None => (spec, None),
+        };
+        let user = User::from_name(user_name)
+            .with_context(|| format!("--user {spec}: looking the user up"))?
+            .ok_or_else(|| anyhow!("--user {spec}: no user {user_name:?} on this system"))?;
+        let gid = match group_name {
+            Some(name) => {
+                Group::from_name(name)
+                    .with_context(|| format!("--user {spec}: looking the group up"))?
+                    .ok_or_else(|| anyhow!("--user {spec}: no group {name:?} on this system"))?
+                    .gid
+            }
+            None => user.gid,
+        };
+        if getuid() != user.uid && !getuid().is_root() {
+            bail!("--user {spec}: only root can become another user (modus runs as uid {})", getuid());
+        }
+        Ok(RunAs { spec: spec.to_string(), uid: user.uid, gid })
+    }
+
+    /// Gives up root for good — supplementary groups, then the group, then
+    /// the user, the order that leaves no way back — and checks that root
+    /// cannot be regained.
+    fn become_it(&self) -> anyhow::Result<()> {
+        use nix::unistd::{getuid, setgid, setgroups, setuid, Uid};
+        if getuid() == self.uid {
+            return Ok(());
+        }
+        setgroups(&[self.gid]).context("--user: setgroups")?;
+        setgid(self.gid).context("--user: setgid")?;
+        setuid(self.uid).context("--user: setuid")?;
+        if setuid(Uid::from_raw(0)).is_ok() {
+            bail!("--user {}: root could be regained after setuid; refusing to serve", self.spec);
+        }
+        Ok(())
+    }
 }

@@ -491,3 +491,56 @@ fn running_out_of_descriptors_is_said_once() {
         drop(clients);
     }
 }
+
+/// `--user`: once the port is bound the server (and a process model's
+/// children) runs as that user, so a file only root may read gets 403.
+/// Needs root.
+#[test]
+fn user_gives_up_root_once_the_port_is_bound() {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to become another user");
+        return;
+    }
+    let root = Docroot::standard();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(root.path().join("secret.txt"), "root only\n").unwrap();
+    std::fs::set_permissions(root.path().join("secret.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let uid_of = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
+        line.split_whitespace().skip(1).map(|n| n.parse::<u32>().unwrap()).collect::<Vec<_>>()
+    };
+    for model in ["pool", "prefork"] {
+        let srv = Server::start(BIN, model, root.path(), &["--user", "nobody"]);
+        assert_eq!(uid_of(srv.pid()), [65534; 4], "{model}: real, effective, saved, fs uid");
+        let mut c = srv.client();
+        let r = c.request("GET", "/hello.txt", &[]);
+        r.assert_status(200);
+        let r = srv.client().request("GET", "/secret.txt", &[]);
+        r.assert_status(403);
+        if model == "prefork" {
+            // The answers came from children: they are nobody too.
+            let children =
+                std::fs::read_to_string(format!("/proc/{}/task/{}/children", srv.pid(), srv.pid()))
+                    .unwrap_or_default();
+            for child in children.split_whitespace() {
+                assert_eq!(uid_of(child.parse().unwrap())[1], 65534, "child {child}");
+            }
+        }
+    }
+    // Without --user, root is told what it risks.
+    let srv = Server::start(BIN, "pool", root.path(), &[]);
+    assert_eq!(srv.client().request("GET", "/secret.txt", &[]).status, 200);
+    assert!(srv.stderr().contains("running as root"), "{}", srv.stderr());
+}
+
+#[test]
+fn user_names_that_do_not_exist_are_configuration_errors() {
+    let out = run_modus(&["serve", "--user", "no-such-user-here", "--check"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("no user \"no-such-user-here\""), "{}", out.stderr);
+    let out = run_modus(&["serve", "--user", "nobody:no-such-group", "--check"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("no group \"no-such-group\""), "{}", out.stderr);
+}
