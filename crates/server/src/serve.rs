@@ -150,13 +150,8 @@ impl Server {
         transport::listener::set_defer_accept(&listener, defer).context("--defer-accept")?;
         let local = listener.local_addr()?;
         // Ports bound and logs open: what needed root is done.
-        match &self.run_as {
-            Some(run_as) => run_as.become_it()?,
-            None if nix::unistd::geteuid().is_root() => self.pipeline.error_log.warn(format_args!(
-                "running as root: every file and script is then open to the server; \
-                 --user names the user to run as once the ports are bound"
-            )),
-            None => {}
+        if let Some(run_as) = &self.run_as {
+            run_as.become_it()?;
         }
         let shutdown = Shutdown::new()?;
         let admin_addr = match &self.admin {
@@ -208,6 +203,12 @@ impl Server {
             env!("CARGO_PKG_VERSION"),
             self.model.name
         ));
+        if nix::unistd::geteuid().is_root() {
+            self.pipeline.error_log.warn(format_args!(
+                "running as root: every file and script is then open to the server; \
+                 --user names the user to run as once the ports are bound"
+            ));
+        }
 
         let env = models::ModelEnv {
             listener,
