@@ -54,6 +54,10 @@ pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
     match Signal::from_named_raw(signo) {
         Some(Signal::TERM | Signal::INT | Signal::QUIT) => {
             say("stopping: finishing in-flight requests");
+            if voice == Voice::Server {
+                // Type=notify: the service manager knows the stop is under way.
+                let _ = transport::systemd::notify("STOPPING=1");
+            }
             Obeyed::Stop
         }
         Some(signal @ (Signal::USR1 | Signal::HUP)) => {

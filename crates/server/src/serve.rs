@@ -19,6 +19,12 @@ const DEMO_SITE: &[pipeline::EmbeddedFile] = include!(concat!(env!("OUT_DIR"), "
 const EXIT_CONFIG: u8 = 2;
 
 pub fn main(mut options: ServeOptions) -> ExitCode {
+    // First, before any file is opened: descriptor 3 may be a socket
+    // systemd passed in.
+    let activated = match transport::systemd::activated_listener() {
+        Ok(activated) => activated,
+        Err(e) => return fail(EXIT_CONFIG, &anyhow!("socket activation: {e}")),
+    };
     if let Some(path) = options.config.clone() {
         let file = match std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))
@@ -43,7 +49,7 @@ pub fn main(mut options: ServeOptions) -> ExitCode {
         println!("configuration ok");
         return ExitCode::SUCCESS;
     }
-    match server.run(&options) {
+    match server.run(&options, activated) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e),
     }
@@ -134,13 +140,17 @@ impl Server {
         Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin, run_as })
     }
 
-    fn run(mut self, options: &ServeOptions) -> anyhow::Result<()> {
+    fn run(mut self, options: &ServeOptions, activated: Option<std::net::TcpListener>) -> anyhow::Result<()> {
         // Only the event-driven models hold connections without a thread or
         // process each, so only they can run out of descriptors first.
         let capped = self.model.caps.event_driven.then(|| options.tuning().max_connections);
         raise_open_file_limit(&self.pipeline, capped);
-        let listener = transport::listener::bind(self.addr, false)
-            .map_err(|e| anyhow!(transport::listener::bind_failure("--listen", self.addr, &e)))?;
+        let listener = match activated {
+            // systemd bound it: --listen is the service manager's business then.
+            Some(listener) => listener,
+            None => transport::listener::bind(self.addr, false)
+                .map_err(|e| anyhow!(transport::listener::bind_failure("--listen", self.addr, &e)))?,
+        };
         // Before the address is announced: sockets accepted by the kernel
         // inherit these options when their handshake completes, even before
         // the model calls accept(), so setting them later would leave the
@@ -203,6 +213,10 @@ impl Server {
             env!("CARGO_PKG_VERSION"),
             self.model.name
         ));
+        // The service manager (Type=notify) learns that connections are taken.
+        if let Err(e) = transport::systemd::notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
+            self.pipeline.error_log.warn(format_args!("telling systemd READY=1: {e}"));
+        }
         if nix::unistd::geteuid().is_root() {
             self.pipeline.error_log.warn(format_args!(
                 "running as root: every file and script is then open to the server; \

@@ -544,3 +544,82 @@ fn user_names_that_do_not_exist_are_configuration_errors() {
     assert_exit(&out, 2);
     assert!(out.stderr.contains("no group \"no-such-group\""), "{}", out.stderr);
 }
+
+/// Under systemd: a socket handed in by socket activation (descriptor 3,
+/// `LISTEN_FDS`, `LISTEN_PID`) is served instead of binding `--listen`, and
+/// the service manager is told `READY=1` once connections are taken and
+/// `STOPPING=1` when the stop begins (`Type=notify`).
+#[test]
+fn a_socket_handed_in_by_systemd_is_served() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::os::unix::net::UnixDatagram;
+    let root = Docroot::standard();
+    let dir = tempfile::tempdir().unwrap();
+    let notify_path = dir.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The socket goes in as stdin; the shell moves it to 3 and, being the
+    // process modus becomes (exec), names its own pid, as systemd does.
+    let script = r#"exec 3<&0 0</dev/null; LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" serve "$1" --access-log off"#;
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", script, BIN, root.path().to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(listener)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with(&format!("listening on {addr} ")), "the socket handed in: {first}");
+    let mut buf = [0u8; 128];
+    let n = notify.recv(&mut buf).unwrap();
+    assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), format!("READY=1\nMAINPID={}", child.id()));
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    c.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 ") && response.ends_with("Hello, world!\n"), "{response}");
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM)
+        .unwrap();
+    let n = notify.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert!(child.wait().unwrap().success());
+}
+
+/// The systemd unit in contrib/ names only flags modus has, and its
+/// ExecStart is a configuration modus accepts (paths and user aside).
+#[test]
+fn the_systemd_unit_names_flags_modus_has() {
+    let unit = include_str!("../../../contrib/modus.service");
+    let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("an ExecStart");
+    let words: Vec<&str> = exec.split_whitespace().collect();
+    assert_eq!(&words[..2], ["/usr/local/bin/modus", "serve"]);
+    let help = run_modus(&["serve", "--help"]).stdout;
+    for flag in words.iter().filter(|w| w.starts_with("--")) {
+        assert!(help.contains(&format!("{flag} ")), "{flag} is not a modus serve flag");
+    }
+    assert!(unit.contains("Type=notify") && unit.contains("ExecReload=/bin/kill -USR1 $MAINPID"));
+    // The same flags with this machine's paths, checked without serving.
+    let root = Docroot::standard();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = words[1..].iter().map(|w| w.to_string()).collect();
+    for arg in args.iter_mut() {
+        *arg = match arg.as_str() {
+            "/srv/www" => root.path().to_str().unwrap().to_string(),
+            "www-data" => "nobody".to_string(),
+            a if a.starts_with("/var/log/modus/") => dir.path().join(&a[15..]).to_str().unwrap().to_string(),
+            a => a.to_string(),
+        };
+    }
+    args.push("--check".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_modus(&args);
+    if rustix::process::geteuid().is_root() {
+        assert_exit(&out, 0);
+    } else {
+        assert!(out.stderr.contains("only root can become another user"), "{}", out.stderr);
+    }
+}

@@ -9,6 +9,8 @@
 //! * [`Shutdown`] — a stop flag that also wakes threads waiting for a listener.
 //! * [`Wire`] — the byte stream a connection is driven over: a socket, or
 //!   bytes in memory in tests.
+//! * [`systemd`] — a listening socket handed in by socket activation, and
+//!   the state told back to the service manager.
 //! * [`slab`] and [`deadlines`] — what an event loop keeps its connections
 //!   and their timeouts in (`event`, `amped` and the director's loop).
 #![warn(missing_docs)]
@@ -19,6 +21,7 @@ mod outbound;
 pub mod poller;
 mod shutdown;
 pub mod slab;
+pub mod systemd;
 mod wire;
 
 pub use outbound::{Chunk, Data, Outbound, Progress};
