@@ -61,6 +61,32 @@ PORT=8080
 log() { printf '[srpt] %s\n' "$*" >&2; }
 skip() { log "skipped: $*"; exit 0; }
 
+# by_schedule CSV COL,COL,... [A/B:COL ...]: the mean of each column per
+# schedule, as a Markdown table (schedules in the order first run), then
+# the ratio of schedule A's mean COL to B's for each A/B:COL given.
+by_schedule() {
+    python3 - "$@" <<'PY'
+import csv, sys
+from collections import defaultdict
+rows = list(csv.DictReader(open(sys.argv[1])))
+cols = sys.argv[2].split(",")
+by = defaultdict(list)
+for r in rows:
+    by[r["schedule"]].append(r)
+mean = lambda sched, c: sum(float(r[c]) for r in by[sched]) / len(by[sched])
+print("| schedule | " + " | ".join(cols) + " |")
+print("|---|" + "---|" * len(cols))
+for sched in dict.fromkeys(r["schedule"] for r in rows):
+    print(f"| {sched} | " + " | ".join(f"{mean(sched, c):.0f}" for c in cols) + " |")
+ratios = [spec for spec in sys.argv[3:] if all(s in by for s in spec.split(":")[0].split("/"))]
+if ratios:
+    print()
+for spec in ratios:
+    (a, b), c = spec.split(":")[0].split("/"), spec.split(":")[1]
+    print(f"{c}: {a}/{b} {mean(a, c) / max(mean(b, c), 1e-9):.3f}")
+PY
+}
+
 if [[ ${1:-} == disk ]]; then
     [[ $(id -u) -eq 0 ]] || skip "needs root (a memory cgroup)"
     CG=/sys/fs/cgroup/memory/modus-srpt-disk
@@ -119,25 +145,8 @@ PY
             log "disk round $round $schedule: $row"
         done
     done
-    python3 - "$OUT/disk.csv" <<'PY' | tee "$OUT/disk.md"
-import csv, sys
-from collections import defaultdict
-rows = list(csv.DictReader(open(sys.argv[1])))
-by = defaultdict(list)
-for r in rows:
-    by[r["schedule"]].append(r)
-mean = lambda rs, c: sum(float(r[c]) for r in rs) / len(rs)
-cols = ["rps", "mean_us", "p99_us", "errors", "read_bytes_per_request"]
-print("| schedule | " + " | ".join(cols) + " |")
-print("|---|" + "---|" * len(cols))
-for sched in ("fifo", "srpt", "srpt-group"):
-    if by[sched]:
-        print(f"| {sched} | " + " | ".join(f"{mean(by[sched], c):.0f}" for c in cols) + " |")
-if by["fifo"] and by["srpt-group"]:
-    f, g = by["fifo"], by["srpt-group"]
-    print()
-    print(f"disk bytes per request: srpt-group/fifo {mean(g, 'read_bytes_per_request') / max(mean(f, 'read_bytes_per_request'), 1):.3f}")
-PY
+    by_schedule "$OUT/disk.csv" rps,mean_us,p99_us,errors,read_bytes_per_request \
+        srpt-group/fifo:read_bytes_per_request srpt-group/srpt:read_bytes_per_request | tee "$OUT/disk.md"
     exit 0
 fi
 
@@ -175,26 +184,8 @@ PY
             log "loop round $round $schedule: $row"
         done
     done
-    python3 - "$OUT/loop.csv" <<'PY' | tee "$OUT/loop.md"
-import csv, sys
-from collections import defaultdict
-rows = list(csv.DictReader(open(sys.argv[1])))
-by = defaultdict(list)
-for r in rows:
-    by[r["schedule"]].append(r)
-mean = lambda rs, c: sum(float(r[c]) for r in rs) / len(rs)
-cols = ["rps", "small_mean_us", "small_p99_us", "large_mean_us", "large_p99_us", "errors"]
-print("| schedule | " + " | ".join(cols) + " |")
-print("|---|" + "---|" * len(cols))
-for sched in ("fifo", "srpt"):
-    if by[sched]:
-        print(f"| {sched} | " + " | ".join(f"{mean(by[sched], c):.0f}" for c in cols) + " |")
-if by["fifo"] and by["srpt"]:
-    f, s = by["fifo"], by["srpt"]
-    print()
-    print(f"small requests: fifo/srpt mean {mean(f, 'small_mean_us') / mean(s, 'small_mean_us'):.2f}x; "
-          f"throughput srpt/fifo {mean(s, 'rps') / mean(f, 'rps'):.3f}")
-PY
+    by_schedule "$OUT/loop.csv" rps,small_mean_us,small_p99_us,large_mean_us,large_p99_us,errors \
+        fifo/srpt:small_mean_us srpt/fifo:rps | tee "$OUT/loop.md"
     exit 0
 fi
 

@@ -243,10 +243,12 @@ struct Loop {
     /// Where its connections' requests run: inline, or some sent to the helpers.
     mode: Mode,
     /// `--schedule srpt`: each turn's ready connections are served shortest
-    /// remaining response first, a quantum each (`None`: in readiness order).
-    srpt_wait: Option<Duration>,
+    /// remaining response first, a quantum each (else in readiness order).
+    srpt: bool,
     /// This turn's connections due a drive (SRPT only).
     turn: Vec<u64>,
+    /// The turn in SRPT's order: (size, token); kept to reuse its allocation.
+    order: Vec<(u64, u64)>,
     /// Connections that yielded after a quantum, for the next turn.
     again: Vec<u64>,
     conns: Slab<Conn>,
@@ -270,10 +272,7 @@ impl Loop {
             Some((SendAway::Cgi, helpers)) => (Mode::HandOutScripts, Some(helpers)),
             None => (Mode::Inline, None),
         };
-        let srpt_wait = match &pipeline.settings.schedule {
-            Schedule::Srpt(srpt) => Some(srpt.max_wait),
-            Schedule::Fifo => None,
-        };
+        let srpt = matches!(pipeline.settings.schedule, Schedule::Srpt(_));
         let poller = Poller::new()?;
         poller.add(&*listener, LISTENER, Interest::READABLE, Trigger::Exclusive)?;
         // Level-triggered: it stays readable once the stop is requested, and
@@ -293,7 +292,8 @@ impl Loop {
             shutdown,
             stopping: false,
             pipeline,
-            srpt_wait,
+            srpt,
+            order: Vec::new(),
             helpers,
             mode,
             turn: Vec::new(),
@@ -348,7 +348,7 @@ impl Loop {
                     token => self.ready(token, event),
                 }
             }
-            if self.srpt_wait.is_some() {
+            if self.srpt {
                 self.serve_turn();
             }
             self.expire_timers();
@@ -448,7 +448,7 @@ impl Loop {
         let now = self.now;
         let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline, self.mode);
         conn.set_edge_triggered();
-        if self.srpt_wait.is_some() {
+        if self.srpt {
             conn.set_yielding();
         }
         let conn = Conn {
@@ -508,9 +508,10 @@ impl Loop {
     /// A connection can make progress: drive it now, or (SRPT) in this
     /// turn's order.
     fn due(&mut self, token: u64) {
-        match self.srpt_wait {
-            None => self.drive(token),
-            Some(_) => self.turn.push(token),
+        if self.srpt {
+            self.turn.push(token);
+        } else {
+            self.drive(token);
         }
     }
 
@@ -519,17 +520,18 @@ impl Loop {
     /// in token order), so small responses are not stuck behind a large
     /// one's writes; a large one moves a quantum per turn.
     fn serve_turn(&mut self) {
-        let Some(max_wait) = self.srpt_wait else { return };
-        let mut turn = std::mem::take(&mut self.turn);
-        turn.append(&mut self.again);
+        let pipeline = self.pipeline.clone();
+        let Schedule::Srpt(srpt) = &pipeline.settings.schedule else { return };
+        let mut order = std::mem::take(&mut self.order);
         let now = self.now;
-        let mut order: Vec<(u64, u64)> = turn
-            .drain(..)
-            .filter_map(|token| self.conns.get(token).map(|c| (c.conn.remaining(max_wait, now), token)))
-            .collect();
+        for token in self.turn.drain(..).chain(self.again.drain(..)) {
+            if let Some(c) = self.conns.get(token) {
+                order.push((c.conn.remaining(srpt, now), token));
+            }
+        }
         order.sort_unstable();
         order.dedup_by_key(|&mut (_, token)| token);
-        for (_, token) in order {
+        for &(_, token) in &order {
             // An earlier drive this turn may have closed or moved it on.
             let still_due = self.conns.get(token).is_some_and(|c| match c.waits {
                 Waits::Pipes => true,
@@ -541,7 +543,8 @@ impl Loop {
                 self.drive(token);
             }
         }
-        self.turn = turn;
+        order.clear();
+        self.order = order;
     }
 
     /// Runs the connection's state machine as far as its socket allows.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use h1::{BodyFraming, RequestHead, Version};
 use rustix::io::Errno;
 use transport::poller::Interest;
-use transport::Wire;
+use transport::{not_now, Wire};
 
 use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
 use crate::responder::{BodyStart, Responder, Streamed};
@@ -212,7 +212,7 @@ impl CgiRun {
                         }
                         progress = true;
                     }
-                    Err(e) if transient(&e) => {}
+                    Err(e) if not_now(&e) => {}
                     Err(_) => return Streamed::Abort,
                 }
             }
@@ -302,7 +302,7 @@ impl CgiRun {
                 self.body_remaining -= n as u64;
                 Ok(true)
             }
-            Err(e) if transient(&e) => {
+            Err(e) if not_now(&e) => {
                 self.stdin_buf.clear();
                 Ok(progress)
             }
@@ -590,10 +590,4 @@ impl Responder for CgiRun {
     fn body_unread(&self) -> u64 {
         self.body_remaining
     }
-}
-
-/// A socket error that only means "not now".
-fn transient(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
-    matches!(e.kind(), WouldBlock | TimedOut | Interrupted)
 }

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 /// What a leader's read gave its followers: `T` is what was read (a
@@ -33,12 +34,12 @@ struct Flight<T> {
     landed: Mutex<Option<Landed<T>>>,
     done: Condvar,
     /// Followers waiting (for tests).
-    waiting: Mutex<usize>,
+    waiting: AtomicUsize,
 }
 
 impl<T> Default for Flight<T> {
     fn default() -> Flight<T> {
-        Flight { landed: Mutex::new(None), done: Condvar::new(), waiting: Mutex::new(0) }
+        Flight { landed: Mutex::new(None), done: Condvar::new(), waiting: AtomicUsize::new(0) }
     }
 }
 
@@ -77,7 +78,7 @@ impl<T: Clone> Flights<T> {
         let mut flying = self.flying.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(flight) = flying.get(key).cloned() {
             drop(flying);
-            *flight.waiting.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+            flight.waiting.fetch_add(1, Ordering::Relaxed);
             let mut landed = flight.landed.lock().unwrap_or_else(PoisonError::into_inner);
             while landed.is_none() {
                 landed = flight.done.wait(landed).unwrap_or_else(PoisonError::into_inner);
@@ -93,7 +94,7 @@ impl<T: Clone> Flights<T> {
     #[cfg(test)]
     pub(crate) fn waiting(&self, key: &str) -> usize {
         let flying = self.flying.lock().unwrap();
-        flying.get(key).map_or(0, |f| *f.waiting.lock().unwrap())
+        flying.get(key).map_or(0, |f| f.waiting.load(Ordering::Relaxed))
     }
 }
 

@@ -73,13 +73,23 @@ impl Srpt {
     /// Bytes between looks at a response's class.
     pub const QUANTUM: u64 = 64 << 10;
 
+    /// The size SRPT goes by for a response with `remaining` bytes to send
+    /// that has been writing for `waited`: what it has left, or nothing
+    /// once it has waited past `max_wait` (the bound on starvation), so it
+    /// goes first.
+    pub fn size(&self, remaining: u64, waited: Duration) -> u64 {
+        if waited >= self.max_wait {
+            0
+        } else {
+            remaining
+        }
+    }
+
     /// The class of a response with `remaining` bytes to send that has been
     /// writing for `waited`.
     pub fn class(&self, remaining: u64, waited: Duration) -> u8 {
-        if waited >= self.max_wait {
-            return 0;
-        }
-        self.cutoffs.iter().take_while(|&&cutoff| remaining > cutoff).count() as u8
+        let size = self.size(remaining, waited);
+        self.cutoffs.iter().take_while(|&&cutoff| size > cutoff).count() as u8
     }
 
     /// The `SO_PRIORITY` of `class`.

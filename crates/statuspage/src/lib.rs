@@ -83,20 +83,10 @@ pub fn response(
     out
 }
 
-/// Text made safe for HTML, attribute values included.
+/// Text made safe for HTML, attribute values included (the escaping of
+/// the directory listings and error pages).
 pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    pipeline::listing::html_escape(s).into_owned()
 }
 
 /// A duration given in microseconds, in the unit that reads best; `–`

@@ -26,4 +26,4 @@ mod wire;
 
 pub use outbound::{Chunk, Data, Outbound, Progress};
 pub use shutdown::{Shutdown, Wake};
-pub use wire::Wire;
+pub use wire::{not_now, Wire};

@@ -43,6 +43,13 @@ pub trait Wire {
     fn local_addr(&self) -> Option<SocketAddr>;
 }
 
+/// Whether an error of a [`Wire`] call means only "not now" (nothing to
+/// read or no room yet, a blocking socket's timeout, an interruption): ask
+/// again when the wire is ready, rather than give the connection up.
+pub fn not_now(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted)
+}
+
 impl Wire for TcpStream {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {

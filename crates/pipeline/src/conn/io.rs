@@ -69,7 +69,3 @@ impl Connection {
         Ok(n)
     }
 }
-
-pub(super) fn would_block(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-}

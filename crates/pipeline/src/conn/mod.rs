@@ -30,7 +30,7 @@ use transport::{Progress, Wire};
 
 use crate::reply::Reply;
 use crate::response::{self, Response};
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, Srpt};
 use crate::spares::{self, Spares};
 use crate::stats::{now_ns, ConnState, Phase, Stats};
 use crate::{LogRecord, Pipeline, Route};
@@ -48,10 +48,11 @@ mod timing;
 
 pub use blocking::{refuse_overloaded, serve_blocking, serve_blocking_queued, BLOCKING_TICK};
 
-use io::{would_block, SPARE_BUFFERS};
+use io::SPARE_BUFFERS;
 use respond::Pending;
 use stream::{collect_chunked, BodyPlan, Collect, Streaming};
 use timing::{Mark, Timing};
+use transport::not_now;
 
 /// Who is on the other end.
 #[derive(Clone, Copy, Debug)]
@@ -394,14 +395,13 @@ impl Connection {
         self.yielding = true;
     }
 
-    /// What SRPT orders a loop's turn by: the bytes left of the response
-    /// being written (0 for anything else: reading and parsing a head is
-    /// quick, and tells what the request will cost), or 0 for a response
-    /// writing for longer than `max_wait` (the bound on starvation).
-    pub fn remaining(&self, max_wait: std::time::Duration, now: Instant) -> u64 {
+    /// What `srpt` orders a loop's turn by: [`Srpt::size`] of the response
+    /// being written, 0 for anything else (reading and parsing a head is
+    /// quick, and tells what the request will cost).
+    pub fn remaining(&self, srpt: &Srpt, now: Instant) -> u64 {
         match &self.state {
-            State::Write(pending) if now.saturating_duration_since(pending.started) < max_wait => {
-                pending.reply.out.remaining()
+            State::Write(pending) => {
+                srpt.size(pending.reply.out.remaining(), now.saturating_duration_since(pending.started))
             }
             _ => 0,
         }
@@ -625,7 +625,7 @@ impl Connection {
                             self.head_deadline = self.deadline_base(just_read) + p.settings.header_timeout;
                         }
                         Ok(_) => {}
-                        Err(e) if would_block(&e) => {
+                        Err(e) if not_now(&e) => {
                             if stopping && self.start == self.end {
                                 // Accepted before the stop but silent since.
                                 return Want::Close;
@@ -696,7 +696,7 @@ impl Connection {
                     match self.fill(sock) {
                         Ok(0) => return Want::Close,
                         Ok(_) => {}
-                        Err(e) if would_block(&e) => return Want::Read(deadline),
+                        Err(e) if not_now(&e) => return Want::Read(deadline),
                         Err(_) => return Want::Close,
                     }
                 }
@@ -707,7 +707,7 @@ impl Connection {
                     match self.fill(sock) {
                         Ok(0) => return Want::Close,
                         Ok(_) => {}
-                        Err(e) if would_block(&e) => return Want::Read(deadline),
+                        Err(e) if not_now(&e) => return Want::Read(deadline),
                         Err(_) => return Want::Close,
                     }
                 }

@@ -132,7 +132,7 @@ impl Connection {
             if !c.interim.is_empty() {
                 match sock.write_now(c.interim) {
                     Ok(n) => c.interim = &c.interim[n..],
-                    Err(e) if would_block(&e) || e.kind() == std::io::ErrorKind::Interrupted => {
+                    Err(e) if not_now(&e) => {
                         let deadline = c.deadline;
                         self.state = State::Collect(c);
                         return Some(Want::Write(deadline));
@@ -175,7 +175,7 @@ impl Connection {
             match self.fill(sock) {
                 Ok(0) => return Some(Want::Close),
                 Ok(_) => {}
-                Err(e) if would_block(&e) => {
+                Err(e) if not_now(&e) => {
                     let deadline = c.deadline;
                     self.state = State::Collect(c);
                     return Some(Want::Read(deadline));

@@ -80,14 +80,14 @@ fn a_response_that_waited_too_long_is_served_first() {
 fn a_yielding_connection_stops_after_each_quantum() {
     let mut h = srpt(&[10_000, 50_000], 30_000);
     h.conn.set_yielding();
-    let max_wait = Srpt::MAX_WAIT;
-    assert_eq!(h.conn.remaining(max_wait, h.now), 0, "nothing to write yet");
+    let (order, max_wait) = (Srpt::default(), Srpt::MAX_WAIT);
+    assert_eq!(h.conn.remaining(&order, h.now), 0, "nothing to write yet");
     assert_eq!(h.send(GET_BIG), Want::Again);
-    let mut left = vec![h.conn.remaining(max_wait, h.now)];
+    let mut left = vec![h.conn.remaining(&order, h.now)];
     while let Want::Again = h.drive() {
-        left.push(h.conn.remaining(max_wait, h.now));
+        left.push(h.conn.remaining(&order, h.now));
     }
-    assert_eq!(h.conn.remaining(max_wait, h.now), 0, "done");
+    assert_eq!(h.conn.remaining(&order, h.now), 0, "done");
     assert_eq!(left.len(), 3, "quanta of 30,000 bytes: {left:?}");
     assert!(left.windows(2).all(|w| w[0] - w[1] == 30_000), "{left:?}");
     assert_eq!(h.response().body.len(), BIG.len());
@@ -95,8 +95,8 @@ fn a_yielding_connection_stops_after_each_quantum() {
     let mut h = srpt(&[10_000, 50_000], 30_000);
     h.conn.set_yielding();
     h.send(GET_BIG);
-    assert!(h.conn.remaining(max_wait, h.now) > 0);
-    assert_eq!(h.conn.remaining(max_wait, h.now + max_wait), 0);
+    assert!(h.conn.remaining(&order, h.now) > 0);
+    assert_eq!(h.conn.remaining(&order, h.now + max_wait), 0);
 }
 
 /// Without SRPT nothing yields: the default write path is unchanged.
