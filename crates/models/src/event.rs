@@ -68,7 +68,7 @@ use rustix::net::SocketFlags;
 use transport::deadlines::{self, Deadlines};
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::slab::{self, Slab};
-use transport::Shutdown;
+use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
 use crate::{Caps, ModelEnv, ModelInfo};
@@ -201,7 +201,7 @@ enum Waits {
 
 #[derive(Debug)]
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     conn: Connection,
     waits: Waits,
     /// Edge-triggered readiness seen but not yet used up (an `EAGAIN` clears it).
@@ -445,6 +445,7 @@ impl Loop {
     }
 
     fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let Ok(stream) = Stream::accepted(stream, self.pipeline.tls.as_ref()) else { return };
         let now = self.now;
         let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline, self.mode);
         conn.set_edge_triggered();

@@ -15,9 +15,13 @@ pub const HANDLED: [Signal; 6] =
     [Signal::TERM, Signal::INT, Signal::QUIT, Signal::HUP, Signal::USR1, Signal::USR2];
 
 /// Said on SIGHUP: what nginx users send to reload. modus reopens its logs
-/// (as on SIGUSR1) and keeps serving; it has no reload.
+/// (as on SIGUSR1), reads its TLS certificates again and keeps serving;
+/// the rest of the configuration is read only at start.
 pub const HUP_SAID: &str = "SIGHUP: logs reopened; the configuration is read only at start (no reload): \
     restart modus to apply a changed one";
+/// Said on SIGHUP by a server whose certificates were read again.
+pub const HUP_CERTS_SAID: &str = "SIGHUP: logs reopened, TLS certificates reloaded (new handshakes present \
+    them; open connections keep theirs); the rest of the configuration is read only at start";
 /// Said on SIGUSR2 (nginx's binary upgrade), which is ignored.
 pub const USR2_SAID: &str = "SIGUSR2 ignored: no binary upgrade (restart modus to run a new binary)";
 
@@ -62,7 +66,15 @@ pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
         }
         Some(signal @ (Signal::USR1 | Signal::HUP)) => {
             if signal == Signal::HUP {
-                say(HUP_SAID);
+                match p.tls.as_ref().filter(|tls| tls.reloadable()).map(|tls| tls.reload()) {
+                    None => say(HUP_SAID),
+                    Some(Ok(_)) => say(HUP_CERTS_SAID),
+                    // Every process tries and keeps its old set: one says why.
+                    Some(Err(e)) if voice == Voice::Server => p.error_log.error(format_args!(
+                        "SIGHUP: TLS certificates not reloaded, the ones in force stay: {e}"
+                    )),
+                    Some(Err(_)) => {}
+                }
             }
             for e in [p.access_log.reopen().err(), p.error_log.reopen().err()].into_iter().flatten() {
                 p.error_log.error(format_args!("reopening logs: {e}"));

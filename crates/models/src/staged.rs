@@ -79,7 +79,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
-use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -90,6 +89,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use pipeline::stats::{Phase, Worker};
 use pipeline::{ConnInfo, Connection, LogRecord, Mode, Pipeline, Request, Route, Want, BLOCKING_TICK};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
+use transport::Stream;
 
 use crate::{accept, Caps, ModelEnv, ModelInfo};
 
@@ -229,7 +229,7 @@ fn queue<T>(stats: &Arc<StageStats>, depth: usize) -> (Tx<T>, Rx<T>) {
 
 /// A client connection on its way between stages (boxed, so queues move a pointer).
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     conn: Connection,
     /// The socket is in the parking thread's epoll set (armed or not).
     registered: bool,
@@ -464,7 +464,7 @@ struct Parking {
 
 impl Parking {
     fn park(&mut self, shared: &Shared, mut c: Box<Conn>, dir: Dir, deadline: Instant, stopped: bool) {
-        let fd = c.stream.as_raw_fd();
+        let fd = c.stream.tcp().as_raw_fd();
         let interest = if dir == Dir::Read { Interest::READABLE } else { Interest::WRITABLE };
         // One-shot and level-triggered: readiness that arrived before this
         // call is reported at once, and then the socket is quiet until re-armed.
@@ -657,6 +657,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
         if stream.set_nonblocking(true).is_err() {
             return true;
         }
+        let Ok(stream) = Stream::accepted(stream, shared.pipeline.tls.as_ref()) else { return true };
         let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline, Mode::HandOut);
         conn.defer_log();
         shared.live.opened();

@@ -186,6 +186,10 @@ pub struct EnvInput<'a> {
     pub server_software: &'a str,
     /// `PATH`.
     pub path_env: &'a str,
+    /// The request came over TLS: `HTTPS=on` and `REQUEST_SCHEME=https`
+    /// (Apache's and nginx's fastcgi_params' names, which frameworks read
+    /// to build their own URLs); `http` otherwise.
+    pub https: bool,
 }
 
 /// Request headers that never become `HTTP_*` variables.
@@ -247,6 +251,10 @@ pub fn build_env(input: &EnvInput<'_>) -> Vec<(String, OsString)> {
             Version::Http11 => "HTTP/1.1",
         }),
     );
+    set("REQUEST_SCHEME", s(if input.https { "https" } else { "http" }));
+    if input.https {
+        set("HTTPS", s("on"));
+    }
     set("REQUEST_METHOD", s(head.method.as_str()));
     set("REQUEST_URI", s(head.target()));
     set("SCRIPT_NAME", s(input.script_name));
@@ -747,6 +755,7 @@ mod tests {
             local: Some("127.0.0.1:8080".parse().unwrap()),
             server_software: "modus/test",
             path_env: "/bin",
+            https: false,
         };
         build_env(&input).into_iter().map(|(k, v)| (k, v.into_string().unwrap())).collect()
     }
@@ -772,6 +781,8 @@ mod tests {
         assert_eq!(var(&env, "SERVER_PORT"), Some("8080"));
         assert_eq!(var(&env, "SERVER_PROTOCOL"), Some("HTTP/1.1"));
         assert_eq!(var(&env, "REQUEST_METHOD"), Some("GET"));
+        assert_eq!(var(&env, "REQUEST_SCHEME"), Some("http"));
+        assert_eq!(var(&env, "HTTPS"), None);
         assert_eq!(var(&env, "SCRIPT_NAME"), Some("/cgi-bin/env"));
         assert_eq!(var(&env, "PATH_INFO"), Some("/a b"), "decoded (§4.1.5)");
         assert_eq!(var(&env, "PATH_TRANSLATED"), Some("/srv/www/a b"));

@@ -97,6 +97,8 @@ pub struct Pipeline {
     cgi_runtime: Arc<cgi::Runtime>,
     /// Per-phase timing, counters, queues, scoreboard, trace.
     pub stats: Arc<Stats>,
+    /// The certificates and settings of a server that speaks TLS.
+    pub tls: Option<transport::tls::ServerTls>,
 }
 
 impl Pipeline {
@@ -109,7 +111,22 @@ impl Pipeline {
     ) -> Pipeline {
         let cache = Cache::new(settings.cache_size, settings.max_cached_file);
         let stats = Arc::default();
-        Pipeline { settings, site, cache, access_log, error_log, cgi_runtime: Arc::default(), stats }
+        Pipeline {
+            settings,
+            site,
+            cache,
+            access_log,
+            error_log,
+            cgi_runtime: Arc::default(),
+            stats,
+            tls: None,
+        }
+    }
+
+    /// Speaks TLS with `tls` on every connection.
+    pub fn with_tls(mut self, tls: transport::tls::ServerTls) -> Pipeline {
+        self.tls = Some(tls);
+        self
     }
 
     /// Replaces the (default: timing on, no trace) statistics.
@@ -256,6 +273,7 @@ impl Pipeline {
             local: req.local,
             server_software: &self.settings.server_name,
             path_env: &settings.path_env,
+            https: self.tls.is_some(),
         });
         let body = matches!(head.framing, h1::BodyFraming::Length(1..));
         match cgi::spawn(&self.cgi_runtime, settings, &file, &args, env, body, script_name) {

@@ -38,6 +38,9 @@ pub(crate) struct DataPhase {
 pub(crate) fn start(settings: &Settings, status: u16, version: Version, keep_alive: bool) -> ResponseHead {
     let mut head = ResponseHead::in_buffer(status, spare::head_buffer());
     head.date().header("Server", &settings.server_name);
+    if let Some(hsts) = &settings.hsts {
+        head.header("Strict-Transport-Security", &**hsts);
+    }
     if !keep_alive {
         head.header("Connection", "close");
     } else if version == Version::Http10 {

@@ -37,6 +37,11 @@ pub struct Settings {
     pub schedule: crate::schedule::Schedule,
     /// `Cache-Control` of the site's files, by path (`--cache-control`).
     pub cache_control: crate::cache_control::CacheControl,
+    /// How long a TLS handshake may take, from the accept (nginx's
+    /// `ssl_handshake_timeout`); the head's own deadline starts after it.
+    pub tls_handshake_timeout: Duration,
+    /// `Strict-Transport-Security` on every response (`--hsts`; only over TLS).
+    pub hsts: Option<Box<str>>,
 }
 
 impl Default for Settings {
@@ -58,6 +63,8 @@ impl Default for Settings {
             cgi: None,
             schedule: crate::schedule::Schedule::Fifo,
             cache_control: crate::cache_control::CacheControl::default(),
+            tls_handshake_timeout: Duration::from_secs(10),
+            hsts: None,
         }
     }
 }

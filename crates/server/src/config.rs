@@ -90,6 +90,35 @@ pub struct ServeOptions {
     #[arg(short, long, env = "MODUS_PORT", value_name = "PORT", help_heading = "Network")]
     pub port: Option<u16>,
 
+    /// Serve HTTPS on ADDR instead of HTTP on --listen (same forms as --listen);
+    /// needs --tls-cert and --tls-key, or --tls-self-signed
+    #[arg(long, env = "MODUS_TLS_LISTEN", value_name = "ADDR", help_heading = "TLS")]
+    pub tls_listen: Option<String>,
+
+    /// Certificate chain, PEM, the server's certificate first; repeat it
+    /// (each with its --tls-key, in the same order) for more names: a
+    /// client's SNI picks the one that covers it, the first is the default
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub tls_cert: Option<Vec<PathBuf>>,
+
+    /// Private key of the --tls-cert at the same position, PEM (PKCS#8, RSA or EC)
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub tls_key: Option<Vec<PathBuf>>,
+
+    /// Make a throw-away self-signed certificate for localhost at start, to
+    /// try HTTPS (clients must be told to skip verification: curl -k)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "TLS")]
+    pub tls_self_signed: Option<bool>,
+
+    /// How long a client has to finish the TLS handshake [default: 10s]
+    #[arg(long, value_name = "DURATION", help_heading = "TLS")]
+    pub tls_handshake_timeout: Option<Dur>,
+
+    /// Send Strict-Transport-Security: max-age=DURATION with every HTTPS
+    /// response (browsers then use https only, for that long), e.g. 1y
+    #[arg(long, value_name = "DURATION", help_heading = "TLS")]
+    pub hsts: Option<Dur>,
+
     /// Concurrency model; `modus models` describes each [default: pool]
     #[arg(short, long, env = "MODUS_MODEL", value_name = "NAME",
           value_parser = clap::builder::PossibleValuesParser::new(models::names()), help_heading = "Models")]
@@ -353,7 +382,10 @@ impl ServeOptions {
         let d = pipeline::Settings::default();
         let t = models::Tuning::default();
         let defaults = ServeOptions {
-            listen: Some("127.0.0.1:8080".into()),
+            // HTTPS takes the place of HTTP: no plain listener beside it.
+            listen: self.tls_listen.is_none().then(|| "127.0.0.1:8080".into()),
+            tls_self_signed: Some(false),
+            tls_handshake_timeout: Some(Dur(d.tls_handshake_timeout)),
             model: Some("pool".into()),
             threads: Some(t.threads),
             queue: Some(t.queue),
@@ -400,13 +432,21 @@ impl ServeOptions {
         };
         self.layer_over(defaults);
         // As typed (`8080`, `:8080`, a port of its own): one HOST:PORT form.
-        // An address that does not parse is left for `Server::prepare` to refuse.
-        if let Some(listen) = self.listen.as_deref() {
-            let typed = match self.port {
+        // An address that does not parse is left for `Server::prepare` to
+        // refuse. --port changes the listener in use: the TLS one if any.
+        let port = self.port;
+        let in_use = if self.tls_listen.is_some() { &mut self.tls_listen } else { &mut self.listen };
+        if let Some(listen) = in_use.as_deref() {
+            let typed = match port {
                 Some(port) => units::with_port(listen, port),
                 None => units::listen_addr(listen),
             };
             if let Ok(addr) = typed {
+                *in_use = Some(addr);
+            }
+        }
+        if let Some(listen) = self.listen.as_deref().filter(|_| self.tls_listen.is_some()) {
+            if let Ok(addr) = units::listen_addr(listen) {
                 self.listen = Some(addr);
             }
         }
@@ -457,8 +497,53 @@ impl ServeOptions {
             cgi: self.cgi_dir.clone().map(|dir| self.cgi_settings(pipeline::Scripts::Dir(dir))),
             schedule: self.schedule(),
             cache_control: self.cache_control().unwrap_or_default(),
+            tls_handshake_timeout: self.tls_handshake_timeout.map_or(d.tls_handshake_timeout, |t| t.0),
+            hsts: self
+                .hsts
+                .filter(|_| self.tls_listen.is_some())
+                .map(|max_age| format!("max-age={}", max_age.0.as_secs()).into()),
             ..d
         }
+    }
+
+    /// The certificates `--tls-*` name, if HTTPS is asked for; an error
+    /// says what is missing or mismatched.
+    pub fn tls(&self) -> Result<Option<transport::tls::CertSource>, String> {
+        use transport::tls::{CertFiles, CertSource};
+        let certs = self.tls_cert.clone().unwrap_or_default();
+        let keys = self.tls_key.clone().unwrap_or_default();
+        let self_signed = self.tls_self_signed.unwrap_or(false);
+        if self.tls_listen.is_none() {
+            if !certs.is_empty() || !keys.is_empty() || self_signed {
+                return Err("--tls-cert, --tls-key and --tls-self-signed need --tls-listen ADDR \
+                    (where HTTPS is served)"
+                    .into());
+            }
+            return Ok(None);
+        }
+        if self_signed {
+            if !certs.is_empty() || !keys.is_empty() {
+                return Err("--tls-self-signed makes its own certificate: drop --tls-cert/--tls-key, \
+                    or drop --tls-self-signed to use them"
+                    .into());
+            }
+            return Ok(Some(CertSource::SelfSigned(vec![
+                "localhost".into(),
+                "127.0.0.1".into(),
+                "::1".into(),
+            ])));
+        }
+        if certs.is_empty() || certs.len() != keys.len() {
+            return Err(format!(
+                "--tls-listen needs a certificate and its key: {} --tls-cert and {} --tls-key given; \
+                 give them in pairs (or --tls-self-signed to try HTTPS)",
+                certs.len(),
+                keys.len()
+            ));
+        }
+        Ok(Some(CertSource::Files(
+            certs.into_iter().zip(keys).map(|(cert, key)| CertFiles { cert, key }).collect(),
+        )))
     }
 
     /// `--cache-control`'s rules, or why they cannot be read (from a

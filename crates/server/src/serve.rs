@@ -77,8 +77,17 @@ impl Server {
         let model = models::find(name).ok_or_else(|| {
             anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
         })?;
-        let listen = options.listen.as_deref().unwrap_or_default();
-        let addr = socket_addr("--listen", listen)?;
+        let (flag, listen) = match (&options.tls_listen, &options.listen) {
+            (Some(_), Some(listen)) => bail!(
+                "--listen {listen} and --tls-listen: modus serves one listener, HTTP or HTTPS; \
+                 drop --listen to serve HTTPS only (a plain listener that redirects to https is not built yet)"
+            ),
+            (Some(tls), None) => ("--tls-listen", tls.as_str()),
+            (None, listen) => ("--listen", listen.as_deref().unwrap_or_default()),
+        };
+        let addr = socket_addr(flag, listen)?;
+        let tls = options.tls().map_err(|e| anyhow!(e))?.map(transport::tls::ServerTls::new);
+        let tls = tls.transpose().map_err(|e| anyhow!(e))?;
         options.cache_control().map_err(|e| anyhow!("cache-control: {e}"))?;
         let mut settings = options.settings();
         if let Some(cgi) = &mut settings.cgi {
@@ -134,10 +143,22 @@ impl Server {
             }
             stats = stats.with_trace(path, sample).with_context(|| format!("--trace {}", path.display()))?;
         }
-        let pipeline =
+        let mut pipeline =
             Pipeline::new(settings, site, Arc::new(access_log), Arc::new(error_log)).with_stats(stats);
+        if let Some(tls) = tls {
+            pipeline = pipeline.with_tls(tls);
+        }
         let run_as = options.user.as_deref().map(RunAs::resolve).transpose()?;
         Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin, run_as })
+    }
+
+    /// The flag that named the listener, for messages about it.
+    fn listen_flag(&self) -> &'static str {
+        if self.pipeline.tls.is_some() {
+            "--tls-listen"
+        } else {
+            "--listen"
+        }
     }
 
     fn run(mut self, options: &ServeOptions, activated: Option<std::net::TcpListener>) -> anyhow::Result<()> {
@@ -149,7 +170,7 @@ impl Server {
             // systemd bound it: --listen is the service manager's business then.
             Some(listener) => listener,
             None => transport::listener::bind(self.addr, false)
-                .map_err(|e| anyhow!(transport::listener::bind_failure("--listen", self.addr, &e)))?,
+                .map_err(|e| anyhow!(transport::listener::bind_failure(self.listen_flag(), self.addr, &e)))?,
         };
         // Before the address is announced: sockets accepted by the kernel
         // inherit these options when their handshake completes, even before
@@ -173,11 +194,27 @@ impl Server {
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,
-                "listening on {local} model={} pid={}{admin_addr}",
+                "listening on {local} model={} pid={}{admin_addr}{}",
                 self.model.name,
-                std::process::id()
+                std::process::id(),
+                if self.pipeline.tls.is_some() { " https" } else { "" },
             )?;
             out.flush()?;
+        }
+        if let Some(tls) = &self.pipeline.tls {
+            if tls.reloadable() {
+                let count = options.tls_cert.as_ref().map_or(0, Vec::len);
+                self.pipeline.error_log.info(format_args!(
+                    "HTTPS on {local}: {count} certificate{} (SIGHUP reads them again)",
+                    if count == 1 { "" } else { "s, chosen by SNI" }
+                ));
+            } else {
+                self.pipeline.error_log.warn(format_args!(
+                    "HTTPS on {local} with a throw-away self-signed certificate for localhost: \
+                     browsers will warn and clients must skip verification (curl -k https://{local}/); \
+                     give --tls-cert and --tls-key to serve a real one"
+                ));
+            }
         }
         let root = options.root.as_ref().map_or("(embedded demo site)".into(), |r| r.display().to_string());
         if let Some(cgi) = &self.pipeline.settings.cgi {
@@ -209,8 +246,9 @@ impl Server {
             ));
         }
         self.pipeline.error_log.info(format_args!(
-            "modus {} serving {root} on http://{local}/ with model {}",
+            "modus {} serving {root} on {}://{local}/ with model {}",
             env!("CARGO_PKG_VERSION"),
+            if self.pipeline.tls.is_some() { "https" } else { "http" },
             self.model.name
         ));
         // The service manager (Type=notify) learns that connections are taken.

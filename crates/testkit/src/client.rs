@@ -1,7 +1,9 @@
 //! A raw HTTP/1.1 client: exact bytes out, strictly parsed responses in.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
+
+use crate::tls::ClientStream;
 use std::time::Duration;
 
 /// Read and write timeout of every [`Client`] socket.
@@ -110,7 +112,7 @@ pub fn get_once(addr: SocketAddr, path: &str) -> (u16, String, String) {
 /// responses can be read one after the other.
 #[derive(Debug)]
 pub struct Client {
-    stream: TcpStream,
+    stream: ClientStream,
     buf: Vec<u8>,
     eof: bool,
 }
@@ -128,12 +130,12 @@ impl Client {
         stream.set_read_timeout(Some(IO_TIMEOUT))?;
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
         stream.set_nodelay(true)?;
-        Ok(Client { stream, buf: Vec::new(), eof: false })
+        Ok(Client { stream: ClientStream::over(stream)?, buf: Vec::new(), eof: false })
     }
 
     /// The underlying stream (e.g. to change its timeouts).
     pub fn stream(&self) -> &TcpStream {
-        &self.stream
+        self.stream.tcp()
     }
 
     /// Writes all of `bytes`; panics on error.
@@ -149,9 +151,35 @@ impl Client {
         self.stream.flush()
     }
 
+    /// Writes all of `bytes` while reading what the server sends meanwhile
+    /// (kept for the next parse), so a server that answers before it has
+    /// read the whole request — a script that prints first — cannot
+    /// deadlock with a client that only writes. One thread, so it works
+    /// over TLS too, where a socket cannot be written from a second thread.
+    pub fn send_reading(&mut self, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+        for piece in bytes.as_ref().chunks(16 << 10) {
+            self.stream.write_all(piece)?;
+            self.stream.flush()?;
+            self.stream.tcp().set_read_timeout(Some(Duration::from_millis(5)))?;
+            let drained = loop {
+                match self.fill() {
+                    Ok(0) => break Ok(()),
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                        break Ok(())
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            self.stream.tcp().set_read_timeout(Some(IO_TIMEOUT))?;
+            drained?;
+        }
+        Ok(())
+    }
+
     /// Half-closes the write side (the server sees EOF).
-    pub fn shutdown_write(&self) {
-        let _ = self.stream.shutdown(Shutdown::Write);
+    pub fn shutdown_write(&mut self) {
+        self.stream.shutdown_write();
     }
 
     /// Sends `METHOD TARGET HTTP/1.1`, `Host: localhost`, the given extra

@@ -24,6 +24,7 @@
 mod client;
 mod fixtures;
 mod server;
+pub mod tls;
 
 pub use client::{get_once, Client, Response};
 pub use fixtures::{Docroot, SECRET};

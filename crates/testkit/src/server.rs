@@ -129,7 +129,10 @@ impl ServerBuilder {
             v.push(m.into());
         }
         if self.defaults {
-            for (flag, value) in [("--listen", "127.0.0.1:0"), ("--access-log", "off")] {
+            // A server asked for HTTPS listens with it, in --listen's place.
+            let https = self.has_flag("--tls-self-signed") || self.has_flag("--tls-cert");
+            let listen = if https { "--tls-listen" } else { "--listen" };
+            for (flag, value) in [(listen, "127.0.0.1:0"), ("--access-log", "off")] {
                 if !self.has_flag(flag) {
                     v.push(flag.into());
                     v.push(value.into());
@@ -217,7 +220,12 @@ impl ServerBuilder {
             }
         };
         match parse_first_line(&first) {
-            Some(addr) => server.addr = addr,
+            Some(addr) => {
+                server.addr = addr;
+                if first.split_whitespace().any(|w| w == "https") {
+                    crate::tls::register_https(addr);
+                }
+            }
             None => {
                 server.kill_and_collect();
                 panic!(
@@ -306,6 +314,17 @@ impl Server {
         word.unwrap_or_else(|| panic!("{key}= in the first line: {:?}", self.first_line))
             .parse()
             .unwrap_or_else(|e| panic!("{key}= address in {:?}: {e}", self.first_line))
+    }
+
+    /// Whether the server speaks HTTPS (its first line says so).
+    pub fn is_https(&self) -> bool {
+        crate::tls::is_https(self.addr)
+    }
+
+    /// `http://ADDR/PATH`, or `https://` for a server that speaks HTTPS.
+    pub fn url(&self, path: &str) -> String {
+        let scheme = if self.is_https() { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.addr)
     }
 
     /// A new raw client connected to the server.

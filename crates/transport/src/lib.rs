@@ -9,6 +9,8 @@
 //! * [`Shutdown`] — a stop flag that also wakes threads waiting for a listener.
 //! * [`Wire`] — the byte stream a connection is driven over: a socket, or
 //!   bytes in memory in tests.
+//! * [`Stream`] — an accepted client connection, plain or TLS ([`tls`]:
+//!   rustls, the certificates chosen by SNI and reloaded on request).
 //! * [`systemd`] — a listening socket handed in by socket activation, and
 //!   the state told back to the service manager.
 //! * [`slab`] and [`deadlines`] — what an event loop keeps its connections
@@ -21,9 +23,12 @@ mod outbound;
 pub mod poller;
 mod shutdown;
 pub mod slab;
+mod stream;
 pub mod systemd;
+pub mod tls;
 mod wire;
 
 pub use outbound::{Chunk, Data, Outbound, Progress};
 pub use shutdown::{Shutdown, Wake};
+pub use stream::Stream;
 pub use wire::{not_now, Wire};

@@ -2,10 +2,11 @@
 //!
 //! The connection state machine (`pipeline::Connection`) does no I/O of its
 //! own: every byte it reads or writes goes through a [`Wire`]. In production
-//! that is the client's [`TcpStream`]; in unit tests it is an in-memory
+//! that is the client's [`TcpStream`] or a TLS session over it ([`crate::tls::TlsStream`], both
+//! behind [`crate::Stream`]); in unit tests it is an in-memory
 //! stream fed with byte slices, so the state machine's every phase and error
 //! path can be exercised without sockets, timing or threads — the way the
-//! `h1` codec is tested. A TLS session would be a third kind of wire.
+//! `h1` codec is tested.
 
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -41,6 +42,10 @@ pub trait Wire {
     fn shutdown_write(&self);
     /// The address the connection came in on, if the wire has one.
     fn local_addr(&self) -> Option<SocketAddr>;
+    /// Whether a handshake (TLS) must finish before a request can arrive.
+    fn handshaking(&self) -> bool {
+        false
+    }
 }
 
 /// Whether an error of a [`Wire`] call means only "not now" (nothing to

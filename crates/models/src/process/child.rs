@@ -260,7 +260,7 @@ pub(super) fn housekeeping(
         while let Ok(Some(info)) = signals.read_signal() {
             // A hangup reaches the whole process group (a closing
             // terminal): the master speaks for the server; a child only
-            // reopens its logs, as the master asks on its own HUP.
+            // acts (logs reopened; on HUP, certificates read again).
             if signals::obey(info.ssi_signo as i32, pipeline, Voice::Child) == Obeyed::Stop {
                 stop.trigger();
             }

@@ -112,8 +112,15 @@ impl Master {
             match signals::obey(info.ssi_signo as i32, &self.pipeline, Voice::Server) {
                 Obeyed::Stop => stop = true,
                 Obeyed::LogsReopened => {
+                    // The same signal: HUP also has each child read the
+                    // TLS certificates again.
+                    let signal = if info.ssi_signo as i32 == Signal::SIGHUP as i32 {
+                        Signal::SIGHUP
+                    } else {
+                        Signal::SIGUSR1
+                    };
                     for kid in &self.children {
-                        let _ = kill(kid.pid, Signal::SIGUSR1);
+                        let _ = kill(kid.pid, signal);
                     }
                 }
                 Obeyed::Nothing => {}

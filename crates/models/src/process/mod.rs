@@ -20,8 +20,10 @@
 //!   is never a zombie; a child that died (even by SIGKILL) is replaced at
 //!   the next tick if the rules below still want it;
 //! * SIGUSR1 and SIGHUP → reopen the master's logs (so children forked later
-//!   inherit the new files) and forward SIGUSR1 to every child (there is no
-//!   configuration reload: HUP says so in the error log);
+//!   inherit the new files) and forward the signal to every child; HUP also
+//!   reads the TLS certificates again, in the master and in every child
+//!   (each does its own handshakes); there is no other configuration
+//!   reload, and HUP says so in the error log;
 //! * SIGTERM/SIGINT/SIGQUIT → graceful stop (below); SIGUSR2 → said and ignored;
 //! * each tick → [`Scaling`]: `Spare` counts idle workers over the children
 //!   and spawns in batches that double each tick while short (1, 2, 4, … up

@@ -2,6 +2,7 @@
 //! the connection that waits.
 
 use std::net::{Shutdown as Direction, TcpStream};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -16,7 +17,7 @@ use crate::{LogRecord, Pipeline};
 impl Connection {
     /// For blocking threads after [`Want::Pipes`]: waits until the socket
     /// or a pipe is ready as [`waiting`](Self::waiting) says, or `until`.
-    pub fn wait_blocking(&self, sock: &TcpStream, until: Instant) {
+    pub fn wait_blocking(&self, sock: &impl AsFd, until: Instant) {
         let waiting = self.waiting();
         let flags = |i: Interest| {
             let mut f = PollFlags::empty();
@@ -72,6 +73,7 @@ pub(super) fn serve_blocking_from(
     queued: Option<Duration>,
 ) {
     let Ok(peer) = stream.peer_addr() else { return };
+    let Ok(stream) = transport::Stream::accepted(stream, p.tls.as_ref()) else { return };
     let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::Inline);
     if let Some(queued) = queued {
         conn.queued_before(queued);
@@ -98,7 +100,14 @@ pub(super) fn serve_blocking_from(
 /// with `Retry-After`, written without blocking and without a thread, then
 /// closed. Whatever request bytes already arrived are drained first, so
 /// the close does not become a reset that destroys the response.
+///
+/// Over TLS the connection is only closed: a 503 would cost a handshake,
+/// the work the server has no room for (the client sees the close at once,
+/// rather than a wait in the backlog).
 pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
+    if p.tls.is_some() {
+        return;
+    }
     let Ok(peer) = stream.peer_addr() else { return };
     if stream.set_nonblocking(true).is_err() {
         return;

@@ -617,7 +617,9 @@ impl Connection {
                     let was_empty = self.start == self.end;
                     match self.fill(sock) {
                         Ok(0) => return Want::Close,
-                        Ok(_) if was_empty && self.served > 0 => {
+                        // Over TLS the first head's deadline also starts
+                        // with its first bytes: the handshake had its own.
+                        Ok(_) if was_empty && (self.served > 0 || p.tls.is_some()) => {
                             self.set_state(ConnState::Reading);
                             // The next request began: one reading for its
                             // deadline and its first timestamp.
@@ -629,6 +631,10 @@ impl Connection {
                             if stopping && self.start == self.end {
                                 // Accepted before the stop but silent since.
                                 return Want::Close;
+                            }
+                            if self.served == 0 && self.start == self.end && sock.handshaking() {
+                                let accepted = self.head_deadline - p.settings.header_timeout;
+                                return Want::Read(accepted + p.settings.tls_handshake_timeout);
                             }
                             let pending = self.start < self.end || self.served == 0;
                             return Want::Read(if pending { self.head_deadline } else { self.idle_deadline });

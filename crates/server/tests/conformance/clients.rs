@@ -5,12 +5,12 @@ use super::MODEL;
 use crate::common::*;
 use std::time::Duration;
 
-/// Runs `curl -sS --max-time 10 --noproxy '*' ARGS`; panics if it can't run
-/// or fails.
+/// Runs `curl -sS --max-time 10 --noproxy '*' -k ARGS`; panics if it
+/// can't run or fails (`-k`: over HTTPS the servers are self-signed).
 #[track_caller]
 fn curl(args: &[&str]) -> std::process::Output {
     let out = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--noproxy", "*"])
+        .args(["-sS", "--max-time", "10", "--noproxy", "*", "-k"])
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run curl (required by this suite): {e}"));
@@ -24,7 +24,7 @@ fn curl(args: &[&str]) -> std::process::Output {
 }
 
 fn url(srv: &Server, path: &str) -> String {
-    format!("http://{}{path}", srv.addr())
+    srv.url(path)
 }
 
 #[test]
@@ -79,6 +79,8 @@ fn agent() -> ureq::Agent {
         .timeout_global(Some(Duration::from_secs(10)))
         .http_status_as_error(false)
         .proxy(None)
+        // Over HTTPS the servers under test are self-signed.
+        .tls_config(ureq::tls::TlsConfig::builder().disable_verification(true).build())
         .build()
         .into()
 }

@@ -103,5 +103,16 @@ mod conformance {
         amped_srpt => "amped --schedule srpt",
         // And same-document grouping, whose misses wait on one another's read.
         amped_srpt_group => "amped --schedule srpt-group",
+        // Every model again over HTTPS: one byte stream, one answer, with
+        // or without TLS underneath (the testkit's clients speak TLS to a
+        // server that announces https).
+        per_request_tls => "per-request --tls-self-signed",
+        pool_tls => "pool --tls-self-signed",
+        prefork_tls => "prefork --tls-self-signed",
+        worker_tls => "worker --tls-self-signed",
+        perchild_tls => "perchild --tls-self-signed",
+        staged_tls => "staged --tls-self-signed",
+        event_tls => "event --tls-self-signed",
+        amped_tls => "amped --tls-self-signed",
     }
 }

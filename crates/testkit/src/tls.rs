@@ -1,0 +1,165 @@
+//! TLS for the test clients: a client of a server started with HTTPS
+//! speaks TLS to it, trusting whatever certificate it presents (the
+//! servers under test make their own, self-signed).
+
+use std::collections::HashSet;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+
+/// Addresses of the servers this test process started with HTTPS.
+fn https_addrs() -> &'static Mutex<HashSet<SocketAddr>> {
+    static ADDRS: OnceLock<Mutex<HashSet<SocketAddr>>> = OnceLock::new();
+    ADDRS.get_or_init(Mutex::default)
+}
+
+/// Notes that the server on `addr` speaks HTTPS.
+pub(crate) fn register_https(addr: SocketAddr) {
+    https_addrs().lock().unwrap().insert(addr);
+}
+
+/// Whether the server on `addr` speaks HTTPS (a server this process started).
+pub fn is_https(addr: SocketAddr) -> bool {
+    https_addrs().lock().unwrap().contains(&addr)
+}
+
+/// Accepts any certificate: the servers under test are self-signed; what
+/// these tests check is HTTP over the session, not the PKI.
+#[derive(Debug)]
+struct TrustAnything(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for TrustAnything {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The one client configuration (it keeps resumption tickets, as a browser would).
+pub fn client_config() -> Arc<ClientConfig> {
+    static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .expect("TLS versions")
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(TrustAnything(provider)))
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Arc::new(config)
+        })
+        .clone()
+}
+
+/// A client's byte stream: plain, or a TLS session over the socket.
+#[derive(Debug)]
+pub(crate) enum ClientStream {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl ClientStream {
+    /// TLS if the server on the socket's peer address speaks HTTPS.
+    pub(crate) fn over(sock: TcpStream) -> io::Result<ClientStream> {
+        if !is_https(sock.peer_addr()?) {
+            return Ok(ClientStream::Plain(sock));
+        }
+        let name = ServerName::try_from("localhost").expect("a name");
+        let conn = ClientConnection::new(client_config(), name).map_err(io::Error::other)?;
+        Ok(ClientStream::Tls(Box::new(StreamOwned::new(conn, sock))))
+    }
+
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match self {
+            ClientStream::Plain(s) => s,
+            ClientStream::Tls(s) => s.get_ref(),
+        }
+    }
+
+    /// Ends our direction: over TLS a close_notify first, then the FIN.
+    pub(crate) fn shutdown_write(&mut self) {
+        if let ClientStream::Tls(s) = self {
+            s.conn.send_close_notify();
+            let _ = s.flush();
+        }
+        let _ = self.tcp().shutdown(Shutdown::Write);
+    }
+}
+
+impl Read for ClientStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ClientStream::Plain(s) => s.read(buf),
+            // Not `StreamOwned::read`, which first writes out what is
+            // pending: after a write failed (the server closed), the
+            // response already received must still be readable, as over TCP.
+            ClientStream::Tls(s) => loop {
+                if s.conn.is_handshaking() {
+                    s.conn.complete_io(&mut s.sock)?;
+                }
+                match s.conn.reader().read(buf) {
+                    // A server that closes without close_notify (as most do
+                    // after `Connection: close`) ends the stream, as over TCP.
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    other => return other,
+                }
+                if s.conn.read_tls(&mut s.sock)? == 0 {
+                    s.conn.process_new_packets().map_err(io::Error::other)?;
+                    continue;
+                }
+                s.conn.process_new_packets().map_err(io::Error::other)?;
+            },
+        }
+    }
+}
+
+impl Write for ClientStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ClientStream::Plain(s) => s.write(buf),
+            ClientStream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            ClientStream::Plain(s) => s.flush(),
+            ClientStream::Tls(s) => s.flush(),
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! A TLS session over an accepted socket, as a [`Wire`].
+//!
+//! The socket may be blocking (with the [`BLOCKING_TICK`]-style timeouts
+//! the thread models set) or non-blocking (the event loops): every call
+//! moves what it can and answers with the socket's conventions, so the
+//! connection state machine drives a TLS connection exactly as a plain one.
+//! The handshake needs no state of its own there: it runs inside the first
+//! reads, and until it is done a read delivers no plaintext ("not now").
+//!
+//! [`BLOCKING_TICK`]: ../../pipeline/constant.BLOCKING_TICK.html
+
+use std::cell::RefCell;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Arc;
+
+use rustix::net::{RecvFlags, SendFlags};
+use rustls::{ServerConfig, ServerConnection};
+
+use crate::{Outbound, Progress, Wire};
+
+/// Plaintext encrypted per round of [`Wire::send`]: four full records, so a
+/// head and a small body become one `writev` of records, and a large file
+/// is read and encrypted in pieces that stay in the cache.
+const SEND_ROUND: usize = 64 << 10;
+
+/// What a client that speaks plain HTTP to the TLS port is told, in plain
+/// text, before the connection closes (nginx answers its own 400, "The
+/// plain HTTP request was sent to HTTPS port").
+const PLAIN_ON_TLS_PORT: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
+    Content-Type: text/plain; charset=utf-8\r\n\
+    Content-Length: 57\r\n\
+    Connection: close\r\n\r\n\
+    This port speaks HTTPS: use https:// in the URL instead.\n";
+
+/// A server-side TLS session on a TCP socket.
+#[derive(Debug)]
+pub struct TlsStream {
+    sock: TcpStream,
+    session: RefCell<Session>,
+}
+
+#[derive(Debug)]
+struct Session {
+    tls: ServerConnection,
+    /// The plaintext of the current send round.
+    scratch: Vec<u8>,
+    /// The peer closed its side of the TCP connection.
+    eof: bool,
+    /// Whether the first bytes have been looked at (a TLS record, or a
+    /// plain HTTP request to turn away).
+    checked: bool,
+}
+
+impl TlsStream {
+    pub(super) fn new(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
+        let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
+        let session = Session { tls, scratch: Vec::new(), eof: false, checked: false };
+        Ok(TlsStream { sock, session: RefCell::new(session) })
+    }
+
+    /// The socket underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    /// Whether the handshake is still under way.
+    pub fn handshaking(&self) -> bool {
+        self.session.borrow().tls.is_handshaking()
+    }
+
+    fn read_with(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
+        let mut s = self.session.borrow_mut();
+        if !s.checked {
+            self.check_first_bytes(&mut s, wait)?;
+        }
+        let mut n = 0;
+        loop {
+            if n == buf.len() {
+                return Ok(n);
+            }
+            match s.tls.reader().read(&mut buf[n..]) {
+                // The peer's close_notify: its plaintext has ended.
+                Ok(0) => return Ok(n),
+                Ok(k) => {
+                    n += k;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The peer closed without close_notify: for HTTP, whose
+                // messages carry their own framing, an end like any other.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(n),
+                Err(e) => return Err(e),
+            }
+            // Handshake messages, alerts and tickets go out as soon as they exist.
+            let _ = flush(&self.sock, &mut s.tls);
+            if s.eof {
+                return Ok(n);
+            }
+            // Once plaintext is in hand, take only what has already arrived:
+            // the caller gets it now, and an edge-triggered loop learns the
+            // socket is drained only when it is.
+            match s.tls.read_tls(&mut SocketIn { sock: &self.sock, wait: wait && n == 0 }) {
+                Ok(0) => s.eof = true,
+                Ok(_) => {}
+                Err(e) if n > 0 && crate::not_now(&e) => return Ok(n),
+                Err(e) => return Err(e),
+            }
+            if let Err(e) = s.tls.process_new_packets() {
+                // Tell the peer why (an alert), then give the connection up.
+                let _ = flush(&self.sock, &mut s.tls);
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+        }
+    }
+
+    /// Looks at the first bytes before the handshake: a plain HTTP request
+    /// (a letter where a TLS record starts with 22) gets a 400 in plain
+    /// text and the connection ends, rather than a TLS alert the client
+    /// cannot show or a wait for a handshake that never comes.
+    fn check_first_bytes(&self, s: &mut Session, wait: bool) -> io::Result<()> {
+        let mut first = [0u8; 1];
+        let flags = if wait { RecvFlags::PEEK } else { RecvFlags::PEEK | RecvFlags::DONTWAIT };
+        let n = rustix::net::recv(&self.sock, &mut first, flags)?.0;
+        s.checked = true;
+        if n == 1 && first[0].is_ascii_alphabetic() {
+            let _ = rustix::net::send(&self.sock, PLAIN_ON_TLS_PORT, SendFlags::NOSIGNAL);
+            let _ = self.sock.shutdown(Shutdown::Write);
+            // Drain what the request sent, so the close is not a reset.
+            let mut drain = [0u8; 4096];
+            while let Ok((1.., _)) = rustix::net::recv(&self.sock, &mut drain, RecvFlags::DONTWAIT) {}
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "plain HTTP on the TLS port"));
+        }
+        Ok(())
+    }
+}
+
+/// Writes out what the session has encrypted, as far as the socket takes it.
+fn flush(sock: &TcpStream, tls: &mut ServerConnection) -> io::Result<Progress> {
+    while tls.wants_write() {
+        match tls.write_tls(&mut SocketOut(sock)) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if crate::not_now(&e) => return Ok(Progress::Blocked),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Progress::Done)
+}
+
+/// The socket as rustls reads it: waiting as the socket does, or never.
+struct SocketIn<'a> {
+    sock: &'a TcpStream,
+    wait: bool,
+}
+
+impl Read for SocketIn<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.wait {
+            (&mut &*self.sock).read(buf)
+        } else {
+            Ok(rustix::net::recv(self.sock, buf, RecvFlags::DONTWAIT)?.0)
+        }
+    }
+}
+
+/// The socket as rustls writes to it (`writev` of its records).
+struct SocketOut<'a>(&'a TcpStream);
+
+impl Write for SocketOut<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Ok(rustix::net::send(self.0, buf, SendFlags::NOSIGNAL)?)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        (&mut &*self.0).write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Wire for TlsStream {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_with(buf, true)
+    }
+
+    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_with(buf, false)
+    }
+
+    fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
+        let mut s = self.session.borrow_mut();
+        let n = s.tls.writer().write(bytes)?;
+        flush(&self.sock, &mut s.tls)?;
+        Ok(n)
+    }
+
+    /// Encrypts the response a round at a time and writes the records out;
+    /// [`Progress::Done`] only once the last record has left, so a close
+    /// that follows loses nothing. A file is read (`pread`) and encrypted:
+    /// `sendfile` cannot encrypt.
+    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
+        let mut guard = self.session.borrow_mut();
+        let s = &mut *guard;
+        let mut allowed = limit;
+        loop {
+            if flush(&self.sock, &mut s.tls)? == Progress::Blocked {
+                return Ok(Progress::Blocked);
+            }
+            if out.is_empty() {
+                return Ok(Progress::Done);
+            }
+            if allowed == 0 {
+                return Ok(Progress::Paused);
+            }
+            s.scratch.clear();
+            let round = SEND_ROUND.min(usize::try_from(allowed).unwrap_or(usize::MAX));
+            let n = out.copy_into(&mut s.scratch, round)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "a file shrank while it was sent"));
+            }
+            allowed = allowed.saturating_sub(n as u64);
+            s.tls.writer().write_all(&s.scratch)?;
+        }
+    }
+
+    fn set_priority(&self, priority: u32) -> io::Result<()> {
+        self.sock.set_priority(priority)
+    }
+
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
+        self.sock.set_unsent_limit(bytes)
+    }
+
+    fn shutdown_write(&self) {
+        let mut s = self.session.borrow_mut();
+        s.tls.send_close_notify();
+        let _ = flush(&self.sock, &mut s.tls);
+        let _ = self.sock.shutdown(Shutdown::Write);
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok()
+    }
+
+    fn handshaking(&self) -> bool {
+        TlsStream::handshaking(self)
+    }
+}
