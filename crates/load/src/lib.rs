@@ -9,6 +9,7 @@ pub mod report;
 pub mod stats;
 pub mod surge;
 pub mod target;
+pub mod tls;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -55,7 +56,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[derive(Args, Debug, Clone)]
 #[command(arg_required_else_help = true)]
 pub struct LoadArgs {
-    /// Target URL(s), `http://HOST:PORT/PATH`; several are requested round-robin
+    /// Target URL(s), `http://HOST:PORT/PATH` or `https://…`; several are requested round-robin
     #[arg(required = true)]
     pub urls: Vec<String>,
     /// Connections (closed loop: users)
@@ -136,6 +137,17 @@ pub struct LoadArgs {
     /// Allow targets that are not loopback addresses
     #[arg(long)]
     pub allow_remote: bool,
+    /// https://: accept any certificate (a self-signed test server)
+    #[arg(short = 'k', long, help_heading = "HTTPS")]
+    pub insecure: bool,
+    /// https://: trust the CA certificates in FILE (PEM) instead of the system's
+    #[arg(long, value_name = "FILE", help_heading = "HTTPS")]
+    pub cacert: Option<PathBuf>,
+    /// https://: resume TLS sessions (tickets) on new connections; by
+    /// default every connection makes a full handshake, so --close measures
+    /// the handshakes a server can make
+    #[arg(long, help_heading = "HTTPS")]
+    pub tls_resume: bool,
 }
 
 /// Builds the engine's configuration (resolving and checking the target).
@@ -199,8 +211,26 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
             bail!("header {h:?}: bad name or line break");
         }
     }
+    let tls = if base.https {
+        let verify = match (&a.cacert, a.insecure) {
+            (Some(_), true) => bail!("--cacert and --insecure exclude each other"),
+            (Some(file), false) => tls::Verify::Roots(file.clone()),
+            (None, true) => tls::Verify::Anything,
+            (None, false) => tls::Verify::System,
+        };
+        Some(engine::Tls {
+            config: tls::client_config(&verify, a.tls_resume)?,
+            name: tls::server_name(&base.host)?,
+        })
+    } else {
+        if a.insecure || a.cacert.is_some() || a.tls_resume {
+            bail!("--insecure, --cacert and --tls-resume are for https:// URLs");
+        }
+        None
+    };
     Ok(Config {
         addr,
+        tls,
         host: base.authority(),
         method,
         headers: a.headers.clone(),

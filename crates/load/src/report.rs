@@ -221,6 +221,8 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> Value {
         "bytes_per_s": s.bytes as f64 / d,
         "connections_opened": s.connects,
         "connections_per_s": s.connects as f64 / d,
+        "tls_handshakes": s.handshakes,
+        "tls_handshakes_per_s": s.handshakes as f64 / d,
         "latency_us": pct(&s.latency),
         "service_us": pct(&s.service),
         "ttfb_us": pct(&s.ttfb),
@@ -346,6 +348,9 @@ fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
     let _ = writeln!(t, "Requests/sec: {:>12.2}", s.requests as f64 / d);
     let _ = writeln!(t, "Transfer/sec: {:>12}", bytes(s.bytes as f64 / d));
     let _ = writeln!(t, "Connects/sec: {:>12.2}  ({} connections)", s.connects as f64 / d, s.connects);
+    if s.handshakes > 0 {
+        let _ = writeln!(t, "TLS shakes/s: {:>12.2}  ({} handshakes)", s.handshakes as f64 / d, s.handshakes);
+    }
     let codes: Vec<String> = s.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     let _ = writeln!(t, "Status codes: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
     let errs = errors_in_words(s);

@@ -195,6 +195,8 @@ pub struct Stats {
     pub body_bytes: u64,
     /// Connections established.
     pub connects: u64,
+    /// TLS handshakes completed (`https://`): full ones unless `--tls-resume`.
+    pub handshakes: u64,
     /// Responses by status code.
     pub status: BTreeMap<u16, u64>,
     /// Errors by kind (index as [`ErrorKind::ALL`]).
@@ -250,6 +252,7 @@ impl Stats {
             bytes: 0,
             body_bytes: 0,
             connects: 0,
+            handshakes: 0,
             status: BTreeMap::new(),
             errors: [0; ErrorKind::ALL.len()],
             dropped: 0,
@@ -317,6 +320,7 @@ impl Stats {
         self.bytes += o.bytes;
         self.body_bytes += o.body_bytes;
         self.connects += o.connects;
+        self.handshakes += o.handshakes;
         for (s, n) in o.status {
             *self.status.entry(s).or_default() += n;
         }

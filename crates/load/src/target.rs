@@ -6,22 +6,27 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-/// A parsed `http://host[:port]/path?query` URL.
+/// A parsed `http://host[:port]/path?query` (or `https://`) URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Url {
+    /// `https://`: the requests go over TLS.
+    pub https: bool,
     /// Host as written (for the `Host` header and resolution).
     pub host: String,
-    /// Port (80 by default).
+    /// Port (80, or 443 for https, by default).
     pub port: u16,
     /// Path and query, starting with `/`.
     pub path: String,
 }
 
 impl Url {
-    /// Parses an absolute `http://` URL.
+    /// Parses an absolute `http://` or `https://` URL.
     pub fn parse(s: &str) -> Result<Url> {
-        let rest =
-            s.strip_prefix("http://").with_context(|| format!("{s:?}: only http:// URLs are supported"))?;
+        let (https, rest) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => bail!("{s:?}: an http:// or https:// URL is expected"),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -41,15 +46,16 @@ impl Url {
         }
         let port = match port {
             Some(p) => p.parse().with_context(|| format!("{s:?}: bad port {p:?}"))?,
+            None if https => 443,
             None => 80,
         };
         let path = path.split('#').next().unwrap_or("/").to_string();
-        Ok(Url { host: host.to_string(), port, path })
+        Ok(Url { https, host: host.to_string(), port, path })
     }
 
-    /// `host:port` for the Host header (port omitted when 80).
+    /// `host:port` for the Host header (port omitted when it is the scheme's).
     pub fn authority(&self) -> String {
-        if self.port == 80 {
+        if self.port == if self.https { 443 } else { 80 } {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.port)
@@ -59,9 +65,9 @@ impl Url {
     /// Resolves `reference` (an absolute URL on the same server, an absolute
     /// path, or a path relative to this URL's directory).
     pub fn join(&self, reference: &str) -> Result<String> {
-        if reference.starts_with("http://") {
+        if reference.starts_with("http://") || reference.starts_with("https://") {
             let u = Url::parse(reference)?;
-            if (u.host.as_str(), u.port) != (self.host.as_str(), self.port) {
+            if (u.https, u.host.as_str(), u.port) != (self.https, self.host.as_str(), self.port) {
                 bail!(
                     "{reference:?} is on another server than {}: one target server per run",
                     self.authority()
@@ -176,7 +182,7 @@ impl Workload {
         let mut classes = Vec::new();
         let mut targets = Vec::new();
         for u in urls {
-            if (u.host.as_str(), u.port) != (base.host.as_str(), base.port) {
+            if (u.https, u.host.as_str(), u.port) != (base.https, base.host.as_str(), base.port) {
                 bail!(
                     "{}:{} and {}:{}: all URLs must name the same server",
                     base.host,
@@ -299,7 +305,12 @@ mod tests {
         assert_eq!((u.host.as_str(), u.port, u.path.as_str()), ("127.0.0.1", 8080, "/a/b.txt?x=1"));
         assert_eq!(Url::parse("http://localhost").unwrap().path, "/");
         assert_eq!(Url::parse("http://[::1]:81/").unwrap().host, "[::1]");
-        assert!(Url::parse("https://x/").is_err());
+        let tls = Url::parse("https://localhost/x").unwrap();
+        assert_eq!((tls.https, tls.port, tls.authority().as_str()), (true, 443, "localhost"));
+        assert!(tls.join("http://localhost:443/x").is_err(), "another scheme is another server");
+        assert_eq!(Url::parse("https://localhost:8443/").unwrap().authority(), "localhost:8443");
+        assert!(!Url::parse("http://x/").unwrap().https);
+        assert!(Url::parse("ftp://x/").is_err());
         assert!(Url::parse("http://h:99999/").is_err());
         assert_eq!(u.join("/cgi-bin/spin?ms=10").unwrap(), "/cgi-bin/spin?ms=10");
         assert_eq!(u.join("c.bin").unwrap(), "/a/c.bin");

@@ -251,3 +251,43 @@ fn lab_report_renders_in_chromium() {
     assert!(dom.contains("<figure id=\"plot-throughput\"><svg"), "{dom}");
     assert!(dom.contains("class=\"holds\""), "{dom}");
 }
+
+/// The demo site over HTTPS in Chromium, which trusts exactly the
+/// certificate the test made (`--ignore-certificate-errors-spki-list`
+/// pins its public key; any other certificate would still be an error).
+#[test]
+fn the_demo_site_renders_in_chromium_over_https() {
+    let Some(chromium) = chromium_or_skip("the demo site over https") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("site.crt"), dir.path().join("site.key"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    // base64(sha256(SubjectPublicKeyInfo)), as Chromium wants it.
+    let pin = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -pubkey -noout -in {} | openssl pkey -pubin -outform der | \
+             openssl dgst -sha256 -binary | base64",
+            cert.display()
+        ))
+        .output()
+        .expect("openssl runs");
+    let pin = String::from_utf8(pin.stdout).unwrap().trim().to_string();
+    assert_eq!(pin.len(), 44, "a base64 SHA-256: {pin:?}");
+    let srv = Server::builder(BIN)
+        .model("event")
+        .arg("--tls-listen")
+        .arg("127.0.0.1:0")
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .start();
+    let url = format!("https://localhost:{}/", srv.addr().port());
+    let resolve = format!("--host-resolver-rules=MAP localhost 127.0.0.1:{}", srv.addr().port());
+    let spki = format!("--ignore-certificate-errors-spki-list={pin}");
+    let dom = run_chromium(&chromium, &url, &["--dump-dom", &spki, &resolve]);
+    assert!(dom.contains("<title>") && dom.contains("modus"), "the demo page in:\n{dom}");
+    assert!(!dom.contains("ERR_CERT") && !dom.contains("Your connection is not private"), "{dom}");
+}

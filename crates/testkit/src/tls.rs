@@ -7,9 +7,8 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 /// Addresses of the servers this test process started with HTTPS.
 fn https_addrs() -> &'static Mutex<HashSet<SocketAddr>> {
@@ -27,61 +26,13 @@ pub fn is_https(addr: SocketAddr) -> bool {
     https_addrs().lock().unwrap().contains(&addr)
 }
 
-/// Accepts any certificate: the servers under test are self-signed; what
-/// these tests check is HTTP over the session, not the PKI.
-#[derive(Debug)]
-struct TrustAnything(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for TrustAnything {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The one client configuration (it keeps resumption tickets, as a browser would).
+/// The one client configuration (it keeps resumption tickets, as a
+/// browser would, and accepts any certificate: the servers under test are
+/// self-signed; what these tests check is HTTP over the session).
 pub fn client_config() -> Arc<ClientConfig> {
     static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     CONFIG
-        .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let mut config = ClientConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()
-                .expect("TLS versions")
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(TrustAnything(provider)))
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Arc::new(config)
-        })
+        .get_or_init(|| load::tls::client_config(&load::tls::Verify::Anything, true).expect("a TLS client"))
         .clone()
 }
 

@@ -52,6 +52,11 @@ pub(super) struct Conn {
     /// send-buffer space would wake the loop (wrk likewise watches
     /// writability only while it has something to write).
     pub(super) want_write: bool,
+    /// `https://`: the session over `sock` (requests are written into it,
+    /// responses read out of it).
+    pub(super) tls: Option<rustls::ClientConnection>,
+    /// The session's handshake completed (counted once).
+    pub(super) handshaken: bool,
 }
 
 impl Worker<'_> {
@@ -106,7 +111,19 @@ impl Worker<'_> {
                     return;
                 }
                 let _ = s.set_nodelay(true);
+                let tls = match &self.cfg.tls {
+                    None => None,
+                    Some(t) => match rustls::ClientConnection::new(t.config.clone(), t.name.clone()) {
+                        Ok(session) => Some(session),
+                        Err(e) => {
+                            self.note_connect_failure(&io::Error::other(e));
+                            return self.fail_all(ci, ErrorKind::Connect, now);
+                        }
+                    },
+                };
                 let c = &mut self.conns[ci];
+                c.tls = tls;
+                c.handshaken = false;
                 c.sock = Some(s);
                 c.connected = false;
                 c.want_write = true;
@@ -159,6 +176,7 @@ impl Worker<'_> {
             let _ = self.poll.registry().deregister(&mut s);
         }
         c.connected = false;
+        c.tls = None;
         c.generation += 1;
         c.wbuf.clear();
         c.wpos = 0;
@@ -190,6 +208,38 @@ impl Worker<'_> {
     pub(super) fn flush(&mut self, ci: usize) {
         let c = &mut self.conns[ci];
         let Some(s) = c.sock.as_mut() else { return };
+        if let Some(tls) = c.tls.as_mut() {
+            // The requests become records (queued by rustls until the
+            // handshake is done), and the records go out.
+            if c.wpos < c.wbuf.len() {
+                if let Err(e) = tls.writer().write_all(&c.wbuf[c.wpos..]) {
+                    return self.fail_all(ci, io_kind(&e), Instant::now());
+                }
+                c.wpos = c.wbuf.len();
+            }
+            let blocked = loop {
+                if !tls.wants_write() {
+                    break false;
+                }
+                match tls.write_tls(s) {
+                    Ok(0) => return self.fail_all(ci, ErrorKind::Reset, Instant::now()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return self.fail_all(ci, io_kind(&e), Instant::now()),
+                }
+            };
+            if blocked {
+                if !c.want_write {
+                    c.want_write = true;
+                    let interest = Interest::READABLE | Interest::WRITABLE;
+                    if self.poll.registry().reregister(s, Token(ci), interest).is_err() {
+                        return self.fail_all(ci, ErrorKind::Reset, Instant::now());
+                    }
+                }
+                return;
+            }
+        }
         while c.wpos < c.wbuf.len() {
             match s.write(&c.wbuf[c.wpos..]) {
                 Ok(0) => return self.fail_all(ci, ErrorKind::Reset, Instant::now()),
@@ -240,6 +290,13 @@ impl Worker<'_> {
                 }
             }
             let room = c.rbuf.len() - c.rlen;
+            if c.tls.is_some() {
+                match self.read_tls(ci) {
+                    Some(true) => continue,
+                    Some(false) => return,
+                    None => return self.eof(ci),
+                }
+            }
             match s.read(&mut c.rbuf[c.rlen..]) {
                 Ok(0) => return self.eof(ci),
                 Ok(n) => {
@@ -258,6 +315,61 @@ impl Worker<'_> {
                 Err(e) => return self.fail_all(ci, io_kind(&e), Instant::now()),
             }
         }
+    }
+
+    /// One round of reading an `https://` connection: plaintext the session
+    /// holds goes into the read buffer and is parsed, else records are read
+    /// from the socket and opened. `Some(true)`: call again; `Some(false)`:
+    /// nothing more now (or the connection failed and is gone); `None`:
+    /// the stream ended.
+    fn read_tls(&mut self, ci: usize) -> Option<bool> {
+        let c = &mut self.conns[ci];
+        let (Some(s), Some(tls)) = (c.sock.as_mut(), c.tls.as_mut()) else { return Some(false) };
+        match tls.reader().read(&mut c.rbuf[c.rlen..]) {
+            Ok(0) => return None,
+            Ok(n) => {
+                c.rlen += n;
+                return Some(self.consume(ci, Instant::now()));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // The server closed without close_notify: HTTP frames its own end.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return None,
+            Err(e) => {
+                self.fail_all(ci, io_kind(&e), Instant::now());
+                return Some(false);
+            }
+        }
+        match tls.read_tls(s) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Some(true),
+            Err(e) => {
+                self.fail_all(ci, io_kind(&e), Instant::now());
+                return Some(false);
+            }
+        }
+        if let Err(e) = tls.process_new_packets() {
+            // A certificate not trusted, an alert from the server: the
+            // connection never carried a request.
+            let why = match &e {
+                rustls::Error::InvalidCertificate(_) => {
+                    format!("TLS: {e} (a self-signed server? --insecure, or --cacert FILE)")
+                }
+                _ => format!("TLS: {e}"),
+            };
+            self.note_connect_failure(&io::Error::other(why));
+            self.fail_all(ci, ErrorKind::Connect, Instant::now());
+            return Some(false);
+        }
+        if !c.handshaken && !tls.is_handshaking() {
+            c.handshaken = true;
+            self.st.handshakes += 1;
+        }
+        // Handshake messages, and requests held back until it finished.
+        if self.conns[ci].tls.as_ref().is_some_and(|t| t.wants_write()) {
+            self.flush(ci);
+        }
+        Some(true)
     }
 
     /// Parses buffered bytes; false if the connection was closed.

@@ -43,6 +43,15 @@ mod worker;
 
 use worker::Worker;
 
+/// What a connection to an `https://` target needs.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    /// Versions, verification, ALPN, resumption.
+    pub config: Arc<rustls::ClientConfig>,
+    /// The name asked for (SNI) and checked.
+    pub name: rustls::pki_types::ServerName<'static>,
+}
+
 /// Open-loop arrival process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -58,6 +67,8 @@ pub enum Arrivals {
 pub struct Config {
     /// The server.
     pub addr: SocketAddr,
+    /// `https://`: how to speak TLS to it.
+    pub tls: Option<Tls>,
     /// The `Host` header value.
     pub host: String,
     /// Method (GET or HEAD).

@@ -99,6 +99,8 @@ impl<'a> Worker<'a> {
                 deferred: None,
                 generation: 0,
                 want_write: false,
+                tls: None,
+                handshaken: false,
             })
             .collect();
         let thread_rate = cfg.rate.map(|r| r * nconns as f64 / cfg.connections.max(1) as f64);
