@@ -1,7 +1,8 @@
 //! Requests as the director forwards them: re-serialised from the parsed
 //! head (bad-input note M1: never the client's raw framing), hop-by-hop
 //! fields removed (RFC 9110 §7.6.1, including those `Connection` names),
-//! `X-Forwarded-For` and `Forwarded` appended, `Via` added.
+//! `X-Forwarded-For` and `Forwarded` appended, `X-Forwarded-Proto` set,
+//! `Via` added.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -9,9 +10,10 @@ use h1::{BodyFraming, RequestHead};
 
 use crate::response::{is_hop_by_hop, named_by_connection};
 
-/// The head to send to the backend for `head`, from client `peer`;
-/// `backend` names the backend for an HTTP/1.0 request without Host.
-pub fn request_head(head: &RequestHead, peer: SocketAddr, backend: &str) -> Vec<u8> {
+/// The head to send to the backend for `head`, from client `peer`, which
+/// came over TLS if `https`; `backend` names the backend for an HTTP/1.0
+/// request without Host.
+pub fn request_head(head: &RequestHead, peer: SocketAddr, https: bool, backend: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(head.method.as_str().as_bytes());
     out.push(b' ');
@@ -54,16 +56,22 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, backend: &str) -> Vec<
             append_list(&mut forwarded, h.value);
             continue;
         }
+        // The scheme is the director's to say: a client's claim is dropped.
+        if name.eq_ignore_ascii_case("x-forwarded-proto") {
+            continue;
+        }
         field(&mut out, name, h.value);
     }
     let ip = peer.ip();
     append_list(&mut xff, ip.to_string().as_bytes());
     field(&mut out, "X-Forwarded-For", xff.as_deref().unwrap_or_default());
+    let proto = if https { "https" } else { "http" };
+    field(&mut out, "X-Forwarded-Proto", proto.as_bytes());
     let node = match ip {
         IpAddr::V4(v4) => v4.to_string(),
         IpAddr::V6(v6) => format!("\"[{v6}]\""),
     };
-    let mut element = format!("for={node};proto=http");
+    let mut element = format!("for={node};proto={proto}");
     if let Some(host) = head.host() {
         element.push_str(&format!(";host=\"{host}\""));
     }
@@ -119,7 +127,8 @@ mod tests {
             h1::Parsed::Complete { head, .. } => head,
             h1::Parsed::Partial => panic!("partial"),
         };
-        String::from_utf8(request_head(&head, "192.0.2.7:5555".parse().unwrap(), "10.0.0.1:80")).unwrap()
+        String::from_utf8(request_head(&head, "192.0.2.7:5555".parse().unwrap(), false, "10.0.0.1:80"))
+            .unwrap()
     }
 
     #[test]
@@ -132,8 +141,24 @@ mod tests {
         assert_eq!(
             out,
             "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\nX-Forwarded-For: 192.0.2.7\r\n\
-             Forwarded: for=192.0.2.7;proto=http;host=\"example.com\"\r\nVia: 1.1 modus\r\nContent-Length: 3\r\n\r\n"
+             X-Forwarded-Proto: http\r\nForwarded: for=192.0.2.7;proto=http;host=\"example.com\"\r\n\
+             Via: 1.1 modus\r\nContent-Length: 3\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn the_scheme_is_the_directors_to_say() {
+        let raw = "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: https\r\n\r\n";
+        let head = match h1::parse_request(raw.as_bytes(), &h1::Limits::default()).unwrap() {
+            h1::Parsed::Complete { head, .. } => head,
+            h1::Parsed::Partial => panic!("partial"),
+        };
+        let peer = "192.0.2.7:5555".parse().unwrap();
+        let plain = String::from_utf8(request_head(&head, peer, false, "b")).unwrap();
+        assert_eq!(plain.matches("X-Forwarded-Proto").count(), 1, "{plain}");
+        assert!(plain.contains("X-Forwarded-Proto: http\r\n") && plain.contains(";proto=http;"), "{plain}");
+        let tls = String::from_utf8(request_head(&head, peer, true, "b")).unwrap();
+        assert!(tls.contains("X-Forwarded-Proto: https\r\n") && tls.contains(";proto=https;"), "{tls}");
     }
 
     #[test]

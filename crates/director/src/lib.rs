@@ -67,7 +67,8 @@ fn run(cfg: options::Config) -> anyhow::Result<()> {
         transport::listener::bind(addr, false)
             .map_err(|e| anyhow::anyhow!(transport::listener::bind_failure(flag, addr, &e)))
     };
-    let listener = bind("--listen", cfg.listen)?;
+    let listener = bind(if cfg.tls.is_some() { "--tls-listen" } else { "--listen" }, cfg.listen)?;
+    let https = cfg.tls.is_some();
     let monitor_listener = cfg.monitor_listen.map(|a| bind("--monitor-listen", a)).transpose()?;
     let admin_listener = cfg.admin.map(|a| bind("--admin", a)).transpose()?;
     let admin_addr = admin_listener.as_ref().map(|l| l.local_addr()).transpose()?;
@@ -88,11 +89,12 @@ fn run(cfg: options::Config) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "listening on {local} mode=direct backends={} monitor={}{} pid={}",
+            "listening on {local} mode=direct backends={} monitor={}{} pid={}{}",
             backends.join(","),
             monitor_addr.map_or("off".to_string(), |a| a.to_string()),
             admin_addr.map_or(String::new(), |a| format!(" admin={a}")),
-            std::process::id()
+            std::process::id(),
+            if https { " https" } else { "" },
         )?;
         out.flush()?;
     }

@@ -12,9 +12,26 @@ pub use units::{Dur, Size};
 #[derive(Args, Debug, Clone)]
 pub struct DirectOptions {
     /// Address to listen on: HOST:PORT, :PORT (every interface) or PORT (on 127.0.0.1);
-    /// port 0 picks a free one, printed on start
-    #[arg(short, long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
-    pub listen: String,
+    /// port 0 picks a free one, printed on start [default: 127.0.0.1:8000]
+    #[arg(short, long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Take clients over HTTPS on ADDR instead of HTTP on --listen (TLS ends
+    /// here; backends get plain HTTP with X-Forwarded-Proto: https)
+    #[arg(long, value_name = "ADDR", help_heading = "TLS")]
+    pub tls_listen: Option<String>,
+
+    /// Certificate chain, PEM; repeat with --tls-key for more names (chosen by SNI)
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub tls_cert: Vec<PathBuf>,
+
+    /// Private key of the --tls-cert at the same position, PEM
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub tls_key: Vec<PathBuf>,
+
+    /// A throw-away self-signed certificate for localhost, to try HTTPS
+    #[arg(long, help_heading = "TLS")]
+    pub tls_self_signed: bool,
 
     /// A backend web server (repeat for several)
     #[arg(short, long = "backend", required = true, value_name = "ADDR")]
@@ -142,6 +159,8 @@ pub const DEFAULT_BUSY_PAGE: &str =
 pub struct Config {
     /// Where clients connect.
     pub listen: SocketAddr,
+    /// `--tls-listen`: clients speak TLS, ended here.
+    pub tls: Option<transport::tls::ServerTls>,
     /// Backends, by the name given on the command line, and address.
     pub backends: Vec<(String, SocketAddr)>,
     /// Pre-opened connections per backend.
@@ -208,9 +227,46 @@ pub fn resolve(what: &str, typed: &str) -> anyhow::Result<SocketAddr> {
 }
 
 impl DirectOptions {
+    /// The certificates of `--tls-listen`, loaded.
+    fn tls(&self) -> anyhow::Result<transport::tls::ServerTls> {
+        use transport::tls::{CertFiles, CertSource, ServerTls};
+        let source = if self.tls_self_signed {
+            if !self.tls_cert.is_empty() || !self.tls_key.is_empty() {
+                bail!("--tls-self-signed makes its own certificate: drop --tls-cert/--tls-key");
+            }
+            CertSource::SelfSigned(vec!["localhost".into(), "127.0.0.1".into(), "::1".into()])
+        } else {
+            if self.tls_cert.is_empty() || self.tls_cert.len() != self.tls_key.len() {
+                bail!(
+                    "--tls-listen needs a certificate and its key: {} --tls-cert and {} --tls-key given; \
+                     give them in pairs (or --tls-self-signed to try HTTPS)",
+                    self.tls_cert.len(),
+                    self.tls_key.len()
+                );
+            }
+            let pairs = self.tls_cert.iter().zip(&self.tls_key);
+            CertSource::Files(
+                pairs.map(|(cert, key)| CertFiles { cert: cert.clone(), key: key.clone() }).collect(),
+            )
+        };
+        ServerTls::new(source).map_err(|e| anyhow!(e))
+    }
+
     /// Checks the options and reads the busy page.
     pub fn config(&self) -> anyhow::Result<Config> {
-        let listen = resolve("--listen", &self.listen)?;
+        let (listen, tls) = match (&self.listen, &self.tls_listen) {
+            (Some(plain), Some(_)) => bail!(
+                "--listen {plain} and --tls-listen: the director takes clients on one listener, \
+                 HTTP or HTTPS; drop --listen to take them over HTTPS only"
+            ),
+            (None, Some(addr)) => (resolve("--tls-listen", addr)?, Some(self.tls()?)),
+            (plain, None) => {
+                if !self.tls_cert.is_empty() || !self.tls_key.is_empty() || self.tls_self_signed {
+                    bail!("--tls-cert, --tls-key and --tls-self-signed need --tls-listen ADDR");
+                }
+                (resolve("--listen", plain.as_deref().unwrap_or("127.0.0.1:8000"))?, None)
+            }
+        };
         let mut backends = Vec::new();
         for b in &self.backends {
             let addr = resolve("--backend", b)?;
@@ -238,6 +294,7 @@ impl DirectOptions {
         let admin = self.admin.as_deref().map(|a| resolve("--admin", a)).transpose()?;
         Ok(Config {
             listen,
+            tls,
             backends,
             backend_conns: self.backend_conns,
             max_backend_conns: self.max_backend_conns,

@@ -309,3 +309,36 @@ fn modus_load_speaks_https_and_counts_full_handshakes() {
     let why = r["connect_failures"].to_string();
     assert!(why.contains("invalid peer certificate") && why.contains("--insecure"), "{why}");
 }
+
+#[test]
+fn the_director_ends_tls_and_tells_the_backend_the_scheme() {
+    // The backend: the demo site (its env script prints what it is given), over plain HTTP.
+    let backend = Server::builder(BIN).model("pool").start();
+    let director = Server::builder(BIN)
+        .subcommand("direct")
+        .no_defaults()
+        .args(["--tls-listen", "127.0.0.1:0", "--tls-self-signed", "--backend"])
+        .arg(backend.addr().to_string())
+        .start();
+    assert!(director.is_https(), "{}", director.first_line());
+    let mut c = director.client();
+    let r = c.request("GET", "/cgi-bin/env", &["X-Forwarded-Proto: gopher"]);
+    r.assert_status(200);
+    let env = r.body_str();
+    assert!(env.contains("HTTP_X_FORWARDED_PROTO=https\n"), "{env}");
+    assert!(!env.contains("gopher"), "a client's claim is not passed on: {env}");
+    // A body both ways, on the same kept-alive session.
+    let body = "x".repeat(100_000);
+    c.send(format!("POST /cgi-bin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
+    let r = c.read_response("POST");
+    r.assert_status(200);
+    assert!(r.body_str().contains(&body), "the echo carries the body: {}", r.describe());
+
+    // Plain HTTP to the director's TLS port: told to use https.
+    let mut s = TcpStream::connect(director.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{answer}");
+}

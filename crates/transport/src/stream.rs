@@ -91,6 +91,13 @@ impl Wire for Stream {
         Wire::local_addr(self.tcp())
     }
 
+    fn flush_pending(&self) -> io::Result<bool> {
+        match self {
+            Stream::Plain(_) => Ok(true),
+            Stream::Tls(s) => s.flush_pending(),
+        }
+    }
+
     fn handshaking(&self) -> bool {
         match self {
             Stream::Plain(_) => false,

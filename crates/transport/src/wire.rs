@@ -42,6 +42,12 @@ pub trait Wire {
     fn shutdown_write(&self);
     /// The address the connection came in on, if the wire has one.
     fn local_addr(&self) -> Option<SocketAddr>;
+    /// Writes out what an earlier [`write_now`](Self::write_now) accepted
+    /// but could not send yet (a TLS session's records): `Ok(true)` once
+    /// nothing is left; `Ok(false)`: call again when the wire is writable.
+    fn flush_pending(&self) -> io::Result<bool> {
+        Ok(true)
+    }
     /// Whether a handshake (TLS) must finish before a request can arrive.
     fn handshaking(&self) -> bool {
         false

@@ -32,7 +32,10 @@ impl Director {
                 self.metrics.refused.get_or_create(&label("reason", "max_conns")).inc();
                 let body = error_page(503, "too many connections");
                 let extra = [("Retry-After", self.cfg.retry_after.to_string())];
-                let _ = stream.write(&local_bytes(503, "text/plain", &body, &extra, true, false, false));
+                // Over TLS only the close: a page would cost a handshake.
+                if self.cfg.tls.is_none() {
+                    let _ = stream.write(&local_bytes(503, "text/plain", &body, &extra, true, false, false));
+                }
                 continue;
             }
             if self.cfg.max_conns_per_ip > 0 && per_ip >= self.cfg.max_conns_per_ip {
@@ -42,9 +45,12 @@ impl Director {
                 self.metrics.refused.get_or_create(&label("reason", "per_ip")).inc();
                 let body = error_page(429, "too many connections from your address");
                 let extra = [("Retry-After", self.cfg.retry_after.to_string())];
-                let _ = stream.write(&local_bytes(429, "text/plain", &body, &extra, true, false, false));
+                if self.cfg.tls.is_none() {
+                    let _ = stream.write(&local_bytes(429, "text/plain", &body, &extra, true, false, false));
+                }
                 continue;
             }
+            let Ok(stream) = transport::Stream::accepted(stream, self.cfg.tls.as_ref()) else { continue };
             let now = Instant::now();
             let client = Client {
                 stream,

@@ -46,7 +46,7 @@ impl Director {
                     Err(e) => break Some(Err(e)),
                 }
                 let mut readable = true;
-                match read_some(&mut a.stream, &mut readable, &mut a.inbuf, limits.max_header_bytes) {
+                match read_some(&a.stream, &mut readable, &mut a.inbuf, limits.max_header_bytes) {
                     Io::Data => {}
                     Io::Blocked if a.inbuf.len() < limits.max_header_bytes => break None,
                     _ => {
@@ -76,7 +76,7 @@ impl Director {
         }
         let a = self.admins.get_mut(token).expect("seen above");
         let mut writable = true;
-        match flush(&mut a.stream, &mut writable, &mut a.out, &mut a.out_pos) {
+        match flush(&a.stream, &mut writable, &mut a.out, &mut a.out_pos) {
             Ok(_) if a.out.is_empty() => {
                 let _ = a.stream.shutdown(NetShutdown::Write);
                 self.close_admin(token);

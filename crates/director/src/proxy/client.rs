@@ -1,6 +1,5 @@
 //! Driving a client connection through REQUEST, PEEK, RECEIVE and RESPONSE.
 
-use std::net::Shutdown as NetShutdown;
 use std::time::Instant;
 
 use h1::{BodyFraming, ChunkedDecoder, Parsed};
@@ -35,7 +34,7 @@ impl Director {
 
     pub(super) fn step(&mut self, token: u64) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
-        let wrote = match flush(&mut c.stream, &mut c.writable, &mut c.out, &mut c.out_pos) {
+        let wrote = match flush(&c.stream, &mut c.writable, &mut c.out, &mut c.out_pos) {
             Ok(w) => w,
             Err(()) => return Step::Close,
         };
@@ -56,7 +55,7 @@ impl Director {
                 let mut sink = Vec::new();
                 loop {
                     sink.clear();
-                    match read_some(&mut c.stream, &mut c.readable, &mut sink, READ_SIZE) {
+                    match read_some(&c.stream, &mut c.readable, &mut sink, READ_SIZE) {
                         Io::Data => {}
                         Io::Blocked => return Step::Blocked,
                         Io::Eof | Io::Failed => return Step::Close,
@@ -159,7 +158,7 @@ impl Director {
                             fwd_head: if is_status {
                                 Vec::new()
                             } else {
-                                request_head(&head, c.peer, backend_name)
+                                request_head(&head, c.peer, cfg.tls.is_some(), backend_name)
                             },
                             head_request: head.method == h1::Method::Head,
                             client_11: head.version == h1::Version::Http11,
@@ -183,7 +182,7 @@ impl Director {
                 Ok(Parsed::Partial) => {}
             }
             let was_empty = c.inbuf.is_empty();
-            match read_some(&mut c.stream, &mut c.readable, &mut c.inbuf, cap) {
+            match read_some(&c.stream, &mut c.readable, &mut c.inbuf, cap) {
                 Io::Data => {
                     if was_empty && c.head_started.is_none() {
                         // The header deadline runs from the first byte; the
@@ -309,7 +308,7 @@ impl Director {
         let mut body_moved = false;
         while !ex.body.is_done() && bc.out.len() - bc.out_pos < OUT_CAP {
             if c.inbuf.is_empty() {
-                match read_some(&mut c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
+                match read_some(&c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
                     Io::Data => {}
                     Io::Blocked => break,
                     // The client left in the middle of its body.
@@ -335,7 +334,7 @@ impl Director {
         } else if body_was_pending && ex.body.is_done() {
             c.deadline = Some(Instant::now() + cfg.backend_timeout);
         }
-        match flush(&mut bc.stream, &mut bc.writable, &mut bc.out, &mut bc.out_pos) {
+        match flush(&bc.stream, &mut bc.writable, &mut bc.out, &mut bc.out_pos) {
             Ok(w) => progress |= w,
             Err(()) => {
                 let retry = ex.retryable && bc.reused && bc.inbuf.is_empty() && !ex.head_sent();
@@ -400,7 +399,7 @@ impl Director {
                     Ok(HeadParse::Partial) => {}
                 }
                 let had = bc.inbuf.len();
-                match read_some(&mut bc.stream, &mut bc.readable, &mut bc.inbuf, MAX_RESPONSE_HEAD + 1) {
+                match read_some(&bc.stream, &mut bc.readable, &mut bc.inbuf, MAX_RESPONSE_HEAD + 1) {
                     Io::Data => progress = true,
                     Io::Blocked => break,
                     Io::Eof | Io::Failed => {
@@ -416,7 +415,7 @@ impl Director {
         let Stage::Relaying(_, relay) = &mut ex.stage else { unreachable!("RESPONSE relays") };
         while !relay.is_done() && c.out.len() - c.out_pos < OUT_CAP {
             if bc.inbuf.is_empty() {
-                match read_some(&mut bc.stream, &mut bc.readable, &mut bc.inbuf, READ_SIZE) {
+                match read_some(&bc.stream, &mut bc.readable, &mut bc.inbuf, READ_SIZE) {
                     Io::Data => {}
                     Io::Blocked => break,
                     Io::Eof | Io::Failed => match relay.backend_closed(&mut c.out) {
@@ -478,7 +477,7 @@ impl Director {
         record(&mut self.latencies.request, took);
         self.metrics.request_duration.observe(took.as_secs_f64());
         if ex.close_after || !ex.keep_alive || self.stopping.is_some() {
-            let _ = c.stream.shutdown(NetShutdown::Write);
+            c.stream.shutdown_write();
             c.state = ClientState::Linger;
             c.deadline = Some(Instant::now() + LINGER);
             return Step::Again;

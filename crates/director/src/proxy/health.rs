@@ -64,7 +64,7 @@ impl Director {
             p.connected = true;
         }
         let mut writable = true;
-        if flush(&mut p.stream, &mut writable, &mut p.out, &mut p.out_pos).is_err() {
+        if flush(&p.stream, &mut writable, &mut p.out, &mut p.out_pos).is_err() {
             return self.end_probe(token, false);
         }
         loop {
@@ -81,7 +81,7 @@ impl Director {
                 Err(_) => return self.end_probe(token, false),
                 Ok(HeadParse::Partial) => {}
             }
-            match read_some(&mut p.stream, &mut readable, &mut p.inbuf, MAX_RESPONSE_HEAD + 1) {
+            match read_some(&p.stream, &mut readable, &mut p.inbuf, MAX_RESPONSE_HEAD + 1) {
                 Io::Data => {}
                 Io::Blocked => return,
                 Io::Eof | Io::Failed => return self.end_probe(token, false),

@@ -38,7 +38,7 @@
 //! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,7 @@ use h1::ChunkedDecoder;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use transport::poller::{Events, Interest, Poller, Trigger};
-use transport::Shutdown;
+use transport::{Shutdown, Wire};
 
 use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
@@ -236,7 +236,7 @@ impl Exchange {
 }
 
 struct Client {
-    stream: TcpStream,
+    stream: transport::Stream,
     peer: SocketAddr,
     readable: bool,
     writable: bool,
@@ -356,7 +356,7 @@ enum Io {
     Failed,
 }
 
-fn read_some(stream: &mut TcpStream, readable: &mut bool, buf: &mut Vec<u8>, cap: usize) -> Io {
+fn read_some(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize) -> Io {
     if !*readable || buf.len() >= cap {
         return Io::Blocked;
     }
@@ -390,15 +390,10 @@ fn read_some(stream: &mut TcpStream, readable: &mut bool, buf: &mut Vec<u8>, cap
 
 /// Writes what it can; `Err` if the peer is gone. `Ok(true)` if anything
 /// was written.
-fn flush(
-    stream: &mut TcpStream,
-    writable: &mut bool,
-    out: &mut Vec<u8>,
-    pos: &mut usize,
-) -> Result<bool, ()> {
+fn flush(stream: &dyn Wire, writable: &mut bool, out: &mut Vec<u8>, pos: &mut usize) -> Result<bool, ()> {
     let mut progress = false;
     while *pos < out.len() && *writable {
-        match stream.write(&out[*pos..]) {
+        match stream.write_now(&out[*pos..]) {
             Ok(0) => return Err(()),
             Ok(n) => {
                 *pos += n;
@@ -408,6 +403,12 @@ fn flush(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return Err(()),
         }
+    }
+    // What a TLS session encrypted but could not send yet goes out too.
+    match stream.flush_pending() {
+        Ok(true) => {}
+        Ok(false) => *writable = false,
+        Err(_) => return Err(()),
     }
     if *pos == out.len() {
         out.clear();

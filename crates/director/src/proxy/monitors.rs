@@ -45,7 +45,7 @@ impl Director {
         loop {
             let Some(m) = self.monitors.get_mut(token) else { return };
             let mut readable = true;
-            match read_some(&mut m.stream, &mut readable, &mut m.inbuf, 4 * MAX_LINE) {
+            match read_some(&m.stream, &mut readable, &mut m.inbuf, 4 * MAX_LINE) {
                 Io::Data => {}
                 Io::Blocked if m.inbuf.len() < 4 * MAX_LINE => break,
                 _ => {

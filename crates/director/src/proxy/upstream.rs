@@ -79,7 +79,7 @@ impl Director {
                 // backend closed it), an error, or stray bytes all end it.
                 if bc.readable {
                     let mut buf = Vec::new();
-                    match read_some(&mut bc.stream, &mut bc.readable, &mut buf, 1) {
+                    match read_some(&bc.stream, &mut bc.readable, &mut buf, 1) {
                         Io::Blocked => {}
                         _ => {
                             let b = bc.backend;

@@ -246,6 +246,10 @@ impl Wire for TlsStream {
         self.sock.local_addr().ok()
     }
 
+    fn flush_pending(&self) -> io::Result<bool> {
+        Ok(flush(&self.sock, &mut self.session.borrow_mut().tls)? == Progress::Done)
+    }
+
     fn handshaking(&self) -> bool {
         TlsStream::handshaking(self)
     }
