@@ -342,3 +342,25 @@ fn the_director_ends_tls_and_tells_the_backend_the_scheme() {
     s.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{answer}");
 }
+
+#[test]
+fn the_handshake_is_timed_as_a_phase_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = make_pair(dir.path(), "site", &["localhost"]);
+    let root = Docroot::standard();
+    for model in ["pool", "event"] {
+        let srv = serve_tls(model, &root, &[&pair], &["--admin", "127.0.0.1:0"]);
+        // Three connections (three handshakes), the last with two requests.
+        curl(&srv, &pair.cert, "localhost", "/hello.txt", &[]);
+        curl(&srv, &pair.cert, "localhost", "/hello.txt", &[]);
+        let url = format!("https://localhost:{}/hello.txt", srv.addr().port());
+        curl(&srv, &pair.cert, "localhost", "/hello.txt", &["-o", "/dev/null", &url]);
+        let (status, _, json) = testkit::get_once(srv.announced("admin"), "/status.json");
+        assert_eq!(status, 200);
+        let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let phases = &j["phases_us"];
+        assert_eq!(phases["total"]["count"], 4, "{model}: {phases}");
+        assert_eq!(phases["tls_handshake"]["count"], 3, "{model}: one per connection: {phases}");
+        assert!(phases["tls_handshake"]["p50"].as_f64().unwrap() > 0.0, "{phases}");
+    }
+}

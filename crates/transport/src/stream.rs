@@ -104,4 +104,11 @@ impl Wire for Stream {
             Stream::Tls(s) => s.handshaking(),
         }
     }
+
+    fn handshake_ended(&self) -> Option<std::time::Instant> {
+        match self {
+            Stream::Plain(_) => None,
+            Stream::Tls(s) => s.handshake_ended(),
+        }
+    }
 }

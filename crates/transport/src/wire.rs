@@ -52,6 +52,10 @@ pub trait Wire {
     fn handshaking(&self) -> bool {
         false
     }
+    /// When the wire's handshake (TLS) ended, if it had one and it did.
+    fn handshake_ended(&self) -> Option<std::time::Instant> {
+        None
+    }
 }
 
 /// Whether an error of a [`Wire`] call means only "not now" (nothing to

@@ -523,7 +523,18 @@ impl Connection {
                             if self.tm.first.get().is_none() {
                                 self.tm.first = Mark::at(now);
                                 if let Some(idle_since) = self.tm.idle_since.get() {
-                                    self.tm.phases.set(Phase::Wait, now.saturating_sub(idle_since));
+                                    // A first request over TLS waited for its handshake, then for its bytes.
+                                    let shook = sock.handshake_ended().filter(|_| self.served == 0);
+                                    let since = match shook.map(|at| p.stats.ns_at(at)) {
+                                        Some(done) => {
+                                            self.tm
+                                                .phases
+                                                .set(Phase::Handshake, done.saturating_sub(idle_since));
+                                            done
+                                        }
+                                        None => idle_since,
+                                    };
+                                    self.tm.phases.set(Phase::Wait, now.saturating_sub(since));
                                 }
                             }
                             Some(now)

@@ -86,7 +86,8 @@ use trace::Trace;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Phase {
-    /// Accept (or the previous response's end) → the request's first byte.
+    /// Accept (or the previous response's end) → the request's first byte;
+    /// over TLS, for a connection's first request, from the handshake's end.
     Wait,
     /// First byte → the head is complete.
     Read,
@@ -108,11 +109,13 @@ pub enum Phase {
     Queue,
     /// The whole request: first byte → logged.
     Total,
+    /// (TLS, a connection's first request) accept → the handshake's end.
+    Handshake,
 }
 
 impl Phase {
     /// Every phase, in order.
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 12] = [
         Phase::Wait,
         Phase::Read,
         Phase::Parse,
@@ -124,6 +127,7 @@ impl Phase {
         Phase::Log,
         Phase::Queue,
         Phase::Total,
+        Phase::Handshake,
     ];
 
     /// Its name in JSON, Prometheus labels and the trace header.
@@ -140,6 +144,7 @@ impl Phase {
             Phase::Log => "log",
             Phase::Queue => "queue",
             Phase::Total => "total",
+            Phase::Handshake => "tls_handshake",
         }
     }
 }

@@ -50,12 +50,14 @@ struct Session {
     /// Whether the first bytes have been looked at (a TLS record, or a
     /// plain HTTP request to turn away).
     checked: bool,
+    /// When the handshake ended (the request's timing splits at it).
+    shook: Option<std::time::Instant>,
 }
 
 impl TlsStream {
     pub(super) fn new(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
         let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
-        let session = Session { tls, scratch: Vec::new(), eof: false, checked: false };
+        let session = Session { tls, scratch: Vec::new(), eof: false, checked: false, shook: None };
         Ok(TlsStream { sock, session: RefCell::new(session) })
     }
 
@@ -110,6 +112,9 @@ impl TlsStream {
                 // Tell the peer why (an alert), then give the connection up.
                 let _ = flush(&self.sock, &mut s.tls);
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            if s.shook.is_none() && !s.tls.is_handshaking() {
+                s.shook = Some(std::time::Instant::now());
             }
         }
     }
@@ -252,5 +257,9 @@ impl Wire for TlsStream {
 
     fn handshaking(&self) -> bool {
         TlsStream::handshaking(self)
+    }
+
+    fn handshake_ended(&self) -> Option<std::time::Instant> {
+        self.session.borrow().shook
     }
 }
