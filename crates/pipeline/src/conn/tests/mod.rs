@@ -168,10 +168,12 @@ fn parse_with(mut bytes: &[u8], bodiless: bool) -> Vec<Response> {
 /// An idle keep-alive connection of the event models is this struct and
 /// little else (`bench/models.sh idle`: PSS per idle connection, target
 /// 0.5 KiB with the loop's own bookkeeping), so growing it is a decision.
+/// 400 → 408: the TLS handshake's phase (a plain connection carries its
+/// 8 bytes unused; a TLS one holds kilobytes of rustls session besides).
 #[test]
 fn a_connection_stays_small() {
     let size = std::mem::size_of::<Connection>();
-    assert!(size <= 400, "Connection is {size} bytes");
+    assert!(size <= 408, "Connection is {size} bytes");
     assert_eq!(std::mem::size_of::<Mark>(), 8);
 }
 
