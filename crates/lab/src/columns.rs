@@ -5,8 +5,9 @@
 pub const AXES: [&str; 3] = ["clients", "path", "cpus"];
 
 /// The metrics a point has, with units (columns of `points.csv`).
-pub const METRICS: [(&str, &str); 7] = [
+pub const METRICS: [(&str, &str); 8] = [
     ("throughput", "requests/s"),
+    ("mean", "ms"),
     ("p50", "ms"),
     ("p99", "ms"),
     ("errors", "requests"),

@@ -9,11 +9,13 @@
 //! * `peers.rs` — nginx and lighttpd, measured beside the models.
 //! * `results.rs` — `points.csv`.
 //! * `report.rs` — plots, `report.html`, the ranked table.
+//! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
 pub mod claims;
 pub mod columns;
 pub mod peers;
 pub mod report;
+pub mod reproduction;
 pub mod results;
 pub mod run;
 pub mod spec;
@@ -45,9 +47,10 @@ pub enum LabCommand {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
-    /// Run an experiment: a built-in NAME or a FILE.toml
+    /// Run an experiment: a built-in NAME or a FILE.toml; `papers` runs
+    /// every paper's experiment and writes REPRODUCTION.md beside them
     Run {
-        /// A built-in experiment's name, or an experiment file
+        /// A built-in experiment's name, an experiment file, or `papers`
         experiment: String,
         /// One short round at the ends of the sweep (a first look, or a test)
         #[arg(long)]
@@ -62,7 +65,8 @@ pub enum LabCommand {
         #[arg(long, value_name = "N")]
         repeats: Option<u32>,
     },
-    /// Rebuild the plots and report of a results directory (no rerun)
+    /// Rebuild the plots and report of a results directory (no rerun);
+    /// for a `papers` directory, every experiment's and REPRODUCTION.md
     Report {
         /// A directory written by `modus lab run` or `modus lab compare`
         dir: PathBuf,
@@ -144,6 +148,22 @@ fn lab(args: LabArgs) -> Result<()> {
             }
             Ok(())
         }
+        LabCommand::Run { experiment, quick, out, resume, repeats } if experiment == "papers" => {
+            let out = out.unwrap_or_else(|| default_out("papers"));
+            for name in spec::papers() {
+                let mut spec = spec::load(name)?;
+                if quick {
+                    spec = spec.quick();
+                }
+                if let Some(r) = repeats {
+                    spec.repeats = r.max(1);
+                }
+                execute(&spec, &out.join(name), resume)?;
+            }
+            reproduction::write(&out)?;
+            println!("reproduction: {}", out.join("REPRODUCTION.md").display());
+            Ok(())
+        }
         LabCommand::Run { experiment, quick, out, resume, repeats } => {
             let mut spec = spec::load(&experiment)?;
             if quick {
@@ -154,6 +174,24 @@ fn lab(args: LabArgs) -> Result<()> {
             }
             let out = out.unwrap_or_else(|| default_out(&spec.name));
             execute(&spec, &out, resume)
+        }
+        LabCommand::Report { dir, markdown } if !dir.join("meta.json").exists() => {
+            // A `papers` directory: an experiment in each subdirectory.
+            let runs = reproduction::read(&dir)?;
+            if runs.is_empty() {
+                bail!("{}: no meta.json, and no experiment's results below it", dir.display());
+            }
+            for run in &runs {
+                report::write(&dir.join(&run.name), &run.spec, &run.table, &run.meta)?;
+            }
+            let text = reproduction::markdown(&runs);
+            std::fs::write(dir.join("REPRODUCTION.md"), &text)?;
+            if markdown {
+                print!("{text}");
+            } else {
+                println!("reproduction: {}", dir.join("REPRODUCTION.md").display());
+            }
+            Ok(())
         }
         LabCommand::Report { dir, markdown } => {
             let meta: Value = serde_json::from_str(
@@ -220,6 +258,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 path,
                 mix,
                 workload,
+                mixes: Default::default(),
                 duration,
                 warmup: units::Dur(std::time::Duration::from_millis(500).min(duration.0)),
                 repeats: 1,

@@ -450,7 +450,7 @@ mod tests {
                     server: server.into(),
                     at: crate::results::at(clients),
                     repeat: 1,
-                    values: vec![t, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0],
+                    values: vec![t, 0.2, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0],
                 });
             }
         }

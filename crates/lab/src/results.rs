@@ -204,15 +204,15 @@ mod tests {
                     server: "pool".into(),
                     at: at(4),
                     repeat: 1,
-                    values: vec![1.5, 2.0, 3.0, 0.0, 4.25, 5.0, 0.0],
+                    values: vec![1.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 0.0],
                 },
                 Point {
                     server: "pool".into(),
                     at: at(4),
                     repeat: 2,
-                    values: vec![2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0],
+                    values: vec![2.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0],
                 },
-                Point { server: "pool".into(), at: pinned.clone(), repeat: 1, values: vec![9.0; 7] },
+                Point { server: "pool".into(), at: pinned.clone(), repeat: 1, values: vec![9.0; 8] },
             ],
         };
         let dir = tempfile::tempdir().unwrap();

@@ -115,6 +115,7 @@ impl Runner {
     pub fn run(&self, spec: &Spec, mut progress: impl FnMut(&str)) -> Result<Table> {
         std::fs::create_dir_all(self.out.join("raw"))
             .with_context(|| format!("creating {}", self.out.display()))?;
+        self.prepare_requests(spec)?;
         let root = self.docroot(spec)?;
         let skipped: Vec<String> = unavailable(spec).into_iter().map(|(name, _)| name).collect();
         let plan: Vec<Planned> =
@@ -157,8 +158,8 @@ impl Runner {
                 point.at.path,
                 if point.at.cpus.is_empty() { String::new() } else { format!(" cpus={}", point.at.cpus) },
                 point.repeat,
-                point.values[0],
-                point.values[2],
+                point.get("throughput").unwrap_or(0.0),
+                point.get("p99").unwrap_or(0.0),
                 left,
                 eta.as_secs()
             ));
@@ -168,13 +169,38 @@ impl Runner {
         Ok(table)
     }
 
+    /// Writes what the load generator reads: each of the spec's mixes as
+    /// `mixes/NAME.txt`, and the SURGE workload of `workload = "surge"`
+    /// (made once, with the spec's seed: a resumed run keeps its own).
+    fn prepare_requests(&self, spec: &Spec) -> Result<()> {
+        if !spec.mixes.is_empty() {
+            std::fs::create_dir_all(self.out.join("mixes"))?;
+        }
+        for (name, lines) in &spec.mixes {
+            std::fs::write(self.out.join("mixes").join(format!("{name}.txt")), lines.join("\n") + "\n")?;
+        }
+        if spec.workload.as_deref() == Some("surge") && !self.out.join("surge").join("stream.txt").exists() {
+            let params = load::surge::SurgeParams { seed: spec.seed, ..load::surge::SurgeParams::default() };
+            load::surge::generate(&params, &self.out.join("surge")).context("making the SURGE workload")?;
+        }
+        Ok(())
+    }
+
+    /// The `modus workload surge` directory the spec replays, if any.
+    fn workload(&self, spec: &Spec) -> Option<PathBuf> {
+        match spec.workload.as_deref()? {
+            "surge" => Some(self.out.join("surge")),
+            dir => Some(PathBuf::from(dir)),
+        }
+    }
+
     /// The directory served, made in the results directory for `fixed`;
     /// `None` for the embedded demo site.
     fn docroot(&self, spec: &Spec) -> Result<Option<PathBuf>> {
         match spec.docroot.as_str() {
             "demo" => Ok(None),
             "fixed" if spec.workload.is_some() => {
-                let dir = PathBuf::from(spec.workload.as_deref().unwrap_or_default()).join("docs");
+                let dir = self.workload(spec).unwrap_or_default().join("docs");
                 if !dir.is_dir() {
                     bail!(
                         "workload {}: no docs/ (make one with modus workload surge --out DIR)",
@@ -232,16 +258,19 @@ impl Runner {
     ) -> Result<(Vec<f64>, Value)> {
         let cpus = (!at.cpus.is_empty()).then_some(at.cpus.as_str());
         let mut child = self.start(server, cpus, root)?;
-        let url = format!("http://{}{}", child.addr, at.path);
+        let mix = at.path.strip_prefix("mix:");
+        let url = format!("http://{}{}", child.addr, if mix.is_some() { "/" } else { &at.path });
         let before = tree_cpu_ticks(child.pid());
         let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
         let mut load = pinned(&self.modus, load_cpus.as_deref());
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
-        if let Some(mix) = &spec.mix {
+        if let Some(name) = mix {
+            load.arg("--mix").arg(self.out.join("mixes").join(format!("{name}.txt")));
+        } else if let Some(mix) = &spec.mix {
             load.args(["--mix", mix]);
         }
-        if let Some(workload) = &spec.workload {
-            load.args(["--workload", workload, "--repeat-stream"]);
+        if let Some(workload) = self.workload(spec) {
+            load.arg("--workload").arg(workload).arg("--repeat-stream");
         }
         load.args([
             "-d",
@@ -262,6 +291,7 @@ impl Runner {
         let cpu_us = (after.saturating_sub(before)) as f64 / hz * 1e6;
         let values = vec![
             report["throughput_rps"].as_f64().unwrap_or(0.0),
+            report["latency_us"]["mean"].as_f64().unwrap_or(0.0) / 1e3,
             report["latency_us"]["p50"].as_f64().unwrap_or(0.0) / 1e3,
             report["latency_us"]["p99"].as_f64().unwrap_or(0.0) / 1e3,
             report["errors"].as_f64().unwrap_or(0.0),

@@ -2,7 +2,7 @@
 //! which claims. Written in TOML; the built-in ones live in the
 //! repository's `lab/` directory and are compiled into the binary.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -48,9 +48,15 @@ pub struct Spec {
     pub mix: Option<String>,
     /// Requests replayed from a `modus workload surge` directory (its
     /// stream, repeated) instead of `path`; with the default `docroot`, its
-    /// `docs` are served.
+    /// `docs` are served. `surge` makes one in the results directory
+    /// (`modus workload surge` with the spec's seed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
+    /// Named weighted mixes of paths (`WEIGHT /path` lines, as `modus load
+    /// --mix` reads them), for the sweep's `paths` as `mix:NAME`: paper
+    /// 000's share of CGI requests, say.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mixes: BTreeMap<String, Vec<String>>,
     /// The axes: closed-loop clients, and optionally paths and server CPUs.
     pub sweep: Sweep,
     /// The servers compared.
@@ -70,7 +76,8 @@ pub struct Spec {
 pub struct Sweep {
     /// Closed-loop clients (connections) at each point.
     pub clients: Vec<usize>,
-    /// URL paths (file sizes, say); none: the spec's `path`.
+    /// URL paths (file sizes, say), or `mix:NAME` for one of the spec's
+    /// `mixes`; none: the spec's `path`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
     /// The server's CPUs (`taskset -c` lists: "0", "0-1"); none: the
@@ -118,6 +125,9 @@ pub struct ClaimSpec {
     /// In words, as a paper would say it.
     pub text: String,
     pub expr: String,
+    /// The paper's own words and number, for REPRODUCTION.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paper: Option<String>,
 }
 
 fn default_docroot() -> String {
@@ -143,12 +153,21 @@ fn default_x() -> String {
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 4] = [
+pub const BUILT_IN: [(&str, &str); 8] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
     ("paper000-cpus", include_str!("../../../lab/paper000-cpus.toml")),
+    ("paper000-cgi-share", include_str!("../../../lab/paper000-cgi-share.toml")),
+    ("paper001-clients", include_str!("../../../lab/paper001-clients.toml")),
+    ("paper003-surge", include_str!("../../../lab/paper003-surge.toml")),
+    ("paper004-srpt", include_str!("../../../lab/paper004-srpt.toml")),
 ];
+
+/// The built-in experiments that rerun a paper's (`modus lab run papers`).
+pub fn papers() -> impl Iterator<Item = &'static str> {
+    BUILT_IN.iter().map(|(name, _)| *name).filter(|name| name.starts_with("paper"))
+}
 
 impl Spec {
     /// Parses and checks a spec; errors name the line and the key.
@@ -199,8 +218,26 @@ impl Spec {
             bail!("[sweep] clients: at least one point, each at least 1");
         }
         for path in self.paths() {
-            if !path.starts_with('/') || path.contains([',', ' ']) {
-                bail!("path {path:?} must start with / and hold no commas or spaces");
+            if let Some(name) = path.strip_prefix("mix:") {
+                if !self.mixes.contains_key(name) {
+                    let known: Vec<&str> = self.mixes.keys().map(String::as_str).collect();
+                    bail!("path {path:?}: no mix {name:?} in [mixes] (there: {})", known.join(", "));
+                }
+            } else if !path.starts_with('/') || path.contains([',', ' ']) {
+                bail!("path {path:?} must start with / (or be mix:NAME) and hold no commas or spaces");
+            }
+        }
+        for (name, lines) in &self.mixes {
+            if name.contains(['/', ',', ' ']) || name.is_empty() {
+                bail!("mix {name:?}: a name without slashes, commas or spaces");
+            }
+            for line in lines {
+                let mut fields = line.split_whitespace();
+                let weight = fields.next().map(|w| w.trim_end_matches('%').parse::<f64>());
+                let path = fields.next();
+                if !matches!(weight, Some(Ok(w)) if w > 0.0) || !path.is_some_and(|p| p.starts_with('/')) {
+                    bail!("mix {name:?}: {line:?} is not `WEIGHT /path` (a positive weight)");
+                }
             }
         }
         if self.mix.is_some() && self.workload.is_some() {
@@ -311,6 +348,34 @@ mod tests {
         assert!(e.contains("no server \"nope\""), "{e}");
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
         assert!(format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err()).contains("invalid duration"));
+    }
+
+    #[test]
+    fn mixes_are_named_in_the_sweep_and_checked() {
+        let base = "name = \"x\"\ndescription = \"d\"\n[[server]]\nmodel = \"pool\"\n";
+        let parse = |extra: &str| Spec::parse(&format!("{base}{extra}"), "t.toml");
+        let good = parse("[mixes]\ncgi-10 = [\"90 /a\", \"10% /cgi-bin/spin\"]\n[sweep]\nclients = [1]\npaths = [\"mix:cgi-10\", \"/a\"]\n")
+            .unwrap();
+        assert_eq!(good.paths(), ["mix:cgi-10", "/a"]);
+        let err = |extra: &str| format!("{:#}", parse(extra).unwrap_err());
+        let e = err("[mixes]\ncgi = [\"90 /a\"]\n[sweep]\nclients = [1]\npaths = [\"mix:nope\"]\n");
+        assert!(e.contains("no mix \"nope\"") && e.contains("cgi"), "{e}");
+        let e = err("[mixes]\ncgi = [\"ninety /a\"]\n[sweep]\nclients = [1]\npaths = [\"mix:cgi\"]\n");
+        assert!(e.contains("is not `WEIGHT /path`"), "{e}");
+        let e = err("[mixes]\ncgi = [\"0 /a\"]\n[sweep]\nclients = [1]\n");
+        assert!(e.contains("a positive weight"), "{e}");
+    }
+
+    #[test]
+    fn the_papers_are_the_built_ins_named_so() {
+        let papers: Vec<&str> = papers().collect();
+        assert!(papers.len() >= 5, "{papers:?}");
+        assert!(papers.iter().all(|p| p.starts_with("paper")));
+        for name in papers {
+            let spec = load(name).unwrap();
+            assert!(!spec.claims.is_empty(), "{name} checks something");
+            assert!(spec.claims.iter().all(|c| c.paper.is_some()), "{name}: every claim quotes its paper");
+        }
     }
 
     #[test]

@@ -82,6 +82,14 @@ pub struct SurgeParams {
     pub max_size: u64,
 }
 
+impl Default for SurgeParams {
+    /// `modus workload surge`'s defaults: 2,000 files, 100,000 requests, 50
+    /// user equivalents, seed 1, files up to 10 MiB.
+    fn default() -> SurgeParams {
+        SurgeParams { files: 2000, requests: 100_000, users: 50, seed: 1, max_size: 10 << 20 }
+    }
+}
+
 /// One line of the stream: `TIME_US USER OFF_US SIZE PATH`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamEntry {
