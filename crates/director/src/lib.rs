@@ -33,7 +33,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use transport::Shutdown;
 
@@ -75,11 +75,26 @@ fn run(cfg: options::Config) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let monitor_addr = monitor_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let shutdown = Shutdown::new()?;
-    let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     let stop = shutdown.clone();
+    let tls = cfg.tls.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
-        if signals.forever().next().is_some() {
-            stop.trigger();
+        let log = pipeline::ErrorLog::stderr();
+        for signal in signals.forever() {
+            if signal != SIGHUP {
+                stop.trigger();
+                return;
+            }
+            // HUP: read the certificates again (the only reload there is),
+            // as `modus serve` does; a closing terminal sends it too.
+            match tls.as_ref().filter(|t| t.reloadable()).map(|t| t.reload()) {
+                Some(Ok(n)) => log.info(format_args!("SIGHUP: TLS certificates reloaded ({n})")),
+                Some(Err(e)) => log.error(format_args!(
+                    "SIGHUP: TLS certificates not reloaded, the ones in force stay: {e}"
+                )),
+                None => log
+                    .info(format_args!("SIGHUP ignored: the director's configuration is read only at start")),
+            }
         }
     })?;
     let backends: Vec<String> = cfg.backends.iter().map(|(name, _)| name.clone()).collect();

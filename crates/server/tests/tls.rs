@@ -364,3 +364,32 @@ fn the_handshake_is_timed_as_a_phase_of_its_own() {
         assert!(phases["tls_handshake"]["p50"].as_f64().unwrap() > 0.0, "{phases}");
     }
 }
+
+#[test]
+fn the_director_reads_its_certificates_again_on_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = make_pair(dir.path(), "old", &["localhost"]);
+    let backend = Server::builder(BIN).model("pool").start();
+    let mut director = Server::builder(BIN)
+        .subcommand("direct")
+        .no_defaults()
+        .args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&old.cert)
+        .arg("--tls-key")
+        .arg(&old.key)
+        .arg("--backend")
+        .arg(backend.addr().to_string())
+        .start();
+    curl(&director, &old.cert, "localhost", "/", &[]);
+    let new = make_pair(dir.path(), "new", &["localhost"]);
+    std::fs::copy(&new.cert, &old.cert).unwrap();
+    std::fs::copy(&new.key, &old.key).unwrap();
+    director.signal(Signal::Hup);
+    assert!(
+        testkit_poll(|| director.stderr().contains("TLS certificates reloaded")),
+        "{}",
+        director.stderr()
+    );
+    curl(&director, &new.cert, "localhost", "/", &[]);
+    assert!(!director.has_exited(), "HUP does not stop the director");
+}

@@ -98,6 +98,13 @@ impl Wire for Stream {
         }
     }
 
+    fn holds_more(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(s) => s.holds_more(),
+        }
+    }
+
     fn handshaking(&self) -> bool {
         match self {
             Stream::Plain(_) => false,

@@ -48,6 +48,13 @@ pub trait Wire {
     fn flush_pending(&self) -> io::Result<bool> {
         Ok(true)
     }
+    /// Whether the wire holds input it took from the socket but has not
+    /// handed out yet — the end of the stream, seen by a TLS session while
+    /// it returned the last plaintext: the next read answers at once, and
+    /// an edge-triggered reader must not wait for the socket's readiness.
+    fn holds_more(&self) -> bool {
+        false
+    }
     /// Whether a handshake (TLS) must finish before a request can arrive.
     fn handshaking(&self) -> bool {
         false

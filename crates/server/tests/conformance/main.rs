@@ -46,6 +46,8 @@ mod clients;
 #[cfg(any())]
 mod conditional;
 #[cfg(any())]
+mod equivalence;
+#[cfg(any())]
 mod keepalive;
 #[cfg(any())]
 mod methods;
@@ -75,6 +77,7 @@ macro_rules! models {
             mod cgi { include!("cgi.rs"); }
             mod clients { include!("clients.rs"); }
             mod conditional { include!("conditional.rs"); }
+            mod equivalence { include!("equivalence.rs"); }
             mod keepalive { include!("keepalive.rs"); }
             mod methods { include!("methods.rs"); }
             mod range { include!("range.rs"); }

@@ -52,12 +52,16 @@ struct Session {
     checked: bool,
     /// When the handshake ended (the request's timing splits at it).
     shook: Option<std::time::Instant>,
+    /// The peer's plaintext ended (close_notify, or the TCP stream's end)
+    /// while a read returned its last bytes: the next read returns 0.
+    ended: bool,
 }
 
 impl TlsStream {
     pub(super) fn new(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
         let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
-        let session = Session { tls, scratch: Vec::new(), eof: false, checked: false, shook: None };
+        let session =
+            Session { tls, scratch: Vec::new(), eof: false, checked: false, shook: None, ended: false };
         Ok(TlsStream { sock, session: RefCell::new(session) })
     }
 
@@ -76,6 +80,9 @@ impl TlsStream {
         if !s.checked {
             self.check_first_bytes(&mut s, wait)?;
         }
+        if s.ended {
+            return Ok(0);
+        }
         let mut n = 0;
         loop {
             if n == buf.len() {
@@ -83,7 +90,7 @@ impl TlsStream {
             }
             match s.tls.reader().read(&mut buf[n..]) {
                 // The peer's close_notify: its plaintext has ended.
-                Ok(0) => return Ok(n),
+                Ok(0) => return Ok(s.end_after(n)),
                 Ok(k) => {
                     n += k;
                     continue;
@@ -91,13 +98,13 @@ impl TlsStream {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 // The peer closed without close_notify: for HTTP, whose
                 // messages carry their own framing, an end like any other.
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(s.end_after(n)),
                 Err(e) => return Err(e),
             }
             // Handshake messages, alerts and tickets go out as soon as they exist.
             let _ = flush(&self.sock, &mut s.tls);
             if s.eof {
-                return Ok(n);
+                return Ok(s.end_after(n));
             }
             // Once plaintext is in hand, take only what has already arrived:
             // the caller gets it now, and an edge-triggered loop learns the
@@ -137,6 +144,16 @@ impl TlsStream {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "plain HTTP on the TLS port"));
         }
         Ok(())
+    }
+}
+
+impl Session {
+    /// The stream ended after `n` bytes of this read: with bytes, the end
+    /// is kept for the next read (which the caller must be told to make,
+    /// [`Wire::holds_more`]); without, it is the end now.
+    fn end_after(&mut self, n: usize) -> usize {
+        self.ended = n > 0;
+        n
     }
 }
 
@@ -249,6 +266,10 @@ impl Wire for TlsStream {
 
     fn local_addr(&self) -> Option<SocketAddr> {
         self.sock.local_addr().ok()
+    }
+
+    fn holds_more(&self) -> bool {
+        self.session.borrow().ended
     }
 
     fn flush_pending(&self) -> io::Result<bool> {

@@ -172,7 +172,11 @@ fn handshake_names(tls: &ServerTls, sni: &str, trusted: &[&CertificateDer<'stati
         let conn = ClientConnection::new(config, ServerName::try_from(sni).unwrap()).unwrap();
         let mut tls = StreamOwned::new(conn, client);
         tls.write_all(b"ping").map_err(|e| e.to_string())?;
-        tls.flush().map_err(|e| e.to_string())
+        tls.flush().map_err(|e| e.to_string())?;
+        // Read the answer before closing: a close with unread bytes (the
+        // server's session tickets) would be a reset, racing its read.
+        let mut pong = [0u8; 4];
+        tls.read_exact(&mut pong).map_err(|e| e.to_string())
     });
     let mut buf = [0u8; 16];
     let server_side = loop {
@@ -182,6 +186,9 @@ fn handshake_names(tls: &ServerTls, sni: &str, trusted: &[&CertificateDer<'stati
             Err(e) => break Err(e),
         }
     };
+    if server_side.is_ok() {
+        let _ = server.write_now(b"pong").and_then(|_| server.flush_pending());
+    }
     let client_side = client_thread.join().unwrap();
     client_side.and(server_side.map(|_| ()).map_err(|e| e.to_string()))
 }
@@ -234,4 +241,44 @@ fn mismatched_or_missing_files_are_refused_with_the_file_named() {
     let swapped = CertFiles { cert: a.files.key.clone(), key: a.files.cert.clone() };
     let err = ServerTls::new(CertSource::Files(vec![swapped])).unwrap_err();
     assert!(err.contains("no CERTIFICATE"), "{err}");
+}
+
+/// The last bytes and the peer's close arriving together: the read that
+/// returns the bytes keeps the end for the next one, and says so — an
+/// edge-triggered loop would otherwise wait for a readiness that never comes.
+#[test]
+fn an_end_read_with_the_last_bytes_is_kept_for_the_next_read() {
+    let made = make_cert(&["localhost"]);
+    let tls = ServerTls::new(CertSource::Files(vec![made.files.clone()])).unwrap();
+    let (server, client) = pair(&tls);
+    let config = client_config(&[&made.der]);
+    let client_thread = thread::spawn(move || {
+        let conn = ClientConnection::new(config, ServerName::try_from("localhost").unwrap()).unwrap();
+        let mut tls = StreamOwned::new(conn, client);
+        tls.write_all(b"last words").unwrap();
+        tls.conn.send_close_notify();
+        tls.flush().unwrap();
+        tls.sock.shutdown(std::net::Shutdown::Write).unwrap();
+        // Keep the socket open until the server has read.
+        let mut rest = Vec::new();
+        let _ = tls.sock.read_to_end(&mut rest);
+    });
+    let mut buf = [0u8; 4096];
+    // Wait until the bytes (and with them, the close) have all arrived.
+    let n = loop {
+        match server.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if crate::not_now(&e) => {}
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(&buf[..n], b"last words");
+    if server.holds_more() {
+        assert_eq!(server.read_now(&mut buf).unwrap(), 0, "the end, at once");
+    } else {
+        // The close had not arrived with the bytes: it comes as a read of its own.
+        assert_eq!(server.read(&mut buf).unwrap(), 0);
+    }
+    drop(server);
+    client_thread.join().unwrap();
 }
