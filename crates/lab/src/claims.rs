@@ -88,10 +88,17 @@ impl Claim {
                     Op::Gt => l > r,
                     Op::Lt => l < r,
                 };
-                // Points the claim's fixed coordinates make alike are one comparison.
+                // Points the claim's fixed coordinates make alike are one
+                // comparison, named by where its left side was measured.
                 if !seen.contains(&(l.to_bits(), r.to_bits())) {
                     seen.push((l.to_bits(), r.to_bits()));
-                    points.push((at.label(table), l, r, held));
+                    let mut here = at.clone();
+                    if let Side::Metric { fixed, .. } = &self.left {
+                        for (axis, v) in fixed {
+                            here = here.with(axis, v).unwrap_or(here);
+                        }
+                    }
+                    points.push((here.label(table), l, r, held));
                 }
             }
         }

@@ -129,16 +129,21 @@ fn section(m: &mut String, run: &Run) {
                 let _ = writeln!(m, "- **Verdict: {}** ({held} of {} points).", v.word, v.points.len());
                 let _ = writeln!(m, "- **Why, from the data:** {}\n", why(&claim, &v.points));
                 if !v.points.is_empty() {
-                    let _ =
-                        writeln!(m, "  | where | left | right | ratio | held |\n  |---|---:|---:|---:|---|");
+                    let (fl, fr) = (factor_of(&claim.left), factor_of(&claim.right));
+                    let _ = writeln!(
+                        m,
+                        "  | where | {} | {} | ratio | held |\n  |---|---:|---:|---:|---|",
+                        side_name(&claim.left),
+                        side_name(&claim.right)
+                    );
                     for (at, l, r, ok) in &v.points {
                         let _ = writeln!(
                             m,
                             "  | {} | {} | {} | {} | {} |",
                             if at.is_empty() { "—" } else { at },
-                            num(*l),
-                            num(*r),
-                            ratio(*l, *r),
+                            num(l / fl),
+                            num(r / fr),
+                            ratio(l / fl, r / fr),
                             if *ok { "yes" } else { "no" }
                         );
                     }
@@ -155,15 +160,7 @@ fn why(claim: &Claim, points: &[(String, f64, f64, bool)]) -> String {
     if points.is_empty() {
         return "no point measured both sides (a server skipped, or the run was cut short).".into();
     }
-    let side_name = |s: &Side| match s {
-        Side::Number(n) => format!("{n}"),
-        Side::Metric { metric, server, .. } => format!("{server}'s {metric}"),
-    };
-    let unscaled = |s: &Side| match s {
-        Side::Metric { factor, .. } => *factor,
-        Side::Number(_) => 1.0,
-    };
-    let (fl, fr) = (unscaled(&claim.left), unscaled(&claim.right));
+    let (fl, fr) = (factor_of(&claim.left), factor_of(&claim.right));
     let ratios: Vec<f64> =
         points.iter().filter(|p| p.2 != 0.0).map(|(_, l, r, _)| (l / fl) / (r / fr)).collect();
     let (lo, hi) = ratios.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
@@ -191,6 +188,22 @@ fn why(claim: &Claim, points: &[(String, f64, f64, bool)]) -> String {
     }
     s.push('.');
     s
+}
+
+/// A side as the text names it: `event's throughput`, or its number.
+fn side_name(s: &Side) -> String {
+    match s {
+        Side::Number(n) => format!("{n}"),
+        Side::Metric { metric, server, .. } => format!("{server}'s {metric}"),
+    }
+}
+
+/// The factor a side's metric is multiplied by in the claim (1 for a number).
+fn factor_of(s: &Side) -> f64 {
+    match s {
+        Side::Metric { factor, .. } => *factor,
+        Side::Number(_) => 1.0,
+    }
 }
 
 fn num(x: f64) -> String {
@@ -297,6 +310,9 @@ expr = "mean(server=event) <= 0.5 * mean(server=pool)"
             "{md}"
         );
         assert!(md.contains("| clients=10 | 150 | 100 | 1.50× | yes |"), "{md}");
+        // Values without the claim's factor, beside the ratio the text gives.
+        assert!(md.contains("| where | event's mean | pool's mean | ratio | held |"), "{md}");
+        assert!(md.contains("| clients=10 | 0.800 | 2.00 | 0.40× | yes |"), "{md}");
         assert!(md.contains("paper002"), "the director experiment is listed as not rerun: {md}");
     }
 
