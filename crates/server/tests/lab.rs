@@ -15,7 +15,7 @@ fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("server,clients,path,cpus,repeat,throughput,p50,p99,errors,cpu_per_request,pss,fell_behind"),
+        Some("server,clients,path,cpus,repeat,throughput,mean,p50,p99,errors,cpu_per_request,pss,fell_behind"),
         "{text}"
     );
     lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
@@ -34,7 +34,7 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
         assert!(["pool", "event"].contains(&row[0].as_str()), "{row:?}");
         let throughput: f64 = row[5].parse().unwrap();
         assert!(throughput > 0.0, "every point served requests: {row:?}");
-        assert_eq!(row[8], "0", "no errors: {row:?}");
+        assert_eq!(row[9], "0", "no errors: {row:?}");
     }
     let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "an SVG document");
@@ -183,7 +183,7 @@ fn peers_are_measured_or_said_to_be_missing() {
         if installed {
             let row =
                 rows.iter().find(|r| r[0] == peer).unwrap_or_else(|| panic!("{peer} measured: {rows:?}"));
-            assert!(row[5].parse::<f64>().unwrap() > 0.0 && row[8] == "0", "{peer} served: {row:?}");
+            assert!(row[5].parse::<f64>().unwrap() > 0.0 && row[9] == "0", "{peer} served: {row:?}");
             assert!(out.join(format!("peers/{peer}/{peer}.conf")).is_file());
         } else {
             eprintln!("{peer} is not installed: checking that the report says so");
