@@ -15,7 +15,9 @@ fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("server,clients,path,cpus,repeat,throughput,mean,p50,p99,errors,cpu_per_request,pss,fell_behind"),
+        Some(
+            "server,clients,path,cpus,repeat,throughput,mean,p50,p99,errors,cpu_per_request,pss,fell_behind"
+        ),
         "{text}"
     );
     lines.map(|l| l.split(',').map(str::to_string).collect()).collect()

@@ -222,9 +222,9 @@ impl ServerBuilder {
         match parse_first_line(&first) {
             Some(addr) => {
                 server.addr = addr;
-                if first.split_whitespace().any(|w| w == "https") {
-                    crate::tls::register_https(addr);
-                }
+                // Ports are reused within a test process: what this server
+                // speaks replaces what an earlier one on the port spoke.
+                crate::tls::set_https(addr, first.split_whitespace().any(|w| w == "https"));
             }
             None => {
                 server.kill_and_collect();
@@ -425,6 +425,8 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Before the port is freed: a plain server may be given it next.
+        crate::tls::set_https(self.addr, false);
         // Also after a clean exit of the master: no worker may outlive the
         // test.
         self.kill_group();

@@ -16,14 +16,20 @@ fn https_addrs() -> &'static Mutex<HashSet<SocketAddr>> {
     ADDRS.get_or_init(Mutex::default)
 }
 
-/// Notes that the server on `addr` speaks HTTPS.
-pub(crate) fn register_https(addr: SocketAddr) {
-    https_addrs().lock().unwrap().insert(addr);
+/// Notes whether the server on `addr` speaks HTTPS (a started server says
+/// so; a stopped one no longer does: its port may serve plain HTTP next).
+pub(crate) fn set_https(addr: SocketAddr, https: bool) {
+    let mut addrs = https_addrs().lock().unwrap_or_else(|e| e.into_inner());
+    if https {
+        addrs.insert(addr);
+    } else {
+        addrs.remove(&addr);
+    }
 }
 
 /// Whether the server on `addr` speaks HTTPS (a server this process started).
 pub fn is_https(addr: SocketAddr) -> bool {
-    https_addrs().lock().unwrap().contains(&addr)
+    https_addrs().lock().unwrap_or_else(|e| e.into_inner()).contains(&addr)
 }
 
 /// The one client configuration (it keeps resumption tickets, as a
