@@ -291,3 +291,55 @@ fn the_demo_site_renders_in_chromium_over_https() {
     assert!(dom.contains("<title>") && dom.contains("modus"), "the demo page in:\n{dom}");
     assert!(!dom.contains("ERR_CERT") && !dom.contains("Your connection is not private"), "{dom}");
 }
+
+/// A lab report renders in Chromium from the file alone (it is
+/// self-contained): the plot's SVG and the claims are in the DOM, the
+/// console stays clean, and a screenshot is kept as a CI artifact.
+#[test]
+fn a_lab_report_renders_in_chromium() {
+    let Some(chromium) = chromium_or_skip("lab report") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tiny");
+    let r = testkit::run(
+        BIN,
+        ["lab", "run", "tiny", "--quick", "--out", out.to_str().unwrap()],
+        Duration::from_secs(180),
+    );
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let url = format!("file://{}", out.join("report.html").display());
+    let profile = tempfile::tempdir().unwrap();
+    let output = Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(&url)
+        .output()
+        .expect("chromium runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let dom = String::from_utf8_lossy(&output.stdout);
+    assert!(dom.contains("<svg") && dom.contains("event") && dom.contains("pool"), "the plot in:\n{dom}");
+    assert!(dom.contains("holds") || dom.contains("does not hold"), "the claim's verdict in:\n{dom}");
+    let log = String::from_utf8_lossy(&output.stderr);
+    let console: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("Failed to load"))
+        .collect();
+    assert!(console.is_empty(), "the page logged:\n{}", console.join("\n"));
+    let exe = std::env::current_exe().unwrap();
+    let artifacts = exe.ancestors().nth(3).expect("the target directory").join("ci-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let png = artifacts.join("lab-report.png");
+    run_chromium(&chromium, &url, &[&format!("--screenshot={}", png.display()), "--window-size=1280,2000"]);
+    let bytes = std::fs::read(&png).expect("chromium wrote the screenshot");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
+}
