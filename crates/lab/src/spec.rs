@@ -96,7 +96,7 @@ pub struct ServerSpec {
     /// `modus serve --model`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
-    /// A peer instead (`nginx`, `lighttpd`), from a configuration the lab writes.
+    /// A peer instead (`nginx`, `lighttpd`, `h2o`), from a configuration the lab writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<String>,
     /// More `modus serve` arguments.
@@ -336,7 +336,7 @@ mod tests {
             "{e}"
         );
         assert!(err("").contains("missing field `server`"), "{}", err(""));
-        assert!(err("[[server]]\npeer = \"h2o\"\n").contains("no peer \"h2o\""));
+        assert!(err("[[server]]\npeer = \"caddy\"\n").contains("no peer \"caddy\""));
         assert!(err("[[server]]\nname = \"x\"\n").contains("give either a `model` or a `peer`"));
         let e = err("[[server]]\nmodel = \"pool\"\n[[server]]\nmodel = \"pool\"\n");
         assert!(e.contains("two servers are named \"pool\""), "{e}");

@@ -179,7 +179,7 @@ fn peers_are_measured_or_said_to_be_missing() {
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     let rows = csv_rows(&out);
-    for peer in ["nginx", "lighttpd"] {
+    for peer in ["nginx", "lighttpd", "h2o"] {
         let installed =
             ["/usr/sbin", "/usr/bin", "/usr/local/sbin"].iter().any(|d| Path::new(d).join(peer).is_file());
         if installed {
