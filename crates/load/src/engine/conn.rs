@@ -357,7 +357,9 @@ impl Worker<'_> {
                 }
                 _ => format!("TLS: {e}"),
             };
-            self.note_connect_failure(&io::Error::other(why));
+            // As said, not through `connect_failure`'s lower-casing: the
+            // advice names flags (`--cacert FILE`).
+            *self.st.connect_failures.entry(why).or_default() += 1;
             self.fail_all(ci, ErrorKind::Connect, Instant::now());
             return Some(false);
         }
