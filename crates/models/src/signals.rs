@@ -65,6 +65,12 @@ pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
             Obeyed::Stop
         }
         Some(signal @ (Signal::USR1 | Signal::HUP)) => {
+            if signal == Signal::HUP && voice == Voice::Server {
+                // The service manager learns that a reload runs, and when it is done.
+                let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+                let usec = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000;
+                let _ = transport::systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
+            }
             if signal == Signal::HUP {
                 match p.tls.as_ref().filter(|tls| tls.reloadable()).map(|tls| tls.reload()) {
                     None => say(HUP_SAID),
@@ -78,6 +84,9 @@ pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
             }
             for e in [p.access_log.reopen().err(), p.error_log.reopen().err()].into_iter().flatten() {
                 p.error_log.error(format_args!("reopening logs: {e}"));
+            }
+            if signal == Signal::HUP && voice == Voice::Server {
+                let _ = transport::systemd::notify("READY=1");
             }
             Obeyed::LogsReopened
         }

@@ -547,8 +547,9 @@ fn user_names_that_do_not_exist_are_configuration_errors() {
 
 /// Under systemd: a socket handed in by socket activation (descriptor 3,
 /// `LISTEN_FDS`, `LISTEN_PID`) is served instead of binding `--listen`, and
-/// the service manager is told `READY=1` once connections are taken and
-/// `STOPPING=1` when the stop begins (`Type=notify`).
+/// the service manager is told `READY=1` once connections are taken,
+/// `RELOADING=1` … `READY=1` around a reload (SIGHUP), and `STOPPING=1` when
+/// the stop begins (`Type=notify`).
 #[test]
 fn a_socket_handed_in_by_systemd_is_served() {
     use std::io::{BufRead, BufReader, Read, Write};
@@ -582,8 +583,16 @@ fn a_socket_handed_in_by_systemd_is_served() {
     let mut response = String::new();
     c.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 200 ") && response.ends_with("Hello, world!\n"), "{response}");
-    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM)
-        .unwrap();
+    // `systemctl reload` (HUP): the manager is told a reload runs, then that it is done.
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    let n = notify.recv(&mut buf).unwrap();
+    let reloading = std::str::from_utf8(&buf[..n]).unwrap();
+    let usec = reloading.strip_prefix("RELOADING=1\nMONOTONIC_USEC=").expect(reloading);
+    assert!(usec.parse::<u64>().unwrap() > 0, "{reloading}");
+    let n = notify.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let n = notify.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"STOPPING=1");
     assert!(child.wait().unwrap().success());
@@ -601,7 +610,7 @@ fn the_systemd_unit_names_flags_modus_has() {
     for flag in words.iter().filter(|w| w.starts_with("--")) {
         assert!(help.contains(&format!("{flag} ")), "{flag} is not a modus serve flag");
     }
-    assert!(unit.contains("Type=notify") && unit.contains("ExecReload=/bin/kill -USR1 $MAINPID"));
+    assert!(unit.contains("Type=notify") && unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
     // The same flags with this machine's paths, checked without serving.
     let root = Docroot::standard();
     let dir = tempfile::tempdir().unwrap();
