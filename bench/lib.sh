@@ -438,6 +438,20 @@ make_docroot() {
     done
 }
 
+# make_cert ecdsa|rsa: a throw-away certificate for localhost and 127.0.0.1 (ECDSA P-256 or RSA 2048),
+# valid two days, as WORK/KIND.crt and WORK/KIND.key (bench/tls.sh, bench/testssl.sh)
+make_cert() {
+    local kind=$1 newkey
+    case $kind in
+        ecdsa) newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
+        rsa) newkey=(-newkey rsa:2048) ;;
+        *) die "make_cert: no key type $kind" ;;
+    esac
+    openssl req -x509 "${newkey[@]}" -nodes -days 2 -subj /CN=localhost \
+        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+        -keyout "$WORK/$kind.key" -out "$WORK/$kind.crt" 2>/dev/null || die "openssl could not make the $kind certificate"
+}
+
 # Sets MODUS_BIN: builds modus with cargo unless MODUS_BIN is already set.
 ensure_modus_bin() {
     if [ -z "${MODUS_BIN:-}" ]; then

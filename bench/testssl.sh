@@ -43,13 +43,7 @@ block=$(mktemp)
     echo "|---|---|---|---|"
 } >"$block"
 for kind in ecdsa rsa; do
-    case $kind in
-        ecdsa) newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
-        rsa) newkey=(-newkey rsa:2048) ;;
-    esac
-    openssl req -x509 "${newkey[@]}" -nodes -days 2 -subj /CN=localhost \
-        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-        -keyout "$WORK/$kind.key" -out "$WORK/$kind.crt" 2>/dev/null || die "openssl could not make the $kind certificate"
+    make_cert "$kind"
     "$MODUS_BIN" serve --model "$MODEL" --tls-listen 127.0.0.1:0 --tls-cert "$WORK/$kind.crt" \
         --tls-key "$WORK/$kind.key" --hsts 1y --access-log off >"$WORK/out" 2>"$WORK/err" &
     PID=$!

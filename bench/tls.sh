@@ -63,15 +63,7 @@ chmod -R a+rX "$DOCROOT"
 ensure_modus_bin
 
 # The certificates: one ECDSA P-256 and one RSA 2048, for localhost and 127.0.0.1.
-for kind in ecdsa rsa; do
-    case $kind in
-        ecdsa) newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
-        rsa) newkey=(-newkey rsa:2048) ;;
-    esac
-    openssl req -x509 "${newkey[@]}" -nodes -days 2 -subj /CN=localhost \
-        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-        -keyout "$WORK/$kind.key" -out "$WORK/$kind.crt" 2>/dev/null || die "openssl could not make the $kind certificate"
-done
+for kind in ecdsa rsa; do make_cert "$kind"; done
 
 # wait_https PORT PID NAME: until https://127.0.0.1:PORT/500B.txt answers (or the server died)
 wait_https() {

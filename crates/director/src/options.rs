@@ -227,46 +227,24 @@ pub fn resolve(what: &str, typed: &str) -> anyhow::Result<SocketAddr> {
 }
 
 impl DirectOptions {
-    /// The certificates of `--tls-listen`, loaded.
-    fn tls(&self) -> anyhow::Result<transport::tls::ServerTls> {
-        use transport::tls::{CertFiles, CertSource, ServerTls};
-        let source = if self.tls_self_signed {
-            if !self.tls_cert.is_empty() || !self.tls_key.is_empty() {
-                bail!("--tls-self-signed makes its own certificate: drop --tls-cert/--tls-key");
-            }
-            CertSource::SelfSigned(vec!["localhost".into(), "127.0.0.1".into(), "::1".into()])
-        } else {
-            if self.tls_cert.is_empty() || self.tls_cert.len() != self.tls_key.len() {
-                bail!(
-                    "--tls-listen needs a certificate and its key: {} --tls-cert and {} --tls-key given; \
-                     give them in pairs (or --tls-self-signed to try HTTPS)",
-                    self.tls_cert.len(),
-                    self.tls_key.len()
-                );
-            }
-            let pairs = self.tls_cert.iter().zip(&self.tls_key);
-            CertSource::Files(
-                pairs.map(|(cert, key)| CertFiles { cert: cert.clone(), key: key.clone() }).collect(),
-            )
-        };
-        ServerTls::new(source).map_err(|e| anyhow!(e))
-    }
-
     /// Checks the options and reads the busy page.
     pub fn config(&self) -> anyhow::Result<Config> {
-        let (listen, tls) = match (&self.listen, &self.tls_listen) {
+        let listen = match (&self.listen, &self.tls_listen) {
             (Some(plain), Some(_)) => bail!(
                 "--listen {plain} and --tls-listen: the director takes clients on one listener, \
                  HTTP or HTTPS; drop --listen to take them over HTTPS only"
             ),
-            (None, Some(addr)) => (resolve("--tls-listen", addr)?, Some(self.tls()?)),
-            (plain, None) => {
-                if !self.tls_cert.is_empty() || !self.tls_key.is_empty() || self.tls_self_signed {
-                    bail!("--tls-cert, --tls-key and --tls-self-signed need --tls-listen ADDR");
-                }
-                (resolve("--listen", plain.as_deref().unwrap_or("127.0.0.1:8000"))?, None)
-            }
+            (None, Some(addr)) => resolve("--tls-listen", addr)?,
+            (plain, None) => resolve("--listen", plain.as_deref().unwrap_or("127.0.0.1:8000"))?,
         };
+        let certs = transport::tls::CertSource::from_flags(
+            self.tls_listen.is_some(),
+            self.tls_cert.clone(),
+            self.tls_key.clone(),
+            self.tls_self_signed,
+        )
+        .map_err(|e| anyhow!(e))?;
+        let tls = certs.map(transport::tls::ServerTls::new).transpose().map_err(|e| anyhow!(e))?;
         let mut backends = Vec::new();
         for b in &self.backends {
             let addr = resolve("--backend", b)?;

@@ -509,41 +509,12 @@ impl ServeOptions {
     /// The certificates `--tls-*` name, if HTTPS is asked for; an error
     /// says what is missing or mismatched.
     pub fn tls(&self) -> Result<Option<transport::tls::CertSource>, String> {
-        use transport::tls::{CertFiles, CertSource};
-        let certs = self.tls_cert.clone().unwrap_or_default();
-        let keys = self.tls_key.clone().unwrap_or_default();
-        let self_signed = self.tls_self_signed.unwrap_or(false);
-        if self.tls_listen.is_none() {
-            if !certs.is_empty() || !keys.is_empty() || self_signed {
-                return Err("--tls-cert, --tls-key and --tls-self-signed need --tls-listen ADDR \
-                    (where HTTPS is served)"
-                    .into());
-            }
-            return Ok(None);
-        }
-        if self_signed {
-            if !certs.is_empty() || !keys.is_empty() {
-                return Err("--tls-self-signed makes its own certificate: drop --tls-cert/--tls-key, \
-                    or drop --tls-self-signed to use them"
-                    .into());
-            }
-            return Ok(Some(CertSource::SelfSigned(vec![
-                "localhost".into(),
-                "127.0.0.1".into(),
-                "::1".into(),
-            ])));
-        }
-        if certs.is_empty() || certs.len() != keys.len() {
-            return Err(format!(
-                "--tls-listen needs a certificate and its key: {} --tls-cert and {} --tls-key given; \
-                 give them in pairs (or --tls-self-signed to try HTTPS)",
-                certs.len(),
-                keys.len()
-            ));
-        }
-        Ok(Some(CertSource::Files(
-            certs.into_iter().zip(keys).map(|(cert, key)| CertFiles { cert, key }).collect(),
-        )))
+        transport::tls::CertSource::from_flags(
+            self.tls_listen.is_some(),
+            self.tls_cert.clone().unwrap_or_default(),
+            self.tls_key.clone().unwrap_or_default(),
+            self.tls_self_signed.unwrap_or(false),
+        )
     }
 
     /// `--cache-control`'s rules, or why they cannot be read (from a

@@ -50,6 +50,50 @@ pub enum CertSource {
     SelfSigned(Vec<String>),
 }
 
+impl CertSource {
+    /// The certificates the `--tls-*` flags name, as `modus serve` and
+    /// `modus direct` read them: `None` without `--tls-listen` (`listening`);
+    /// an error says which flag is missing, unpaired or out of place.
+    pub fn from_flags(
+        listening: bool,
+        certs: Vec<PathBuf>,
+        keys: Vec<PathBuf>,
+        self_signed: bool,
+    ) -> Result<Option<CertSource>, String> {
+        if !listening {
+            if !certs.is_empty() || !keys.is_empty() || self_signed {
+                return Err("--tls-cert, --tls-key and --tls-self-signed need --tls-listen ADDR \
+                    (where HTTPS is served)"
+                    .into());
+            }
+            return Ok(None);
+        }
+        if self_signed {
+            if !certs.is_empty() || !keys.is_empty() {
+                return Err("--tls-self-signed makes its own certificate: drop --tls-cert/--tls-key, \
+                    or drop --tls-self-signed to use them"
+                    .into());
+            }
+            return Ok(Some(CertSource::SelfSigned(vec![
+                "localhost".into(),
+                "127.0.0.1".into(),
+                "::1".into(),
+            ])));
+        }
+        if certs.is_empty() || certs.len() != keys.len() {
+            return Err(format!(
+                "--tls-listen needs a certificate and its key: {} --tls-cert and {} --tls-key given; \
+                 give them in pairs (or --tls-self-signed to try HTTPS)",
+                certs.len(),
+                keys.len()
+            ));
+        }
+        Ok(Some(CertSource::Files(
+            certs.into_iter().zip(keys).map(|(cert, key)| CertFiles { cert, key }).collect(),
+        )))
+    }
+}
+
 /// A server's TLS: its rustls configuration and the certificates it
 /// presents, which [`reload`](Self::reload) replaces.
 #[derive(Clone)]
