@@ -173,6 +173,8 @@ const LISTENER: u64 = u32::MAX as u64;
 const STOP: u64 = u32::MAX as u64 - 1;
 const WAKER: u64 = u32::MAX as u64 - 2;
 const NUDGE: u64 = u32::MAX as u64 - 3;
+/// The cache's inotify descriptor (`Pipeline::watch_files`).
+const FILES: u64 = u32::MAX as u64 - 4;
 /// Set in the token of a CGI pipe registered for a connection, so that its
 /// events never pass for the socket's (a pipe's hang-up is not the client's).
 const PIPE: u64 = slab::FLAG;
@@ -224,6 +226,8 @@ impl Conn {
 /// One event loop and everything it owns.
 struct Loop {
     poller: Poller,
+    /// Cache hits are trusted to the inotify watch (`Pipeline::watch_files`).
+    watching: bool,
     listener: Option<Arc<TcpListener>>,
     /// The listener is in the epoll set.
     listening: bool,
@@ -281,7 +285,15 @@ impl Loop {
         if let Some(helpers) = &helpers {
             poller.add(helpers.waker(), WAKER, Interest::READABLE, Trigger::Level)?;
         }
+        // Level-triggered, in every loop: each loop reads the changes before
+        // serving a turn that saw them, whichever loop's read emptied the queue.
+        let files = pipeline.watch_files();
+        if let Some(files) = &files {
+            poller.add(files, FILES, Interest::READABLE, Trigger::Level)?;
+        }
+        let watching = files.is_some();
         Ok(Loop {
+            watching,
             poller,
             listener: Some(listener),
             listening: true,
@@ -333,8 +345,17 @@ impl Loop {
             self.poller.wait(&mut events, timeout)?;
             self.now = Instant::now();
             me.busy_at(self.now);
+            // Changed files first: a request read in this turn may have been
+            // sent after the change (a cache hit costs no stat; see
+            // `Pipeline::watch_files`).
+            if events.iter().any(|e| e.token() == FILES) {
+                self.pipeline.files_changed();
+            } else {
+                self.pipeline.files_settled();
+            }
             for event in events.iter() {
                 match event.token() {
+                    FILES => {}
                     LISTENER => self.accept(),
                     STOP => self.begin_stop(),
                     WAKER => self.collect_replies(),
@@ -362,7 +383,7 @@ impl Loop {
 
     fn accept(&mut self) {
         let Some(listener) = self.listener.clone() else { return };
-        for _ in 0..ACCEPT_BATCH {
+        for n in 0..ACCEPT_BATCH {
             if self.conns.len() >= self.max_conns {
                 // Full: `watch_listener` takes the listener out before the
                 // next wait, and puts it back once a connection closes.
@@ -383,7 +404,10 @@ impl Loop {
                         peer.and_then(|a| SocketAddr::try_from(a).ok()).or_else(|| stream.peer_addr().ok());
                     // No address: the peer already left.
                     if let Some(peer) = peer {
-                        self.open(stream, peer);
+                        // The wait reported the first; the others may have
+                        // come, request and all, after a file changed that
+                        // it did not yet report: they wait for their edge.
+                        self.open(stream, peer, n == 0 || !self.watching);
                     }
                 }
                 Err(Errno::AGAIN) => return,
@@ -444,13 +468,16 @@ impl Loop {
         }
     }
 
-    fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
+    fn open(&mut self, stream: TcpStream, peer: SocketAddr, read_now: bool) {
         let Ok(stream) = Stream::accepted(stream, self.pipeline.tls.as_ref()) else { return };
         let now = self.now;
         let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline, self.mode);
         conn.set_edge_triggered();
         if self.srpt {
             conn.set_yielding();
+        }
+        if !read_now {
+            conn.await_readable();
         }
         let conn = Conn {
             stream,
@@ -472,7 +499,8 @@ impl Loop {
             return;
         }
         // Clients usually send their request right after connecting: try to
-        // read it now rather than after another round through epoll.
+        // read it now rather than after another round through epoll (or,
+        // not `read_now`, only arm its deadline).
         self.drive(token);
     }
 

@@ -1,7 +1,12 @@
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::SystemTime;
+
+use crate::errorlog::ErrorLog;
+use crate::watch::{Stale, Ticket, Watch};
 
 /// What identifies one version of a file on disk. A change to any field —
 /// a rewrite, a `touch`, a rename over it — makes the cached copy stale.
@@ -48,7 +53,8 @@ pub(crate) enum Body {
 }
 
 /// A cached file: its content and everything the response head needs, so
-/// a hit costs one `stat` and one `writev` (or `writev` + `sendfile`).
+/// a hit costs one `writev` (or `writev` + `sendfile`), plus a `stat` when
+/// no watch vouches for it.
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub identity: Identity,
@@ -60,6 +66,9 @@ pub(crate) struct Entry {
     /// `Accept-Ranges` of a 200, encoded once (see `Resource::whole_fields`).
     pub whole_fields: h1::FieldLines,
     last_used: AtomicU64,
+    /// The directory watch will report any change to it (see `watch.rs`),
+    /// so a hit needs no `stat`.
+    watched: AtomicBool,
 }
 
 impl Entry {
@@ -80,6 +89,7 @@ impl Entry {
             etag,
             content_type,
             last_used: AtomicU64::new(0),
+            watched: AtomicBool::new(false),
         }
     }
 }
@@ -105,6 +115,22 @@ pub struct Cache {
     misses: AtomicU64,
     /// Misses being read now, for `--schedule srpt-group`'s coalescing.
     pub(crate) flights: crate::flights::Flights<Arc<Entry>>,
+    /// Set by an event loop that reads its changes ([`Cache::watch`]).
+    watch: OnceLock<Watch>,
+    /// Held while changes are read and their entries dropped, and
+    /// `changing` set meanwhile: a loop whose turn did not see the changes
+    /// because another loop's read took them waits for that loop to finish
+    /// dropping the stale entries ([`Cache::settle`]).
+    change: Mutex<()>,
+    changing: AtomicBool,
+}
+
+/// A cache hit, and whether it still has to be checked against the disk.
+pub(crate) enum Hit {
+    /// The watch vouches for it.
+    Fresh(Arc<Entry>),
+    /// Compare its identity with a `stat` of the path first.
+    Check(Arc<Entry>),
 }
 
 impl Cache {
@@ -119,6 +145,91 @@ impl Cache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             flights: crate::flights::Flights::default(),
+            watch: OnceLock::new(),
+            change: Mutex::new(()),
+            changing: AtomicBool::new(false),
+        }
+    }
+
+    /// Watches the directories of the files this cache holds from the root
+    /// `root_fd` for changes, so hits need no `stat`, and returns the
+    /// descriptor to poll: when it is readable, call [`Cache::files_changed`]
+    /// before serving anything else. Every caller gets the one watch.
+    pub(crate) fn watch(
+        &self,
+        root_fd: BorrowedFd<'_>,
+        error_log: &Arc<ErrorLog>,
+    ) -> io::Result<BorrowedFd<'_>> {
+        if self.watch.get().is_none() {
+            // Two loops starting at once may both make one; one is kept.
+            let _ = self.watch.set(Watch::new(root_fd, error_log.clone())?);
+        }
+        Ok(self.watch.get().map(Watch::fd).expect("set above"))
+    }
+
+    /// Reads the watch's changes and drops what they made stale.
+    pub fn files_changed(&self) {
+        let Some(watch) = self.watch.get() else { return };
+        let _one_at_a_time = self.change.lock().unwrap_or_else(|e| e.into_inner());
+        // Set before the read that empties the inotify queue: a loop whose
+        // wait then found it empty sees the flag (the queue's lock orders
+        // the two) and waits in `settle` until the entries are gone.
+        self.changing.store(true, Ordering::SeqCst);
+        self.drop_stale(watch.drain());
+        self.changing.store(false, Ordering::SeqCst);
+    }
+
+    /// At the start of a loop's turn that did not see the watch readable:
+    /// waits if another loop is dropping stale entries right now (one
+    /// atomic load otherwise).
+    pub fn settle(&self) {
+        if self.changing.load(Ordering::SeqCst) {
+            drop(self.change.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+
+    fn drop_stale(&self, stale: Vec<Stale>) {
+        if stale.is_empty() {
+            return;
+        }
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        let mut freed = 0;
+        for change in stale {
+            match change {
+                Stale::Everything => {
+                    freed += entries.values().map(|e| e.identity.len).sum::<u64>();
+                    entries.clear();
+                }
+                Stale::Path { key, beneath } => {
+                    if let Some(old) = entries.remove(&key) {
+                        freed += old.identity.len;
+                    }
+                    if beneath {
+                        let under = format!("{key}/");
+                        entries.retain(|k, e| {
+                            let keep = !k.starts_with(&under);
+                            if !keep {
+                                freed += e.identity.len;
+                            }
+                            keep
+                        });
+                    }
+                }
+            }
+        }
+        self.bytes.fetch_sub(freed, Ordering::Relaxed);
+    }
+
+    /// Before a file is read for the cache: watches its directories (when
+    /// the cache is watched), so that no change after this goes unseen.
+    pub(crate) fn ticket(&self, path: &str) -> Option<Ticket> {
+        self.watch.get().map(|w| w.ticket(path))
+    }
+
+    /// Says once why a file is left to the `stat` (see `watch.rs`).
+    pub(crate) fn unwatchable(&self, cause: &'static str, path: &str) {
+        if let Some(w) = self.watch.get() {
+            w.unwatchable(cause, path);
         }
     }
 
@@ -127,25 +238,45 @@ impl Cache {
         len <= self.max_file
     }
 
-    /// The entry for `key` if it still matches the file's `identity`.
-    pub(crate) fn get(&self, key: &str, identity: &Identity) -> Option<Arc<Entry>> {
-        let found = {
+    /// The entry for `key`, and whether it must be checked against the disk
+    /// (then [`Cache::hit`] once it matched).
+    pub(crate) fn lookup(&self, key: &str) -> Option<Hit> {
+        let entry = {
             let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-            entries.get(key).filter(|e| e.identity == *identity).cloned()
-        };
-        if let Some(entry) = &found {
-            // Stamped with the insert count, not a clock of its own: a hit
-            // on a hot entry, whose stamp is current already, writes no
-            // shared line but the hit counter, and eviction, which only an
-            // insert starts, still finds what no hit touched since the most
-            // inserts ago.
-            let now = self.clock.load(Ordering::Relaxed);
-            if entry.last_used.load(Ordering::Relaxed) != now {
-                entry.last_used.store(now, Ordering::Relaxed);
-            }
-            self.hits.fetch_add(1, Ordering::Relaxed);
+            entries.get(key).cloned()
+        }?;
+        if entry.watched.load(Ordering::Relaxed) {
+            self.hit(&entry);
+            Some(Hit::Fresh(entry))
+        } else {
+            Some(Hit::Check(entry))
         }
-        found
+    }
+
+    /// The entry for `key` if it still matches the file's `identity`.
+    #[cfg(test)]
+    pub(crate) fn get(&self, key: &str, identity: &Identity) -> Option<Arc<Entry>> {
+        match self.lookup(key)? {
+            Hit::Fresh(entry) => Some(entry),
+            Hit::Check(entry) if entry.identity == *identity => {
+                self.hit(&entry);
+                Some(entry)
+            }
+            Hit::Check(_) => None,
+        }
+    }
+
+    /// Counts a hit on `entry` and stamps it recently used.
+    pub(crate) fn hit(&self, entry: &Entry) {
+        // Stamped with the insert count, not a clock of its own: a hit on a
+        // hot entry, whose stamp is current already, writes no shared line
+        // but the hit counter, and eviction, which only an insert starts,
+        // still finds what no hit touched since the most inserts ago.
+        let now = self.clock.load(Ordering::Relaxed);
+        if entry.last_used.load(Ordering::Relaxed) != now {
+            entry.last_used.store(now, Ordering::Relaxed);
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a cacheable file that had to be read from disk.
@@ -153,8 +284,9 @@ impl Cache {
         self.misses.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Stores (or replaces) the entry for `key`.
-    pub(crate) fn insert(&self, key: &str, entry: Arc<Entry>) {
+    /// Stores (or replaces) the entry for `key`; `ticket` is the watch's
+    /// word for it, taken before the file was opened (none: `stat` per hit).
+    pub(crate) fn insert(&self, key: &str, entry: Arc<Entry>, ticket: Option<Ticket>) {
         let len = entry.identity.len;
         if !self.admits(len) {
             return;
@@ -164,6 +296,12 @@ impl Cache {
         // hit after it.
         entry.last_used.store(self.clock.fetch_add(2, Ordering::Relaxed) + 1, Ordering::Relaxed);
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        // Under the lock that `files_changed` takes after moving the epoch:
+        // a change read since the ticket leaves this entry to the `stat`, and
+        // one read later removes it.
+        if let (Some(ticket), Some(watch)) = (ticket, self.watch.get()) {
+            entry.watched.store(ticket.watched && ticket.epoch == watch.epoch(), Ordering::Relaxed);
+        }
         if let Some(old) = entries.insert(key.to_owned(), entry) {
             self.bytes.fetch_sub(old.identity.len, Ordering::Relaxed);
         }
@@ -214,7 +352,7 @@ mod tests {
         let cache = Cache::new(1000, 100);
         let e = entry(1, 10);
         let id = e.identity;
-        cache.insert("/a", e);
+        cache.insert("/a", e, None);
         assert!(cache.get("/a", &id).is_some());
         let changed = Identity { len: 11, ..id };
         assert!(cache.get("/a", &changed).is_none());
@@ -226,10 +364,10 @@ mod tests {
         let cache = Cache::new(100, 40);
         let a = entry(1, 40);
         let ida = a.identity;
-        cache.insert("/a", a);
-        cache.insert("/b", entry(2, 40));
+        cache.insert("/a", a, None);
+        cache.insert("/b", entry(2, 40), None);
         assert!(cache.get("/a", &ida).is_some()); // /b is now the oldest
-        cache.insert("/c", entry(3, 40));
+        cache.insert("/c", entry(3, 40), None);
         assert!(cache.stats().2 <= 100);
         let entries = cache.entries.read().unwrap();
         assert!(entries.contains_key("/a") && entries.contains_key("/c") && !entries.contains_key("/b"));
@@ -243,9 +381,9 @@ mod tests {
         let cache = Cache::new(100, 70);
         let z = entry(1, 40);
         let idz = z.identity;
-        cache.insert("/z", z);
+        cache.insert("/z", z, None);
         assert!(cache.get("/z", &idz).is_some());
-        cache.insert("/a", entry(2, 70));
+        cache.insert("/a", entry(2, 70), None);
         let entries = cache.entries.read().unwrap();
         assert!(entries.contains_key("/a") && !entries.contains_key("/z"));
     }
@@ -253,7 +391,7 @@ mod tests {
     #[test]
     fn refuses_files_over_the_limit() {
         let cache = Cache::new(1000, 10);
-        cache.insert("/big", entry(1, 11));
+        cache.insert("/big", entry(1, 11), None);
         assert_eq!(cache.stats().2, 0);
     }
 }

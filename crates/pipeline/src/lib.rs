@@ -38,6 +38,7 @@ mod settings;
 mod site;
 mod spares;
 pub mod stats;
+mod watch;
 
 pub use accesslog::{AccessLog, LogRecord};
 pub use cache::Cache;
@@ -127,6 +128,39 @@ impl Pipeline {
     pub fn with_tls(mut self, tls: transport::tls::ServerTls) -> Pipeline {
         self.tls = Some(tls);
         self
+    }
+
+    /// For an event loop: watches the files the cache holds for changes
+    /// (inotify), so a cache hit costs no `stat`, and returns the
+    /// descriptor to add to the loop's poll set. Whenever it is readable,
+    /// the loop calls [`Pipeline::files_changed`] before anything else it
+    /// serves in that turn. `None`: nothing to watch (an embedded site), or
+    /// no watch could be made (said in the error log; hits keep the `stat`).
+    pub fn watch_files(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        let root = self.site.root_fd()?;
+        match self.cache.watch(root, &self.error_log) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                self.error_log.warn_once(
+                    "inotify",
+                    format_args!("cache: cannot watch the document root for changes ({e}): every cache hit is checked with a stat"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Drops the cache entries of files that changed since the last call
+    /// (see [`Pipeline::watch_files`]).
+    pub fn files_changed(&self) {
+        self.cache.files_changed();
+    }
+
+    /// Called instead of [`Pipeline::files_changed`] by a turn that did not
+    /// see the watch readable: another loop may have read the changes and
+    /// still be dropping their entries; this waits until it has.
+    pub fn files_settled(&self) {
+        self.cache.settle();
     }
 
     /// Replaces the (default: timing on, no trace) statistics.

@@ -234,6 +234,21 @@ impl DocRoot {
         Ok((file, meta))
     }
 
+    /// The root directory's descriptor (`O_PATH`).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.dir.as_fd()
+    }
+
+    /// Whether the last component of `rel` is a symlink (a cached file
+    /// reached through one can change under a name no watch of its
+    /// directory reports).
+    pub fn is_symlink(&self, rel: &str) -> bool {
+        let rel = rel.trim_start_matches('/');
+        rustix::fs::statat(&self.dir, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map_or(true, |st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink())
+    }
+
     /// Returns the metadata of `rel` without opening it for reading (for
     /// validating cache entries), with the same escape rules and errors as
     /// [`DocRoot::open_file`], except that special files are reported

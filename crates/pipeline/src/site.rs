@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use transport::{Chunk, Data};
 
-use crate::cache::{Body, Cache, Entry, Identity, INLINE_MAX};
+use crate::cache::{Body, Cache, Entry, Hit, Identity, INLINE_MAX};
 use crate::flights::{Boarding, Landed};
 use crate::resolve::{DocRoot, SymlinkPolicy};
 use crate::{conditional, listing, Settings};
@@ -187,6 +187,14 @@ impl Site {
         Site::Embedded(Embedded { files: map, dirs })
     }
 
+    /// The root directory's descriptor, for a site on disk.
+    pub(crate) fn root_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match self {
+            Site::Dir(root) => Some(root.fd()),
+            Site::Embedded(_) => None,
+        }
+    }
+
     /// Finds what `path` names, and whether it came from memory (a cache
     /// hit or an embedded file). With [`Blocking::Avoid`], `None` means the
     /// answer needs the disk beyond one `stat` of a cached file.
@@ -241,13 +249,19 @@ impl Site {
     }
 }
 
-/// The cache entry for `path` if the file on disk is still that version.
+/// The cache entry for `path` if the file on disk is still that version:
+/// the watch's word for it, or else a `stat`.
 fn cached(root: &DocRoot, path: &str, cache: &Cache) -> Option<Arc<Entry>> {
+    let entry = match cache.lookup(path)? {
+        Hit::Fresh(entry) => return Some(entry),
+        Hit::Check(entry) => entry,
+    };
     let st = root.stat_unchecked(path).ok()?;
-    if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+    if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() || Identity::of(&st) != entry.identity {
         return None;
     }
-    cache.get(path, &Identity::of(&st))
+    cache.hit(&entry);
+    Some(entry)
 }
 
 fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) -> Found {
@@ -283,6 +297,8 @@ fn lookup_dir(root: &DocRoot, path: &str, cache: &Cache, settings: &Settings) ->
 /// Opens a file beneath the root; reads it into the cache if it is small
 /// enough, else keeps the descriptor for `sendfile`.
 fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
+    // Before the open: a change from here on is seen (see `watch.rs`).
+    let ticket = cache.ticket(path);
     let (mut file, meta) = match root.open_file(path) {
         Ok(opened) => opened,
         Err(e) => return from_io(e),
@@ -291,16 +307,27 @@ fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
         return Found::Forbidden(Refusal::NotRegular);
     }
     // Validators come from the descriptor actually served, not an earlier stat.
-    let identity = match rustix::fs::fstat(&file) {
-        Ok(st) => Identity::of(&st),
+    let (identity, links) = match rustix::fs::fstat(&file) {
+        Ok(st) => (Identity::of(&st), st.st_nlink),
         Err(e) => return Found::Failed(e.into()),
     };
+    let ticket = ticket.filter(|t| t.watched).filter(|_| {
+        if links > 1 || root.is_symlink(path) {
+            cache.unwatchable("inotify-link", path);
+            false
+        } else if crate::watch::remote_filesystem(&file) {
+            cache.unwatchable("inotify-remote", path);
+            false
+        } else {
+            true
+        }
+    });
     let etag = conditional::etag(identity.ino, identity.len, identity.modified);
     let content_type = content_type(path);
     if cache.admits(identity.len) && identity.len > INLINE_MAX {
         cache.note_miss();
         let entry = Arc::new(Entry::new(identity, Body::File(Arc::new(file)), etag, content_type));
-        cache.insert(path, entry.clone());
+        cache.insert(path, entry.clone(), ticket);
         return Found::Resource(Resource::Cached(entry));
     }
     if cache.admits(identity.len) {
@@ -311,7 +338,7 @@ fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
         }
         if bytes.len() as u64 == identity.len {
             let entry = Arc::new(Entry::new(identity, Body::Bytes(bytes.into()), etag, content_type));
-            cache.insert(path, entry.clone());
+            cache.insert(path, entry.clone(), ticket);
             return Found::Resource(Resource::Cached(entry));
         }
         // The file shrank while we read it: serve it from disk this once

@@ -407,6 +407,17 @@ impl Connection {
         }
     }
 
+    /// Reads nothing until the next [`readable`](Self::readable): for a
+    /// connection accepted later in a turn than the wait that reported
+    /// its listener, whose request may have been sent after a file changed
+    /// whose event that wait did not yet report ([`Pipeline::watch_files`]).
+    /// Registering it edge-triggered reports bytes already there at the next wait.
+    ///
+    /// [`Pipeline::watch_files`]: crate::Pipeline::watch_files
+    pub fn await_readable(&mut self) {
+        self.drained = self.edge_triggered;
+    }
+
     /// The socket reported readable (edge-triggered drivers).
     pub fn readable(&mut self) {
         self.drained = false;

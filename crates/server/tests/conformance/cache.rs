@@ -119,3 +119,83 @@ fn tiny_cache_still_serves_everything() {
         }
     }
 }
+
+// The event loops trust a cached file to an inotify watch of its
+// directories instead of a stat per hit: these are the changes a watch of
+// the file's own directory alone would miss, and every model must see them.
+
+#[test]
+fn directory_renamed_above_a_cached_file() {
+    let (root, srv) = standard(MODEL, &[]);
+    let before = warm(&srv, "/dir/nested/deep.txt");
+    std::fs::rename(root.join("dir/nested"), root.join("dir/moved")).unwrap();
+    get(&srv, "/dir/nested/deep.txt").assert_status(404);
+    root.file("dir/nested/deep.txt", "a new deep file\n");
+    root.set_mtime("dir/nested/deep.txt", old_mtime());
+    expect_new(&srv, "/dir/nested/deep.txt", b"a new deep file\n", before.header_one("etag"));
+    // The moved directory still serves under its new name.
+    let moved = get(&srv, "/dir/moved/deep.txt");
+    moved.assert_status(200);
+    assert_eq!(moved.body_str(), "deep file\n");
+}
+
+#[test]
+fn target_of_a_symlink_rewritten() {
+    let (root, srv) = standard(MODEL, &[]);
+    let before = warm(&srv, "/link-inside.txt");
+    assert_eq!(before.body_str(), HELLO);
+    root.file("hello.txt", "changed behind the link\n");
+    expect_new(&srv, "/link-inside.txt", b"changed behind the link\n", before.header_one("etag"));
+}
+
+#[test]
+fn symlink_pointed_elsewhere() {
+    let (root, srv) = standard(MODEL, &[]);
+    let before = warm(&srv, "/link-inside.txt");
+    std::fs::remove_file(root.join("link-inside.txt")).unwrap();
+    root.symlink("link-inside.txt", "alphabet.txt");
+    expect_new(&srv, "/link-inside.txt", b"abcdefghijklmnopqrstuvwxyz", before.header_one("etag"));
+}
+
+#[test]
+fn hard_link_written_through_a_name_outside_the_root() {
+    let (root, srv) = standard(MODEL, &[]);
+    let outside = root.base().join("outside-link.txt");
+    std::fs::hard_link(root.join("hello.txt"), &outside).unwrap();
+    let before = warm(&srv, "/hello.txt");
+    // Same inode, rewritten in place through the other name.
+    std::fs::write(&outside, "written through the other link\n").unwrap();
+    expect_new(&srv, "/hello.txt", b"written through the other link\n", before.header_one("etag"));
+}
+
+#[test]
+fn file_replaced_in_a_new_subdirectory_tree() {
+    // The whole tree under a name swapped at once (a deploy by rename).
+    let (root, srv) = standard(MODEL, &[]);
+    root.file("site/v.txt", "version one\n");
+    root.set_mtime("site/v.txt", old_mtime());
+    let before = warm(&srv, "/site/v.txt");
+    let staged = root.base().join("staged-site");
+    std::fs::create_dir_all(&staged).unwrap();
+    std::fs::write(staged.join("v.txt"), "version two\n").unwrap();
+    std::fs::rename(root.join("site"), root.base().join("old-site")).unwrap();
+    std::fs::rename(&staged, root.join("site")).unwrap();
+    expect_new(&srv, "/site/v.txt", b"version two\n", before.header_one("etag"));
+}
+
+#[test]
+fn changed_between_requests_on_one_connection() {
+    let (root, srv) = standard(MODEL, &[]);
+    let mut c = srv.client();
+    let before = c.request("GET", "/hello.txt", &[]);
+    before.assert_status(200);
+    let again = c.request("GET", "/hello.txt", &[]);
+    assert_eq!(again.body_str(), HELLO);
+    for round in 0..20 {
+        let body = format!("round {round}\n");
+        root.file("hello.txt", &body);
+        let r = c.request("GET", "/hello.txt", &[]);
+        r.assert_status(200);
+        assert_eq!(r.body_str(), body, "round {round}\n{}", r.describe());
+    }
+}
