@@ -105,20 +105,21 @@ pub(crate) fn serve(
     // connection. Nagle would hold back a response's last segment while the
     // client delays its ACK. (No SO_*TIMEO: those are for blocking threads.)
     rustix::net::sockopt::set_tcp_nodelay(&listener, true)?;
-    let listener = Arc::new(listener);
+    let workers = tuning.workers.max(1);
+    let listeners = listeners(listener, workers, tuning.reuseport, &pipeline);
     // Every loop is set up before any runs, so a failure leaves nothing behind.
     let mut loops = Vec::new();
-    let workers = tuning.workers.max(1);
     let nudges: Arc<[Waker]> = (0..workers).map(|_| Waker::new()).collect::<io::Result<Vec<_>>>()?.into();
     for i in 0..workers {
         let helpers = helpers(i)?.map(|h| (send_away, h));
         let cap = loop_share(tuning.max_connections, workers, i);
-        let mut lp = Loop::new(listener.clone(), pipeline.clone(), shutdown.clone(), helpers, cap)?;
+        let listener = listeners[i % listeners.len()].clone();
+        let mut lp = Loop::new(listener, pipeline.clone(), shutdown.clone(), helpers, cap)?;
         lp.join_siblings(i, nudges.clone())?;
         loops.push(lp);
     }
-    // Only the loops hold the listener now: when they drop it, it closes.
-    drop(listener);
+    // Only the loops hold the listeners now: when they drop them, they close.
+    drop(listeners);
     let mut result = Ok(());
     let mut threads = Vec::new();
     for (i, mut lp) in loops.into_iter().enumerate() {
@@ -147,6 +148,40 @@ pub(crate) fn serve(
         result = result.and(outcome);
     }
     result
+}
+
+/// The listener of each loop: the one shared socket, or (`--reuseport`)
+/// one per loop in its `SO_REUSEPORT` group, the kernel choosing a loop
+/// for each connection by a hash of its addresses — no shared queue and no
+/// wake-up of a loop that finds nothing, but no moving a connection to a
+/// loop with room either (`accept`'s nudge only makes the others look in
+/// their own queues). A socket handed in by systemd has no group: shared.
+fn listeners(
+    listener: TcpListener,
+    workers: usize,
+    reuseport: bool,
+    pipeline: &Pipeline,
+) -> Vec<Arc<TcpListener>> {
+    let mut listeners = Vec::new();
+    if reuseport {
+        for _ in 1..workers {
+            match transport::listener::sibling(&listener).and_then(|l| {
+                l.set_nonblocking(true)?;
+                Ok(l)
+            }) {
+                Ok(sibling) => listeners.push(Arc::new(sibling)),
+                Err(e) => {
+                    pipeline.error_log.warn(format_args!(
+                        "--reuseport: no listener of its own for every loop ({e}): the loops share one"
+                    ));
+                    listeners.clear();
+                    break;
+                }
+            }
+        }
+    }
+    listeners.insert(0, Arc::new(listener));
+    listeners
 }
 
 /// Loop `i`'s share of `max_connections` among `workers` loops: the shares

@@ -81,6 +81,10 @@ pub struct Tuning {
     /// `staged`); at the cap they stop accepting and newcomers wait in the
     /// kernel's backlog (nginx's `worker_connections`).
     pub max_connections: usize,
+    /// `event`/`amped`: one listener per loop, bound with `SO_REUSEPORT`
+    /// (nginx's `listen ... reuseport`), so loops take connections from
+    /// accept queues of their own instead of waking on one shared socket.
+    pub reuseport: bool,
     /// Time in-flight requests get after a stop request (process models
     /// enforce it on their children; the server enforces it for the others).
     pub shutdown_timeout: std::time::Duration,
@@ -114,6 +118,7 @@ impl Default for Tuning {
             // of 64k or more; memory stays small because idle keep-alive
             // connections hold no read buffer.
             max_connections: 10_000,
+            reuseport: false,
             shutdown_timeout: std::time::Duration::from_secs(10),
         }
     }

@@ -20,11 +20,17 @@
 //!   and the error log says so once per cause.
 //! * A lost event (the kernel's queue overflowed) empties the cache.
 //!
-//! What a change is guaranteed to reach: every request the loop reads after
-//! the event is queued, except one read in the very turn the change happened
-//! in (the loop drains the watch at the start of a turn). The `stat` it
-//! replaces was exact; nginx's `open_file_cache` trusts a descriptor for
-//! `open_file_cache_valid` (60 s by default).
+//! What a change is guaranteed to reach: a loop reads the watch before
+//! anything else in a turn whose wait reported it (and waits for another
+//! loop that is still dropping what it read); a connection accepted after
+//! the first of a turn waits for its own readable edge rather than being
+//! read at once. So a request is answered from the changed file when its
+//! bytes arrived after the change's event was queued — except bytes that
+//! arrive between a wait and the read of the connection that wait
+//! reported (a client that connects, changes the file, then sends at
+//! once). The `stat` it replaces was exact; nginx's `open_file_cache`
+//! trusts a descriptor for `open_file_cache_valid` (60 s by default),
+//! lighttpd's default stat cache for a second.
 
 use std::collections::HashMap;
 use std::io;

@@ -170,6 +170,11 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N", help_heading = "Models")]
     pub max_connections: Option<usize>,
 
+    /// event, amped: a listening socket per loop (SO_REUSEPORT; the kernel
+    /// spreads connections by address hash) instead of one shared by all
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Models")]
+    pub reuseport: Option<bool>,
+
     /// Hold a new connection in the kernel until its first bytes arrive, up to
     /// this long (TCP_DEFER_ACCEPT; a silent client is accepted after it); 0 = off [default: 1s]
     #[arg(long, value_name = "DURATION", help_heading = "Network")]
@@ -400,6 +405,7 @@ impl ServeOptions {
             max_clients: Some(t.max_clients),
             threads_per_child: Some(t.threads_per_child),
             max_connections: Some(t.max_connections),
+            reuseport: Some(t.reuseport),
             defer_accept: Some(Dur(DEFER_ACCEPT)),
             access_log: Some("-".into()),
             error_log: Some("-".into()),
@@ -470,6 +476,7 @@ impl ServeOptions {
             max_clients: self.max_clients.unwrap_or(d.max_clients),
             threads_per_child: self.threads_per_child.unwrap_or(d.threads_per_child),
             max_connections: self.max_connections.unwrap_or(d.max_connections),
+            reuseport: self.reuseport.unwrap_or(d.reuseport),
             shutdown_timeout: self.shutdown_timeout.map_or(d.shutdown_timeout, |t| t.0),
         }
     }

@@ -131,6 +131,10 @@ impl Server {
         let error_log =
             ErrorLog::open(LogTarget::parse(errors)).with_context(|| format!("--error-log {errors}"))?;
         let tuning = options.tuning();
+        let has_loops = model.caps.event_driven && !model.caps.staged;
+        if tuning.reuseport && !has_loops {
+            bail!("--reuseport gives each event loop a listener of its own: it is for event and amped, not {name}");
+        }
         if model.caps.event_driven && tuning.max_connections < tuning.workers.max(1) {
             // Every loop needs at least one connection of its own.
             bail!("--max-connections {} is below --workers {}", tuning.max_connections, tuning.workers);
@@ -169,7 +173,7 @@ impl Server {
         let listener = match activated {
             // systemd bound it: --listen is the service manager's business then.
             Some(listener) => listener,
-            None => transport::listener::bind(self.addr, false)
+            None => transport::listener::bind(self.addr, options.tuning().reuseport)
                 .map_err(|e| anyhow!(transport::listener::bind_failure(self.listen_flag(), self.addr, &e)))?,
         };
         // Before the address is announced: sockets accepted by the kernel

@@ -632,3 +632,58 @@ fn the_systemd_unit_names_flags_modus_has() {
         assert!(out.stderr.contains("only root can become another user"), "{}", out.stderr);
     }
 }
+
+/// `--reuseport`: every loop of `event` and `amped` accepts from a listener
+/// of its own on the one port, and both loops get connections (the kernel
+/// hashes 64 connections' addresses over the two: all on one would be a
+/// 1 in 2^63 chance); a model without loops refuses the flag.
+#[test]
+fn reuseport_gives_every_loop_a_listener_of_its_own() {
+    let root = Docroot::standard();
+    for model in ["event", "amped"] {
+        let srv = Server::start(
+            BIN,
+            model,
+            root.path(),
+            &["--workers", "2", "--reuseport", "--admin", "127.0.0.1:0"],
+        );
+        let port = srv.addr().port();
+        // The loops open their listeners once the model runs, just after
+        // the address is announced.
+        let listeners = || {
+            let out = std::process::Command::new("ss").args(["-Htln", &format!("sport = :{port}")]).output();
+            out.map(|o| String::from_utf8_lossy(&o.stdout).lines().count()).unwrap_or(0)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while listeners() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(listeners(), 2, "{model}: listeners on port {port}");
+        for _ in 0..64 {
+            get_ok(&srv, "/hello.txt");
+        }
+        let admin = srv.announced("admin");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let served = loop {
+            let (_, _, body) = testkit::get_once(admin, "/status.json");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let served: Vec<u64> = v["workers"]["scoreboard"]
+                .as_array()
+                .unwrap()
+                .iter()
+                // The loops, not amped's helpers.
+                .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with("event-")))
+                .map(|w| w["served"].as_u64().unwrap())
+                .collect();
+            if served.iter().sum::<u64>() >= 64 || std::time::Instant::now() > deadline {
+                break served;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(served.len(), 2, "{model}: {served:?}");
+        assert!(served.iter().all(|&n| n > 0), "{model}: a loop served nothing: {served:?}");
+    }
+    let out = run_modus(&["serve", "--listen", "127.0.0.1:0", "--model", "pool", "--reuseport", "--check"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("--reuseport") && out.stderr.contains("event and amped"), "{}", out.stderr);
+}

@@ -30,6 +30,21 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
     Ok(socket.into())
 }
 
+/// Another listener on `listener`'s address, in its `SO_REUSEPORT` group
+/// (so `listener` must have been bound with `reuse_port`), carrying the
+/// options accepted sockets inherit from `listener` — timeouts,
+/// `TCP_NODELAY`, `TCP_DEFER_ACCEPT` — so an event loop can have an accept
+/// queue of its own that behaves like the shared one.
+pub fn sibling(listener: &TcpListener) -> io::Result<TcpListener> {
+    let new = bind(listener.local_addr()?, true)?;
+    let (from, to) = (socket2::SockRef::from(listener), socket2::SockRef::from(&new));
+    to.set_read_timeout(from.read_timeout()?)?;
+    to.set_write_timeout(from.write_timeout()?)?;
+    to.set_tcp_nodelay(from.tcp_nodelay()?)?;
+    set_defer_accept(&new, defer_accept(listener)?)?;
+    Ok(new)
+}
+
 /// Sets, on the listener, the options blocking workers want on every
 /// connection: Linux copies socket options to accepted sockets, so this
 /// saves three `setsockopt` calls per connection. `tick` becomes the read
@@ -143,6 +158,42 @@ mod tests {
         assert!(read >= Duration::from_millis(250) && read < Duration::from_millis(300), "{read:?}");
         assert!(accepted.write_timeout().unwrap().is_some());
         assert!(accepted.nodelay().unwrap());
+    }
+
+    #[test]
+    fn a_sibling_shares_the_port_and_the_accepted_defaults() {
+        let first = bind("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        set_accepted_defaults(&first, Duration::from_millis(250)).unwrap();
+        set_defer_accept(&first, Duration::from_secs(1)).unwrap();
+        let second = sibling(&first).unwrap();
+        assert_eq!(second.local_addr().unwrap(), first.local_addr().unwrap());
+        assert!(defer_accept(&second).unwrap() >= Duration::from_secs(1));
+        // The kernel spreads connections over the group by their address
+        // hash: with enough of them, both queues get some.
+        first.set_nonblocking(true).unwrap();
+        second.set_nonblocking(true).unwrap();
+        let clients: Vec<_> = (0..64)
+            .map(|_| {
+                let mut c = std::net::TcpStream::connect(first.local_addr().unwrap()).unwrap();
+                std::io::Write::write_all(&mut c, b"x").unwrap();
+                c
+            })
+            .collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while a.len() + b.len() < clients.len() && std::time::Instant::now() < deadline {
+            let before = a.len() + b.len();
+            a.extend(first.accept().ok().map(|(s, _)| s));
+            b.extend(second.accept().ok().map(|(s, _)| s));
+            if a.len() + b.len() == before {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        assert!(!a.is_empty() && !b.is_empty(), "{} and {} of {}", a.len(), b.len(), clients.len());
+        assert!(b[0].read_timeout().unwrap().is_some() && b[0].nodelay().unwrap());
+        // A listener bound without SO_REUSEPORT has no group to join.
+        let plain = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        assert!(sibling(&plain).is_err());
     }
 
     #[test]
