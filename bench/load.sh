@@ -153,13 +153,13 @@ one_run() {
 }
 
 one_attempt() {
-    local tool=$1 mode=$2 round=$3 raw bl0 tl0 bl1 tl1 rc=0 limit a0 o0 a1 o1
+    local tool=$1 mode=$2 round=$3 raw bl0 tl0 bl1 tl1 rc=0 limit a0 o0 a1 o1 s0 s1
     raw=$RESULTS_DIR/$tool-$mode-$round.out
     limit=$((DUR_S + 30))
     local -a close_wrk=() close_modus=()
     if [ "$mode" = close ]; then close_wrk=(-H 'Connection: close'); close_modus=(--close); fi
     wait_quiet
-    a0=$(all_user_ticks); o0=$(tree_ticks $$)
+    a0=$(all_user_ticks); o0=$(tree_ticks $$); s0=$(tree_ticks "$SERVER_PID")
     read -r bl0 tl0 < <(cpu_jiffies "$LOAD_CPU")
     if [ "$tool" = wrk ]; then
         timeout "$limit" taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "${close_wrk[@]}" "$URL" >"$raw" 2>&1 || rc=$?
@@ -168,7 +168,7 @@ one_attempt() {
             >"$raw" 2>"$raw.stderr" || rc=$?
     fi
     read -r bl1 tl1 < <(cpu_jiffies "$LOAD_CPU")
-    a1=$(all_user_ticks); o1=$(tree_ticks $$)
+    a1=$(all_user_ticks); o1=$(tree_ticks $$); s1=$(tree_ticks "$SERVER_PID")
     # CPU other jobs used during the run, in % of one core
     OTHER=$(awk -v t="$(( (a1 - a0) - (o1 - o0) ))" -v hz="$CLK_TCK" -v d="$DUR_S" \
         'BEGIN { v = 100 * t / hz / d; if (v < 0) v = 0; printf "%.0f", v }')
@@ -188,11 +188,16 @@ one_attempt() {
     fi
     RPS=${RPS:-0}; ERRS=${ERRS:-0}
     LOADBUSY=$(awk -v b="$((bl1 - bl0))" -v t="$((tl1 - tl0))" 'BEGIN { if (t > 0) printf "%.0f", 100 * b / t; else print "nan" }')
-    log "$(printf '%-5s %-10s round %d: %10.0f req/s, %s errors, load core %s%% busy, other jobs %s%% of a core' "$tool" "$mode" "$round" "$RPS" "$ERRS" "$LOADBUSY" "$OTHER")"
+    # The generator's own CPU per request: this script's tree (the tool, reaped through timeout, is in its
+    # cutime and cstime) less the server's, which is a descendant too; the few ticks of the script's own awk
+    # and cat calls are inside, the same for both tools.
+    GENUS=$(awk -v t="$(( (o1 - o0) - (s1 - s0) ))" -v hz="$CLK_TCK" -v r="$RPS" -v d="$DUR_S" \
+        'BEGIN { if (r > 0) printf "%.2f", t / hz * 1e6 / (r * d); else print "nan" }')
+    log "$(printf '%-5s %-10s round %d: %10.0f req/s, %s errors, load core %s%% busy, %s µs of generator CPU per request, other jobs %s%% of a core' "$tool" "$mode" "$round" "$RPS" "$ERRS" "$LOADBUSY" "$GENUS" "$OTHER")"
 }
 
 start_server
-declare -A RPS_OF=() BUSY_OF=() ERR_OF=() BEHIND_OF=()
+declare -A RPS_OF=() BUSY_OF=() ERR_OF=() BEHIND_OF=() GENUS_OF=()
 for mode in keepalive close; do
     for round in $(seq 1 "$ROUNDS"); do
         if [ $((round % 2)) -eq 1 ]; then order="wrk modus"; else order="modus wrk"; fi
@@ -200,6 +205,7 @@ for mode in keepalive close; do
             one_run "$tool" "$mode" "$round"
             RPS_OF[$tool|$mode]="${RPS_OF[$tool|$mode]:-} $RPS"
             BUSY_OF[$tool|$mode]="${BUSY_OF[$tool|$mode]:-} $LOADBUSY"
+            GENUS_OF[$tool|$mode]="${GENUS_OF[$tool|$mode]:-} $GENUS"
             ERR_OF[$tool|$mode]=$(( ${ERR_OF[$tool|$mode]:-0} + ${ERRS%.*} ))
             if [ "$tool" = modus ]; then BEHIND_OF[$mode]=$(( ${BEHIND_OF[$mode]:-0} + BEHIND )); fi
         done
@@ -239,11 +245,11 @@ table=$RESULTS_DIR/load.md
     echo "\`modus load -t1 -c$CONNS -d$DURATION --json\`, $ROUNDS alternating rounds per mode (medians; the order swaps every round)."
     if [ "$NOISY" -gt 0 ]; then echo "**$NOISY of the runs had other jobs using more than $NOISE_PCT % of a core (after $RETRY_NOISY retries): noisy.**"; fi
     echo
-    echo "| mode | wrk req/s | modus load req/s | modus ÷ wrk | load core busy % (wrk / modus) | errors (wrk / modus) | modus runs saying the generator fell behind |"
-    echo "|---|---:|---:|---:|---:|---:|---:|"
+    echo "| mode | wrk req/s | modus load req/s | modus ÷ wrk | load core busy % (wrk / modus) | generator CPU µs/request (wrk / modus) | modus ÷ wrk CPU per request | errors (wrk / modus) | modus runs saying the generator fell behind |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for mode in keepalive close; do
         w=$(med_of RPS_OF "wrk|$mode"); m=$(med_of RPS_OF "modus|$mode")
-        echo "| $([ "$mode" = close ] && echo 'Connection: close' || echo keep-alive) | $(fmt_int "$w") | $(fmt_int "$m") | $(awk -v a="$m" -v b="$w" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "—" }') | $(fmt_int "$(med_of BUSY_OF "wrk|$mode")") / $(fmt_int "$(med_of BUSY_OF "modus|$mode")") | ${ERR_OF[wrk|$mode]} / ${ERR_OF[modus|$mode]} | ${BEHIND_OF[$mode]:-0} of $ROUNDS |"
+        echo "| $([ "$mode" = close ] && echo 'Connection: close' || echo keep-alive) | $(fmt_int "$w") | $(fmt_int "$m") | $(awk -v a="$m" -v b="$w" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "—" }') | $(fmt_int "$(med_of BUSY_OF "wrk|$mode")") / $(fmt_int "$(med_of BUSY_OF "modus|$mode")") | $(med_of GENUS_OF "wrk|$mode") / $(med_of GENUS_OF "modus|$mode") | $(awk -v a="$(med_of GENUS_OF "modus|$mode")" -v b="$(med_of GENUS_OF "wrk|$mode")" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "—" }') | ${ERR_OF[wrk|$mode]} / ${ERR_OF[modus|$mode]} | ${BEHIND_OF[$mode]:-0} of $ROUNDS |"
     done
     echo
     echo "Open loop at half the measured maximum (μ = $(fmt_int "$MU") req/s, λ = $HALF req/s, Poisson arrivals, $CONNS connections, $OPEN_DURATION):"
