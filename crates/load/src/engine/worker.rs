@@ -98,7 +98,6 @@ impl<'a> Worker<'a> {
                 waiting: false,
                 deferred: None,
                 generation: 0,
-                want_write: false,
                 tls: None,
                 handshaken: false,
             })
@@ -235,7 +234,7 @@ impl<'a> Worker<'a> {
                     continue;
                 }
                 if !self.conns[ci].connected && (ev.is_writable() || ev.is_error() || ev.is_write_closed()) {
-                    self.check_connected(ci);
+                    self.check_connected(ci, ev.is_error() || ev.is_write_closed());
                 }
                 if self.conns[ci].connected && ev.is_writable() {
                     self.flush(ci);
