@@ -138,6 +138,10 @@ impl ResponseParser {
     /// Feeds bytes (the unconsumed part of the read buffer). `head_request`:
     /// the request was HEAD, so no body follows whatever the headers say.
     pub fn feed(&mut self, buf: &[u8], head_request: bool) -> Result<Progress, ParseError> {
+        // Only the framing fields' values are read, as text.
+        fn text(v: &[u8]) -> Result<&str, ParseError> {
+            std::str::from_utf8(v).map(str::trim).map_err(|_| ParseError::Parse)
+        }
         let mut pos = 0;
         loop {
             match self.state {
@@ -166,20 +170,20 @@ impl ResponseParser {
                     let mut chunked = false;
                     let mut close = r.version == Some(0);
                     for h in r.headers.iter() {
-                        let v = std::str::from_utf8(h.value).map_err(|_| ParseError::Parse)?.trim();
                         if h.name.eq_ignore_ascii_case("content-length") {
+                            let v = text(h.value)?;
                             let n: u64 = v.parse().map_err(|_| ParseError::Parse)?;
                             if length.is_some_and(|l| l != n) {
                                 return Err(ParseError::Parse);
                             }
                             length = Some(n);
                         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                            chunked = v
+                            chunked = text(h.value)?
                                 .rsplit(',')
                                 .next()
                                 .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"));
                         } else if h.name.eq_ignore_ascii_case("connection") {
-                            for t in v.split(',').map(str::trim) {
+                            for t in text(h.value)?.split(',').map(str::trim) {
                                 if t.eq_ignore_ascii_case("close") {
                                     close = true;
                                 } else if t.eq_ignore_ascii_case("keep-alive") && r.version == Some(0) {

@@ -226,7 +226,7 @@ impl Worker<'_> {
             }
         }
         while c.wpos < c.wbuf.len() {
-            match s.write(&c.wbuf[c.wpos..]) {
+            match send(s, &c.wbuf[c.wpos..]) {
                 Ok(0) => return self.fail_all(ci, ErrorKind::Reset, Instant::now()),
                 Ok(n) => c.wpos += n,
                 // The next writable edge calls this again.
@@ -268,7 +268,7 @@ impl Worker<'_> {
                     None => return self.eof(ci),
                 }
             }
-            match s.read(&mut c.rbuf[c.rlen..]) {
+            match recv(s, &mut c.rbuf[c.rlen..]) {
                 Ok(0) => return self.eof(ci),
                 Ok(n) => {
                     c.rlen += n;
@@ -490,4 +490,17 @@ impl Worker<'_> {
             }
         }
     }
+}
+
+/// `send(2)` straight to the kernel (rustix's raw syscall): libc's wrapper,
+/// which `Write for TcpStream` goes through, also marks a thread
+/// cancellation point on every call — 1.6 % of the generator's CPU in a
+/// keep-alive profile, for nothing here.
+fn send(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    rustix::net::send(s, buf, rustix::net::SendFlags::NOSIGNAL).map_err(io::Error::from)
+}
+
+/// `recv(2)` straight to the kernel (see [`send`]).
+fn recv(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    rustix::net::recv(s, buf, rustix::net::RecvFlags::empty()).map(|(n, _)| n).map_err(io::Error::from)
 }
