@@ -125,7 +125,6 @@ impl Default for Tuning {
 }
 
 /// Everything a model gets; nothing else is global.
-#[derive(Debug)]
 pub struct ModelEnv {
     /// Bound and listening.
     pub listener: TcpListener,
@@ -140,6 +139,36 @@ pub struct ModelEnv {
     /// `None` and the server runs their admin listener on a thread of its
     /// own, reading the one process's stats.
     pub admin: Option<Admin>,
+    /// What SIGHUP runs to read the configuration again; `None`: HUP only
+    /// reopens the logs and reads the certificates again.
+    pub reload: Option<Reload>,
+}
+
+impl std::fmt::Debug for ModelEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelEnv")
+            .field("listener", &self.listener)
+            .field("tuning", &self.tuning)
+            .field("admin", &self.admin)
+            .field("reload", &self.reload.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the configuration again and builds what serves with it, or says
+/// why it cannot (the configuration in force then stays). Called by the
+/// runtime (thread models) or the master (process models) on SIGHUP; it
+/// must start no thread (a process model's master forks afterwards).
+pub type Reload = Arc<dyn Fn() -> Result<Reloaded, String> + Send + Sync>;
+
+/// A configuration read again: the new generation of workers serves with it.
+#[derive(Debug)]
+pub struct Reloaded {
+    /// The request core built from it (new logs, cache, settings; the
+    /// statistics carry on).
+    pub pipeline: Arc<Pipeline>,
+    /// Its knobs.
+    pub tuning: Tuning,
 }
 
 /// What serves the admin listener, given a way to read the whole server's

@@ -33,9 +33,12 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 
 fn run(env: ModelEnv) -> io::Result<()> {
     let t = &env.tuning;
-    let children = t.processes.max(1);
-    let max_threads = t.threads_per_child.min(t.max_clients / children).max(1);
-    process::run(env, Scaling::Fixed { children }, max_threads, child)
+    let max_threads = t.threads_per_child.min(t.max_clients / t.processes.max(1)).max(1);
+    process::run(env, scaling, max_threads, child)
+}
+
+fn scaling(t: &crate::Tuning) -> Scaling {
+    Scaling::Fixed { children: t.processes.max(1) }
 }
 
 /// One process's elastic thread pool.

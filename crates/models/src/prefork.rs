@@ -30,16 +30,18 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 };
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    let t = &env.tuning;
+    process::run(env, scaling, 1, child)
+}
+
+fn scaling(t: &crate::Tuning) -> Scaling {
     let min_idle = t.min_spare.max(1);
-    let scaling = Scaling::Spare {
+    Scaling::Spare {
         unit: 1,
         min_idle,
         max_idle: t.max_spare.max(min_idle + 1),
         max_children: t.max_clients.max(1),
         start: t.start_servers,
-    };
-    process::run(env, scaling, 1, child)
+    }
 }
 
 /// One process, one connection at a time, until stopped or retired.

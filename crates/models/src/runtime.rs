@@ -12,68 +12,221 @@
 //! `Pipeline::flush_logs`, one [`Admin`] server.
 
 use std::io;
-use std::sync::mpsc;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use signal_hook::iterator::Signals;
+use pipeline::Pipeline;
+use signal_hook::iterator::{Handle, Signals};
+use transport::Shutdown;
 
 use crate::signals::{self, Obeyed, Voice};
-use crate::{Admin, ModelEnv, ModelInfo};
+use crate::{Admin, ModelEnv, ModelInfo, Reload};
 
 /// Runs `model` in `env` until it stops, with `admin` served beside it,
 /// and returns once it has stopped (gracefully on a signal, within
 /// `env.tuning.shutdown_timeout`).
+///
+/// SIGHUP reads the configuration again (`env.reload`): a thread model's
+/// new *generation* — the model run again, with the new pipeline and
+/// knobs, on a copy of the listening socket — starts accepting, then the
+/// old one is stopped as on SIGTERM: it accepts no more, finishes its
+/// requests and returns, its log flushed last. No connection is refused
+/// meanwhile (both accept from the one socket) and none is cut. A process
+/// model's master does the same with its children (`process/`).
 pub fn host(model: &'static ModelInfo, mut env: ModelEnv, admin: Option<Admin>) -> io::Result<()> {
-    let pipeline = env.pipeline.clone();
     if model.caps.forks {
+        let pipeline = env.pipeline.clone();
         env.admin = admin;
         let result = (model.run)(env);
         pipeline.flush_logs();
         return result;
     }
-    let shutdown = env.shutdown.clone();
-    let mut signals = Signals::new(signals::HANDLED.map(|s| s.as_raw()))?;
-    let signal_handle = signals.handle();
-    let (flushed, flusher_stop) = (pipeline.clone(), shutdown.clone());
-    thread::Builder::new().name("log-flush".into()).spawn(move || {
-        // At least once a second, as the access log promises.
-        while !flusher_stop.is_triggered() {
-            thread::sleep(Duration::from_millis(500));
-            flushed.flush_logs();
-        }
-    })?;
-    if let Some(Admin { listener, serve }) = admin {
-        let (stats_of, stop) = (pipeline.clone(), shutdown.clone());
-        thread::Builder::new()
-            .name("admin".into())
-            .spawn(move || serve(listener, &|| pipeline::stats::Stats::of_pipeline(&stats_of), &stop))?;
-    }
+    let server_stop = env.shutdown.clone();
+    let reload = env.reload.take();
+    // A copy for the generations a reload starts; dropped at the stop, so
+    // the socket closes once the running generation drops its own.
+    let mut listener = Some(env.listener.try_clone()?);
     let grace = env.tuning.shutdown_timeout;
-    let (done_tx, done_rx) = mpsc::channel();
-    let run = model.run;
-    thread::Builder::new().name(format!("model-{}", model.name)).spawn(move || {
-        let _ = done_tx.send(run(env));
-        signal_handle.close();
-    })?;
+    let mut signals = Signals::new(signals::HANDLED.map(|s| s.as_raw()))?;
+    let live = Live::new(env.pipeline.clone());
+    {
+        let (live, stop) = (live.clone(), server_stop.clone());
+        thread::Builder::new().name("log-flush".into()).spawn(move || {
+            // At least once a second, as the access log promises.
+            while !stop.is_triggered() {
+                thread::sleep(Duration::from_millis(500));
+                live.flush_logs();
+            }
+        })?;
+    }
+    if let Some(Admin { listener, serve }) = admin {
+        let (live, stop) = (live.clone(), server_stop.clone());
+        thread::Builder::new().name("admin".into()).spawn(move || {
+            serve(listener, &|| pipeline::stats::Stats::of_pipeline(&live.current()), &stop)
+        })?;
+    }
+    let generations = Generations { model, signals: signals.handle(), current: Arc::default() };
+    // The first generation stops with its own trigger, not the server's, so
+    // a reload can stop it alone.
+    env.shutdown = Shutdown::new()?;
+    let mut current = generations.start(env)?;
     for signal in signals.forever() {
-        if signals::obey(signal, &pipeline, Voice::Server) == Obeyed::Stop {
-            shutdown.trigger();
-            break;
+        match signals::obey(signal, &current.pipeline, Voice::Server) {
+            Obeyed::Stop => {
+                drop(listener.take());
+                server_stop.trigger();
+                current.stop.trigger();
+                break;
+            }
+            Obeyed::Reload => {
+                match next_generation(reload.as_ref(), listener.as_ref().expect("held until the stop")) {
+                    Ok(Some(env)) => {
+                        live.add(env.pipeline.clone());
+                        match generations.start(env) {
+                            Ok(new) => {
+                                let old = std::mem::replace(&mut current, new);
+                                current.pipeline.error_log.info(format_args!("{}", signals::HUP_RELOADED));
+                                old.retire(&live);
+                            }
+                            Err(e) => current.pipeline.error_log.error(format_args!(
+                                "SIGHUP: the new workers did not start ({e}); the old ones serve on"
+                            )),
+                        }
+                    }
+                    Ok(None) => signals::hangup_in_place(&current.pipeline, Voice::Server),
+                    Err(why) => {
+                        current.pipeline.error_log.error(format_args!(
+                            "SIGHUP: configuration not reloaded, the one in force stays: {why}"
+                        ));
+                        signals::hangup_in_place(&current.pipeline, Voice::Server);
+                    }
+                }
+                signals::reloaded();
+            }
+            Obeyed::LogsReopened | Obeyed::Nothing => {}
         }
     }
-    let outcome =
-        if shutdown.is_triggered() { done_rx.recv_timeout(grace).ok() } else { done_rx.recv().ok() };
+    let outcome = if server_stop.is_triggered() {
+        current.done.recv_timeout(grace).ok()
+    } else {
+        current.done.recv().ok()
+    };
     let result = match outcome {
         Some(result) => result,
         None => {
-            pipeline.error_log.warn(format_args!("shutdown timeout: closing connections still in flight"));
+            current
+                .pipeline
+                .error_log
+                .warn(format_args!("shutdown timeout: closing connections still in flight"));
             Ok(())
         }
     };
-    pipeline.flush_logs();
-    if result.is_ok() && !shutdown.is_triggered() {
+    live.flush_logs();
+    if result.is_ok() && !server_stop.is_triggered() {
         return Err(io::Error::other(format!("the {} model stopped unexpectedly", model.name)));
     }
     result
+}
+
+/// The environment of the next generation, from the configuration read
+/// again; `None` when there is nothing to read it with.
+fn next_generation(reload: Option<&Reload>, listener: &TcpListener) -> Result<Option<ModelEnv>, String> {
+    let Some(reload) = reload else { return Ok(None) };
+    let new = reload()?;
+    Ok(Some(ModelEnv {
+        listener: listener.try_clone().map_err(|e| format!("copying the listening socket: {e}"))?,
+        pipeline: new.pipeline,
+        shutdown: Shutdown::new().map_err(|e| e.to_string())?,
+        tuning: new.tuning,
+        admin: None,
+        reload: None,
+    }))
+}
+
+/// The pipelines whose workers may still write log lines: the current one
+/// and those of generations finishing their requests.
+#[derive(Clone)]
+struct Live(Arc<Mutex<Vec<Arc<Pipeline>>>>);
+
+impl Live {
+    fn new(first: Arc<Pipeline>) -> Live {
+        Live(Arc::new(Mutex::new(vec![first])))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Pipeline>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, p: Arc<Pipeline>) {
+        self.lock().push(p);
+    }
+
+    fn remove(&self, p: &Arc<Pipeline>) {
+        self.lock().retain(|q| !Arc::ptr_eq(q, p));
+    }
+
+    /// The newest: what the admin pages show.
+    fn current(&self) -> Arc<Pipeline> {
+        self.lock().last().expect("one pipeline at least").clone()
+    }
+
+    fn flush_logs(&self) {
+        let pipelines = self.lock().clone();
+        for p in pipelines {
+            p.flush_logs();
+        }
+    }
+}
+
+/// Starts generations of a thread model.
+struct Generations {
+    model: &'static ModelInfo,
+    /// Closed when the current generation returns, which ends the signal
+    /// loop (a model that stops by itself has failed).
+    signals: Handle,
+    current: Arc<AtomicU64>,
+}
+
+/// One run of the model.
+struct Generation {
+    pipeline: Arc<Pipeline>,
+    stop: Shutdown,
+    done: mpsc::Receiver<io::Result<()>>,
+}
+
+impl Generations {
+    fn start(&self, env: ModelEnv) -> io::Result<Generation> {
+        let id = self.current.fetch_add(1, Ordering::SeqCst) + 1;
+        let (pipeline, stop) = (env.pipeline.clone(), env.shutdown.clone());
+        let (done_tx, done) = mpsc::channel();
+        let (run, current, signals) = (self.model.run, self.current.clone(), self.signals.clone());
+        thread::Builder::new().name(format!("model-{}", self.model.name)).spawn(move || {
+            let _ = done_tx.send(run(env));
+            if current.load(Ordering::SeqCst) == id {
+                signals.close();
+            }
+        })?;
+        Ok(Generation { pipeline, stop, done })
+    }
+}
+
+impl Generation {
+    /// Stops it as SIGTERM would, and lets it finish in the background; its
+    /// last log lines are written when it returns.
+    fn retire(self, live: &Live) {
+        self.stop.trigger();
+        let live = live.clone();
+        // Without a thread to wait for it, it still stops, and stays among
+        // the live pipelines the flusher writes out.
+        let _ = thread::Builder::new().name("retiring".into()).spawn(move || {
+            if let Ok(Err(e)) = self.done.recv() {
+                self.pipeline.error_log.error(format_args!("the workers replaced by a reload: {e}"));
+            }
+            self.pipeline.flush_logs();
+            live.remove(&self.pipeline);
+        });
+    }
 }

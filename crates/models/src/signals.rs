@@ -14,14 +14,15 @@ use rustix::process::Signal;
 pub const HANDLED: [Signal; 6] =
     [Signal::TERM, Signal::INT, Signal::QUIT, Signal::HUP, Signal::USR1, Signal::USR2];
 
-/// Said on SIGHUP: what nginx users send to reload. modus reopens its logs
-/// (as on SIGUSR1), reads its TLS certificates again and keeps serving;
-/// the rest of the configuration is read only at start.
-pub const HUP_SAID: &str = "SIGHUP: logs reopened; the configuration is read only at start (no reload): \
-    restart modus to apply a changed one";
-/// Said on SIGHUP by a server whose certificates were read again.
+/// Said on SIGHUP when the configuration was read again and applied.
+pub const HUP_RELOADED: &str = "SIGHUP: configuration reloaded: new workers serve with it, the old ones \
+    finish their requests and leave";
+/// Said on SIGHUP when the logs were reopened in place (no configuration
+/// was applied).
+pub const HUP_SAID: &str = "SIGHUP: logs reopened";
+/// Said on SIGHUP when, in place, the certificates were read again too.
 pub const HUP_CERTS_SAID: &str = "SIGHUP: logs reopened, TLS certificates reloaded (new handshakes present \
-    them; open connections keep theirs); the rest of the configuration is read only at start";
+    them; open connections keep theirs)";
 /// Said on SIGUSR2 (nginx's binary upgrade), which is ignored.
 pub const USR2_SAID: &str = "SIGUSR2 ignored: no binary upgrade (restart modus to run a new binary)";
 
@@ -30,8 +31,12 @@ pub const USR2_SAID: &str = "SIGUSR2 ignored: no binary upgrade (restart modus t
 pub enum Obeyed {
     /// TERM, INT, QUIT: stop gracefully (finish in-flight requests).
     Stop,
-    /// USR1, HUP: the logs were reopened (a master also asks its children).
+    /// USR1 (and HUP in a child): the logs were reopened (a master also asks its children).
     LogsReopened,
+    /// HUP to the server: read the configuration again ([`crate::Reload`]),
+    /// or, where that is not possible, call [`hangup_in_place`]; then
+    /// [`reloaded`] tells the service manager it is done.
+    Reload,
     /// Nothing more to do (USR2, or a signal not in [`HANDLED`]).
     Nothing,
 }
@@ -48,7 +53,8 @@ pub enum Voice {
 }
 
 /// Acts on signal number `signo` for `p`: says what it means in the error
-/// log, reopens the logs on USR1 and HUP, and returns what is left to do.
+/// log, reopens the logs on USR1 (and on HUP in a child), and returns what
+/// is left to do — on HUP to the server, the reload.
 pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
     let say = |what: &str| {
         if voice == Voice::Server {
@@ -64,30 +70,20 @@ pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
             }
             Obeyed::Stop
         }
-        Some(signal @ (Signal::USR1 | Signal::HUP)) => {
-            if signal == Signal::HUP && voice == Voice::Server {
-                // The service manager learns that a reload runs, and when it is done.
-                let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-                let usec = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000;
-                let _ = transport::systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
-            }
-            if signal == Signal::HUP {
-                match p.tls.as_ref().filter(|tls| tls.reloadable()).map(|tls| tls.reload()) {
-                    None => say(HUP_SAID),
-                    Some(Ok(_)) => say(HUP_CERTS_SAID),
-                    // Every process tries and keeps its old set: one says why.
-                    Some(Err(e)) if voice == Voice::Server => p.error_log.error(format_args!(
-                        "SIGHUP: TLS certificates not reloaded, the ones in force stay: {e}"
-                    )),
-                    Some(Err(_)) => {}
-                }
-            }
-            for e in [p.access_log.reopen().err(), p.error_log.reopen().err()].into_iter().flatten() {
-                p.error_log.error(format_args!("reopening logs: {e}"));
-            }
-            if signal == Signal::HUP && voice == Voice::Server {
-                let _ = transport::systemd::notify("READY=1");
-            }
+        Some(Signal::HUP) if voice == Voice::Server => {
+            // The service manager learns that a reload runs (and, from
+            // `reloaded`, when it is done).
+            let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+            let usec = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000;
+            let _ = transport::systemd::notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
+            Obeyed::Reload
+        }
+        Some(Signal::HUP) => {
+            hangup_in_place(p, voice);
+            Obeyed::LogsReopened
+        }
+        Some(Signal::USR1) => {
+            reopen_logs(p);
             Obeyed::LogsReopened
         }
         Some(Signal::USR2) => {
@@ -95,6 +91,32 @@ pub fn obey(signo: i32, p: &Pipeline, voice: Voice) -> Obeyed {
             Obeyed::Nothing
         }
         _ => Obeyed::Nothing,
+    }
+}
+
+/// SIGHUP without a new configuration (none can be read here, or the one
+/// read was refused): reopens the logs and reads the TLS certificates again.
+pub fn hangup_in_place(p: &Pipeline, voice: Voice) {
+    match p.tls.as_ref().filter(|tls| tls.reloadable()).map(|tls| tls.reload()) {
+        None if voice == Voice::Server => p.error_log.info(format_args!("{HUP_SAID}")),
+        Some(Ok(_)) if voice == Voice::Server => p.error_log.info(format_args!("{HUP_CERTS_SAID}")),
+        // Every process tries and keeps its old set: one says why.
+        Some(Err(e)) if voice == Voice::Server => p
+            .error_log
+            .error(format_args!("SIGHUP: TLS certificates not reloaded, the ones in force stay: {e}")),
+        _ => {}
+    }
+    reopen_logs(p);
+}
+
+/// Tells the service manager (Type=notify) that the reload SIGHUP started is over.
+pub fn reloaded() {
+    let _ = transport::systemd::notify("READY=1");
+}
+
+fn reopen_logs(p: &Pipeline) {
+    for e in [p.access_log.reopen().err(), p.error_log.reopen().err()].into_iter().flatten() {
+        p.error_log.error(format_args!("reopening logs: {e}"));
     }
 }
 
@@ -117,8 +139,10 @@ mod tests {
         );
         let obeyed: Vec<Obeyed> = HANDLED.iter().map(|s| obey(s.as_raw(), &p, Voice::Server)).collect();
         use Obeyed::*;
-        assert_eq!(obeyed, [Stop, Stop, Stop, LogsReopened, LogsReopened, Nothing]);
+        assert_eq!(obeyed, [Stop, Stop, Stop, Reload, LogsReopened, Nothing]);
+        assert_eq!(obey(Signal::HUP.as_raw(), &p, Voice::Child), LogsReopened, "a child reopens in place");
         assert_eq!(obey(Signal::CHILD.as_raw(), &p, Voice::Server), Nothing);
+        hangup_in_place(&p, Voice::Server);
         let said = std::fs::read_to_string(&errors).unwrap();
         assert!(said.contains(HUP_SAID) && said.contains(USR2_SAID), "{said}");
         assert_eq!(said.matches("stopping").count(), 3, "{said}");

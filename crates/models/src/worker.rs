@@ -41,17 +41,20 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 };
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    let t = &env.tuning;
+    let per_child = env.tuning.threads_per_child.max(1);
+    process::run(env, scaling, per_child, child)
+}
+
+fn scaling(t: &crate::Tuning) -> Scaling {
     let per_child = t.threads_per_child.max(1);
     let min_idle = t.min_spare.max(1);
-    let scaling = Scaling::Spare {
+    Scaling::Spare {
         unit: per_child,
         min_idle,
         max_idle: t.max_spare.max(min_idle + per_child),
         max_children: (t.max_clients / per_child).max(1),
         start: t.start_servers,
-    };
-    process::run(env, scaling, per_child, child)
+    }
 }
 
 /// One process: `threads_per_child` workers and this thread accepting.

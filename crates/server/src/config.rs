@@ -74,7 +74,7 @@ fn parse_priority(s: &str) -> Result<u32, String> {
 
 /// Every `serve` setting. Each is optional so the layers can be merged;
 /// [`ServeOptions::resolve`] applies the defaults.
-#[derive(Args, Debug, Default, Deserialize, Serialize)]
+#[derive(Args, Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ServeOptions {
     /// Directory to serve [default: the embedded demo site]

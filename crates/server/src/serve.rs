@@ -25,23 +25,17 @@ pub fn main(mut options: ServeOptions) -> ExitCode {
         Ok(activated) => activated,
         Err(e) => return fail(EXIT_CONFIG, &anyhow!("socket activation: {e}")),
     };
-    if let Some(path) = options.config.clone() {
-        let file = match std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))
-            .and_then(|text| {
-                crate::config::from_toml(&text).map_err(|e| anyhow!("in {}: {e}", path.display()))
-            }) {
-            Ok(file) => file,
-            Err(e) => return fail(EXIT_CONFIG, &e),
-        };
-        options.layer_over(file);
+    // The command line, kept for SIGHUP: a reload reads the file again under it.
+    let command_line = options.clone();
+    if let Err(e) = with_config_file(&mut options) {
+        return fail(EXIT_CONFIG, &e);
     }
     let options = options.resolve();
     if options.print_config {
         print!("{}", toml::to_string(&options).expect("options serialise"));
         return ExitCode::SUCCESS;
     }
-    let server = match Server::prepare(&options) {
+    let server = match Server::prepare(&options, AdminListener::Bind) {
         Ok(server) => server,
         Err(e) => return fail(EXIT_CONFIG, &e),
     };
@@ -49,10 +43,56 @@ pub fn main(mut options: ServeOptions) -> ExitCode {
         println!("configuration ok");
         return ExitCode::SUCCESS;
     }
-    match server.run(&options, activated) {
+    match server.run(&options, activated, command_line) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e),
     }
+}
+
+/// Layers `--config`'s file (if any) under the flags in `options`.
+fn with_config_file(options: &mut ServeOptions) -> anyhow::Result<()> {
+    if let Some(path) = options.config.clone() {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let file = crate::config::from_toml(&text).map_err(|e| anyhow!("in {}: {e}", path.display()))?;
+        options.layer_over(file);
+    }
+    Ok(())
+}
+
+/// What a reload (SIGHUP) does: the command line as started, the config
+/// file read again under it, checked like a start, a pipeline built —
+/// except what a running server cannot change without a restart.
+fn reloader(
+    command_line: ServeOptions,
+    running: ServeOptions,
+    stats: Arc<pipeline::Stats>,
+    admin: Option<SocketAddr>,
+) -> models::Reload {
+    Arc::new(move || {
+        let mut options = command_line.clone();
+        with_config_file(&mut options).map_err(|e| format!("{e:#}"))?;
+        let options = options.resolve();
+        for (what, new, old) in [
+            ("--model", &options.model, &running.model),
+            ("--listen", &options.listen, &running.listen),
+            ("--tls-listen", &options.tls_listen, &running.tls_listen),
+            ("--admin", &options.admin, &running.admin),
+            ("--user", &options.user, &running.user),
+        ] {
+            if new != old {
+                return Err(format!(
+                    "{what} changed ({} → {}): that takes a restart",
+                    old.as_deref().unwrap_or("none"),
+                    new.as_deref().unwrap_or("none")
+                ));
+            }
+        }
+        let mut server =
+            Server::prepare(&options, AdminListener::Running(admin)).map_err(|e| format!("{e:#}"))?;
+        // The counters carry on across the reload.
+        Arc::get_mut(&mut server.pipeline).expect("not shared yet").stats = stats.clone();
+        Ok(models::Reloaded { pipeline: server.pipeline, tuning: options.tuning() })
+    })
 }
 
 fn fail(code: u8, e: &anyhow::Error) -> ExitCode {
@@ -71,8 +111,15 @@ struct Server {
     run_as: Option<RunAs>,
 }
 
+/// `--admin`'s listener: bound by a start, kept as it is by a reload.
+enum AdminListener {
+    Bind,
+    /// The running server's, at this address.
+    Running(Option<SocketAddr>),
+}
+
 impl Server {
-    fn prepare(options: &ServeOptions) -> anyhow::Result<Server> {
+    fn prepare(options: &ServeOptions, admin_listener: AdminListener) -> anyhow::Result<Server> {
         let name = options.model.as_deref().unwrap_or_default();
         let model = models::find(name).ok_or_else(|| {
             anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
@@ -104,9 +151,9 @@ impl Server {
         } else if options.root.is_none() {
             settings.cgi = crate::demo_programs::scripts().map(|programs| options.cgi_settings(programs));
         }
-        let admin = match &options.admin {
-            None => None,
-            Some(spec) => {
+        let admin = match (&options.admin, &admin_listener) {
+            (None, _) | (_, AdminListener::Running(_)) => None,
+            (Some(spec), AdminListener::Bind) => {
                 let addr = socket_addr("--admin", spec)?;
                 Some(
                     std::net::TcpListener::bind(addr)
@@ -122,7 +169,10 @@ impl Server {
                 Site::dir(root, settings.follow_symlinks)
                     .with_context(|| format!("opening {}", root.display()))?
             }
-            None => demo_site(admin.as_ref().map(|a| a.local_addr()).transpose()?),
+            None => demo_site(match admin_listener {
+                AdminListener::Running(addr) => addr,
+                AdminListener::Bind => admin.as_ref().map(|a| a.local_addr()).transpose()?,
+            }),
         };
         let access = options.access_log.as_deref().unwrap_or("-");
         let access_log =
@@ -165,7 +215,12 @@ impl Server {
         }
     }
 
-    fn run(mut self, options: &ServeOptions, activated: Option<std::net::TcpListener>) -> anyhow::Result<()> {
+    fn run(
+        mut self,
+        options: &ServeOptions,
+        activated: Option<std::net::TcpListener>,
+        command_line: ServeOptions,
+    ) -> anyhow::Result<()> {
         // Only the event-driven models hold connections without a thread or
         // process each, so only they can run out of descriptors first.
         let capped = self.model.caps.event_driven.then(|| options.tuning().max_connections);
@@ -266,12 +321,15 @@ impl Server {
             ));
         }
 
+        let admin_addr = self.admin.as_ref().map(|a| a.local_addr()).transpose()?;
+        let reload = reloader(command_line, options.clone(), self.pipeline.stats.clone(), admin_addr);
         let env = models::ModelEnv {
             listener,
             pipeline: self.pipeline.clone(),
             shutdown,
             tuning: options.tuning(),
             admin: None,
+            reload: Some(reload),
         };
         let admin = self.admin.take().map(|listener| {
             let info = admin_info(self.model, options, &self.pipeline);

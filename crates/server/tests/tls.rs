@@ -139,7 +139,7 @@ fn reload_on_sighup(model: &str) {
     std::fs::copy(&new.cert, &old.cert).unwrap();
     std::fs::copy(&new.key, &old.key).unwrap();
     srv.signal(Signal::Hup);
-    let reloaded = testkit_poll(|| srv.stderr().contains("TLS certificates reloaded"));
+    let reloaded = testkit_poll(|| srv.stderr().contains("SIGHUP: configuration reloaded"));
     assert!(reloaded, "{}", srv.stderr());
     // Every process (and every connection of a pool) now presents the new one.
     let served_new = testkit_poll(|| {

@@ -232,7 +232,7 @@ impl Worker<'_> {
                 // The next writable edge calls this again.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.fail_all(ci, io_kind(&e), Instant::now()),
+                Err(e) => return self.broken(ci, &e),
             }
         }
         c.wbuf.clear();
@@ -283,8 +283,29 @@ impl Worker<'_> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.fail_all(ci, io_kind(&e), Instant::now()),
+                Err(e) => return self.broken(ci, &e),
             }
+        }
+    }
+
+    /// The connection broke (reset, broken pipe). If it was a kept-alive
+    /// one reused for a request nothing of whose answer came yet, the
+    /// server closed it as we sent (an idle connection closed by a
+    /// graceful stop or a reload, with our request unread — which the
+    /// kernel answers with a reset): the request goes again on a fresh
+    /// connection, once, as for a plain close (RFC 9112 §9.3.1; browsers
+    /// retry a reset reused connection the same way).
+    fn broken(&mut self, ci: usize, e: &io::Error) {
+        let c = &self.conns[ci];
+        let reused_unanswered = c.served > 0
+            && !c.parser.started()
+            && c.inflight.front().is_some_and(|r| !r.retried)
+            && matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe);
+        if reused_unanswered {
+            self.requeue_rest(ci);
+            self.after_close(ci, Instant::now());
+        } else {
+            self.fail_all(ci, io_kind(e), Instant::now());
         }
     }
 

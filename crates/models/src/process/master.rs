@@ -39,6 +39,10 @@ pub(super) struct Master {
     pub(super) pipeline: Arc<Pipeline>,
     pub(super) tuning: Tuning,
     pub(super) scaling: Scaling,
+    /// How `scaling` follows from the knobs (after a reload).
+    pub(super) scaling_of: fn(&Tuning) -> Scaling,
+    /// Reads the configuration again on SIGHUP.
+    pub(super) reload: Option<crate::Reload>,
     pub(super) body: Body,
     pub(super) pid: Pid,
     pub(super) children: Vec<Kid>,
@@ -74,13 +78,7 @@ impl Master {
 
     /// Until a stop is requested (`Ok`) or the master cannot go on (`Err`).
     pub(super) fn serve(&mut self) -> io::Result<()> {
-        let first = match self.scaling {
-            Scaling::Spare { unit, min_idle, max_children, start, .. } => {
-                min_idle.div_ceil(unit.max(1)).max(start).clamp(1, max_children)
-            }
-            Scaling::Fixed { children } => children,
-        };
-        for _ in 0..first {
+        for _ in 0..self.first_children() {
             self.spawn()?;
         }
         self.spawn_admin()?;
@@ -98,9 +96,64 @@ impl Master {
         }
     }
 
+    /// The children forked at start, and by a reload.
+    fn first_children(&self) -> usize {
+        match self.scaling {
+            Scaling::Spare { unit, min_idle, max_children, start, .. } => {
+                min_idle.div_ceil(unit.max(1)).max(start).clamp(1, max_children)
+            }
+            Scaling::Fixed { children } => children,
+        }
+    }
+
+    /// SIGHUP: the configuration read again, a new generation of children
+    /// forked with it, the old one told to finish and leave — or, if it
+    /// cannot be read, the logs and certificates read again in place.
+    fn reload(&mut self) -> io::Result<()> {
+        let outcome = match &self.reload {
+            _ if self.stopping => Err(None),
+            None => Err(None),
+            Some(reload) => reload().map_err(Some),
+        };
+        match outcome {
+            Ok(new) => {
+                let old: Vec<Pid> = self.children.iter().map(|k| k.pid).collect();
+                self.pipeline = new.pipeline;
+                self.tuning = new.tuning;
+                self.scaling = (self.scaling_of)(&self.tuning);
+                self.spawn_rate = 1;
+                for kid in &mut self.children {
+                    kid.leaving = true;
+                }
+                // The new children first: the socket always has takers.
+                for _ in 0..self.first_children() {
+                    self.spawn()?;
+                }
+                for pid in old {
+                    let _ = kill(pid, Signal::SIGTERM);
+                }
+                self.pipeline.error_log.info(format_args!("{}", signals::HUP_RELOADED));
+            }
+            Err(why) => {
+                if let Some(why) = why {
+                    self.pipeline.error_log.error(format_args!(
+                        "SIGHUP: configuration not reloaded, the one in force stays: {why}"
+                    ));
+                }
+                signals::hangup_in_place(&self.pipeline, Voice::Server);
+                // Each child reopens its logs and reads the certificates again.
+                for kid in &self.children {
+                    let _ = kill(kid.pid, Signal::SIGHUP);
+                }
+            }
+        }
+        signals::reloaded();
+        Ok(())
+    }
+
     /// Waits up to `timeout` for signals and handles them; true once
     /// SIGTERM or SIGINT arrived. SIGCHLD only wakes us: the caller reaps.
-    pub(super) fn wait_signals(&self, timeout: Duration) -> io::Result<bool> {
+    pub(super) fn wait_signals(&mut self, timeout: Duration) -> io::Result<bool> {
         let signals = &self.private().signals;
         let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 });
         match poll(&mut [PollFd::new(signals, PollFlags::IN)], Some(&timeout)) {
@@ -108,19 +161,13 @@ impl Master {
             Err(e) => return Err(e.into()),
         }
         let mut stop = false;
-        while let Some(info) = signals.read_signal()? {
+        while let Some(info) = self.private().signals.read_signal()? {
             match signals::obey(info.ssi_signo as i32, &self.pipeline, Voice::Server) {
                 Obeyed::Stop => stop = true,
+                Obeyed::Reload => self.reload()?,
                 Obeyed::LogsReopened => {
-                    // The same signal: HUP also has each child read the
-                    // TLS certificates again.
-                    let signal = if info.ssi_signo as i32 == Signal::SIGHUP as i32 {
-                        Signal::SIGHUP
-                    } else {
-                        Signal::SIGUSR1
-                    };
                     for kid in &self.children {
-                        let _ = kill(kid.pid, signal);
+                        let _ = kill(kid.pid, Signal::SIGUSR1);
                     }
                 }
                 Obeyed::Nothing => {}

@@ -19,11 +19,15 @@
 //! * SIGCHLD → reap every dead child with `waitpid(-1, WNOHANG)`, so there
 //!   is never a zombie; a child that died (even by SIGKILL) is replaced at
 //!   the next tick if the rules below still want it;
-//! * SIGUSR1 and SIGHUP → reopen the master's logs (so children forked later
-//!   inherit the new files) and forward the signal to every child; HUP also
-//!   reads the TLS certificates again, in the master and in every child
-//!   (each does its own handshakes); there is no other configuration
-//!   reload, and HUP says so in the error log;
+//! * SIGUSR1 → reopen the master's logs (so children forked later inherit
+//!   the new files) and forward the signal to every child;
+//! * SIGHUP → read the configuration again (`ModelEnv::reload`): the master
+//!   takes the new pipeline and knobs, forks a new generation of children
+//!   at full strength (as at start) and sends the old ones SIGTERM — they
+//!   accept no more, finish their requests and exit, and are not replaced.
+//!   A configuration that does not read leaves everything as it is (the
+//!   error log says why), and HUP then only reopens the logs and reads the
+//!   TLS certificates again, in the master and in every child;
 //! * SIGTERM/SIGINT/SIGQUIT → graceful stop (below); SIGUSR2 → said and ignored;
 //! * each tick → [`Scaling`]: `Spare` counts idle workers over the children
 //!   and spawns in batches that double each tick while short (1, 2, 4, … up
@@ -170,15 +174,25 @@ pub(crate) type Body = fn(&Child);
 /// Runs a process model: forks the children, keeps their number right,
 /// stops them all on SIGTERM/SIGINT, and returns once every child is reaped.
 /// `workers_per_child` bounds a child's scoreboard lines.
-pub(crate) fn run(env: ModelEnv, scaling: Scaling, workers_per_child: usize, body: Body) -> io::Result<()> {
-    let ModelEnv { listener, pipeline, shutdown, tuning, admin } = env;
+/// `scaling` says how the process count moves under the knobs in force (a
+/// reload may change them).
+pub(crate) fn run(
+    env: ModelEnv,
+    scaling: fn(&Tuning) -> Scaling,
+    workers_per_child: usize,
+    body: Body,
+) -> io::Result<()> {
+    let ModelEnv { listener, pipeline, shutdown, tuning, admin, reload } = env;
+    let scaling_of = scaling;
+    let scaling = scaling_of(&tuning);
     let board = match &admin {
         Some(_) => {
             let slots = match scaling {
                 Scaling::Spare { max_children, .. } => max_children,
                 Scaling::Fixed { children } => children,
             };
-            let (board, ledger) = Board::create(slots.max(1), workers_per_child.max(1))?;
+            // Twice: after a reload the old children finish beside the new.
+            let (board, ledger) = Board::create(slots.max(1) * 2, workers_per_child.max(1))?;
             Some((Arc::new(board), ledger))
         }
         None => None,
@@ -202,6 +216,8 @@ pub(crate) fn run(env: ModelEnv, scaling: Scaling, workers_per_child: usize, bod
         pipeline,
         tuning,
         scaling,
+        scaling_of,
+        reload,
         body,
         pid: nix::unistd::getpid(),
         children: Vec::new(),

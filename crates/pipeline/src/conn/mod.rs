@@ -633,8 +633,13 @@ impl Connection {
                             }
                         }
                     } else if stopping && self.served > 0 {
-                        // Idle between requests: the graceful stop ends it here.
-                        return Want::Close;
+                        // Idle between requests: the graceful stop ends it
+                        // — after one look, whatever the last edge said: a
+                        // request that already arrived is answered (with
+                        // `Connection: close`), since closing with it
+                        // unread would make the kernel reset the connection
+                        // under a client that has sent it.
+                        self.drained = false;
                     }
                     let was_empty = self.start == self.end;
                     match self.fill(sock) {

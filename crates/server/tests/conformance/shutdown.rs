@@ -39,14 +39,14 @@ fn sigquit_exits_zero() {
     stops_on(Signal::Quit);
 }
 
-/// HUP (a closing terminal, or an nginx user's reload) and USR2 leave the
+/// HUP (an nginx user's reload, or a closing terminal) and USR2 leave the
 /// server serving, and the error log says what they did.
 #[test]
 fn sighup_and_sigusr2_keep_it_serving() {
     let (_root, mut srv) = standard(MODEL, &[]);
     assert_serves(&srv);
     srv.signal(Signal::Hup);
-    assert!(poll_until(|| srv.stderr().contains("SIGHUP: logs reopened")), "{}", srv.stderr());
+    assert!(poll_until(|| srv.stderr().contains("SIGHUP: configuration reloaded")), "{}", srv.stderr());
     srv.signal(Signal::Usr2);
     assert!(poll_until(|| srv.stderr().contains("SIGUSR2 ignored")), "{}", srv.stderr());
     assert_serves(&srv);
