@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# bench/soak.sh — each model for a long run at 80 % of its measured capacity (issue 16, item 7): a SURGE
+# document set with a CGI script in the mix, open-loop load, and the server's resident memory, open
+# descriptors and threads (processes for the process models) sampled every SAMPLE seconds. Passes when
+# no request failed, the memory each thread holds (PSS of the tree ÷ its threads, so that the children a
+# process model adds under load are not taken for a leak) grew less than 5 % after the warm-up (the first
+# WARM share of the run), and the descriptors per thread stayed flat (within what the load's own
+# connections can add).
+#
+# Usage:
+#   bench/soak.sh                                   # every model, 30 minutes each (4 hours)
+#   MODELS='event pool' DURATION=5m bench/soak.sh
+#
+# Knobs: MODELS [all 8] DURATION [30m] SAMPLE [10] WARM [0.2 of the run] CONNS [64] CGI_SHARE [5 (%)]
+#        SERVER_CPU [0] LOAD_CPU [1] MODUS_BIN, BENCH_MD [<repo>/BENCHMARKS.md; off], RESULTS_DIR.
+# The load is `modus load --mix` (the SURGE stream's 400 most requested documents, weighted by their
+# share of the stream, plus /cgi-bin/hello at CGI_SHARE %) at -R = 0.8 × the closed-loop rate a 5 s
+# calibration run measured with CONNS connections.
+
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$SCRIPT_DIR/.." && pwd)
+BENCH_TAG=soak.sh
+# shellcheck source=bench/lib.sh
+source "$SCRIPT_DIR/lib.sh"
+
+MODELS=${MODELS:-per-request pool staged prefork worker perchild event amped}
+DURATION=${DURATION:-30m}
+SAMPLE=${SAMPLE:-10}
+WARM=${WARM:-0.2}
+CONNS=${CONNS:-64}
+CGI_SHARE=${CGI_SHARE:-5}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
+RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/soak-$(date -u +%Y%m%dT%H%M%SZ)}
+DUR_S=$(to_seconds "$DURATION")
+command -v python3 >/dev/null || die "needs python3"
+
+make_workdir soak
+SPID=
+trap 'stop_pid "$SPID" modus; rm -rf "$WORK"' EXIT
+ensure_modus_bin
+
+log "making the SURGE document set and the mix"
+"$MODUS_BIN" workload surge --out "$WORK/surge" --files 2000 --requests 100000 --max-size 1048576 >/dev/null
+mkdir -p "$WORK/cgi"
+printf '#!/bin/sh\nprintf '"'"'Content-Type: text/plain\\r\\n\\r\\nhello from CGI, %%s\\n'"'"' "$QUERY_STRING"\n' >"$WORK/cgi/hello"
+chmod +x "$WORK/cgi/hello"
+python3 - "$WORK/surge/stream.txt" "$CGI_SHARE" >"$WORK/mix.txt" <<'EOF'
+import collections, sys
+counts = collections.Counter()
+for line in open(sys.argv[1]):
+    fields = line.split()
+    if fields and not fields[0].startswith("#"):
+        counts[next(f for f in fields if f.startswith("/"))] += 1
+top = counts.most_common(400)
+total = sum(n for _, n in top)
+cgi = float(sys.argv[2]) / 100
+for url, n in top:
+    print(f"{(1 - cgi) * n / total * 10000:.2f} {url}")
+print(f"{cgi * 10000:.2f} /cgi-bin/hello?soak")
+EOF
+
+# sample PID: "PSS_KB FDS TASKS" of the server's process tree (tasks: threads of every process; PSS, not
+# RSS, so pages the process models' children share are counted once)
+sample() {
+    local pid fds=0 tasks=0 n
+    for pid in $(pid_tree "$1"); do
+        n=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l) && fds=$((fds + n))
+        n=$(awk '/^Threads:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0) && tasks=$((tasks + ${n:-0}))
+    done
+    echo "$(tree_pss_kb "$1") $fds $tasks"
+}
+
+soak() {
+    local model=$1 port out err line rate report samples t=0
+    port=$(free_port 18500)
+    out=$RESULTS_DIR/$model.server.out err=$RESULTS_DIR/$model.server.err
+    taskset -c "$SERVER_CPU" "$MODUS_BIN" serve "$WORK/surge/docs" --model "$model" --listen "127.0.0.1:$port" \
+        --cgi-dir "$WORK/cgi" --access-log "$RESULTS_DIR/$model.access.log" >"$out" 2>"$err" &
+    SPID=$!
+    line=$(wait_modus_listening "$SPID" "$out" "$err")
+    log "$model: $line"
+    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "http://127.0.0.1:$port/" --mix "$WORK/mix.txt" -c "$CONNS" -d 5s \
+        --json >"$RESULTS_DIR/$model.calibration.json" 2>/dev/null
+    rate=$(python3 -c "import json,sys; print(int(0.8 * json.load(open(sys.argv[1]))['throughput_rps']))" \
+        "$RESULTS_DIR/$model.calibration.json")
+    log "$model: capacity $((rate * 10 / 8)) req/s, soaking at $rate req/s for $DURATION"
+    samples=$RESULTS_DIR/$model.samples.csv
+    echo "t_s,pss_kb,fds,tasks" >"$samples"
+    report=$RESULTS_DIR/$model.load.json
+    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "http://127.0.0.1:$port/" --mix "$WORK/mix.txt" -c "$CONNS" \
+        -R "$rate" -d "$DURATION" --json >"$report" 2>"$RESULTS_DIR/$model.load.err" &
+    local lpid=$!
+    while kill -0 "$lpid" 2>/dev/null; do
+        echo "$t,$(sample "$SPID" | tr ' ' ',')" >>"$samples"
+        sleep "$SAMPLE"
+        t=$((t + SAMPLE))
+    done
+    wait "$lpid" || true
+    stop_pid "$SPID" modus
+    SPID=
+    python3 - "$model" "$report" "$samples" "$WARM" "$rate" "$CONNS" >>"$RESULTS_DIR/rows.md" <<'EOF'
+import csv, json, sys
+model, report, samples, warm, rate, conns = sys.argv[1:]
+r = json.load(open(report))
+rows = [{k: int(v) for k, v in row.items()} for row in csv.DictReader(open(samples))]
+after = [row for row in rows if row["t_s"] >= float(warm) * rows[-1]["t_s"]] or rows
+# Per task (thread), so that workers the model adds under load (a process model's children) are not
+# taken for a leak: a leak grows what each worker holds.
+per = lambda row, k: row[k] / max(row["tasks"], 1)
+pss0, pss1 = per(after[0], "pss_kb"), per(after[-1], "pss_kb")
+growth = (pss1 - pss0) / pss0 * 100 if pss0 else 0.0
+fds = [row["fds"] for row in after]
+fds_per = [per(row, "fds") for row in after]
+tasks = [row["tasks"] for row in after]
+# Flat: what each task holds varies by no more than the load's connections could spread over the fewest tasks.
+flat = max(fds_per) - min(fds_per) <= 1 + 2 * int(conns) / max(min(tasks), 1)
+ok = r["errors"] == 0 and growth < 5 and flat
+print(f"| {model} | {rate} | {r['requests']:,} | {r['errors']} | {after[0]['pss_kb']:,} → {after[-1]['pss_kb']:,} "
+      f"| {pss0:,.0f} → {pss1:,.0f} ({growth:+.1f} %) | {min(fds)}–{max(fds)} ({'flat' if flat else 'growing'}) "
+      f"| {min(tasks)}–{max(tasks)} | {'pass' if ok else '**fail**'} |")
+EOF
+    tail -n 1 "$RESULTS_DIR/rows.md" >&2
+}
+
+: >"$RESULTS_DIR/rows.md"
+for model in $MODELS; do
+    soak "$model"
+done
+
+summary=$RESULTS_DIR/summary.tmp
+{
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s, compared after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run."
+    echo
+    echo "| model | rate (req/s) | requests | errors | PSS after warm-up → end (kB) | PSS per thread (kB) | open fds | threads | verdict |"
+    echo "|---|---:|---:|---:|---|---|---|---|---|"
+    cat "$RESULTS_DIR/rows.md"
+} >"$summary"
+publish_block "$summary" soak
