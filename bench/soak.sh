@@ -12,6 +12,7 @@
 #   MODELS='event pool' DURATION=5m bench/soak.sh
 #
 # Knobs: MODELS [all 8] DURATION [30m] SAMPLE [10] WARM [0.2 of the run] CONNS [64] CGI_SHARE [5 (%)]
+#        CACHE [4MiB: --cache-size, so that each process's cache is full within the warm-up]
 #        SERVER_CPU [0] LOAD_CPU [1] MODUS_BIN, BENCH_MD [<repo>/BENCHMARKS.md; off], RESULTS_DIR.
 # The load is `modus load --mix` (the SURGE stream's 400 most requested documents, weighted by their
 # share of the stream, plus /cgi-bin/hello at CGI_SHARE %) at -R = 0.8 × the closed-loop rate a 5 s
@@ -31,6 +32,9 @@ SAMPLE=${SAMPLE:-10}
 WARM=${WARM:-0.2}
 CONNS=${CONNS:-64}
 CGI_SHARE=${CGI_SHARE:-5}
+# Small, so that every process's own cache (a prefork child has one each) is full within the warm-up: what
+# grows after it is not the cache filling.
+CACHE=${CACHE:-4MiB}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
@@ -79,7 +83,7 @@ soak() {
     port=$(free_port 18500)
     out=$RESULTS_DIR/$model.server.out err=$RESULTS_DIR/$model.server.err
     taskset -c "$SERVER_CPU" "$MODUS_BIN" serve "$WORK/surge/docs" --model "$model" --listen "127.0.0.1:$port" \
-        --cgi-dir "$WORK/cgi" --access-log "$RESULTS_DIR/$model.access.log" >"$out" 2>"$err" &
+        --cgi-dir "$WORK/cgi" --cache-size "$CACHE" --access-log "$RESULTS_DIR/$model.access.log" >"$out" 2>"$err" &
     SPID=$!
     line=$(wait_modus_listening "$SPID" "$out" "$err")
     log "$model: $line"
@@ -133,7 +137,7 @@ done
 
 summary=$RESULTS_DIR/summary.tmp
 {
-    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s, compared after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run."
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU (\`--cache-size $CACHE\`) serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s, compared after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run."
     echo
     echo "| model | rate (req/s) | requests | errors | PSS after warm-up → end (kB) | PSS per thread (kB) | open fds | threads | verdict |"
     echo "|---|---:|---:|---:|---|---|---|---|---|"
