@@ -15,8 +15,8 @@
 #        CACHE [4MiB: --cache-size, so that each process's cache is full within the warm-up]
 #        SERVER_CPU [0] LOAD_CPU [1] MODUS_BIN, BENCH_MD [<repo>/BENCHMARKS.md; off], RESULTS_DIR.
 # The load is `modus load --mix` (the SURGE stream's 400 most requested documents, weighted by their
-# share of the stream, plus /cgi-bin/hello at CGI_SHARE %) at -R = 0.8 × the closed-loop rate a 5 s
-# calibration run measured with CONNS connections.
+# share of the stream, plus /cgi-bin/hello at CGI_SHARE %) at -R = 0.8 × the closed-loop rate a 10 s
+# calibration run (after 10 s of warm-up) measured with CONNS connections.
 
 set -euo pipefail
 
@@ -87,8 +87,9 @@ soak() {
     SPID=$!
     line=$(wait_modus_listening "$SPID" "$out" "$err")
     log "$model: $line"
-    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "http://127.0.0.1:$port/" --mix "$WORK/mix.txt" -c "$CONNS" -d 5s \
-        --json >"$RESULTS_DIR/$model.calibration.json" 2>/dev/null
+    # Capacity after a warm-up: a process model grows its children under load (1, 2, 4… a second).
+    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "http://127.0.0.1:$port/" --mix "$WORK/mix.txt" -c "$CONNS" -d 10s \
+        --warmup 10s --json >"$RESULTS_DIR/$model.calibration.json" 2>/dev/null
     rate=$(python3 -c "import json,sys; print(int(0.8 * json.load(open(sys.argv[1]))['throughput_rps']))" \
         "$RESULTS_DIR/$model.calibration.json")
     log "$model: capacity $((rate * 10 / 8)) req/s, soaking at $rate req/s for $DURATION"

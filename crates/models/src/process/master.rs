@@ -252,6 +252,9 @@ impl Master {
 
     /// Reaps every child that has exited, without blocking.
     pub(super) fn reap(&mut self) {
+        // A retiring child reports that it leaves just before it exits: read
+        // that first, or its exit would pass for an unexpected one.
+        self.read_reports();
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) => {
