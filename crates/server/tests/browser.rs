@@ -111,7 +111,10 @@ fn wait_for_requests(admin: SocketAddr, n: u64) {
 /// Starts `model` with `--admin`, makes 4 × 200 and 1 × 404, and returns
 /// the server, its open client and the status page's URL.
 fn server_after_requests(model: &str, root: &Docroot) -> (Server, Client, String) {
-    let srv = Server::start(BIN, model, root.path(), &["--admin", "127.0.0.1:0"]);
+    // The client's connection stays open however long Chromium takes to
+    // start on a busy machine (the page counts it).
+    let srv =
+        Server::start(BIN, model, root.path(), &["--admin", "127.0.0.1:0", "--keepalive-timeout", "5m"]);
     let admin = srv.announced("admin");
     let mut c: Client = srv.client();
     for _ in 0..4 {
