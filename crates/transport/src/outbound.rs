@@ -67,7 +67,8 @@ pub enum Chunk {
 }
 
 impl Chunk {
-    fn len(&self) -> u64 {
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
         match self {
             Chunk::Bytes(d) => d.as_slice().len() as u64,
             Chunk::File { len, .. } => *len,
@@ -324,6 +325,19 @@ impl Outbound {
             copied += n;
         }
         Ok(copied)
+    }
+
+    /// The chunk at the front of the queue and how many of its bytes have
+    /// been sent: for a writer that hands the bytes to the kernel itself
+    /// (the `uring` model's sends, which keep the chunk's memory alive until
+    /// the kernel is done with it), then calls [`consume`](Self::consume).
+    pub fn front(&self) -> Option<(&Chunk, u64)> {
+        self.chunks.front().map(|chunk| (chunk, self.front_sent))
+    }
+
+    /// Counts `n` more bytes from the front as sent (at most what is queued).
+    pub fn consume(&mut self, n: u64) {
+        self.advance(n.min(self.remaining()));
     }
 
     // Inlined into the write loop: a call here cost more than its body.
