@@ -573,9 +573,10 @@ impl Loop {
             c.recv = Shot::Cancelling;
         }
         if shut {
-            let shutdown = opcode::Shutdown::new(slot, libc::SHUT_WR).build();
-            // SAFETY: a shutdown names no memory.
-            unsafe { self.push(&[shutdown.user_data(user_data(OP_QUIET, 0))]) };
+            // A system call, not IORING_OP_SHUTDOWN: the ring always runs
+            // that one on a worker thread, which looks the fixed slot up
+            // only then — by when a new connection may hold the slot.
+            socket.shutdown_now();
         }
         if pause {
             self.cancel(user_data(OP_RECV, token));

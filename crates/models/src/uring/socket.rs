@@ -241,6 +241,11 @@ impl RingSocket {
         std::os::fd::IntoRawFd::into_raw_fd(self.sock)
     }
 
+    /// Ends our direction now (the FIN follows what was sent).
+    pub(super) fn shutdown_now(&self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+    }
+
     /// Bytes the ring received.
     pub(super) fn arrived(&self, bytes: &[u8]) {
         self.io.borrow_mut().inbox.extend_from_slice(bytes);
