@@ -52,7 +52,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
 use transport::deadlines::{self, Deadlines};
 use transport::slab::Slab;
-use transport::Shutdown;
+use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
 use crate::{Caps, ModelEnv, ModelInfo};
@@ -210,6 +210,8 @@ struct Conn {
     notifs: u32,
     /// Closed by the connection; waits for the kernel to give its buffers back.
     closing: bool,
+    /// Nothing is left in a TLS session for the socket (always, without TLS).
+    sealed: bool,
     /// One-shot polls armed on a script's pipes: (descriptor, poll token).
     polls: Vec<(RawFd, u64)>,
 }
@@ -220,9 +222,10 @@ impl Conn {
         timers.arm(&mut self.armed, token, deadline);
     }
 
-    /// Whether the kernel still holds anything of this connection's.
+    /// Whether the kernel still holds anything of this connection's, or
+    /// its TLS session still has records to hand it.
     fn lent(&self) -> bool {
-        self.recv != Shot::Off || self.batch.is_some()
+        self.recv != Shot::Off || self.batch.is_some() || !self.sealed
     }
 }
 
@@ -471,6 +474,7 @@ impl Loop {
             sending: false,
             notifs: 0,
             closing: false,
+            sealed: true,
             polls: Vec::new(),
         };
         let Some(token) = self.conns.insert(conn) else { return };
@@ -546,6 +550,10 @@ impl Loop {
     fn pump(&mut self, token: u64) {
         let zc_min = self.zc_min;
         let Some(c) = self.conns.get_mut(token) else { return };
+        // A TLS session's records that found the socket's queue full: they
+        // move as it drains, whether or not the connection drives again
+        // (the tail of a response, the close_notify of a closing one).
+        c.sealed = c.link.flush_pending().unwrap_or(true);
         let socket = c.link.socket();
         let slot = types::Fixed(token as u32);
         if c.batch.is_none() {
@@ -793,9 +801,12 @@ impl Loop {
             }
             if c.closing {
                 // Its last bytes found no taker in time: give them up.
+                c.link.socket().send_failed(libc::ETIMEDOUT);
+                c.sealed = true;
                 if c.sending {
                     self.cancel(user_data(OP_SEND, token));
                 }
+                self.finish_close(token);
                 continue;
             }
             c.conn.set_now(now);

@@ -284,8 +284,18 @@ impl<C: Carrier> Wire for TlsStream<C> {
 
     fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
         let mut s = self.session.borrow_mut();
+        // Records still waiting for the socket go first; while they wait,
+        // new plaintext is refused rather than piled up behind them.
+        if flush(&self.sock, &mut s.tls)? == Progress::Blocked {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         let n = s.tls.writer().write(bytes)?;
         flush(&self.sock, &mut s.tls)?;
+        if n == 0 && !bytes.is_empty() {
+            // The session's buffer is full: "not now", never a 0 that a
+            // caller would count as progress.
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         Ok(n)
     }
 
