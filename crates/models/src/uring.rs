@@ -103,11 +103,9 @@ fn user_data(op: u64, token: u64) -> u64 {
 static CLEAR_SLOT: [RawFd; 1] = [-1];
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    // Say why at once, before any thread: a kernel without io_uring, a
-    // sysctl that disables it, a seccomp filter that refuses it.
-    if let Err(e) = IoUring::new(2) {
-        return Err(io::Error::new(e.kind(), unavailable(&e)));
-    }
+    // Say why at once, before any loop starts: a kernel without io_uring,
+    // a sysctl that disables it, a seccomp filter that refuses it.
+    probe()?;
     let zc_min = std::env::var("MODUS_URING_ZC_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
     let loops = env.tuning.workers.max(1);
     let mut spawners = match env.pipeline.settings.cgi {
@@ -119,6 +117,18 @@ fn run(env: ModelEnv) -> io::Result<()> {
         spawners.join();
     }
     result
+}
+
+/// Makes (and drops) a small ring, on a thread of its own: the ring's
+/// teardown may interrupt its thread's blocking system calls (EINTR), which
+/// is harmless on a thread that ends there.
+pub(crate) fn probe() -> io::Result<()> {
+    let made = thread::scope(|s| s.spawn(|| IoUring::new(2).map(drop)).join());
+    match made {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(io::Error::new(e.kind(), unavailable(&e))),
+        Err(_) => Err(io::Error::other("--model uring: probing io_uring panicked")),
+    }
 }
 
 /// What `--model uring` says when the kernel will not make a ring.
@@ -360,6 +370,8 @@ impl Loop {
             }
             self.watch_listener();
         }
+        // The last connections' closes were queued after the last submission.
+        self.ring.submit()?;
         Ok(())
     }
 

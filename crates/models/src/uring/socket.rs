@@ -608,8 +608,8 @@ mod tests {
     #[test]
     fn a_failed_send_fails_every_later_write_and_the_shutdown_waits_for_the_queue() {
         let (s, _c) = socket();
-        assert_eq!(s.write_now(b"abc").unwrap(), 3);
-        s.shutdown_write();
+        assert_eq!(Wire::write_now(&s, b"abc").unwrap(), 3);
+        Wire::shutdown_write(&s);
         assert!(!s.take_shutdown(), "bytes are queued");
         let batch = s.take_batch().unwrap();
         assert!(!s.take_shutdown(), "bytes are in flight");
@@ -617,6 +617,6 @@ mod tests {
         assert!(s.take_shutdown());
         assert!(!s.take_shutdown(), "once");
         s.send_failed(libc::EPIPE);
-        assert_eq!(s.write_now(b"x").unwrap_err().raw_os_error(), Some(libc::EPIPE));
+        assert_eq!(Wire::write_now(&s, b"x").unwrap_err().raw_os_error(), Some(libc::EPIPE));
     }
 }
