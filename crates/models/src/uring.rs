@@ -72,7 +72,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 const RING_ENTRIES: u32 = 512;
 /// Provided receive buffers per loop, and their size: a request head fits
 /// in one; bodies arrive in several.
-const RECV_BUFFERS: u16 = 1024;
+const RECV_BUFFERS: u16 = 64;
 const RECV_BUFFER_SIZE: usize = 4096;
 const BUFFER_GROUP: u16 = 0;
 /// Unread input past which a connection's receive is paused, and below
@@ -640,7 +640,9 @@ impl Loop {
         if c.sending || c.notifs > 0 {
             return;
         }
-        c.batch = None;
+        if let Some(batch) = c.batch.take() {
+            batch.recycle();
+        }
         if c.closing {
             self.pump(token);
             self.finish_close(token);

@@ -43,6 +43,8 @@ thread_local! {
     /// Buffers of finished sends, for the next copies (heads, file pieces,
     /// TLS records): a busy loop allocates none per response.
     static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Finished batches, emptied, for the next sends.
+    static BATCHES: RefCell<Vec<Box<Batch>>> = const { RefCell::new(Vec::new()) };
 }
 
 fn spare(want: usize) -> Vec<u8> {
@@ -76,18 +78,47 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    fn new(pieces: Vec<Data>) -> Box<Batch> {
-        let iov: Vec<libc::iovec> = pieces
-            .iter()
-            .map(|d| {
-                let s = d.as_slice();
-                libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }
+    /// A batch of `pieces`, in a box (and vectors) a finished batch left
+    /// behind when there is one: a busy loop allocates none per response.
+    fn new(pieces: &mut Vec<Data>) -> Box<Batch> {
+        let mut batch = BATCHES.with(|b| b.borrow_mut().pop()).unwrap_or_else(|| {
+            Box::new(Batch {
+                pieces: Vec::new(),
+                iov: Vec::new(),
+                // SAFETY: msghdr is plain old data; all-zero is its empty value.
+                msg: unsafe { std::mem::zeroed() },
+                at: 0,
+                left: 0,
             })
-            .collect();
-        let left = iov.iter().map(|v| v.iov_len).sum();
-        // SAFETY: msghdr is plain old data; all-zero is its empty value.
-        let msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        Box::new(Batch { pieces, iov, msg, at: 0, left })
+        });
+        std::mem::swap(&mut batch.pieces, pieces);
+        batch.iov.extend(batch.pieces.iter().map(|d| {
+            let s = d.as_slice();
+            libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }
+        }));
+        batch.left = batch.iov.iter().map(|v| v.iov_len).sum();
+        batch
+    }
+
+    /// Done with: its copy buffers and the batch itself are kept for the next ones.
+    pub(super) fn recycle(mut self: Box<Batch>) {
+        self.release();
+        let _ = BATCHES.try_with(|b| {
+            let mut b = b.borrow_mut();
+            if b.len() < SPARES_KEPT {
+                b.push(self);
+            }
+        });
+    }
+
+    fn release(&mut self) {
+        for piece in self.pieces.drain(..) {
+            if let Data::Owned(buf) = piece {
+                give_back(buf);
+            }
+        }
+        self.iov.clear();
+        (self.at, self.left) = (0, 0);
     }
 
     /// Bytes not yet sent.
@@ -123,11 +154,7 @@ impl Batch {
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        for piece in self.pieces.drain(..) {
-            if let Data::Owned(buf) = piece {
-                give_back(buf);
-            }
-        }
+        self.release();
     }
 }
 
@@ -276,8 +303,7 @@ impl RingSocket {
         io.open_tail = false;
         io.in_flight += io.queued;
         io.queued = 0;
-        let pieces = std::mem::take(&mut io.outbox);
-        Some(Batch::new(pieces))
+        Some(Batch::new(&mut io.outbox))
     }
 
     /// The kernel took `n` bytes of the send in flight.
