@@ -432,7 +432,9 @@ impl Loop {
             libc::ECANCELED | libc::EAGAIN | libc::EINTR | libc::ECONNABORTED | libc::EPROTO => {}
             errno => {
                 let e = io::Error::from_raw_os_error(errno);
-                self.pipeline.error_log.error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
+                self.pipeline
+                    .error_log
+                    .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
                 self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
             }
         }
@@ -440,7 +442,8 @@ impl Loop {
 
     /// Arms the multishot accept exactly while this loop may accept.
     fn watch_listener(&mut self) {
-        let wanted = self.listener.is_some() && self.accept_resume.is_none() && self.conns.len() < self.max_conns;
+        let wanted =
+            self.listener.is_some() && self.accept_resume.is_none() && self.conns.len() < self.max_conns;
         match (wanted, self.accept) {
             (true, Shot::Off) => {
                 let Some(fd) = self.listener.as_ref().map(|l| l.as_raw_fd()) else { return };
@@ -506,7 +509,9 @@ impl Loop {
         // SAFETY: the update's descriptor is read from `fixed`, a boxed
         // slice the loop never reallocates; the receive writes only into
         // the registered buffer group, which outlives every receive.
-        unsafe { self.push(&[install.user_data(user_data(OP_QUIET, 0)), recv.user_data(user_data(OP_RECV, token))]) };
+        unsafe {
+            self.push(&[install.user_data(user_data(OP_QUIET, 0)), recv.user_data(user_data(OP_RECV, token))])
+        };
         // Sets the head deadline (and, over TLS, the handshake's).
         self.drive(token);
     }
@@ -587,7 +592,8 @@ impl Loop {
             }
         }
         let shut = c.batch.is_none() && socket.take_shutdown();
-        let resume = c.recv == Shot::Off && !c.closing && !socket.has_ended() && socket.unread() < INBOX_HIGH / 2;
+        let resume =
+            c.recv == Shot::Off && !c.closing && !socket.has_ended() && socket.unread() < INBOX_HIGH / 2;
         let pause = c.recv == Shot::Armed && socket.unread() >= INBOX_HIGH;
         if pause {
             c.recv = Shot::Cancelling;
@@ -781,7 +787,9 @@ impl Loop {
         let close = opcode::Close::new(types::Fd(fd)).build();
         // SAFETY: the update reads a static; a close names no memory. The
         // descriptor is ours (taken from the socket) and closed only here.
-        unsafe { self.push(&[clear.user_data(user_data(OP_QUIET, 0)), close.user_data(user_data(OP_QUIET, 0))]) };
+        unsafe {
+            self.push(&[clear.user_data(user_data(OP_QUIET, 0)), close.user_data(user_data(OP_QUIET, 0))])
+        };
     }
 
     /// Replies back from the CGI spawners.

@@ -67,8 +67,7 @@ pub enum Chunk {
 }
 
 impl Chunk {
-    /// Its length in bytes.
-    pub fn len(&self) -> u64 {
+    fn len(&self) -> u64 {
         match self {
             Chunk::Bytes(d) => d.as_slice().len() as u64,
             Chunk::File { len, .. } => *len,
@@ -327,12 +326,12 @@ impl Outbound {
         Ok(copied)
     }
 
-    /// The chunk at the front of the queue and how many of its bytes have
-    /// been sent: for a writer that hands the bytes to the kernel itself
+    /// The chunk at the front of the queue and the range of its bytes not
+    /// sent yet: for a writer that hands the bytes to the kernel itself
     /// (the `uring` model's sends, which keep the chunk's memory alive until
     /// the kernel is done with it), then calls [`consume`](Self::consume).
-    pub fn front(&self) -> Option<(&Chunk, u64)> {
-        self.chunks.front().map(|chunk| (chunk, self.front_sent))
+    pub fn front(&self) -> Option<(&Chunk, Range<u64>)> {
+        self.chunks.front().map(|chunk| (chunk, self.front_sent..chunk.len()))
     }
 
     /// Counts `n` more bytes from the front as sent (at most what is queued).

@@ -130,7 +130,8 @@ mod tests {
         let mut seen = Vec::new();
         for round in 0..4u8 {
             client.write_all(&[b'a' + round; 5]).unwrap();
-            let recv = opcode::RecvMulti::new(types::Fd(server.as_raw_fd()), bufs.group()).build().user_data(1);
+            let recv =
+                opcode::RecvMulti::new(types::Fd(server.as_raw_fd()), bufs.group()).build().user_data(1);
             // SAFETY: the receive names no memory but the registered
             // group's buffers, which live to the end of the test; the
             // multishot is cancelled, and its last completion reaped,

@@ -43,7 +43,9 @@ thread_local! {
     /// Buffers of finished sends, for the next copies (heads, file pieces,
     /// TLS records): a busy loop allocates none per response.
     static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    /// Finished batches, emptied, for the next sends.
+    /// Finished batches, emptied, for the next sends. Boxed: the box is
+    /// what is reused, since the kernel is given addresses inside it.
+    #[allow(clippy::vec_box)]
     static BATCHES: RefCell<Vec<Box<Batch>>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -343,7 +345,8 @@ impl RingSocket {
         io.check_send()?;
         let mut allowed = limit;
         loop {
-            let Some((chunk, sent)) = out.front() else { return Ok(Progress::Done) };
+            let Some((chunk, unsent)) = out.front() else { return Ok(Progress::Done) };
+            let sent = unsent.start;
             if allowed == 0 {
                 return Ok(Progress::Paused);
             }
@@ -351,7 +354,7 @@ impl RingSocket {
             if room == 0 {
                 return Ok(Progress::Blocked);
             }
-            let take = (chunk.len() - sent).min(allowed);
+            let take = (unsent.end - sent).min(allowed);
             let n = match chunk {
                 // Made for this response (a head, an error page): copied,
                 // so the connection gets the buffer back for the next one.

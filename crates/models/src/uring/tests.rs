@@ -170,7 +170,10 @@ fn the_stop_lets_a_large_response_finish_and_closes_idle_connections() {
 #[test]
 fn an_unavailable_ring_is_explained() {
     let e = unavailable(&io::Error::from_raw_os_error(libc::EPERM));
-    assert!(e.contains("--model uring") && e.contains("io_uring_disabled") && e.contains("--model event"), "{e}");
+    assert!(
+        e.contains("--model uring") && e.contains("io_uring_disabled") && e.contains("--model event"),
+        "{e}"
+    );
     let e = unavailable(&io::Error::from_raw_os_error(libc::ENOSYS));
     assert!(e.contains("no io_uring"), "{e}");
 }
