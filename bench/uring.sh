@@ -7,16 +7,16 @@
 #   bench/uring.sh                               # 3 rounds of 5 s per case and model, interleaved
 #   ROUNDS=1 DURATION=2s bench/uring.sh          # smoke run
 #   MODELS='event uring' MODUS_ARGS='--workers 1' bench/uring.sh
-#   URING_ENV='MODUS_URING_ZC_MIN=65536' bench/uring.sh   # uring with SENDMSG_ZC for sends ≥ 64 KiB
+#   MODELS='event uring uring-zc' bench/uring.sh  # and uring with SENDMSG_ZC for sends ≥ ZC_MIN bytes
 #   bench/uring.sh profile                       # perf record -g of each model at 500 B keep-alive
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS DURATION CONNS      rounds, measured time per run, closed-loop connections [3 5s 50]
 #   SYSCALL_REQUESTS           requests counted per system-call measurement [20000]
-#   MODELS                     models compared [event uring]
+#   MODELS                     models compared; `uring-zc` is uring with MODUS_URING_ZC_MIN=ZC_MIN [event uring]
+#   ZC_MIN                     smallest send made zero-copy by `uring-zc` [65536]
 #   MODUS_BIN                  modus binary; unset = cargo build --release -p modus
 #   MODUS_ARGS                 extra `modus serve` arguments for every model [""]
-#   URING_ENV                  environment for the uring server only, e.g. MODUS_URING_ZC_MIN=65536 [""]
 #   SERVER_CPU LOAD_CPU        cores for the server and for `modus load` [0 1]
 #   RESULTS_DIR                raw output [<repo>/bench/results/uring-<timestamp>]
 #
@@ -25,8 +25,9 @@
 # * CPU µs/request = (utime+stime of the server process, /proc/PID/stat, after − before) ÷ requests
 #   `modus load` completed in the run; req/s = those requests ÷ DURATION. Median of the rounds.
 # * System calls per request = `perf stat -e raw_syscalls:sys_enter -p PID` (every thread of the server)
-#   over a run of SYSCALL_REQUESTS requests, ÷ those requests; `strace -c -f` of the 500 B keep-alive run
-#   is kept in RESULTS_DIR as the breakdown by call.
+#   over a run of SYSCALL_REQUESTS requests, ÷ those requests; and the same without `newfstatat`, the one
+#   `stat` with which the pipeline validates a cached file on every hit, in every model. `strace -c -f`
+#   of the 500 B keep-alive run is kept in RESULTS_DIR as the breakdown by call.
 # Needs perf, strace, taskset, python3.
 # Exit status: 0 on success, 1 if a run saw errors, 2 on a setup failure.
 
@@ -47,7 +48,7 @@ CONNS=${CONNS:-50}
 SYSCALL_REQUESTS=${SYSCALL_REQUESTS:-20000}
 MODELS=${MODELS:-event uring}
 MODUS_ARGS=${MODUS_ARGS:-}
-URING_ENV=${URING_ENV:-}
+ZC_MIN=${ZC_MIN:-65536}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/uring-$(date +%Y%m%d-%H%M%S)}
@@ -79,9 +80,9 @@ trap cleanup EXIT
 
 start_server() {
     local model=$1 env_args=() line out=$WORK/$1.out
-    [ "$model" = uring ] && [ -n "$URING_ENV" ] && read -ra env_args <<<"$URING_ENV"
+    [ "$model" = uring-zc ] && env_args=("MODUS_URING_ZC_MIN=$ZC_MIN")
     # shellcheck disable=SC2086  # MODUS_ARGS: word splitting intended
-    env "${env_args[@]}" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "$model" --listen 127.0.0.1:0 \
+    env "${env_args[@]}" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "${model%-zc}" --listen 127.0.0.1:0 \
         --access-log off $MODUS_ARGS "$DOCROOT" >"$out" 2>"$WORK/$model.err" &
     local pid=$!
     STARTED+=("$pid")
@@ -131,7 +132,7 @@ if [ "$ACTION" = profile ]; then
 fi
 
 status=0
-declare -A CPU RATE SYSCALLS
+declare -A CPU RATE SYSCALLS OWN
 for round in $(seq "$ROUNDS"); do
     for case in $CASES; do
         for model in $MODELS; do
@@ -155,15 +156,17 @@ done
 for case in $CASES; do
     for model in $MODELS; do
         pid=${PID_OF[$model]}
-        perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.csv" -p "$pid" &
+        perf stat -e raw_syscalls:sys_enter,syscalls:sys_enter_newfstatat -x, -o "$WORK/perf.csv" -p "$pid" &
         perf_pid=$!
         sleep 0.5
         load "$model" "$case" -n "$SYSCALL_REQUESTS" >/dev/null
         kill -INT "$perf_pid"
         wait "$perf_pid" || true
         calls=$(awk -F, '/raw_syscalls/ { print $1 }' "$WORK/perf.csv")
+        stats=$(awk -F, '/newfstatat/ { print $1 }' "$WORK/perf.csv")
         SYSCALLS[$model/$case]=$(awk -v c="$calls" -v n="$SYSCALL_REQUESTS" 'BEGIN { printf "%.3f", c / n }')
-        log "$case $model: $calls system calls for $SYSCALL_REQUESTS requests"
+        OWN[$model/$case]=$(awk -v c="$calls" -v s="$stats" -v n="$SYSCALL_REQUESTS" 'BEGIN { printf "%.3f", (c - s) / n }')
+        log "$case $model: $calls system calls ($stats of them the cache's stat) for $SYSCALL_REQUESTS requests"
     done
 done
 for model in $MODELS; do
@@ -178,14 +181,14 @@ for model in $MODELS; do
 done
 
 first=${MODELS%% *}
-printf '\n| case | model | req/s | CPU µs/request | ×%s CPU | system calls/request |\n|---|---|---|---|---|---|\n' "$first"
+printf '\n| case | model | req/s | CPU µs/request | ×%s CPU | system calls/request | without newfstatat |\n|---|---|---|---|---|---|---|\n' "$first"
 for case in $CASES; do
     base=$(med_of CPU "$first/$case")
     for model in $MODELS; do
         cpu=$(med_of CPU "$model/$case")
         ratio=$(awk -v a="$cpu" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
-        printf '| %s | %s | %s | %s | %s | %s |\n' "$case" "$model" "$(med_of RATE "$model/$case")" "$cpu" "$ratio" \
-            "${SYSCALLS[$model/$case]}"
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$case" "$model" "$(med_of RATE "$model/$case")" "$cpu" \
+            "$ratio" "${SYSCALLS[$model/$case]}" "${OWN[$model/$case]}"
     done
 done
 log "raw results: $RESULTS_DIR"
