@@ -7,14 +7,16 @@
 #   bench/uring.sh                               # 3 rounds of 5 s per case and model, interleaved
 #   ROUNDS=1 DURATION=2s bench/uring.sh          # smoke run
 #   MODELS='event uring' MODUS_ARGS='--workers 1' bench/uring.sh
-#   MODELS='event uring uring-zc' bench/uring.sh  # and uring with SENDMSG_ZC for sends ≥ ZC_MIN bytes
+#   MODELS='event uring uring-zc uring-batch' bench/uring.sh   # and uring's two experiments (below)
 #   bench/uring.sh profile                       # perf record -g of each model at 500 B keep-alive
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS DURATION CONNS      rounds, measured time per run, closed-loop connections [3 5s 50]
 #   SYSCALL_REQUESTS           requests counted per system-call measurement [20000]
-#   MODELS                     models compared; `uring-zc` is uring with MODUS_URING_ZC_MIN=ZC_MIN [event uring]
+#   MODELS                     models compared [event uring]; also `uring-zc`: uring with
+#                              MODUS_URING_ZC_MIN=ZC_MIN, and `uring-batch`: MODUS_URING_BATCH_US=BATCH_US
 #   ZC_MIN                     smallest send made zero-copy by `uring-zc` [65536]
+#   BATCH_US                   how long `uring-batch`'s waits go on for more completions [50]
 #   MODUS_BIN                  modus binary; unset = cargo build --release -p modus
 #   MODUS_ARGS                 extra `modus serve` arguments for every model [""]
 #   SERVER_CPU LOAD_CPU        cores for the server and for `modus load` [0 1]
@@ -49,6 +51,7 @@ SYSCALL_REQUESTS=${SYSCALL_REQUESTS:-20000}
 MODELS=${MODELS:-event uring}
 MODUS_ARGS=${MODUS_ARGS:-}
 ZC_MIN=${ZC_MIN:-65536}
+BATCH_US=${BATCH_US:-50}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/uring-$(date +%Y%m%d-%H%M%S)}
@@ -80,9 +83,12 @@ trap cleanup EXIT
 
 start_server() {
     local model=$1 env_args=() line out=$WORK/$1.out
-    [ "$model" = uring-zc ] && env_args=("MODUS_URING_ZC_MIN=$ZC_MIN")
+    case $model in
+        uring-zc) env_args=("MODUS_URING_ZC_MIN=$ZC_MIN") ;;
+        uring-batch) env_args=("MODUS_URING_BATCH_US=$BATCH_US") ;;
+    esac
     # shellcheck disable=SC2086  # MODUS_ARGS: word splitting intended
-    env "${env_args[@]}" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "${model%-zc}" --listen 127.0.0.1:0 \
+    env "${env_args[@]}" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "${model%-*}" --listen 127.0.0.1:0 \
         --access-log off $MODUS_ARGS "$DOCROOT" >"$out" 2>"$WORK/$model.err" &
     local pid=$!
     STARTED+=("$pid")

@@ -106,13 +106,13 @@ fn run(env: ModelEnv) -> io::Result<()> {
     // Say why at once, before any loop starts: a kernel without io_uring,
     // a sysctl that disables it, a seccomp filter that refuses it.
     probe()?;
-    let zc_min = std::env::var("MODUS_URING_ZC_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+    let knobs = Knobs::from_env();
     let loops = env.tuning.workers.max(1);
     let mut spawners = match env.pipeline.settings.cgi {
         Some(_) => Some(HelperPool::start(&env.pipeline, loops, loops, "cgi-spawner", "cgi-spawners")?),
         None => None,
     };
-    let result = serve(env, zc_min, |i| spawners.as_mut().and_then(|s| s.take(i)));
+    let result = serve(env, knobs, |i| spawners.as_mut().and_then(|s| s.take(i)));
     if let Some(spawners) = &mut spawners {
         spawners.join();
     }
@@ -143,9 +143,36 @@ pub(crate) fn unavailable(e: &io::Error) -> String {
     format!("--model uring: {why}; use --model event instead")
 }
 
+/// Two experiments' switches, from the environment (BENCHMARKS.md,
+/// "io_uring"): both off unless set, since neither paid on loopback.
+#[derive(Clone, Copy, Debug)]
+struct Knobs {
+    /// `MODUS_URING_ZC_MIN`: sends of at least this many bytes use `SENDMSG_ZC`.
+    zc_min: usize,
+    /// `MODUS_URING_BATCH_US`: a wait that found a completion goes on up to
+    /// this long for more (`min_wait_usec`, Linux 6.12), so one wakeup
+    /// serves several requests; 0: it returns with the first.
+    batch_wait_us: u32,
+}
+
+/// Completions a batching wait waits for before its `min_wait_usec` is up.
+const BATCH: usize = 32;
+
+impl Knobs {
+    fn from_env() -> Knobs {
+        fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
+            std::env::var(name).ok().and_then(|v| v.parse().ok())
+        }
+        Knobs {
+            zc_min: var("MODUS_URING_ZC_MIN").unwrap_or(usize::MAX),
+            batch_wait_us: var("MODUS_URING_BATCH_US").unwrap_or(0),
+        }
+    }
+}
+
 fn serve(
     env: ModelEnv,
-    zc_min: usize,
+    knobs: Knobs,
     mut helpers: impl FnMut(usize) -> Option<Box<dyn Helpers>>,
 ) -> io::Result<()> {
     let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
@@ -165,7 +192,7 @@ fn serve(
         // A ring belongs to the thread that submits to it (SINGLE_ISSUER):
         // each loop is made on its own thread.
         let spawned = thread::Builder::new().name(format!("uring-{i}")).spawn(move || {
-            let result = Loop::new(listener, pipeline.clone(), stopper, helpers, cap, zc_min)
+            let result = Loop::new(listener, pipeline.clone(), stopper, helpers, cap, knobs)
                 .and_then(|mut lp| lp.run());
             if let Err(e) = &result {
                 pipeline.error_log.error(format_args!("uring loop: {e}"));
@@ -260,7 +287,7 @@ struct Loop {
     fixed: Box<[RawFd]>,
     timers: Deadlines,
     now: Instant,
-    zc_min: usize,
+    knobs: Knobs,
     completions: Vec<(u64, i32, u32)>,
 }
 
@@ -271,7 +298,7 @@ impl Loop {
         shutdown: Shutdown,
         helpers: Option<Box<dyn Helpers>>,
         max_conns: usize,
-        zc_min: usize,
+        knobs: Knobs,
     ) -> io::Result<Loop> {
         let ring = IoUring::builder()
             .setup_cqsize(RING_ENTRIES * 8)
@@ -301,7 +328,7 @@ impl Loop {
             fixed: vec![-1; max_conns].into_boxed_slice(),
             timers: Deadlines::default(),
             now: Instant::now(),
-            zc_min,
+            knobs,
             completions: Vec::with_capacity(RING_ENTRIES as usize * 8),
         };
         let stop = lp.shutdown.wake_fd().as_raw_fd();
@@ -377,12 +404,17 @@ impl Loop {
 
     /// Submits what the turn queued and waits for a completion (or the timeout).
     fn submit_and_wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let batch = self.knobs.batch_wait_us;
         let result = match timeout {
-            None => self.ring.submit_and_wait(1),
+            None if batch == 0 => self.ring.submit_and_wait(1),
+            None => {
+                let args = types::SubmitArgs::new().min_wait_usec(batch);
+                self.ring.submitter().submit_with_args(BATCH, &args)
+            }
             Some(t) => {
                 let ts = types::Timespec::from(t);
-                let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(1, &args)
+                let args = types::SubmitArgs::new().timespec(&ts).min_wait_usec(batch);
+                self.ring.submitter().submit_with_args(if batch == 0 { 1 } else { BATCH }, &args)
             }
         };
         match result {
@@ -565,7 +597,7 @@ impl Loop {
     /// queued bytes as a send, a shutdown once they are gone, its receive
     /// paused or resumed with its unread input.
     fn pump(&mut self, token: u64) {
-        let zc_min = self.zc_min;
+        let zc_min = self.knobs.zc_min;
         let Some(c) = self.conns.get_mut(token) else { return };
         // A TLS session's records that found the socket's queue full: they
         // move as it drains, whether or not the connection drives again

@@ -19,6 +19,10 @@ struct Harness {
 /// than the send window and the cache: sent from the file in pieces), or
 /// `None` where io_uring is unavailable.
 fn start(settings: Settings, max_conns: usize) -> Option<Harness> {
+    start_with(settings, max_conns, Knobs { zc_min: usize::MAX, batch_wait_us: 0 })
+}
+
+fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harness> {
     if let Err(e) = probe() {
         eprintln!("skipped: {e}");
         return None;
@@ -34,7 +38,7 @@ fn start(settings: Settings, max_conns: usize) -> Option<Harness> {
     let shutdown = Shutdown::new().unwrap();
     let stop = shutdown.clone();
     let listener = Arc::new(listener);
-    let thread = thread::spawn(move || Loop::new(listener, p, stop, None, max_conns, usize::MAX)?.run());
+    let thread = thread::spawn(move || Loop::new(listener, p, stop, None, max_conns, knobs)?.run());
     Some(Harness { addr, shutdown, thread, _root: dir })
 }
 
@@ -99,6 +103,27 @@ fn keep_alive_pipelined_and_large_responses_arrive_whole_and_in_order() {
         let mut all = Vec::new();
         c.read_to_end(&mut all).unwrap();
         assert!(all.starts_with(b"HTTP/1.1 200 ") && all.ends_with(b"small"));
+    }
+    h.stop();
+}
+
+/// Every send zero-copy (its buffers held until the kernel's notification)
+/// and every wait a batching one: the same bytes arrive.
+#[test]
+fn zero_copy_sends_and_batching_waits_deliver_the_same_bytes() {
+    let knobs = Knobs { zc_min: 0, batch_wait_us: 200 };
+    let Some(h) = start_with(Settings::default(), 64, knobs) else { return };
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let mut c = h.client();
+            c.write_all(format!("{}{}", get("/big.bin"), get("/small.txt")).as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    for mut c in clients {
+        let (_, body) = response(&mut c);
+        assert!(body == big(), "the large file arrives whole and in order");
+        assert_eq!(response(&mut c).1, b"small");
     }
     h.stop();
 }
