@@ -82,13 +82,13 @@ cleanup() {
 trap cleanup EXIT
 
 start_server() {
-    local model=$1 env_args=() line out=$WORK/$1.out
+    local model=$1 base=$1 env_args=() line out=$WORK/$1.out
     case $model in
-        uring-zc) env_args=("MODUS_URING_ZC_MIN=$ZC_MIN") ;;
-        uring-batch) env_args=("MODUS_URING_BATCH_US=$BATCH_US") ;;
+        uring-zc) base=uring env_args=("MODUS_URING_ZC_MIN=$ZC_MIN") ;;
+        uring-batch) base=uring env_args=("MODUS_URING_BATCH_US=$BATCH_US") ;;
     esac
     # shellcheck disable=SC2086  # MODUS_ARGS: word splitting intended
-    env "${env_args[@]}" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "${model%-*}" --listen 127.0.0.1:0 \
+    env "${env_args[@]}" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "$base" --listen 127.0.0.1:0 \
         --access-log off $MODUS_ARGS "$DOCROOT" >"$out" 2>"$WORK/$model.err" &
     local pid=$!
     STARTED+=("$pid")
