@@ -110,8 +110,8 @@ pub enum LabCommand {
 }
 
 /// The models `modus serve` knows, as `modus models` lists them.
-const MODELS: [&str; 8] =
-    ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped"];
+const MODELS: [&str; 9] =
+    ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped", "uring"];
 
 /// `modus lab`.
 pub fn lab_main(args: LabArgs) -> ExitCode {

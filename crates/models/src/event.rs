@@ -186,13 +186,13 @@ fn listeners(
 
 /// Loop `i`'s share of `max_connections` among `workers` loops: the shares
 /// add up to the cap, and every loop may hold at least one connection.
-fn loop_share(max_connections: usize, workers: usize, i: usize) -> usize {
+pub(crate) fn loop_share(max_connections: usize, workers: usize, i: usize) -> usize {
     let share = max_connections / workers + usize::from(i < max_connections % workers);
     share.max(1)
 }
 
 /// Stops the server if a loop thread panics, instead of leaving it half up.
-struct StopOnPanic(Shutdown);
+pub(crate) struct StopOnPanic(pub(crate) Shutdown);
 
 impl Drop for StopOnPanic {
     fn drop(&mut self) {

@@ -23,6 +23,11 @@ mod process;
 pub mod runtime;
 pub mod signals;
 mod staged;
+// The kernel reads and writes the loop's buffers between a submission and
+// its completion, which no borrow can express: every `unsafe` block there
+// says what keeps them alive and in place.
+#[allow(unsafe_code)]
+mod uring;
 mod worker;
 
 use std::io;
@@ -213,6 +218,7 @@ pub const MODELS: &[ModelInfo] = &[
     pool::MODEL,
     event::MODEL,
     amped::MODEL,
+    uring::MODEL,
     staged::MODEL,
     prefork::MODEL,
     worker::MODEL,

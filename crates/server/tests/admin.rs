@@ -229,6 +229,7 @@ every_model! {
     staged => "staged",
     event => "event",
     amped => "amped",
+    uring => "uring",
     prefork => "prefork",
     worker => "worker",
     perchild => "perchild",

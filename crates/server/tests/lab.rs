@@ -99,15 +99,16 @@ fn compare_ranks_every_model_on_the_demo_site() {
     );
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let ranked: Vec<&str> = r.stdout.lines().skip(1).take_while(|l| !l.starts_with("report:")).collect();
-    assert_eq!(ranked.len(), 8, "{}", r.stdout);
-    for model in ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped"] {
+    assert_eq!(ranked.len(), 9, "{}", r.stdout);
+    for model in ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped", "uring"]
+    {
         assert!(
             ranked.iter().any(|l| l.split_whitespace().nth(1) == Some(model)),
             "{model} in\n{}",
             r.stdout
         );
     }
-    assert_eq!(csv_rows(&out).len(), 8);
+    assert_eq!(csv_rows(&out).len(), 9);
 }
 
 /// `compare --mix` and `--workload`: the requests come from the mix file or

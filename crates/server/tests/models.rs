@@ -125,6 +125,11 @@ fn amped_serves_a_newcomer_beside_5000_idle_connections() {
     many_idle_connections("amped");
 }
 
+#[test]
+fn uring_serves_a_newcomer_beside_5000_idle_connections() {
+    many_idle_connections("uring");
+}
+
 /// `staged` reports, per stage, how much work passed and how long it
 /// waited in the queue before the stage (paper 000's figure 8).
 #[test]
@@ -176,6 +181,7 @@ fn max_cgi_answers_503_beyond_the_cap() {
         ("staged", &[]),
         ("event", &[]),
         ("amped", &[]),
+        ("uring", &[]),
         ("worker", &["--threads-per-child", "8", "--max-clients", "8"]),
         ("perchild", &["--processes", "1"]),
     ];
@@ -275,6 +281,12 @@ fn event_holds_at_most_max_connections() {
 #[test]
 fn amped_holds_at_most_max_connections() {
     connection_cap("amped", &[]);
+}
+
+#[test]
+fn uring_holds_at_most_max_connections() {
+    // Two loops, as for event: each cancels its accept at its share.
+    connection_cap("uring", &["--workers", "2"]);
 }
 
 #[test]

@@ -326,6 +326,19 @@ impl Outbound {
         Ok(copied)
     }
 
+    /// The chunk at the front of the queue and the range of its bytes not
+    /// sent yet: for a writer that hands the bytes to the kernel itself
+    /// (the `uring` model's sends, which keep the chunk's memory alive until
+    /// the kernel is done with it), then calls [`consume`](Self::consume).
+    pub fn front(&self) -> Option<(&Chunk, Range<u64>)> {
+        self.chunks.front().map(|chunk| (chunk, self.front_sent..chunk.len()))
+    }
+
+    /// Counts `n` more bytes from the front as sent (at most what is queued).
+    pub fn consume(&mut self, n: u64) {
+        self.advance(n.min(self.remaining()));
+    }
+
     // Inlined into the write loop: a call here cost more than its body.
     #[inline(always)]
     fn advance(&mut self, mut n: u64) {

@@ -100,6 +100,7 @@ mod conformance {
         staged => "staged",
         event => "event",
         amped => "amped",
+        uring => "uring",
         // SRPT changes the write path (bounded writes, socket priorities):
         // the models whose loops it concerns run everything under it too.
         event_srpt => "event --schedule srpt",
@@ -117,5 +118,6 @@ mod conformance {
         staged_tls => "staged --tls-self-signed",
         event_tls => "event --tls-self-signed",
         amped_tls => "amped --tls-self-signed",
+        uring_tls => "uring --tls-self-signed",
     }
 }

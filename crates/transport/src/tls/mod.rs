@@ -30,7 +30,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 
-pub use stream::TlsStream;
+pub use stream::{Carrier, TlsStream};
 
 /// Where one certificate chain and its key come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,6 +128,12 @@ impl ServerTls {
     /// Starts the server side of a TLS session on an accepted socket.
     pub fn accept(&self, sock: std::net::TcpStream) -> io::Result<TlsStream> {
         TlsStream::new(sock, &self.config)
+    }
+
+    /// Starts the server side of a TLS session over another [`Carrier`]
+    /// (the completion-driven socket of the `uring` model).
+    pub fn accept_over<C: Carrier>(&self, carrier: C) -> io::Result<TlsStream<C>> {
+        TlsStream::new(carrier, &self.config)
     }
 
     /// Reads the certificate files again: the new set serves the next

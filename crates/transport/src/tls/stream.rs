@@ -7,10 +7,15 @@
 //! The handshake needs no state of its own there: it runs inside the first
 //! reads, and until it is done a read delivers no plaintext ("not now").
 //!
+//! The session runs over a [`Carrier`]: the accepted [`TcpStream`] in every
+//! model that reads and writes its sockets itself, or the completion-driven
+//! socket of `uring`, whose bytes arrive in and leave through io_uring
+//! buffers — one TLS code path, whoever moves the ciphertext.
+//!
 //! [`BLOCKING_TICK`]: ../../pipeline/constant.BLOCKING_TICK.html
 
 use std::cell::RefCell;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 
@@ -33,10 +38,67 @@ const PLAIN_ON_TLS_PORT: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
     Connection: close\r\n\r\n\
     This port speaks HTTPS: use https:// in the URL instead.\n";
 
-/// A server-side TLS session on a TCP socket.
+/// The byte stream a TLS session runs over, with the socket's conventions
+/// (`WouldBlock`: not now; a read of 0: the end).
+pub trait Carrier {
+    /// Reads what has arrived into `buf`; waits (as the socket is set to) only if `wait`.
+    fn recv(&self, buf: &mut [u8], wait: bool) -> io::Result<usize>;
+    /// Copies what has arrived into `buf` without taking it.
+    fn peek(&self, buf: &mut [u8], wait: bool) -> io::Result<usize>;
+    /// Writes what it can of `bufs`, in order.
+    fn send(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// Ends our direction (a FIN), once what was written has left.
+    fn shutdown_write(&self);
+    /// `SO_PRIORITY`, as [`Wire::set_priority`].
+    fn set_priority(&self, priority: u32) -> io::Result<()>;
+    /// `TCP_NOTSENT_LOWAT`, as [`Wire::set_unsent_limit`].
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()>;
+    /// The address the connection came in on.
+    fn local_addr(&self) -> Option<SocketAddr>;
+}
+
+impl Carrier for TcpStream {
+    fn recv(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
+        if wait {
+            (&mut &*self).read(buf)
+        } else {
+            Ok(rustix::net::recv(self, buf, RecvFlags::DONTWAIT)?.0)
+        }
+    }
+
+    fn peek(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
+        let flags = if wait { RecvFlags::PEEK } else { RecvFlags::PEEK | RecvFlags::DONTWAIT };
+        Ok(rustix::net::recv(self, buf, flags)?.0)
+    }
+
+    fn send(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match bufs {
+            [one] => Ok(rustix::net::send(self, one, SendFlags::NOSIGNAL)?),
+            _ => (&mut &*self).write_vectored(bufs),
+        }
+    }
+
+    fn shutdown_write(&self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+
+    fn set_priority(&self, priority: u32) -> io::Result<()> {
+        Wire::set_priority(self, priority)
+    }
+
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
+        Wire::set_unsent_limit(self, bytes)
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        TcpStream::local_addr(self).ok()
+    }
+}
+
+/// A server-side TLS session on a TCP socket (or another [`Carrier`]).
 #[derive(Debug)]
-pub struct TlsStream {
-    sock: TcpStream,
+pub struct TlsStream<C: Carrier = TcpStream> {
+    sock: C,
     session: RefCell<Session>,
 }
 
@@ -58,16 +120,28 @@ struct Session {
 }
 
 impl TlsStream {
-    pub(super) fn new(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
+    /// The socket underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        &self.sock
+    }
+}
+
+impl<C: Carrier> TlsStream<C> {
+    pub(super) fn new(sock: C, config: &Arc<ServerConfig>) -> io::Result<TlsStream<C>> {
         let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
         let session =
             Session { tls, scratch: Vec::new(), eof: false, checked: false, shook: None, ended: false };
         Ok(TlsStream { sock, session: RefCell::new(session) })
     }
 
-    /// The socket underneath.
-    pub fn tcp(&self) -> &TcpStream {
+    /// The carrier underneath.
+    pub fn carrier(&self) -> &C {
         &self.sock
+    }
+
+    /// Ends the session (nothing more is sent) and gives the carrier back.
+    pub fn into_carrier(self) -> C {
+        self.sock
     }
 
     /// Whether the handshake is still under way.
@@ -132,15 +206,14 @@ impl TlsStream {
     /// cannot show or a wait for a handshake that never comes.
     fn check_first_bytes(&self, s: &mut Session, wait: bool) -> io::Result<()> {
         let mut first = [0u8; 1];
-        let flags = if wait { RecvFlags::PEEK } else { RecvFlags::PEEK | RecvFlags::DONTWAIT };
-        let n = rustix::net::recv(&self.sock, &mut first, flags)?.0;
+        let n = self.sock.peek(&mut first, wait)?;
         s.checked = true;
         if n == 1 && first[0].is_ascii_alphabetic() {
-            let _ = rustix::net::send(&self.sock, PLAIN_ON_TLS_PORT, SendFlags::NOSIGNAL);
-            let _ = self.sock.shutdown(Shutdown::Write);
+            let _ = self.sock.send(&[IoSlice::new(PLAIN_ON_TLS_PORT)]);
+            self.sock.shutdown_write();
             // Drain what the request sent, so the close is not a reset.
             let mut drain = [0u8; 4096];
-            while let Ok((1.., _)) = rustix::net::recv(&self.sock, &mut drain, RecvFlags::DONTWAIT) {}
+            while let Ok(1..) = self.sock.recv(&mut drain, false) {}
             return Err(io::Error::new(io::ErrorKind::InvalidData, "plain HTTP on the TLS port"));
         }
         Ok(())
@@ -158,7 +231,7 @@ impl Session {
 }
 
 /// Writes out what the session has encrypted, as far as the socket takes it.
-fn flush(sock: &TcpStream, tls: &mut ServerConnection) -> io::Result<Progress> {
+fn flush(sock: &impl Carrier, tls: &mut ServerConnection) -> io::Result<Progress> {
     while tls.wants_write() {
         match tls.write_tls(&mut SocketOut(sock)) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -171,32 +244,28 @@ fn flush(sock: &TcpStream, tls: &mut ServerConnection) -> io::Result<Progress> {
     Ok(Progress::Done)
 }
 
-/// The socket as rustls reads it: waiting as the socket does, or never.
-struct SocketIn<'a> {
-    sock: &'a TcpStream,
+/// The carrier as rustls reads it: waiting as the socket does, or never.
+struct SocketIn<'a, C> {
+    sock: &'a C,
     wait: bool,
 }
 
-impl Read for SocketIn<'_> {
+impl<C: Carrier> Read for SocketIn<'_, C> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.wait {
-            (&mut &*self.sock).read(buf)
-        } else {
-            Ok(rustix::net::recv(self.sock, buf, RecvFlags::DONTWAIT)?.0)
-        }
+        self.sock.recv(buf, self.wait)
     }
 }
 
-/// The socket as rustls writes to it (`writev` of its records).
-struct SocketOut<'a>(&'a TcpStream);
+/// The carrier as rustls writes to it (`writev` of its records).
+struct SocketOut<'a, C>(&'a C);
 
-impl Write for SocketOut<'_> {
+impl<C: Carrier> Write for SocketOut<'_, C> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        Ok(rustix::net::send(self.0, buf, SendFlags::NOSIGNAL)?)
+        self.0.send(&[IoSlice::new(buf)])
     }
 
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        (&mut &*self.0).write_vectored(bufs)
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.send(bufs)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -204,7 +273,7 @@ impl Write for SocketOut<'_> {
     }
 }
 
-impl Wire for TlsStream {
+impl<C: Carrier> Wire for TlsStream<C> {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read_with(buf, true)
     }
@@ -215,8 +284,18 @@ impl Wire for TlsStream {
 
     fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
         let mut s = self.session.borrow_mut();
+        // Records still waiting for the socket go first; while they wait,
+        // new plaintext is refused rather than piled up behind them.
+        if flush(&self.sock, &mut s.tls)? == Progress::Blocked {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         let n = s.tls.writer().write(bytes)?;
         flush(&self.sock, &mut s.tls)?;
+        if n == 0 && !bytes.is_empty() {
+            // The session's buffer is full: "not now", never a 0 that a
+            // caller would count as progress.
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         Ok(n)
     }
 
@@ -261,11 +340,11 @@ impl Wire for TlsStream {
         let mut s = self.session.borrow_mut();
         s.tls.send_close_notify();
         let _ = flush(&self.sock, &mut s.tls);
-        let _ = self.sock.shutdown(Shutdown::Write);
+        self.sock.shutdown_write();
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {
-        self.sock.local_addr().ok()
+        self.sock.local_addr()
     }
 
     fn holds_more(&self) -> bool {

@@ -1,0 +1,916 @@
+//! `uring` — the `event` loop on completions instead of readiness: one
+//! io_uring per `--workers` thread, every connection the same
+//! `pipeline::Connection` state machine, driven over a [`RingSocket`]
+//! (`uring/socket.rs`) whose reads come from completed receives and whose
+//! writes become queued sends.
+//!
+//! * **Accept**: one multishot accept per loop on the shared listener; each
+//!   completion is a new socket. At its share of `--max-connections` a loop
+//!   cancels its accept (newcomers go to a loop with room, or wait in the
+//!   backlog) and arms it again when a connection closes.
+//! * **Registered files**: each socket is installed in the ring's fixed
+//!   file table at its slab slot (`FILES_UPDATE`, linked to its receive), so
+//!   the ring's operations on it skip the descriptor table.
+//! * **Receive**: one multishot receive per connection into the loop's
+//!   provided buffer ring (`uring/bufring.rs`): a request that arrives is a
+//!   completion with no submission of ours. The bytes are copied into the
+//!   socket's inbox and the buffer goes back at once. A connection with too
+//!   much unread input has its receive cancelled until it reads (the
+//!   back-pressure a socket buffer gives).
+//! * **Send**: after a drive, what the connection queued goes out as one
+//!   `sendmsg` (`MSG_WAITALL`: the kernel finishes a short send itself),
+//!   cached bodies by reference; at most one send per connection is in
+//!   flight, so the bytes stay in order. A shutdown waits for it. Sends of
+//!   at least `MODUS_URING_ZC_MIN` bytes (unset: never) use `SENDMSG_ZC`,
+//!   the buffers held until the kernel's notification.
+//! * **Batching**: every submission of a turn and the wait for the next
+//!   completions are one `io_uring_enter`; the ring defers its task work to
+//!   that call (`DEFER_TASKRUN`), so completions arrive in batches.
+//! * **Timers, stop, cap, CGI**: as `event` — a deadline heap read once per
+//!   wakeup; the stop pipe and the CGI spawners' waker are polled by the
+//!   ring; a running script's pipes get one-shot polls, armed from
+//!   `Connection::waiting` after every drive.
+//! * **Closing**: a connection leaves its slot only when the kernel has
+//!   finished with everything it lent it: its receive cancelled and
+//!   completed, its send completed (or cancelled at the send timeout).
+//!
+//! TLS runs over the same socket: `transport::tls::TlsStream` is generic
+//! over its `Carrier`, and the ring socket is one.
+
+mod bufring;
+mod socket;
+
+use std::io;
+use std::mem::ManuallyDrop;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
+use transport::deadlines::{self, Deadlines};
+use transport::slab::Slab;
+use transport::{Shutdown, Wire};
+
+use crate::helpers::{HelperPool, Helpers};
+use crate::{Caps, ModelEnv, ModelInfo};
+use bufring::BufRing;
+use socket::{Batch, Link, RingSocket};
+
+pub(crate) const MODEL: ModelInfo = ModelInfo {
+    name: "uring",
+    paper_name: "SPED",
+    summary: "the event loop on io_uring completions: multishot accept and receive, batched sends",
+    caps: Caps { forks: false, event_driven: true, staged: false, srpt_loop: false },
+    run,
+};
+
+/// Submission queue entries per ring; the completion queue has 8 times as
+/// many (multishot receives complete without submissions).
+const RING_ENTRIES: u32 = 512;
+/// Provided receive buffers per loop, and their size: a request head fits
+/// in one; bodies arrive in several.
+const RECV_BUFFERS: u16 = 64;
+const RECV_BUFFER_SIZE: usize = 4096;
+const BUFFER_GROUP: u16 = 0;
+/// Unread input past which a connection's receive is paused, and below
+/// which it resumes.
+const INBOX_HIGH: usize = 256 << 10;
+/// How long accepting pauses when out of descriptors or memory.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// What a completion is for: the top four bits of its user data; the rest
+/// is a connection's (or a poll's) slab token (kind 0, so those bits are
+/// free) or one of the loop's own.
+const OP_SHIFT: u32 = 60;
+const OP_LOOP: u64 = 0;
+const OP_RECV: u64 = 1;
+const OP_SEND: u64 = 2;
+const OP_POLL: u64 = 3;
+/// Results nobody waits for (registering, closing, shutting, cancelling).
+const OP_QUIET: u64 = 4;
+const ACCEPT: u64 = 1;
+const STOP: u64 = 2;
+const WAKER: u64 = 3;
+
+fn user_data(op: u64, token: u64) -> u64 {
+    op << OP_SHIFT | token
+}
+
+/// The one fixed-file value that clears a slot (the kernel reads it at submission).
+static CLEAR_SLOT: [RawFd; 1] = [-1];
+
+fn run(env: ModelEnv) -> io::Result<()> {
+    // Say why at once, before any loop starts: a kernel without io_uring,
+    // a sysctl that disables it, a seccomp filter that refuses it.
+    probe()?;
+    let knobs = Knobs::from_env();
+    let loops = env.tuning.workers.max(1);
+    let mut spawners = match env.pipeline.settings.cgi {
+        Some(_) => Some(HelperPool::start(&env.pipeline, loops, loops, "cgi-spawner", "cgi-spawners")?),
+        None => None,
+    };
+    let result = serve(env, knobs, |i| spawners.as_mut().and_then(|s| s.take(i)));
+    if let Some(spawners) = &mut spawners {
+        spawners.join();
+    }
+    result
+}
+
+/// Makes (and drops) a small ring, on a thread of its own: the ring's
+/// teardown may interrupt its thread's blocking system calls (EINTR), which
+/// is harmless on a thread that ends there.
+pub(crate) fn probe() -> io::Result<()> {
+    let made = thread::scope(|s| s.spawn(|| IoUring::new(2).map(drop)).join());
+    match made {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(io::Error::new(e.kind(), unavailable(&e))),
+        Err(_) => Err(io::Error::other("--model uring: probing io_uring panicked")),
+    }
+}
+
+/// What `--model uring` says when the kernel will not make a ring.
+pub(crate) fn unavailable(e: &io::Error) -> String {
+    let why = match e.raw_os_error() {
+        Some(libc::ENOSYS) => "this kernel has no io_uring (Linux 6.0 or later is needed)".to_string(),
+        Some(libc::EPERM) => "io_uring is disabled here (the sysctl kernel.io_uring_disabled, or a \
+                              seccomp filter such as a container runtime's default)"
+            .to_string(),
+        _ => format!("io_uring_setup failed: {e}"),
+    };
+    format!("--model uring: {why}; use --model event instead")
+}
+
+/// Two experiments' switches, from the environment (BENCHMARKS.md,
+/// "io_uring"): both off unless set, since neither paid on loopback.
+#[derive(Clone, Copy, Debug)]
+struct Knobs {
+    /// `MODUS_URING_ZC_MIN`: sends of at least this many bytes use `SENDMSG_ZC`.
+    zc_min: usize,
+    /// `MODUS_URING_BATCH_US`: a wait that found a completion goes on up to
+    /// this long for more (`min_wait_usec`, Linux 6.12), so one wakeup
+    /// serves several requests; 0: it returns with the first.
+    batch_wait_us: u32,
+}
+
+/// Completions a batching wait waits for before its `min_wait_usec` is up.
+const BATCH: usize = 32;
+
+impl Knobs {
+    fn from_env() -> Knobs {
+        fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
+            std::env::var(name).ok().and_then(|v| v.parse().ok())
+        }
+        Knobs {
+            zc_min: var("MODUS_URING_ZC_MIN").unwrap_or(usize::MAX),
+            batch_wait_us: var("MODUS_URING_BATCH_US").unwrap_or(0),
+        }
+    }
+}
+
+fn serve(
+    env: ModelEnv,
+    knobs: Knobs,
+    mut helpers: impl FnMut(usize) -> Option<Box<dyn Helpers>>,
+) -> io::Result<()> {
+    let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
+    // The ring waits for connections itself; a blocking listener lets it
+    // arm its poll rather than fail an attempt with EAGAIN.
+    listener.set_nonblocking(false)?;
+    rustix::net::sockopt::set_tcp_nodelay(&listener, true)?;
+    let listener = Arc::new(listener);
+    let workers = tuning.workers.max(1);
+    let mut threads = Vec::new();
+    let mut result = Ok(());
+    for i in 0..workers {
+        let cap = crate::event::loop_share(tuning.max_connections, workers, i);
+        let stop = crate::event::StopOnPanic(shutdown.clone());
+        let (listener, pipeline, stopper) = (listener.clone(), pipeline.clone(), shutdown.clone());
+        let helpers = helpers(i);
+        // A ring belongs to the thread that submits to it (SINGLE_ISSUER):
+        // each loop is made on its own thread.
+        let spawned = thread::Builder::new().name(format!("uring-{i}")).spawn(move || {
+            let result = Loop::new(listener, pipeline.clone(), stopper, helpers, cap, knobs)
+                .and_then(|mut lp| lp.run());
+            if let Err(e) = &result {
+                pipeline.error_log.error(format_args!("uring loop: {e}"));
+                stop.0.trigger();
+            }
+            result
+        });
+        match spawned {
+            Ok(thread) => threads.push(thread),
+            Err(e) => {
+                shutdown.trigger();
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    drop(listener);
+    for thread in threads {
+        let outcome = thread.join().unwrap_or_else(|_| Err(io::Error::other("a uring loop panicked")));
+        result = result.and(outcome);
+    }
+    result
+}
+
+/// What a connection is waiting for (as in `event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waits {
+    Read,
+    Write,
+    Helper,
+    Pipes,
+}
+
+/// A multishot operation's state: armed, asked to stop, or ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shot {
+    Armed,
+    Cancelling,
+    Off,
+}
+
+struct Conn {
+    link: Link,
+    conn: Connection,
+    waits: Waits,
+    deadline: Instant,
+    armed: Option<Instant>,
+    recv: Shot,
+    /// The send the kernel holds (in flight, or awaiting its zero-copy notification).
+    batch: Option<Box<Batch>>,
+    sending: bool,
+    notifs: u32,
+    /// Closed by the connection; waits for the kernel to give its buffers back.
+    closing: bool,
+    /// Nothing is left in a TLS session for the socket (always, without TLS).
+    sealed: bool,
+    /// One-shot polls armed on a script's pipes: (descriptor, poll token).
+    polls: Vec<(RawFd, u64)>,
+}
+
+impl Conn {
+    fn set_deadline(&mut self, timers: &mut Deadlines, token: u64, deadline: Instant) {
+        self.deadline = deadline;
+        timers.arm(&mut self.armed, token, deadline);
+    }
+
+    /// Whether the kernel still holds anything of this connection's, or
+    /// its TLS session still has records to hand it.
+    fn lent(&self) -> bool {
+        self.recv != Shot::Off || self.batch.is_some() || !self.sealed
+    }
+}
+
+struct Loop {
+    ring: IoUring,
+    /// Dropped by hand: only once no receive can use it (see `Drop`).
+    bufs: ManuallyDrop<BufRing>,
+    listener: Option<Arc<TcpListener>>,
+    accept: Shot,
+    accept_resume: Option<Instant>,
+    max_conns: usize,
+    shutdown: Shutdown,
+    stopping: bool,
+    pipeline: Arc<Pipeline>,
+    helpers: Option<Box<dyn Helpers>>,
+    mode: Mode,
+    conns: Slab<Conn>,
+    /// Armed pipe polls: the connection's token and the descriptor.
+    polls: Slab<(u64, RawFd)>,
+    /// The fixed-file table's values, by slot: the kernel reads a
+    /// `FILES_UPDATE`'s descriptor from here when it runs it.
+    fixed: Box<[RawFd]>,
+    timers: Deadlines,
+    now: Instant,
+    knobs: Knobs,
+    completions: Vec<(u64, i32, u32)>,
+}
+
+impl Loop {
+    fn new(
+        listener: Arc<TcpListener>,
+        pipeline: Arc<Pipeline>,
+        shutdown: Shutdown,
+        helpers: Option<Box<dyn Helpers>>,
+        max_conns: usize,
+        knobs: Knobs,
+    ) -> io::Result<Loop> {
+        let ring = IoUring::builder()
+            .setup_cqsize(RING_ENTRIES * 8)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_coop_taskrun()
+            .build(RING_ENTRIES)
+            .map_err(|e| io::Error::new(e.kind(), unavailable(&e)))?;
+        let max_conns = max_conns.max(1);
+        ring.submitter().register_files_sparse(max_conns as u32)?;
+        let bufs = ManuallyDrop::new(BufRing::register(&ring, RECV_BUFFERS, RECV_BUFFER_SIZE, BUFFER_GROUP)?);
+        let mode = if helpers.is_some() { Mode::HandOutScripts } else { Mode::Inline };
+        let mut lp = Loop {
+            ring,
+            bufs,
+            listener: Some(listener),
+            accept: Shot::Off,
+            accept_resume: None,
+            max_conns,
+            shutdown,
+            stopping: false,
+            pipeline,
+            helpers,
+            mode,
+            conns: Slab::new(0),
+            polls: Slab::new(0),
+            fixed: vec![-1; max_conns].into_boxed_slice(),
+            timers: Deadlines::default(),
+            now: Instant::now(),
+            knobs,
+            completions: Vec::with_capacity(RING_ENTRIES as usize * 8),
+        };
+        let stop = lp.shutdown.wake_fd().as_raw_fd();
+        // SAFETY: a poll names a descriptor and no memory; the stop pipe
+        // outlives the ring (the loop holds the Shutdown).
+        let poll = opcode::PollAdd::new(types::Fd(stop), libc::POLLIN as u32).build();
+        unsafe { lp.push(&[poll.user_data(user_data(OP_LOOP, STOP))]) };
+        lp.arm_waker();
+        Ok(lp)
+    }
+
+    /// Queues `entries` (linked ones stay in one submission).
+    ///
+    /// # Safety
+    /// Everything the entries point to must stay valid, and unmoved, until
+    /// their completions arrive.
+    unsafe fn push(&mut self, entries: &[squeue::Entry]) {
+        let mut sq = self.ring.submission();
+        if sq.capacity() - sq.len() < entries.len() {
+            drop(sq);
+            // A full queue is submitted early; this costs one more enter.
+            let _ = self.ring.submit();
+            sq = self.ring.submission();
+        }
+        for entry in entries {
+            // SAFETY: the caller keeps what the entry names alive; there is room (checked above).
+            let pushed = unsafe { sq.push(entry) };
+            debug_assert!(pushed.is_ok());
+        }
+    }
+
+    fn arm_waker(&mut self) {
+        let Some(helpers) = &self.helpers else { return };
+        let fd = helpers.waker().as_fd().as_raw_fd();
+        // SAFETY: a poll names no memory; the waker lives as long as the helpers, which the loop holds.
+        let poll = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).multi(true).build();
+        unsafe { self.push(&[poll.user_data(user_data(OP_LOOP, WAKER))]) };
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        let name = thread::current().name().unwrap_or("uring").to_string();
+        let me = self.pipeline.stats.worker(name);
+        self.watch_listener();
+        while !(self.stopping && self.conns.is_empty()) {
+            let now = self.now;
+            let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
+            let timeout = match (self.timers.next_in(now), resume) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            me.idle_at(now);
+            self.submit_and_wait(timeout)?;
+            self.now = Instant::now();
+            me.busy_at(self.now);
+            let mut completions = std::mem::take(&mut self.completions);
+            completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            for &(data, result, flags) in &completions {
+                self.complete(data, result, flags);
+            }
+            completions.clear();
+            self.completions = completions;
+            self.bufs.publish();
+            self.expire_timers();
+            if self.accept_resume.is_some_and(|at| at <= self.now) {
+                self.accept_resume = None;
+            }
+            self.watch_listener();
+        }
+        // The last connections' closes were queued after the last submission.
+        self.ring.submit()?;
+        Ok(())
+    }
+
+    /// Submits what the turn queued and waits for a completion (or the timeout).
+    fn submit_and_wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let batch = self.knobs.batch_wait_us;
+        let result = match timeout {
+            None if batch == 0 => self.ring.submit_and_wait(1),
+            None => {
+                let args = types::SubmitArgs::new().min_wait_usec(batch);
+                self.ring.submitter().submit_with_args(BATCH, &args)
+            }
+            Some(t) => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts).min_wait_usec(batch);
+                self.ring.submitter().submit_with_args(if batch == 0 { 1 } else { BATCH }, &args)
+            }
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn complete(&mut self, data: u64, result: i32, flags: u32) {
+        let token = data & ((1 << OP_SHIFT) - 1);
+        match data >> OP_SHIFT {
+            OP_RECV => self.received(token, result, flags),
+            OP_SEND => self.sent(token, result, flags),
+            OP_POLL => self.pipe_ready(token, result),
+            OP_LOOP => match token {
+                ACCEPT => self.accepted(result, flags),
+                STOP => self.begin_stop(),
+                WAKER => {
+                    self.collect_replies();
+                    if !cqueue::more(flags) {
+                        self.arm_waker();
+                    }
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn accepted(&mut self, result: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            self.accept = Shot::Off;
+        }
+        if result >= 0 {
+            // SAFETY: a successful accept's result is a new descriptor that nothing else owns.
+            let stream = TcpStream::from(unsafe { OwnedFd::from_raw_fd(result) });
+            match stream.peer_addr() {
+                Ok(peer) if !self.stopping && self.conns.len() < self.max_conns => self.open(stream, peer),
+                // Accepted just after the cap or the stop (the multishot
+                // was being cancelled), or the peer already left: refused.
+                _ => {}
+            }
+            return;
+        }
+        match -result {
+            libc::ECANCELED | libc::EAGAIN | libc::EINTR | libc::ECONNABORTED | libc::EPROTO => {}
+            errno => {
+                let e = io::Error::from_raw_os_error(errno);
+                self.pipeline
+                    .error_log
+                    .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
+                self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+            }
+        }
+    }
+
+    /// Arms the multishot accept exactly while this loop may accept.
+    fn watch_listener(&mut self) {
+        let wanted =
+            self.listener.is_some() && self.accept_resume.is_none() && self.conns.len() < self.max_conns;
+        match (wanted, self.accept) {
+            (true, Shot::Off) => {
+                let Some(fd) = self.listener.as_ref().map(|l| l.as_raw_fd()) else { return };
+                let accept = opcode::AcceptMulti::new(types::Fd(fd)).flags(libc::SOCK_CLOEXEC).build();
+                // SAFETY: a multishot accept names no memory (no address
+                // out-parameter); the listener lives until its cancel completes.
+                unsafe { self.push(&[accept.user_data(user_data(OP_LOOP, ACCEPT))]) };
+                self.accept = Shot::Armed;
+            }
+            (false, Shot::Armed) => {
+                self.cancel(user_data(OP_LOOP, ACCEPT));
+                self.accept = Shot::Cancelling;
+            }
+            _ => {}
+        }
+    }
+
+    fn cancel(&mut self, target: u64) {
+        // SAFETY: a cancel names no memory, only another request's user data.
+        let cancel = opcode::AsyncCancel::new(target).build();
+        unsafe { self.push(&[cancel.user_data(user_data(OP_QUIET, 0))]) };
+    }
+
+    fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let socket = RingSocket::new(stream);
+        let fd = socket.fd();
+        let link = match &self.pipeline.tls {
+            None => Link::Plain(socket),
+            Some(tls) => match tls.accept_over(socket) {
+                Ok(session) => Link::Tls(Box::new(session)),
+                Err(_) => return,
+            },
+        };
+        let conn = Connection::new(ConnInfo { peer }, self.now, &self.pipeline, self.mode);
+        let conn = Conn {
+            link,
+            conn,
+            waits: Waits::Read,
+            deadline: self.now,
+            armed: None,
+            recv: Shot::Armed,
+            batch: None,
+            sending: false,
+            notifs: 0,
+            closing: false,
+            sealed: true,
+            polls: Vec::new(),
+        };
+        let Some(token) = self.conns.insert(conn) else { return };
+        let slot = token as u32;
+        if slot as usize >= self.fixed.len() {
+            // Cannot happen (slots are reused below the cap), but a slot
+            // outside the table must not reach the kernel.
+            self.conns.remove(token);
+            return;
+        }
+        self.fixed[slot as usize] = fd;
+        let install = opcode::FilesUpdate::new(&self.fixed[slot as usize], 1)
+            .offset(slot as i32)
+            .build()
+            .flags(squeue::Flags::IO_LINK);
+        let recv = opcode::RecvMulti::new(types::Fixed(slot), self.bufs.group()).build();
+        // SAFETY: the update's descriptor is read from `fixed`, a boxed
+        // slice the loop never reallocates; the receive writes only into
+        // the registered buffer group, which outlives every receive.
+        unsafe {
+            self.push(&[install.user_data(user_data(OP_QUIET, 0)), recv.user_data(user_data(OP_RECV, token))])
+        };
+        // Sets the head deadline (and, over TLS, the handshake's).
+        self.drive(token);
+    }
+
+    fn arm_recv(&mut self, token: u64) {
+        let recv = opcode::RecvMulti::new(types::Fixed(token as u32), self.bufs.group()).build();
+        // SAFETY: the receive writes only into the registered buffer group.
+        unsafe { self.push(&[recv.user_data(user_data(OP_RECV, token))]) };
+        if let Some(c) = self.conns.get_mut(token) {
+            c.recv = Shot::Armed;
+        }
+    }
+
+    fn received(&mut self, token: u64, result: i32, flags: u32) {
+        let buffer = cqueue::buffer_select(flags);
+        let Some(c) = self.conns.get_mut(token) else {
+            if let Some(id) = buffer {
+                self.bufs.give_back(id);
+            }
+            return;
+        };
+        if !cqueue::more(flags) {
+            c.recv = Shot::Off;
+        }
+        let socket = c.link.socket();
+        match result {
+            1.. => {
+                if let Some(id) = buffer {
+                    socket.arrived(self.bufs.bytes(id, result as usize));
+                    self.bufs.give_back(id);
+                }
+            }
+            0 => socket.ended(0),
+            _ if matches!(-result, libc::ENOBUFS | libc::ECANCELED) => {}
+            _ => socket.ended(-result),
+        }
+        if c.closing {
+            self.finish_close(token);
+            return;
+        }
+        let new_input = result >= 0 || !matches!(-result, libc::ENOBUFS | libc::ECANCELED);
+        match c.waits {
+            Waits::Read | Waits::Pipes if new_input => self.drive(token),
+            // The client left while a spawner works for it.
+            Waits::Helper if result < 0 && new_input => self.close(token),
+            _ => self.pump(token),
+        }
+    }
+
+    /// Starts what the connection's socket has ready for the kernel: its
+    /// queued bytes as a send, a shutdown once they are gone, its receive
+    /// paused or resumed with its unread input.
+    fn pump(&mut self, token: u64) {
+        let zc_min = self.knobs.zc_min;
+        let Some(c) = self.conns.get_mut(token) else { return };
+        // A TLS session's records that found the socket's queue full: they
+        // move as it drains, whether or not the connection drives again
+        // (the tail of a response, the close_notify of a closing one).
+        c.sealed = c.link.flush_pending().unwrap_or(true);
+        let socket = c.link.socket();
+        let slot = types::Fixed(token as u32);
+        if c.batch.is_none() {
+            if let Some(mut batch) = socket.take_batch() {
+                let msg = batch.msg();
+                let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
+                let send = if batch.left() >= zc_min {
+                    opcode::SendMsgZc::new(slot, msg).flags(flags).build()
+                } else {
+                    opcode::SendMsg::new(slot, msg).flags(flags).build()
+                };
+                (c.batch, c.sending) = (Some(batch), true);
+                // SAFETY: the message and every byte it names live in the
+                // boxed batch, which the connection keeps — and does not
+                // leave its slot without — until the send's completion
+                // (and zero-copy notification) arrives.
+                unsafe { self.push(&[send.user_data(user_data(OP_SEND, token))]) };
+                return;
+            }
+        }
+        let shut = c.batch.is_none() && socket.take_shutdown();
+        let resume =
+            c.recv == Shot::Off && !c.closing && !socket.has_ended() && socket.unread() < INBOX_HIGH / 2;
+        let pause = c.recv == Shot::Armed && socket.unread() >= INBOX_HIGH;
+        if pause {
+            c.recv = Shot::Cancelling;
+        }
+        if shut {
+            // A system call, not IORING_OP_SHUTDOWN: the ring always runs
+            // that one on a worker thread, which looks the fixed slot up
+            // only then — by when a new connection may hold the slot.
+            socket.shutdown_now();
+        }
+        if pause {
+            self.cancel(user_data(OP_RECV, token));
+        } else if resume {
+            self.arm_recv(token);
+        }
+    }
+
+    fn sent(&mut self, token: u64, result: i32, flags: u32) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        if cqueue::notif(flags) {
+            // A zero-copy send's buffers are free.
+            c.notifs -= 1;
+        } else {
+            c.sending = false;
+            if cqueue::more(flags) {
+                c.notifs += 1;
+            }
+            let socket = c.link.socket();
+            let batch = c.batch.as_mut().expect("a send completes for the batch in flight");
+            if result < 0 {
+                socket.send_failed(-result);
+            } else {
+                socket.sent(result as usize);
+                let done = batch.advance(result as usize);
+                if !done && result > 0 {
+                    // What MSG_WAITALL did not finish (interrupted): the rest.
+                    let msg = batch.msg();
+                    let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
+                    let send = opcode::SendMsg::new(types::Fixed(token as u32), msg).flags(flags).build();
+                    c.sending = true;
+                    // SAFETY: as in `pump`: the batch stays until this completes.
+                    unsafe { self.push(&[send.user_data(user_data(OP_SEND, token))]) };
+                    return;
+                } else if !done {
+                    socket.send_failed(libc::EPIPE);
+                }
+            }
+        }
+        let Some(c) = self.conns.get_mut(token) else { return };
+        if c.sending || c.notifs > 0 {
+            return;
+        }
+        if let Some(batch) = c.batch.take() {
+            batch.recycle();
+        }
+        if c.closing {
+            self.pump(token);
+            self.finish_close(token);
+            return;
+        }
+        match c.waits {
+            Waits::Write | Waits::Pipes => self.drive(token),
+            _ => self.pump(token),
+        }
+    }
+
+    /// Runs the connection's state machine as far as its socket allows.
+    fn drive(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        if c.closing {
+            return;
+        }
+        let (p, stopping) = (&*self.pipeline, self.stopping);
+        c.conn.set_now(self.now);
+        match c.conn.drive(&c.link, p, stopping) {
+            Want::Read(deadline) => {
+                c.waits = Waits::Read;
+                c.set_deadline(&mut self.timers, token, deadline);
+            }
+            Want::Write(deadline) => {
+                c.waits = Waits::Write;
+                c.set_deadline(&mut self.timers, token, deadline);
+            }
+            // Only a yielding connection (SRPT's loop order, not this loop's) asks this.
+            Want::Again => {
+                c.waits = Waits::Write;
+                let deadline = self.now + p.settings.send_timeout;
+                c.set_deadline(&mut self.timers, token, deadline);
+            }
+            Want::Pipes(deadline) => {
+                c.waits = Waits::Pipes;
+                c.set_deadline(&mut self.timers, token, deadline);
+                self.arm_pipes(token);
+            }
+            Want::Close => {
+                self.close(token);
+                return;
+            }
+            Want::Process => {
+                c.waits = Waits::Helper;
+                let submitted = match (c.conn.take_request(), self.helpers.as_mut()) {
+                    (Some(request), Some(helpers)) => helpers.submit(token, request),
+                    _ => false,
+                };
+                if !submitted {
+                    self.pipeline.error_log.error(format_args!("no spawner left to start a script"));
+                    self.close(token);
+                    return;
+                }
+            }
+        }
+        self.pump(token);
+    }
+
+    /// One-shot polls for what a running script's pipes wait for, armed
+    /// where none is; polls on pipes it no longer waits for are cancelled
+    /// (a pending poll holds its pipe open).
+    fn arm_pipes(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        let wanted: Vec<(RawFd, u32)> = c
+            .conn
+            .waiting()
+            .pipes
+            .iter()
+            .map(|(fd, interest)| {
+                let mut events = 0;
+                if interest.is_readable() {
+                    events |= libc::POLLIN;
+                }
+                if interest.is_writable() {
+                    events |= libc::POLLOUT;
+                }
+                (fd.as_raw_fd(), events as u32)
+            })
+            .collect();
+        let (stale, kept): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut c.polls).into_iter().partition(|(fd, _)| !wanted.iter().any(|w| w.0 == *fd));
+        c.polls = kept;
+        let new: Vec<_> = wanted.into_iter().filter(|(fd, _)| !c.polls.iter().any(|p| p.0 == *fd)).collect();
+        for (_, poll) in stale {
+            self.cancel(user_data(OP_POLL, poll));
+        }
+        for (fd, events) in new {
+            let Some(poll) = self.polls.insert((token, fd)) else { continue };
+            if let Some(c) = self.conns.get_mut(token) {
+                c.polls.push((fd, poll));
+            }
+            // SAFETY: a poll names no memory; a pipe closed while it is
+            // armed stays open until the poll completes or is cancelled.
+            let entry = opcode::PollAdd::new(types::Fd(fd), events).build();
+            unsafe { self.push(&[entry.user_data(user_data(OP_POLL, poll))]) };
+        }
+    }
+
+    fn pipe_ready(&mut self, poll: u64, result: i32) {
+        let Some((token, fd)) = self.polls.remove(poll) else { return };
+        let Some(c) = self.conns.get_mut(token) else { return };
+        c.polls.retain(|p| p.1 != poll || p.0 != fd);
+        if result != -libc::ECANCELED && c.waits == Waits::Pipes {
+            self.drive(token);
+        }
+    }
+
+    /// The connection is done: stop receiving, let what it queued go out,
+    /// and free its slot once the kernel has given everything back.
+    fn close(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token).filter(|c| !c.closing) else { return };
+        c.closing = true;
+        // Its queued bytes get the send timeout to leave.
+        let deadline = self.now + self.pipeline.settings.send_timeout;
+        c.set_deadline(&mut self.timers, token, deadline);
+        let polls = std::mem::take(&mut c.polls);
+        if c.recv == Shot::Armed {
+            c.recv = Shot::Cancelling;
+            self.cancel(user_data(OP_RECV, token));
+        }
+        for (_, poll) in polls {
+            self.cancel(user_data(OP_POLL, poll));
+        }
+        self.pump(token);
+        self.finish_close(token);
+    }
+
+    fn finish_close(&mut self, token: u64) {
+        if self.conns.get(token).is_none_or(Conn::lent) {
+            return;
+        }
+        let Some(c) = self.conns.remove(token) else { return };
+        let fd = c.link.into_socket().into_fd();
+        let clear = opcode::FilesUpdate::new(CLEAR_SLOT.as_ptr(), 1).offset(token as u32 as i32).build();
+        let close = opcode::Close::new(types::Fd(fd)).build();
+        // SAFETY: the update reads a static; a close names no memory. The
+        // descriptor is ours (taken from the socket) and closed only here.
+        unsafe {
+            self.push(&[clear.user_data(user_data(OP_QUIET, 0)), close.user_data(user_data(OP_QUIET, 0))])
+        };
+    }
+
+    /// Replies back from the CGI spawners.
+    fn collect_replies(&mut self) {
+        let Some(helpers) = self.helpers.as_mut() else { return };
+        helpers.waker().reset();
+        while let Some((token, reply)) = self.helpers.as_mut().and_then(|h| h.finished()) {
+            let Some(c) = self.conns.get_mut(token) else { continue };
+            match reply {
+                Some(reply) if c.waits == Waits::Helper && !c.closing => {
+                    c.conn.set_now(self.now);
+                    c.conn.deliver(reply, &self.pipeline);
+                    self.drive(token);
+                }
+                _ => self.close(token),
+            }
+        }
+    }
+
+    fn expire_timers(&mut self) {
+        let now = self.now;
+        while let Some((when, token)) = self.timers.pop_due(now) {
+            let Some(c) = self.conns.get_mut(token) else { continue };
+            if !deadlines::fired(&mut c.armed, when) || c.waits == Waits::Helper && !c.closing {
+                continue;
+            }
+            if c.deadline > now {
+                let deadline = c.deadline;
+                c.set_deadline(&mut self.timers, token, deadline);
+                continue;
+            }
+            if c.closing {
+                // Its last bytes found no taker in time: give them up.
+                c.link.socket().send_failed(libc::ETIMEDOUT);
+                c.sealed = true;
+                if c.sending {
+                    self.cancel(user_data(OP_SEND, token));
+                }
+                self.finish_close(token);
+                continue;
+            }
+            c.conn.set_now(now);
+            if c.conn.timed_out(&self.pipeline) {
+                self.drive(token);
+            } else {
+                self.close(token);
+            }
+        }
+        if self.timers.len() > 2 * self.conns.len() + 1024 {
+            let conns = &self.conns;
+            self.timers.retain(|when, token| conns.get(token).is_some_and(|c| c.armed == Some(when)));
+        }
+    }
+
+    /// The graceful stop: refuse new connections, close idle ones, let
+    /// in-flight requests finish.
+    fn begin_stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        // Dropping the last reference closes the listener once the accept is cancelled.
+        self.listener = None;
+        self.accept_resume = None;
+        self.watch_listener();
+        for token in self.conns.tokens() {
+            if self.conns.get(token).is_some_and(|c| c.waits != Waits::Helper) {
+                self.drive(token);
+            }
+        }
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        if !self.conns.is_empty() {
+            // Left on an error with operations in flight: their memory (the
+            // connections' sends, the receive buffers) must outlive the
+            // kernel's use of it, which only the process's end bounds now.
+            std::mem::forget(std::mem::take(&mut self.conns));
+            return;
+        }
+        self.bufs.unregister(&self.ring);
+        // SAFETY: no connection is left, so no receive is armed, and the
+        // group is unregistered: the kernel has no use for the buffers. The
+        // field is not touched again.
+        unsafe { ManuallyDrop::drop(&mut self.bufs) };
+    }
+}
+
+#[cfg(test)]
+mod tests;

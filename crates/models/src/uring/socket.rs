@@ -1,0 +1,651 @@
+//! A client socket whose bytes move by io_uring completions, as a [`Wire`]
+//! (and, under TLS, as the [`Carrier`] of the session).
+//!
+//! The connection state machine calls its `Wire` synchronously and expects
+//! socket answers; a completion ring answers later. The bridge is a socket
+//! buffer of our own, in each direction:
+//!
+//! * **In**: what a multishot receive brought (copied out of the provided
+//!   buffer, which goes straight back to the ring) waits in `inbox`; a read
+//!   takes from it, says `WouldBlock` when it is empty, 0 after the peer's
+//!   end. The loop pauses the receive when too much is waiting unread.
+//! * **Out**: a write never blocks on the kernel: the bytes are queued
+//!   (`outbox`) — cached and static bodies by reference (an `Arc` clone, no
+//!   copy), heads and file pieces copied — and the loop turns the queue
+//!   into one `sendmsg` after the drive. Like a socket's send buffer, the
+//!   queue takes at most [`SEND_WINDOW`] bytes (queued plus in flight), so
+//!   a large file is read a piece at a time as the peer takes it, and a
+//!   `Done` from [`Wire::send`] means what it means for a socket: handed
+//!   to the kernel, not yet received.
+//!
+//! Everything is behind a `RefCell`: the `Wire` methods take `&self`, and a
+//! loop thread owns the socket.
+
+use std::cell::RefCell;
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+
+use transport::tls::{Carrier, TlsStream};
+use transport::{Chunk, Data, Outbound, Progress, Wire};
+
+/// Bytes queued or in flight past which a write says "not now": the
+/// connection's send buffer (the kernel's own comes after it).
+pub(super) const SEND_WINDOW: usize = 256 << 10;
+/// A file chunk is read into memory this much at a time.
+const FILE_PIECE: usize = 64 << 10;
+/// An emptied inbox keeps its allocation up to this size.
+const INBOX_KEEP: usize = 4 << 10;
+/// Copy buffers kept per thread for the next sends.
+const SPARES_KEPT: usize = 64;
+
+thread_local! {
+    /// Buffers of finished sends, for the next copies (heads, file pieces,
+    /// TLS records): a busy loop allocates none per response.
+    static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Finished batches, emptied, for the next sends. Boxed: the box is
+    /// what is reused, since the kernel is given addresses inside it.
+    #[allow(clippy::vec_box)]
+    static BATCHES: RefCell<Vec<Box<Batch>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn spare(want: usize) -> Vec<u8> {
+    let mut buf = SPARES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+    buf.reserve(want);
+    buf
+}
+
+fn give_back(mut buf: Vec<u8>) {
+    if buf.capacity() <= SEND_WINDOW {
+        buf.clear();
+        let _ = SPARES.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARES_KEPT {
+                s.push(buf);
+            }
+        });
+    }
+}
+
+/// The bytes of one `sendmsg` on their way: they stay here, at the
+/// addresses the kernel was given, until the completion (and, for a
+/// zero-copy send, its notification) says the kernel is done with them.
+pub(super) struct Batch {
+    pieces: Vec<Data>,
+    iov: Vec<libc::iovec>,
+    msg: libc::msghdr,
+    /// The first iovec not wholly sent.
+    at: usize,
+    left: usize,
+}
+
+impl Batch {
+    /// A batch of `pieces`, in a box (and vectors) a finished batch left
+    /// behind when there is one: a busy loop allocates none per response.
+    fn new(pieces: &mut Vec<Data>) -> Box<Batch> {
+        let mut batch = BATCHES.with(|b| b.borrow_mut().pop()).unwrap_or_else(|| {
+            Box::new(Batch {
+                pieces: Vec::new(),
+                iov: Vec::new(),
+                // SAFETY: msghdr is plain old data; all-zero is its empty value.
+                msg: unsafe { std::mem::zeroed() },
+                at: 0,
+                left: 0,
+            })
+        });
+        std::mem::swap(&mut batch.pieces, pieces);
+        batch.iov.extend(batch.pieces.iter().map(|d| {
+            let s = d.as_slice();
+            libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }
+        }));
+        batch.left = batch.iov.iter().map(|v| v.iov_len).sum();
+        batch
+    }
+
+    /// Done with: its copy buffers and the batch itself are kept for the next ones.
+    pub(super) fn recycle(mut self: Box<Batch>) {
+        self.release();
+        let _ = BATCHES.try_with(|b| {
+            let mut b = b.borrow_mut();
+            if b.len() < SPARES_KEPT {
+                b.push(self);
+            }
+        });
+    }
+
+    fn release(&mut self) {
+        for piece in self.pieces.drain(..) {
+            if let Data::Owned(buf) = piece {
+                give_back(buf);
+            }
+        }
+        self.iov.clear();
+        (self.at, self.left) = (0, 0);
+    }
+
+    /// Bytes not yet sent.
+    pub(super) fn left(&self) -> usize {
+        self.left
+    }
+
+    /// The message for the bytes not yet sent; it points into this batch.
+    pub(super) fn msg(&mut self) -> *const libc::msghdr {
+        self.msg.msg_iov = self.iov[self.at..].as_mut_ptr();
+        self.msg.msg_iovlen = self.iov.len() - self.at;
+        &self.msg
+    }
+
+    /// Counts `n` bytes as sent; `true` when none are left.
+    pub(super) fn advance(&mut self, mut n: usize) -> bool {
+        self.left -= n.min(self.left);
+        while n > 0 && self.at < self.iov.len() {
+            let v = &mut self.iov[self.at];
+            let step = n.min(v.iov_len);
+            // SAFETY: `step` is within the slice this iovec names, so the
+            // new base stays inside the same piece.
+            v.iov_base = unsafe { (v.iov_base as *mut u8).add(step) } as *mut libc::c_void;
+            v.iov_len -= step;
+            n -= step;
+            if v.iov_len == 0 {
+                self.at += 1;
+            }
+        }
+        self.left == 0
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+#[derive(Default)]
+struct Io {
+    /// Received and not yet read: `inbox[read_at..]`.
+    inbox: Vec<u8>,
+    read_at: usize,
+    /// The peer's end, once seen: 0 for its FIN, else the receive's errno.
+    end: Option<i32>,
+    /// Queued for the next send, in order.
+    outbox: Vec<Data>,
+    /// Whether the last piece of `outbox` is a copy that may grow.
+    open_tail: bool,
+    queued: usize,
+    in_flight: usize,
+    /// A send failed with this errno: the connection is dead.
+    send_error: Option<i32>,
+    /// Our side is to be shut once everything queued has gone.
+    shut: bool,
+}
+
+impl Io {
+    fn room(&self) -> usize {
+        SEND_WINDOW.saturating_sub(self.queued + self.in_flight)
+    }
+
+    fn check_send(&self) -> io::Result<()> {
+        match self.send_error {
+            Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+            None => Ok(()),
+        }
+    }
+
+    /// A buffer to copy `want` bytes into, at the end of the queue.
+    fn copy_target(&mut self, want: usize) -> &mut Vec<u8> {
+        if !self.open_tail {
+            self.outbox.push(Data::Owned(spare(want)));
+            self.open_tail = true;
+        }
+        match self.outbox.last_mut() {
+            Some(Data::Owned(buf)) => buf,
+            _ => unreachable!("an open tail is an owned copy"),
+        }
+    }
+
+    fn copy_in(&mut self, bytes: &[u8]) {
+        self.copy_target(bytes.len()).extend_from_slice(bytes);
+        self.queued += bytes.len();
+    }
+
+    fn share(&mut self, data: Data) {
+        self.queued += data.as_slice().len();
+        self.outbox.push(data);
+        self.open_tail = false;
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let waiting = &self.inbox[self.read_at..];
+        if waiting.is_empty() {
+            return match self.end {
+                None => Err(io::ErrorKind::WouldBlock.into()),
+                Some(0) => Ok(0),
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+            };
+        }
+        let n = waiting.len().min(buf.len());
+        buf[..n].copy_from_slice(&waiting[..n]);
+        self.read_at += n;
+        if self.read_at == self.inbox.len() {
+            self.read_at = 0;
+            if self.inbox.capacity() > INBOX_KEEP {
+                self.inbox = Vec::new();
+            } else {
+                self.inbox.clear();
+            }
+        }
+        Ok(n)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.check_send()?;
+        let n = bytes.len().min(self.room());
+        if n == 0 && !bytes.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.copy_in(&bytes[..n]);
+        Ok(n)
+    }
+}
+
+/// An accepted socket driven by the ring. The descriptor itself is used
+/// only for what has no ring operation the loop would batch: socket
+/// options and the local address.
+pub(super) struct RingSocket {
+    sock: TcpStream,
+    io: RefCell<Io>,
+}
+
+impl RingSocket {
+    pub(super) fn new(sock: TcpStream) -> RingSocket {
+        RingSocket { sock, io: RefCell::new(Io::default()) }
+    }
+
+    pub(super) fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Gives up the descriptor, for the loop to close it with a ring operation.
+    pub(super) fn into_fd(self) -> RawFd {
+        std::os::fd::IntoRawFd::into_raw_fd(self.sock)
+    }
+
+    /// Ends our direction now (the FIN follows what was sent).
+    pub(super) fn shutdown_now(&self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+    }
+
+    /// Bytes the ring received.
+    pub(super) fn arrived(&self, bytes: &[u8]) {
+        self.io.borrow_mut().inbox.extend_from_slice(bytes);
+    }
+
+    /// The receiving ended: 0 for the peer's FIN, else the errno.
+    pub(super) fn ended(&self, errno: i32) {
+        self.io.borrow_mut().end.get_or_insert(errno);
+    }
+
+    /// Whether the peer's end (or a receive error) has been seen.
+    pub(super) fn has_ended(&self) -> bool {
+        self.io.borrow().end.is_some()
+    }
+
+    /// Bytes received and not yet read.
+    pub(super) fn unread(&self) -> usize {
+        let io = self.io.borrow();
+        io.inbox.len() - io.read_at
+    }
+
+    /// The queued bytes as one send, counted in flight from now on.
+    pub(super) fn take_batch(&self) -> Option<Box<Batch>> {
+        let mut io = self.io.borrow_mut();
+        if io.outbox.is_empty() {
+            return None;
+        }
+        io.open_tail = false;
+        io.in_flight += io.queued;
+        io.queued = 0;
+        Some(Batch::new(&mut io.outbox))
+    }
+
+    /// The kernel took `n` bytes of the send in flight.
+    pub(super) fn sent(&self, n: usize) {
+        let mut io = self.io.borrow_mut();
+        io.in_flight -= n.min(io.in_flight);
+    }
+
+    /// A send failed: every later write fails with `errno`, and nothing
+    /// queued will go.
+    pub(super) fn send_failed(&self, errno: i32) {
+        let mut io = self.io.borrow_mut();
+        io.send_error.get_or_insert(errno);
+        io.in_flight = 0;
+        io.queued = 0;
+        io.open_tail = false;
+        for piece in io.outbox.drain(..) {
+            if let Data::Owned(buf) = piece {
+                give_back(buf);
+            }
+        }
+    }
+
+    /// Whether our side should be shut now: asked for, and nothing is left
+    /// to send before the FIN (asked once).
+    pub(super) fn take_shutdown(&self) -> bool {
+        let mut io = self.io.borrow_mut();
+        let now = io.shut && io.queued == 0 && io.in_flight == 0;
+        if now {
+            io.shut = false;
+        }
+        now
+    }
+
+    fn queue_response(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
+        let mut io = self.io.borrow_mut();
+        io.check_send()?;
+        let mut allowed = limit;
+        loop {
+            let Some((chunk, unsent)) = out.front() else { return Ok(Progress::Done) };
+            let sent = unsent.start;
+            if allowed == 0 {
+                return Ok(Progress::Paused);
+            }
+            let room = io.room() as u64;
+            if room == 0 {
+                return Ok(Progress::Blocked);
+            }
+            let take = (unsent.end - sent).min(allowed);
+            let n = match chunk {
+                // Made for this response (a head, an error page): copied,
+                // so the connection gets the buffer back for the next one.
+                Chunk::Bytes(Data::Owned(bytes)) => {
+                    let n = take.min(room) as usize;
+                    io.copy_in(&bytes[sent as usize..][..n]);
+                    n as u64
+                }
+                // Static or cached: sent from where it is.
+                Chunk::Bytes(data) => {
+                    let (from, to) = (sent as usize, (sent + take) as usize);
+                    io.share(match data {
+                        Data::Static(bytes) => Data::Static(&bytes[from..to]),
+                        Data::Shared(bytes, range) => {
+                            Data::Shared(bytes.clone(), range.start + from..range.start + to)
+                        }
+                        Data::Owned(_) => unreachable!("matched above"),
+                    });
+                    take
+                }
+                Chunk::File { file, offset, .. } => {
+                    let n = take.min(room).min(FILE_PIECE as u64) as usize;
+                    let buf = io.copy_target(n);
+                    let start = buf.len();
+                    buf.resize(start + n, 0);
+                    let read = rustix::io::pread(&**file, &mut buf[start..], offset + sent);
+                    let got = *read.as_ref().unwrap_or(&0);
+                    buf.truncate(start + got);
+                    io.queued += got;
+                    match read {
+                        Err(e) => return Err(e.into()),
+                        Ok(0) => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "a file shrank while it was sent",
+                            ))
+                        }
+                        Ok(got) => got as u64,
+                    }
+                }
+            };
+            out.consume(n);
+            allowed -= n;
+        }
+    }
+}
+
+impl Wire for RingSocket {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.borrow_mut().read(buf)
+    }
+
+    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.borrow_mut().read(buf)
+    }
+
+    fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
+        self.io.borrow_mut().write(bytes)
+    }
+
+    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
+        self.queue_response(out, limit)
+    }
+
+    fn set_priority(&self, priority: u32) -> io::Result<()> {
+        Wire::set_priority(&self.sock, priority)
+    }
+
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
+        Wire::set_unsent_limit(&self.sock, bytes)
+    }
+
+    fn shutdown_write(&self) {
+        self.io.borrow_mut().shut = true;
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok()
+    }
+}
+
+impl Carrier for RingSocket {
+    fn recv(&self, buf: &mut [u8], _wait: bool) -> io::Result<usize> {
+        self.io.borrow_mut().read(buf)
+    }
+
+    fn peek(&self, buf: &mut [u8], _wait: bool) -> io::Result<usize> {
+        let io = self.io.borrow();
+        let waiting = &io.inbox[io.read_at..];
+        if waiting.is_empty() {
+            return match io.end {
+                None => Err(io::ErrorKind::WouldBlock.into()),
+                Some(_) => Ok(0),
+            };
+        }
+        let n = waiting.len().min(buf.len());
+        buf[..n].copy_from_slice(&waiting[..n]);
+        Ok(n)
+    }
+
+    fn send(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let mut io = self.io.borrow_mut();
+        let mut total = 0;
+        for buf in bufs {
+            match io.write(buf) {
+                Ok(n) => {
+                    total += n;
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(e) if total > 0 && transport::not_now(&e) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total)
+    }
+
+    fn shutdown_write(&self) {
+        self.io.borrow_mut().shut = true;
+    }
+
+    fn set_priority(&self, priority: u32) -> io::Result<()> {
+        Wire::set_priority(&self.sock, priority)
+    }
+
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
+        Wire::set_unsent_limit(&self.sock, bytes)
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok()
+    }
+}
+
+/// A connection's wire: the ring socket, or a TLS session over it.
+pub(super) enum Link {
+    Plain(RingSocket),
+    Tls(Box<TlsStream<RingSocket>>),
+}
+
+impl Link {
+    pub(super) fn socket(&self) -> &RingSocket {
+        match self {
+            Link::Plain(s) => s,
+            Link::Tls(s) => s.carrier(),
+        }
+    }
+
+    pub(super) fn into_socket(self) -> RingSocket {
+        match self {
+            Link::Plain(s) => s,
+            Link::Tls(s) => s.into_carrier(),
+        }
+    }
+
+    fn wire(&self) -> &dyn Wire {
+        match self {
+            Link::Plain(s) => s,
+            Link::Tls(s) => &**s,
+        }
+    }
+}
+
+impl Wire for Link {
+    #[inline]
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.wire().read(buf)
+    }
+
+    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.wire().read_now(buf)
+    }
+
+    fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
+        self.wire().write_now(bytes)
+    }
+
+    #[inline]
+    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
+        self.wire().send(out, limit)
+    }
+
+    fn set_priority(&self, priority: u32) -> io::Result<()> {
+        self.wire().set_priority(priority)
+    }
+
+    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
+        self.wire().set_unsent_limit(bytes)
+    }
+
+    fn shutdown_write(&self) {
+        self.wire().shutdown_write()
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.wire().local_addr()
+    }
+
+    fn flush_pending(&self) -> io::Result<bool> {
+        self.wire().flush_pending()
+    }
+
+    fn holds_more(&self) -> bool {
+        self.wire().holds_more()
+    }
+
+    fn handshaking(&self) -> bool {
+        self.wire().handshaking()
+    }
+
+    fn handshake_ended(&self) -> Option<std::time::Instant> {
+        self.wire().handshake_ended()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+
+    fn socket() -> (RingSocket, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (RingSocket::new(l.accept().unwrap().0), client)
+    }
+
+    fn sent_bytes(batch: &Batch) -> Vec<u8> {
+        batch.pieces.iter().flat_map(|d| d.as_slice().to_vec()).collect()
+    }
+
+    #[test]
+    fn reads_take_what_arrived_then_say_not_now_then_the_end() {
+        let (s, _c) = socket();
+        let mut buf = [0u8; 4];
+        assert_eq!(Wire::read(&s, &mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        s.arrived(b"hello");
+        assert_eq!(Wire::read(&s, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"hell");
+        assert_eq!(s.peek(&mut buf, false).unwrap(), 1);
+        assert_eq!(Wire::read(&s, &mut buf).unwrap(), 1);
+        assert_eq!(s.unread(), 0);
+        s.ended(0);
+        assert_eq!(Wire::read(&s, &mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_response_is_queued_by_reference_and_copy_and_pauses_at_the_window() {
+        let (s, _c) = socket();
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &vec![b'f'; SEND_WINDOW]).unwrap();
+        let shared: Arc<[u8]> = Arc::from(&b"..cached.."[..]);
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Owned(b"HEAD ".to_vec())));
+        out.push(Chunk::Bytes(Data::Shared(shared, 2..8)));
+        out.push(Chunk::File { file: Arc::new(file), offset: 0, len: SEND_WINDOW as u64 });
+        // The window fills before the file's end: not now.
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        let mut batch = s.take_batch().unwrap();
+        let bytes = sent_bytes(&batch);
+        assert_eq!(bytes.len(), SEND_WINDOW);
+        assert!(bytes.starts_with(b"HEAD cached") && bytes.ends_with(b"ff"));
+        assert_eq!(batch.pieces.len(), 3, "head copied, cache shared, file read");
+        // Still nothing: the whole window is in flight.
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert!(s.take_batch().is_none());
+        // A partial completion moves the iovecs on.
+        assert!(!batch.advance(3));
+        s.sent(3);
+        assert_eq!(batch.left(), SEND_WINDOW - 3);
+        assert!(batch.advance(SEND_WINDOW - 3));
+        s.sent(SEND_WINDOW - 3);
+        drop(batch);
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Done);
+        assert_eq!(sent_bytes(&s.take_batch().unwrap()).len(), 11, "the file's rest");
+        assert_eq!(out.bytes_sent(), SEND_WINDOW as u64 + 11);
+    }
+
+    #[test]
+    fn a_failed_send_fails_every_later_write_and_the_shutdown_waits_for_the_queue() {
+        let (s, _c) = socket();
+        assert_eq!(Wire::write_now(&s, b"abc").unwrap(), 3);
+        Wire::shutdown_write(&s);
+        assert!(!s.take_shutdown(), "bytes are queued");
+        let batch = s.take_batch().unwrap();
+        assert!(!s.take_shutdown(), "bytes are in flight");
+        s.sent(batch.left());
+        assert!(s.take_shutdown());
+        assert!(!s.take_shutdown(), "once");
+        s.send_failed(libc::EPIPE);
+        assert_eq!(Wire::write_now(&s, b"x").unwrap_err().raw_os_error(), Some(libc::EPIPE));
+    }
+}

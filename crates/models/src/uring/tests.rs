@@ -1,0 +1,204 @@
+//! The loop against real sockets: every path where the kernel holds the
+//! loop's memory (receives into the buffer ring, sends from a batch, the
+//! fixed-file slots) is crossed by these, including slots and buffers
+//! reused across connections and a stop with sends in flight.
+
+use super::*;
+use pipeline::accesslog::LogTarget;
+use pipeline::{AccessLog, ErrorLog, Settings, Site};
+use std::io::{Read, Write};
+
+struct Harness {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    thread: thread::JoinHandle<io::Result<()>>,
+    _root: tempfile::TempDir,
+}
+
+/// A loop over a docroot with `small.txt` (cached) and `big.bin` (larger
+/// than the send window and the cache: sent from the file in pieces), or
+/// `None` where io_uring is unavailable.
+fn start(settings: Settings, max_conns: usize) -> Option<Harness> {
+    start_with(settings, max_conns, Knobs { zc_min: usize::MAX, batch_wait_us: 0 })
+}
+
+fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harness> {
+    if let Err(e) = probe() {
+        eprintln!("skipped: {e}");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("small.txt"), "small").unwrap();
+    std::fs::write(dir.path().join("big.bin"), big()).unwrap();
+    let site = Site::dir(dir.path(), false).unwrap();
+    let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+    let p = Arc::new(Pipeline::new(settings, site, access, Arc::new(ErrorLog::stderr())));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new().unwrap();
+    let stop = shutdown.clone();
+    let listener = Arc::new(listener);
+    let thread = thread::spawn(move || Loop::new(listener, p, stop, None, max_conns, knobs)?.run());
+    Some(Harness { addr, shutdown, thread, _root: dir })
+}
+
+fn big() -> Vec<u8> {
+    (0..socket::SEND_WINDOW * 3 + 777).map(|i| (i % 251) as u8).collect()
+}
+
+impl Harness {
+    fn client(&self) -> TcpStream {
+        let c = TcpStream::connect(self.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c
+    }
+
+    fn stop(self) {
+        self.shutdown.trigger();
+        self.thread.join().unwrap().unwrap();
+    }
+}
+
+/// Reads one response with a Content-Length body.
+fn response(c: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut byte).unwrap(), 1, "closed inside a head: {}", String::from_utf8_lossy(&buf));
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0; length];
+    c.read_exact(&mut body).unwrap();
+    (head, body)
+}
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+}
+
+#[test]
+fn keep_alive_pipelined_and_large_responses_arrive_whole_and_in_order() {
+    let Some(h) = start(Settings::default(), 64) else { return };
+    let mut c = h.client();
+    // Pipelined: a cached body (sent by reference), a file larger than the
+    // window (read and sent in pieces), then the cached one again.
+    c.write_all(format!("{}{}{}", get("/small.txt"), get("/big.bin"), get("/small.txt")).as_bytes()).unwrap();
+    let (head, body) = response(&mut c);
+    assert!(head.starts_with("HTTP/1.1 200 ") && body == b"small", "{head}");
+    let (head, body) = response(&mut c);
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert!(body == big(), "the large file arrives whole and in order");
+    let (_, body) = response(&mut c);
+    assert_eq!(body, b"small");
+    // Many connections one after another: slots, fixed files and receive
+    // buffers are reused, and a closed connection's slot serves the next.
+    for _ in 0..200 {
+        let mut c = h.client();
+        c.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut all = Vec::new();
+        c.read_to_end(&mut all).unwrap();
+        assert!(all.starts_with(b"HTTP/1.1 200 ") && all.ends_with(b"small"));
+    }
+    h.stop();
+}
+
+/// Every send zero-copy (its buffers held until the kernel's notification)
+/// and every wait a batching one: the same bytes arrive.
+#[test]
+fn zero_copy_sends_and_batching_waits_deliver_the_same_bytes() {
+    let knobs = Knobs { zc_min: 0, batch_wait_us: 200 };
+    let Some(h) = start_with(Settings::default(), 64, knobs) else { return };
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let mut c = h.client();
+            c.write_all(format!("{}{}", get("/big.bin"), get("/small.txt")).as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    for mut c in clients {
+        let (_, body) = response(&mut c);
+        assert!(body == big(), "the large file arrives whole and in order");
+        assert_eq!(response(&mut c).1, b"small");
+    }
+    h.stop();
+}
+
+#[test]
+fn a_request_cut_into_single_bytes_is_assembled_from_many_receives() {
+    let Some(h) = start(Settings::default(), 64) else { return };
+    let mut c = h.client();
+    c.set_nodelay(true).unwrap();
+    for b in get("/small.txt").bytes() {
+        c.write_all(&[b]).unwrap();
+        thread::sleep(Duration::from_millis(1));
+    }
+    let (head, body) = response(&mut c);
+    assert!(head.starts_with("HTTP/1.1 200 ") && body == b"small", "{head}");
+    h.stop();
+}
+
+#[test]
+fn a_partial_head_gets_its_408_from_the_timer_and_the_error_reaches_the_client() {
+    let settings = Settings { header_timeout: Duration::from_millis(200), ..Settings::default() };
+    let Some(h) = start(settings, 64) else { return };
+    let mut c = h.client();
+    c.write_all(b"GET /small.txt HTTP/1.1\r\n").unwrap();
+    let mut all = Vec::new();
+    c.read_to_end(&mut all).unwrap();
+    assert!(all.starts_with(b"HTTP/1.1 408 "), "{}", String::from_utf8_lossy(&all));
+    h.stop();
+}
+
+#[test]
+fn at_its_cap_the_loop_stops_accepting_until_a_connection_closes() {
+    let Some(h) = start(Settings::default(), 1) else { return };
+    let mut first = h.client();
+    first.write_all(get("/small.txt").as_bytes()).unwrap();
+    response(&mut first);
+    // The second waits in the backlog (or is refused and retried) while the first stays open.
+    let mut second = h.client();
+    second.write_all(get("/small.txt").as_bytes()).unwrap();
+    second.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(second.read(&mut byte).is_err(), "served past the cap");
+    drop(first);
+    second.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (head, _) = response(&mut second);
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    h.stop();
+}
+
+#[test]
+fn the_stop_lets_a_large_response_finish_and_closes_idle_connections() {
+    let Some(h) = start(Settings::default(), 64) else { return };
+    let mut idle = h.client();
+    idle.write_all(get("/small.txt").as_bytes()).unwrap();
+    response(&mut idle);
+    let mut busy = h.client();
+    // Not read yet: the response fills the socket buffers and the window.
+    busy.write_all(get("/big.bin").as_bytes()).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    h.shutdown.trigger();
+    let mut rest = Vec::new();
+    idle.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "the idle connection closes at once");
+    let (head, body) = response(&mut busy);
+    assert!(head.starts_with("HTTP/1.1 200 ") && body == big());
+    h.thread.join().unwrap().unwrap();
+}
+
+#[test]
+fn an_unavailable_ring_is_explained() {
+    let e = unavailable(&io::Error::from_raw_os_error(libc::EPERM));
+    assert!(
+        e.contains("--model uring") && e.contains("io_uring_disabled") && e.contains("--model event"),
+        "{e}"
+    );
+    let e = unavailable(&io::Error::from_raw_os_error(libc::ENOSYS));
+    assert!(e.contains("no io_uring"), "{e}");
+}
