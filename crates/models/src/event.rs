@@ -156,17 +156,20 @@ pub(crate) fn serve(
 /// wake-up of a loop that finds nothing, but no moving a connection to a
 /// loop with room either (`accept`'s nudge only makes the others look in
 /// their own queues). A socket handed in by systemd has no group: shared.
-fn listeners(
+/// The siblings are in `listener`'s blocking mode.
+pub(crate) fn listeners(
     listener: TcpListener,
     workers: usize,
     reuseport: bool,
     pipeline: &Pipeline,
 ) -> Vec<Arc<TcpListener>> {
+    let nonblocking =
+        rustix::fs::fcntl_getfl(&listener).is_ok_and(|f| f.contains(rustix::fs::OFlags::NONBLOCK));
     let mut listeners = Vec::new();
     if reuseport {
         for _ in 1..workers {
             match transport::listener::sibling(&listener).and_then(|l| {
-                l.set_nonblocking(true)?;
+                l.set_nonblocking(nonblocking)?;
                 Ok(l)
             }) {
                 Ok(sibling) => listeners.push(Arc::new(sibling)),

@@ -94,6 +94,8 @@ const OP_QUIET: u64 = 4;
 const ACCEPT: u64 = 1;
 const STOP: u64 = 2;
 const WAKER: u64 = 3;
+/// The cache's inotify descriptor (`Pipeline::watch_files`).
+const FILES: u64 = 4;
 
 fn user_data(op: u64, token: u64) -> u64 {
     op << OP_SHIFT | token
@@ -180,14 +182,16 @@ fn serve(
     // arm its poll rather than fail an attempt with EAGAIN.
     listener.set_nonblocking(false)?;
     rustix::net::sockopt::set_tcp_nodelay(&listener, true)?;
-    let listener = Arc::new(listener);
     let workers = tuning.workers.max(1);
+    // One shared listener, or (`--reuseport`) one per loop, as in `event`.
+    let listeners = crate::event::listeners(listener, workers, tuning.reuseport, &pipeline);
     let mut threads = Vec::new();
     let mut result = Ok(());
     for i in 0..workers {
         let cap = crate::event::loop_share(tuning.max_connections, workers, i);
         let stop = crate::event::StopOnPanic(shutdown.clone());
-        let (listener, pipeline, stopper) = (listener.clone(), pipeline.clone(), shutdown.clone());
+        let listener = listeners[i % listeners.len()].clone();
+        let (pipeline, stopper) = (pipeline.clone(), shutdown.clone());
         let helpers = helpers(i);
         // A ring belongs to the thread that submits to it (SINGLE_ISSUER):
         // each loop is made on its own thread.
@@ -209,7 +213,7 @@ fn serve(
             }
         }
     }
-    drop(listener);
+    drop(listeners);
     for thread in threads {
         let outcome = thread.join().unwrap_or_else(|_| Err(io::Error::other("a uring loop panicked")));
         result = result.and(outcome);
@@ -289,6 +293,8 @@ struct Loop {
     now: Instant,
     knobs: Knobs,
     completions: Vec<(u64, i32, u32)>,
+    /// Cache hits are trusted to the inotify watch, whose descriptor the ring polls.
+    watching: bool,
 }
 
 impl Loop {
@@ -330,6 +336,7 @@ impl Loop {
             now: Instant::now(),
             knobs,
             completions: Vec::with_capacity(RING_ENTRIES as usize * 8),
+            watching: false,
         };
         let stop = lp.shutdown.wake_fd().as_raw_fd();
         // SAFETY: a poll names a descriptor and no memory; the stop pipe
@@ -337,7 +344,22 @@ impl Loop {
         let poll = opcode::PollAdd::new(types::Fd(stop), libc::POLLIN as u32).build();
         unsafe { lp.push(&[poll.user_data(user_data(OP_LOOP, STOP))]) };
         lp.arm_waker();
+        lp.watching = lp.pipeline.watch_files().is_some();
+        lp.arm_files();
         Ok(lp)
+    }
+
+    /// Polls the cache's inotify descriptor, so that a cache hit costs no
+    /// `stat` (as in `event`; see `Pipeline::watch_files`).
+    fn arm_files(&mut self) {
+        if !self.watching {
+            return;
+        }
+        let Some(fd) = self.pipeline.watch_files().map(|fd| fd.as_raw_fd()) else { return };
+        // SAFETY: a poll names no memory; the inotify descriptor belongs to
+        // the pipeline's cache, which lives as long as the loop's `Arc` of it.
+        let poll = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).multi(true).build();
+        unsafe { self.push(&[poll.user_data(user_data(OP_LOOP, FILES))]) };
     }
 
     /// Queues `entries` (linked ones stay in one submission).
@@ -372,7 +394,11 @@ impl Loop {
         let name = thread::current().name().unwrap_or("uring").to_string();
         let me = self.pipeline.stats.worker(name);
         self.watch_listener();
-        while !(self.stopping && self.conns.is_empty()) {
+        // At the stop, also until the accept's cancel completed: the ring
+        // holds the listening socket while the accept is in flight, and a
+        // ring torn down after the process exits lets it take connections
+        // a moment longer.
+        while !(self.stopping && self.conns.is_empty() && matches!(self.accept, Shot::Off)) {
             let now = self.now;
             let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
             let timeout = match (self.timers.next_in(now), resume) {
@@ -385,6 +411,14 @@ impl Loop {
             me.busy_at(self.now);
             let mut completions = std::mem::take(&mut self.completions);
             completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+            // Changed files first: a request completed in this batch may have
+            // been sent after the change (the poll's completion was queued
+            // before the receive's, but a hit must not be served before it).
+            if completions.iter().any(|&(data, _, _)| data == user_data(OP_LOOP, FILES)) {
+                self.pipeline.files_changed();
+            } else {
+                self.pipeline.files_settled();
+            }
             for &(data, result, flags) in &completions {
                 self.complete(data, result, flags);
             }
@@ -439,6 +473,8 @@ impl Loop {
                         self.arm_waker();
                     }
                 }
+                // Read before this batch's other completions (`run`).
+                FILES if !cqueue::more(flags) => self.arm_files(),
                 _ => {}
             },
             _ => {}

@@ -183,7 +183,7 @@ impl Server {
         let tuning = options.tuning();
         let has_loops = model.caps.event_driven && !model.caps.staged;
         if tuning.reuseport && !has_loops {
-            bail!("--reuseport gives each event loop a listener of its own: it is for event and amped, not {name}");
+            bail!("--reuseport gives each event loop a listener of its own: it is for event, amped and uring, not {name}");
         }
         if model.caps.event_driven && tuning.max_connections < tuning.workers.max(1) {
             // Every loop needs at least one connection of its own.

@@ -633,7 +633,7 @@ fn the_systemd_unit_names_flags_modus_has() {
     }
 }
 
-/// `--reuseport`: every loop of `event` and `amped` accepts from a listener
+/// `--reuseport`: every loop of `event`, `amped` and `uring` accepts from a listener
 /// of its own on the one port, and both loops get connections (the kernel
 /// hashes 64 connections' addresses over the two: all on one would be a
 /// 1 in 2^63 chance); a model without loops refuses the flag.
@@ -672,7 +672,9 @@ fn reuseport_gives_every_loop_a_listener_of_its_own() {
                 .unwrap()
                 .iter()
                 // The loops, not amped's helpers.
-                .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with("event-")))
+                .filter(|w| {
+                    w["name"].as_str().is_some_and(|n| n.starts_with("event-") || n.starts_with("uring-"))
+                })
                 .map(|w| w["served"].as_u64().unwrap())
                 .collect();
             if served.iter().sum::<u64>() >= 64 || std::time::Instant::now() > deadline {
@@ -685,5 +687,9 @@ fn reuseport_gives_every_loop_a_listener_of_its_own() {
     }
     let out = run_modus(&["serve", "--listen", "127.0.0.1:0", "--model", "pool", "--reuseport", "--check"]);
     assert_exit(&out, 2);
-    assert!(out.stderr.contains("--reuseport") && out.stderr.contains("event and amped"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--reuseport") && out.stderr.contains("event, amped and uring"),
+        "{}",
+        out.stderr
+    );
 }
