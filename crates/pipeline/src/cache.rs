@@ -342,6 +342,34 @@ mod tests {
         assert!(entries.contains_key("/a") && !entries.contains_key("/z"));
     }
 
+    /// A variant is made once, counted with its file while the file is
+    /// cached (and given back when it is evicted), never for a file the
+    /// cache no longer holds.
+    #[test]
+    fn variants_count_in_the_budget() {
+        let text: Vec<u8> = b"compressible text, ".repeat(50);
+        let id = Identity { dev: 1, ino: 7, len: text.len() as u64, modified: SystemTime::UNIX_EPOCH };
+        let a = Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
+        let cache = Cache::new(10_000, 5_000);
+        cache.insert("/a", a.clone());
+        let made = a.variant(Coding::Gzip, &cache, "/a").expect("smaller once encoded");
+        assert_eq!(made.etag, "\"t-gzip\"");
+        let encoded = made.bytes.len() as u64;
+        assert_eq!(cache.stats().2, text.len() as u64 + encoded);
+        let again = a.variant(Coding::Gzip, &cache, "/a").unwrap();
+        assert!(Arc::ptr_eq(&again.bytes, &made.bytes), "made once");
+        assert_eq!(cache.stats().2, text.len() as u64 + encoded, "counted once");
+        // Not cached under that key: made, not counted.
+        let b = Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
+        b.variant(Coding::Br, &cache, "/b").unwrap();
+        assert_eq!(cache.stats().2, text.len() as u64 + encoded);
+        // Evicted with its variants: the budget holds only what is cached.
+        cache.insert("/big", entry(2, 4_900));
+        cache.insert("/big2", entry(3, 4_900));
+        let held: u64 = cache.entries.read().unwrap().values().map(|e| e.size()).sum();
+        assert_eq!(cache.stats().2, held);
+    }
+
     #[test]
     fn refuses_files_over_the_limit() {
         let cache = Cache::new(1000, 10);
