@@ -9,7 +9,8 @@
 #   * modus-identity --model event, no --compress: the same page unencoded, for what encoding costs;
 #   * nginx-static   gzip_static on, index.html.gz made beforehand by `gzip -9` (nginx cannot send br
 #                    without a third-party module);
-#   * nginx-gzip     gzip on, gzip_comp_level 1 (nginx's default), gzip_vary on: encodes every response.
+#   * nginx-gzip     gzip on, gzip_comp_level 1 (nginx's default; text/html is always among gzip_types),
+#                    gzip_vary on: encodes every response.
 #
 # Usage:
 #   bench/compress.sh                         # 5 s per measurement, 3 rounds (about 2 minutes)
@@ -22,6 +23,7 @@
 #   SERVERS     which of the servers above               ["modus modus-identity nginx-static nginx-gzip"]
 #   MODUS_BIN   modus binary; unset = cargo build --release -p modus
 #   SERVER_CPU / LOAD_CPU   the servers' CPU and the generator's [0 / 1]
+#   NOISE_PCT / QUIET_TIMEOUT / RETRY_NOISY   the noise guard, as in bench/static.sh [5 / 60 / 2]
 #   BENCH_MD    markdown file to update, "off" to skip    [<repo>/BENCHMARKS.md]
 #   RESULTS_DIR raw output directory                      [<repo>/bench/results/<timestamp>-compress]
 #
@@ -48,6 +50,7 @@ BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/$(date -u +%Y%m%dT%H%M%SZ)-compress}
 AE='Accept-Encoding: br, gzip'
 pin_and_noise_defaults
+DUR_S=$(to_seconds "$DURATION")
 make_workdir compress
 chmod 755 "$WORK"
 declare -A PID_OF=() PORT_OF=() FILE_OF=() RESULT=() CODING_OF=() BYTES_OF=()
@@ -100,7 +103,7 @@ start() {
                 --error-log "$WORK/$name-error.log" "${extra[@]}" ;;
         nginx-static | nginx-gzip)
             local directives=("gzip_vary on;")
-            if [ "$name" = nginx-static ]; then directives+=("gzip_static on;"); else directives+=("gzip on;" "gzip_types text/html;"); fi
+            if [ "$name" = nginx-static ]; then directives+=("gzip_static on;"); else directives+=("gzip on;"); fi
             conf=$WORK/$name.conf
             nginx_conf "$port" off 16384 8192 "" "$(nginx_mime)" "${directives[@]}" \
                 | sed -e "s#$WORK/nginx.pid#$WORK/$name.pid#" -e "s#$WORK/nginx-error.log#$WORK/$name-error.log#" >"$conf"
@@ -131,16 +134,33 @@ check() {
     log "$name sends the page as ${CODING_OF[$name]}, ${BYTES_OF[$name]} bytes"
 }
 
-# measure NAME ROUND: one warm-up second, then the measured run; records "rps cpu_us"
+# measure NAME ROUND: one warm-up second, then the measured run; records "rps cpu_us". A run during which
+# other jobs used NOISE_PCT % of a core or more is measured again, RETRY_NOISY times at most (the noise
+# guard of bench/lib.sh's measure_run); one still noisy is kept and counted in NOISY.
 measure() {
-    local name=$1 round=$2 out t0 t1 rps req cpu errors
+    local name=$1 round=$2 out t0 t1 rps req cpu errors attempt=0 a0 o0 a1 o1 other
     local url="http://127.0.0.1:${PORT_OF[$name]}/index.html"
-    wait_quiet
-    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "$url" -c "$CONNS" -H "$AE" -d 1s >/dev/null 2>&1 || true
     out=$RESULTS_DIR/$name-$round.json
-    t0=$(tree_ticks "${PID_OF[$name]}")
-    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "$url" -c "$CONNS" -H "$AE" -d "$DURATION" --json >"$out" 2>"$out.stderr" || true
-    t1=$(tree_ticks "${PID_OF[$name]}")
+    while :; do
+        attempt=$((attempt + 1))
+        wait_quiet
+        taskset -c "$LOAD_CPU" "$MODUS_BIN" load "$url" -c "$CONNS" -H "$AE" -d 1s >/dev/null 2>&1 || true
+        a0=$(all_user_ticks); o0=$(tree_ticks $$)
+        t0=$(tree_ticks "${PID_OF[$name]}")
+        taskset -c "$LOAD_CPU" "$MODUS_BIN" load "$url" -c "$CONNS" -H "$AE" -d "$DURATION" --json >"$out" 2>"$out.stderr" || true
+        t1=$(tree_ticks "${PID_OF[$name]}")
+        a1=$(all_user_ticks); o1=$(tree_ticks $$)
+        other=$(( ((a1 - a0) - (o1 - o0)) * 100 / CLK_TCK / DUR_S ))
+        [ "$other" -lt "$NOISE_PCT" ] && break
+        if [ "$attempt" -le "$RETRY_NOISY" ]; then
+            log "other jobs used ${other}% of a core during $name round $round: measuring again"
+            RETRIED=$((RETRIED + 1))
+            continue
+        fi
+        log "warning: other jobs used ${other}% of a core during $name round $round (noise)"
+        NOISY=$((NOISY + 1))
+        break
+    done
     read -r rps req errors < <(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -180,7 +200,8 @@ block=$(mktemp)
 {
     echo "Measured $(date -u +%Y-%m-%d) by \`bench/compress.sh\` (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS),"
     echo "modus $(git_rev_label), $(machine_label); servers on CPU $SERVER_CPU, \`modus load\` on CPU $LOAD_CPU;"
-    echo "a $PAGE_BYTES-byte HTML page, keep-alive, \`$AE\`; no access logs; medians of $ROUNDS interleaved rounds."
+    echo "a $PAGE_BYTES-byte HTML page, keep-alive, \`$AE\`; no access logs; medians of $ROUNDS interleaved rounds"
+    echo "($RETRIED runs measured again for noise, $NOISY still noisy)."
     echo
     echo "| server | sends | body bytes | req/s | server CPU µs/req |"
     echo "|---|---|---:|---:|---:|"

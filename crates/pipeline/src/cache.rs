@@ -349,7 +349,8 @@ mod tests {
     fn variants_count_in_the_budget() {
         let text: Vec<u8> = b"compressible text, ".repeat(50);
         let id = Identity { dev: 1, ino: 7, len: text.len() as u64, modified: SystemTime::UNIX_EPOCH };
-        let a = Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
+        let a =
+            Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
         let cache = Cache::new(10_000, 5_000);
         cache.insert("/a", a.clone());
         let made = a.variant(Coding::Gzip, &cache, "/a").expect("smaller once encoded");
@@ -360,7 +361,8 @@ mod tests {
         assert!(Arc::ptr_eq(&again.bytes, &made.bytes), "made once");
         assert_eq!(cache.stats().2, text.len() as u64 + encoded, "counted once");
         // Not cached under that key: made, not counted.
-        let b = Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
+        let b =
+            Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
         b.variant(Coding::Br, &cache, "/b").unwrap();
         assert_eq!(cache.stats().2, text.len() as u64 + encoded);
         // Evicted with its variants: the budget holds only what is cached.

@@ -215,18 +215,20 @@ pub fn accepted(header: Option<&str>, offered: &[Coding]) -> Accepted {
             *slot = Some(slot.map_or(q, |old| old.max(q)));
         }
     }
-    let mut ranked: Vec<(u16, usize, Coding)> = offered
-        .iter()
-        .enumerate()
-        .filter_map(|(order, &c)| {
-            let q = named[c.index()].or(star).unwrap_or(0);
-            (q > 0).then_some((q, order, c))
-        })
-        .collect();
-    ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    // Per request, so no allocation: at most the three codings there are.
+    let mut ranked = [(0u16, 0usize, Coding::Br); 3];
+    let mut n = 0;
+    for (order, &c) in offered.iter().enumerate().take(ranked.len()) {
+        let q = named[c.index()].or(star).unwrap_or(0);
+        if q > 0 {
+            ranked[n] = (q, order, c);
+            n += 1;
+        }
+    }
+    ranked[..n].sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut out = [None; 3];
-    for (slot, (_, _, c)) in out.iter_mut().zip(ranked) {
-        *slot = Some(c);
+    for (slot, (_, _, c)) in out.iter_mut().zip(&ranked[..n]) {
+        *slot = Some(*c);
     }
     Accepted { ranked: out, identity: identity.or(star).is_none_or(|q| q > 0) }
 }
