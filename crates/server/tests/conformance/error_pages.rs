@@ -86,3 +86,30 @@ fn config_file_form() {
     r.assert_status(404);
     assert_eq!(r.body_str(), NOT_FOUND);
 }
+
+/// A script that does not exist is the site's 404 too; a script's own
+/// error status is its answer, left as it wrote it.
+#[test]
+fn missing_script() {
+    let root = site();
+    let cgi = tempfile::Builder::new().prefix("modus-cgi-").tempdir().unwrap();
+    let script = cgi.path().join("gone");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nprintf 'Status: 404 Not Found\\nContent-Type: text/plain\\n\\nmine\\n'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let srv = serve(
+        MODEL,
+        &root,
+        &["--error-page", "404=/errors/404.html", "--cgi-dir", cgi.path().to_str().unwrap()],
+    );
+    let r = get(&srv, "/cgi-bin/nothing");
+    r.assert_status(404);
+    assert_eq!(r.body_str(), NOT_FOUND);
+    let mut c = srv.client();
+    let r = c.request("GET", "/cgi-bin/gone", &[]);
+    r.assert_status(404);
+    assert_eq!(r.body_str(), "mine\n");
+}
