@@ -29,8 +29,8 @@
 #
 # The generator is `modus load -H 'Accept-Encoding: br, gzip'` (pinned to LOAD_CPU). Server CPU µs/request
 # = (utime+stime of the server's process tree after − before the measured run) ÷ the responses it got.
-# Every server has one worker on SERVER_CPU and no access log. Before measuring, each server's answer is
-# checked: the coding it says, and the body decoded back to the page (`gzip -d`, `brotli -d`: apt-get
+# Every server has one worker on SERVER_CPU, no access log and no limit on requests per connection.
+# Before measuring, each server's answer is checked: the coding it says, and the body decoded back to the page (`gzip -d`, `brotli -d`: apt-get
 # install brotli).
 # Exit status: 0 on success, 1 if a run saw errors, 2 on a setup failure.
 
@@ -100,7 +100,7 @@ start() {
             [ "$name" = modus ] && extra=(--compress br,zstd,gzip)
             launch_server "$name" "$port" "$RESULTS_DIR/$name.stderr" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve \
                 "$DOCROOT" --model event --listen "127.0.0.1:$port" --access-log off \
-                --error-log "$WORK/$name-error.log" "${extra[@]}" ;;
+                --error-log "$WORK/$name-error.log" --max-keepalive-requests 100000000 "${extra[@]}" ;;
         nginx-static | nginx-gzip)
             local directives=("gzip_vary on;")
             if [ "$name" = nginx-static ]; then directives+=("gzip_static on;"); else directives+=("gzip on;"); fi
