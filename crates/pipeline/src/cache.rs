@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::SystemTime;
 
+use crate::compress::Coding;
 use crate::errorlog::ErrorLog;
 use crate::watch::{Stale, Ticket, Watch};
 
@@ -69,6 +70,26 @@ pub(crate) struct Entry {
     /// The directory watch will report any change to it (see `watch.rs`),
     /// so a hit needs no `stat`.
     watched: AtomicBool,
+    /// The file encoded with each coding (`--compress`), made the first
+    /// time a client asks for it; `None` inside: not worth sending (no
+    /// smaller, or the encoder failed).
+    variants: [OnceLock<Option<Variant>>; 3],
+    /// Bytes of the variants, counted in the cache's budget with the file's.
+    variant_bytes: AtomicU64,
+}
+
+/// A cached file in one content coding: encoded once, served as often as
+/// asked, like the identity bytes.
+#[derive(Debug)]
+pub(crate) struct Variant {
+    pub coding: Coding,
+    pub bytes: Arc<[u8]>,
+    /// The file's tag with the coding appended: a different
+    /// representation needs a different strong validator (RFC 9110 §8.8.3).
+    pub etag: String,
+    /// The fields of its 200, as `Entry::whole_fields`, with
+    /// `Content-Encoding` and `Vary`.
+    pub whole_fields: h1::FieldLines,
 }
 
 impl Entry {
@@ -90,7 +111,60 @@ impl Entry {
             content_type,
             last_used: AtomicU64::new(0),
             watched: AtomicBool::new(false),
+            variants: Default::default(),
+            variant_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// Bytes it holds in the cache's budget: the file's and its variants'.
+    fn size(&self) -> u64 {
+        self.identity.len + self.variant_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The variant in `coding` if it was made already: `None` if not yet,
+    /// `Some(None)` if it is not worth sending.
+    pub fn variant_made(&self, coding: Coding) -> Option<Option<&Variant>> {
+        self.variants[coding.index()].get().map(Option::as_ref)
+    }
+
+    /// The variant in `coding`, made now if it was not yet (a thread that
+    /// asks meanwhile waits for this one's, so a file is encoded once),
+    /// and counted in `cache`'s budget if the entry is there under `key`.
+    /// `None`: not worth sending.
+    pub fn variant(self: &Arc<Self>, coding: Coding, cache: &Cache, key: &str) -> Option<&Variant> {
+        self.variants[coding.index()]
+            .get_or_init(|| {
+                let variant = self.encode(coding)?;
+                cache.charge(key, self, variant.bytes.len() as u64);
+                Some(variant)
+            })
+            .as_ref()
+    }
+
+    fn encode(&self, coding: Coding) -> Option<Variant> {
+        let encoded = match &self.body {
+            Body::Bytes(bytes) => coding.encode(bytes),
+            Body::File(file) => {
+                use std::os::unix::fs::FileExt;
+                let mut bytes = vec![0; self.identity.len as usize];
+                file.read_exact_at(&mut bytes, 0).and_then(|()| coding.encode(&bytes))
+            }
+        }
+        .ok()?;
+        if encoded.len() as u64 >= self.identity.len {
+            return None;
+        }
+        let etag = format!("{}-{}\"", self.etag.strip_suffix('"').unwrap_or(&self.etag), coding.token());
+        let mut whole_fields = h1::FieldLines::default();
+        whole_fields
+            .header("Content-Type", &self.content_type)
+            .header("Content-Encoding", coding.token())
+            .header_u64("Content-Length", encoded.len() as u64)
+            .header("Last-Modified", &self.last_modified)
+            .header("ETag", &etag)
+            .header("Accept-Ranges", "bytes")
+            .header("Vary", "Accept-Encoding");
+        Some(Variant { coding, bytes: encoded.into(), etag, whole_fields })
     }
 }
 
@@ -197,19 +271,19 @@ impl Cache {
         for change in stale {
             match change {
                 Stale::Everything => {
-                    freed += entries.values().map(|e| e.identity.len).sum::<u64>();
+                    freed += entries.values().map(|e| e.size()).sum::<u64>();
                     entries.clear();
                 }
                 Stale::Path { key, beneath } => {
                     if let Some(old) = entries.remove(&key) {
-                        freed += old.identity.len;
+                        freed += old.size();
                     }
                     if beneath {
                         let under = format!("{key}/");
                         entries.retain(|k, e| {
                             let keep = !k.starts_with(&under);
                             if !keep {
-                                freed += e.identity.len;
+                                freed += e.size();
                             }
                             keep
                         });
@@ -302,9 +376,28 @@ impl Cache {
         if let (Some(ticket), Some(watch)) = (ticket, self.watch.get()) {
             entry.watched.store(ticket.watched && ticket.epoch == watch.epoch(), Ordering::Relaxed);
         }
+        let size = entry.size();
         if let Some(old) = entries.insert(key.to_owned(), entry) {
-            self.bytes.fetch_sub(old.identity.len, Ordering::Relaxed);
+            self.bytes.fetch_sub(old.size(), Ordering::Relaxed);
         }
+        let total = self.bytes.fetch_add(size, Ordering::Relaxed) + size;
+        if total > self.budget {
+            self.evict(&mut entries, self.budget / 10 * 9);
+        }
+    }
+
+    /// Adds a new variant's `len` bytes to `entry`, and to the budget if
+    /// the entry is still the one cached under `key` (an evicted or
+    /// replaced one, or an embedded file, is nobody's to count). Under the
+    /// write lock, so an eviction subtracts exactly what was added.
+    fn charge(&self, key: &str, entry: &Arc<Entry>, len: u64) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        entry.variant_bytes.fetch_add(len, Ordering::Relaxed);
+        if !entries.get(key).is_some_and(|cached| Arc::ptr_eq(cached, entry)) {
+            return;
+        }
+        // Just used: the variant's own eviction must not take it.
+        entry.last_used.store(self.clock.fetch_add(2, Ordering::Relaxed) + 1, Ordering::Relaxed);
         let total = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
         if total > self.budget {
             self.evict(&mut entries, self.budget / 10 * 9);
@@ -312,10 +405,8 @@ impl Cache {
     }
 
     fn evict(&self, entries: &mut HashMap<String, Arc<Entry>>, target: u64) {
-        let mut by_age: Vec<(u64, String, u64)> = entries
-            .iter()
-            .map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone(), e.identity.len))
-            .collect();
+        let mut by_age: Vec<(u64, String, u64)> =
+            entries.iter().map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone(), e.size())).collect();
         by_age.sort_unstable();
         let mut total = self.bytes.load(Ordering::Relaxed);
         for (_, key, len) in by_age {
@@ -386,6 +477,36 @@ mod tests {
         cache.insert("/a", entry(2, 70), None);
         let entries = cache.entries.read().unwrap();
         assert!(entries.contains_key("/a") && !entries.contains_key("/z"));
+    }
+
+    /// A variant is made once, counted with its file while the file is
+    /// cached (and given back when it is evicted), never for a file the
+    /// cache no longer holds.
+    #[test]
+    fn variants_count_in_the_budget() {
+        let text: Vec<u8> = b"compressible text, ".repeat(50);
+        let id = Identity { dev: 1, ino: 7, len: text.len() as u64, modified: SystemTime::UNIX_EPOCH };
+        let a =
+            Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
+        let cache = Cache::new(10_000, 5_000);
+        cache.insert("/a", a.clone(), None);
+        let made = a.variant(Coding::Gzip, &cache, "/a").expect("smaller once encoded");
+        assert_eq!(made.etag, "\"t-gzip\"");
+        let encoded = made.bytes.len() as u64;
+        assert_eq!(cache.stats().2, text.len() as u64 + encoded);
+        let again = a.variant(Coding::Gzip, &cache, "/a").unwrap();
+        assert!(Arc::ptr_eq(&again.bytes, &made.bytes), "made once");
+        assert_eq!(cache.stats().2, text.len() as u64 + encoded, "counted once");
+        // Not cached under that key: made, not counted.
+        let b =
+            Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
+        b.variant(Coding::Br, &cache, "/b").unwrap();
+        assert_eq!(cache.stats().2, text.len() as u64 + encoded);
+        // Evicted with its variants: the budget holds only what is cached.
+        cache.insert("/big", entry(2, 4_900), None);
+        cache.insert("/big2", entry(3, 4_900), None);
+        let held: u64 = cache.entries.read().unwrap().values().map(|e| e.size()).sum();
+        assert_eq!(cache.stats().2, held);
     }
 
     #[test]

@@ -22,8 +22,10 @@ mod cache;
 pub mod cache_control;
 pub mod cgi;
 mod cgi_stream;
+pub mod compress;
 pub mod conditional;
 mod conn;
+pub mod error_pages;
 pub mod errorlog;
 mod flights;
 pub mod listing;
@@ -268,18 +270,13 @@ impl Pipeline {
 
     fn start_script(&self, settings: &CgiSettings, req: &Request) -> Reply {
         let head = &req.head;
-        // A HEAD answer has no body, or the next response on the
-        // connection would be read from the middle of this one.
-        let is_head = head.method == h1::Method::Head;
+        // The site's --error-page, as for files (a HEAD answer gets no body).
         let page = |status, extra: &[(&str, &str)]| {
-            Reply::Response(response::error_page(
-                &self.settings,
-                status,
-                head.version,
-                req.keep_alive,
-                is_head,
-                extra,
-            ))
+            let blocking = site::Blocking::Allowed;
+            Reply::Response(
+                reply::error_response(self, head, req.keep_alive, blocking, status, extra)
+                    .expect("blocking is allowed"),
+            )
         };
         let path = req.path();
         let (file, args, script_name, path_info) = match cgi::lookup(settings, path) {

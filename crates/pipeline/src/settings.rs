@@ -37,6 +37,10 @@ pub struct Settings {
     pub schedule: crate::schedule::Schedule,
     /// `Cache-Control` of the site's files, by path (`--cache-control`).
     pub cache_control: crate::cache_control::CacheControl,
+    /// Content codings of the site's files (`--compress`, `--precompressed`).
+    pub compression: crate::compress::Compression,
+    /// The site's own pages for error statuses (`--error-page`).
+    pub error_pages: crate::error_pages::ErrorPages,
     /// How long a TLS handshake may take, from the accept (nginx's
     /// `ssl_handshake_timeout`); the head's own deadline starts after it.
     pub tls_handshake_timeout: Duration,
@@ -63,6 +67,8 @@ impl Default for Settings {
             cgi: None,
             schedule: crate::schedule::Schedule::Fifo,
             cache_control: crate::cache_control::CacheControl::default(),
+            compression: crate::compress::Compression::default(),
+            error_pages: crate::error_pages::ErrorPages::default(),
             tls_handshake_timeout: Duration::from_secs(10),
             hsts: None,
         }

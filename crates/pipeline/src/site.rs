@@ -249,6 +249,43 @@ impl Site {
     }
 }
 
+impl Site {
+    /// A precompressed sibling (`FILE.br`, `--precompressed`) of the file
+    /// at `path`, itself looked up as a file of the site (so the cache
+    /// holds and validates it like any other): `Some(None)` if there is
+    /// none, `None` if finding out needs the disk and `blocking` says no.
+    pub(crate) fn sibling(
+        &self,
+        path: &str,
+        cache: &Cache,
+        settings: &Settings,
+        blocking: Blocking,
+    ) -> Option<Option<Resource>> {
+        let found = match self {
+            Site::Embedded(site) => site.files.get(path).map(|e| Resource::Cached(e.clone())),
+            Site::Dir(root) => {
+                if let Some(entry) = cached(root, path, cache) {
+                    return Some(Some(Resource::Cached(entry)));
+                }
+                // Most files have no sibling: that answer costs one `stat`.
+                if let Err(e) = root.stat_unchecked(path) {
+                    if e.kind() == io::ErrorKind::NotFound {
+                        return Some(None);
+                    }
+                }
+                if blocking == Blocking::Avoid {
+                    return None;
+                }
+                match lookup_dir(root, path, cache, settings) {
+                    Found::Resource(resource) => Some(resource),
+                    _ => None,
+                }
+            }
+        };
+        Some(found)
+    }
+}
+
 /// The cache entry for `path` if the file on disk is still that version:
 /// the watch's word for it, or else a `stat`.
 fn cached(root: &DocRoot, path: &str, cache: &Cache) -> Option<Arc<Entry>> {

@@ -63,6 +63,20 @@ fn parse_cache_rule(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// `--compress`'s list, checked (`off` or empty: none).
+fn parse_codings(s: &str) -> Result<String, String> {
+    if s.trim() != "off" {
+        pipeline::compress::Compression::parse_codings(s)?;
+    }
+    Ok(s.to_string())
+}
+
+/// One `--error-page` rule, checked.
+fn parse_error_page(s: &str) -> Result<String, String> {
+    pipeline::error_pages::ErrorPages::parse(&[s])?;
+    Ok(s.to_string())
+}
+
 /// `--srpt-priority-base`: decimal, or hexadecimal after `0x`.
 fn parse_priority(s: &str) -> Result<u32, String> {
     let parsed = match s.strip_prefix("0x") {
@@ -307,6 +321,33 @@ pub struct ServeOptions {
     #[arg(long, value_name = "PATTERN=VALUE", value_parser = parse_cache_rule, help_heading = "Files")]
     pub cache_control: Option<Vec<String>>,
 
+    /// Send compressible files encoded, in the first of these codings the
+    /// client accepts (br, zstd, gzip; Accept-Encoding's q-values first,
+    /// then this order); a cached file is encoded once per coding and kept
+    /// in the cache; larger files are sent as they are [default: off]
+    #[arg(long, value_name = "br,zstd,gzip", value_parser = parse_codings, help_heading = "Files")]
+    pub compress: Option<String>,
+
+    /// Media types --compress and --precompressed encode: `text/*`,
+    /// `application/json`, `*+xml` [default: text/*,application/javascript,
+    /// application/json,application/xml,application/wasm,image/svg+xml,*+json,*+xml]
+    #[arg(long, value_name = "TYPE,...", help_heading = "Files")]
+    pub compress_types: Option<String>,
+
+    /// Smaller files are not encoded by --compress [default: 512]
+    #[arg(long, value_name = "SIZE", help_heading = "Files")]
+    pub compress_min_size: Option<Size>,
+
+    /// Serve FILE.br, FILE.zst or FILE.gz in place of FILE (of a --compress-types
+    /// type) to a client that accepts the coding, when present and not older than FILE
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Files")]
+    pub precompressed: Option<bool>,
+
+    /// The site's page for an error status, e.g. 404=/errors/404.html, sent
+    /// with that status (the built-in page if it cannot be); repeat it
+    #[arg(long, value_name = "STATUS=PATH", value_parser = parse_error_page, help_heading = "Files")]
+    pub error_page: Option<Vec<String>>,
+
     /// The order responses compete for the outgoing link: fifo, or srpt —
     /// the socket's priority follows the class of the bytes a response has
     /// left (needs a priority qdisc: README, "Scheduling the outgoing link");
@@ -423,6 +464,9 @@ impl ServeOptions {
             max_ranges: Some(d.max_ranges),
             browse: Some(d.browse),
             follow_symlinks: Some(d.follow_symlinks),
+            compress_types: Some(d.compression.types.join(",")),
+            compress_min_size: Some(Size(d.compression.min_size)),
+            precompressed: Some(d.compression.precompressed),
             cgi_prefix: Some(pipeline::CgiSettings::PREFIX.into()),
             cgi_timeout: Some(Dur(pipeline::CgiSettings::TIMEOUT)),
             max_cgi: Some(pipeline::CgiSettings::MAX_RUNNING),
@@ -504,6 +548,8 @@ impl ServeOptions {
             cgi: self.cgi_dir.clone().map(|dir| self.cgi_settings(pipeline::Scripts::Dir(dir))),
             schedule: self.schedule(),
             cache_control: self.cache_control().unwrap_or_default(),
+            compression: self.compression().unwrap_or_default(),
+            error_pages: self.error_pages().unwrap_or_default(),
             tls_handshake_timeout: self.tls_handshake_timeout.map_or(d.tls_handshake_timeout, |t| t.0),
             hsts: self
                 .hsts
@@ -528,6 +574,33 @@ impl ServeOptions {
     /// config file, which clap did not check).
     pub fn cache_control(&self) -> Result<pipeline::cache_control::CacheControl, String> {
         pipeline::cache_control::CacheControl::parse(self.cache_control.as_deref().unwrap_or_default())
+    }
+
+    /// `--compress` and its companions, or why they cannot be read (from
+    /// a config file, which clap did not check).
+    pub fn compression(&self) -> Result<pipeline::compress::Compression, String> {
+        let d = pipeline::compress::Compression::default();
+        let codings = match self.compress.as_deref().map(str::trim) {
+            None | Some("off") => Vec::new(),
+            Some(list) => pipeline::compress::Compression::parse_codings(list)?,
+        };
+        let types = match &self.compress_types {
+            Some(list) => {
+                list.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect()
+            }
+            None => d.types,
+        };
+        Ok(pipeline::compress::Compression {
+            codings,
+            precompressed: self.precompressed.unwrap_or(d.precompressed),
+            types,
+            min_size: self.compress_min_size.map_or(d.min_size, |s| s.0),
+        })
+    }
+
+    /// `--error-page`'s pages, or why they cannot be read.
+    pub fn error_pages(&self) -> Result<pipeline::error_pages::ErrorPages, String> {
+        pipeline::error_pages::ErrorPages::parse(self.error_page.as_deref().unwrap_or_default())
     }
 
     /// `--schedule` and the `--srpt-*` options.

@@ -136,6 +136,8 @@ impl Server {
         let tls = options.tls().map_err(|e| anyhow!(e))?.map(transport::tls::ServerTls::new);
         let tls = tls.transpose().map_err(|e| anyhow!(e))?;
         options.cache_control().map_err(|e| anyhow!("cache-control: {e}"))?;
+        options.compression().map_err(|e| anyhow!("compress: {e}"))?;
+        options.error_pages().map_err(|e| anyhow!("error-page: {e}"))?;
         let mut settings = options.settings();
         if let Some(cgi) = &mut settings.cgi {
             if let pipeline::Scripts::Dir(dir) = &mut cgi.scripts {

@@ -200,3 +200,27 @@ pub fn shorten(req: &[u8]) -> String {
         s
     }
 }
+
+/// `body` decoded from the content coding `coding` (`br`, `zstd`, `gzip`),
+/// with the decoders of the codings' own crates.
+#[track_caller]
+pub fn decode(coding: &str, body: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    match coding {
+        "gzip" => flate2::read::GzDecoder::new(body).read_to_end(&mut out).map(drop),
+        "br" => brotli::Decompressor::new(body, 4096).read_to_end(&mut out).map(drop),
+        "zstd" => zstd::stream::copy_decode(body, &mut out),
+        other => panic!("no decoder for {other:?}"),
+    }
+    .unwrap_or_else(|e| panic!("{coding} body does not decode: {e}"));
+    out
+}
+
+/// `data` gzip-encoded, as a precompressed `FILE.gz` would be.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}

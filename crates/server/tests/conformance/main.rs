@@ -44,9 +44,13 @@ mod cgi;
 #[cfg(any())]
 mod clients;
 #[cfg(any())]
+mod compress;
+#[cfg(any())]
 mod conditional;
 #[cfg(any())]
 mod equivalence;
+#[cfg(any())]
+mod error_pages;
 #[cfg(any())]
 mod keepalive;
 #[cfg(any())]
@@ -76,8 +80,10 @@ macro_rules! models {
             mod cache { include!("cache.rs"); }
             mod cgi { include!("cgi.rs"); }
             mod clients { include!("clients.rs"); }
+            mod compress { include!("compress.rs"); }
             mod conditional { include!("conditional.rs"); }
             mod equivalence { include!("equivalence.rs"); }
+            mod error_pages { include!("error_pages.rs"); }
             mod keepalive { include!("keepalive.rs"); }
             mod methods { include!("methods.rs"); }
             mod range { include!("range.rs"); }
