@@ -210,11 +210,15 @@ pub fn args(peer: &str, dir: &Path, conf: &Path) -> Vec<std::ffi::OsString> {
 /// `timeout queue 20ms` make it admit as `modus direct --max-backend-conns
 /// 16 --queue-timeout 20ms` does).
 pub fn haproxy_config(dir: &Path, port: u16, backends: &[String], extra: &[String]) -> String {
+    // Two descriptors per connection (client and server side), within the
+    // descriptors HAProxy may raise its limit to.
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum.unwrap_or(u64::MAX);
+    let maxconn = (hard.saturating_sub(64) / 2).clamp(256, 10_000);
     let mut c = format!(
-        "# written by modus lab\nglobal\n    maxconn 20000\n    nbthread 1\n    pidfile {dir}/haproxy.pid\n\
+        "# written by modus lab\nglobal\n    maxconn {maxconn}\n    nbthread 1\n    pidfile {dir}/haproxy.pid\n\
          defaults\n    mode http\n    timeout connect 1s\n    timeout client 30s\n    timeout server 30s\n\
          timeout queue 2s\n    timeout http-keep-alive 5s\n    option http-keep-alive\n\
-         frontend lab\n    bind 127.0.0.1:{port}\n    maxconn 20000\n    default_backend servers\n\
+         frontend lab\n    bind 127.0.0.1:{port}\n    maxconn {maxconn}\n    default_backend servers\n\
          backend servers\n    balance leastconn\n    http-reuse always\n",
         dir = dir.display()
     );

@@ -187,13 +187,14 @@ fn default_x() -> String {
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 8] = [
+pub const BUILT_IN: [(&str, &str); 9] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
     ("paper000-cpus", include_str!("../../../lab/paper000-cpus.toml")),
     ("paper000-cgi-share", include_str!("../../../lab/paper000-cgi-share.toml")),
     ("paper001-clients", include_str!("../../../lab/paper001-clients.toml")),
+    ("paper002-director", include_str!("../../../lab/paper002-director.toml")),
     ("paper003-surge", include_str!("../../../lab/paper003-surge.toml")),
     ("paper004-srpt", include_str!("../../../lab/paper004-srpt.toml")),
 ];
@@ -405,8 +406,17 @@ mod tests {
         assert!(err("").contains("missing field `server`"), "{}", err(""));
         assert!(err("[[server]]\npeer = \"caddy\"\n").contains("no peer \"caddy\""));
         assert!(err("[[server]]\nname = \"x\"\n").contains("give either a `model` or a `peer`"));
+        let e = err("[[server]]\nmodel = \"pool\"\nfront = \"nginx\"\n");
+        assert!(e.contains("no front \"nginx\" (the lab runs direct, haproxy)"), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nbackends = 2\n");
+        assert!(e.contains("`backends` and `front-args` want a `front`"), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nfront = \"direct\"\nbackends = 0\n");
+        assert!(e.contains("backends must be at least 1"), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[server]]\nmodel = \"pool\"\n");
         assert!(e.contains("two servers are named \"pool\""), "{e}");
+        let zero_rate = "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [1]\nrates = [0]\n[[server]]\nmodel = \"pool\"\n";
+        let e = format!("{:#}", Spec::parse(zero_rate, "t.toml").unwrap_err());
+        assert!(e.contains("[sweep] rates: requests per second, each at least 1"), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed\"\n");
         assert!(e.contains("y = \"speed\" is not a metric"), "{e}");
         let e = err(

@@ -225,7 +225,7 @@ fn peers_are_measured_or_said_to_be_missing() {
 fn list_and_bad_experiments() {
     let r = run(BIN, ["lab", "list"], LIMIT);
     assert!(r.status.success());
-    for name in ["tiny", "models-500b", "paper000-file-size"] {
+    for name in ["tiny", "models-500b", "paper000-file-size", "paper002-director"] {
         assert!(r.stdout.lines().any(|l| l.starts_with(name)), "{name} in\n{}", r.stdout);
     }
     let r = run(BIN, ["lab", "run", "nope"], LIMIT);
@@ -309,4 +309,60 @@ fn the_committed_reproduction_still_reports() {
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let md = std::fs::read_to_string(dir.join("REPRODUCTION.md")).unwrap();
     assert!(md.contains("## paper000-cgi-share") && md.contains("**holds"), "{md}");
+}
+
+/// A server with a front: the load goes to `modus direct` (or HAProxy,
+/// where installed) in front of two backends, in open loop (`rates`); the
+/// answers are counted by kind (goodput, busy).
+#[test]
+fn fronts_stand_before_backends_in_open_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("front.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "front"
+description = "pool alone, behind modus direct and behind HAProxy"
+docroot = "fixed"
+path = "/500b.bin"
+duration = "300ms"
+warmup = "100ms"
+[sweep]
+clients = [4]
+rates = [50]
+[[server]]
+name = "alone"
+model = "pool"
+[[server]]
+name = "direct"
+model = "pool"
+front = "direct"
+front-args = ["--max-backend-conns", "4"]
+backends = 2
+[[server]]
+name = "haproxy"
+model = "pool"
+front = "haproxy"
+front-args = ["default-server maxconn 4"]
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    let haproxy = installed("haproxy");
+    assert_eq!(rows.len(), if haproxy { 3 } else { 2 }, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row[4], "50", "open loop at 50/s: {row:?}");
+        assert!(row[GOODPUT].parse::<f64>().unwrap() > 0.0 && row[ERRORS] == "0", "answered 200: {row:?}");
+    }
+    let raw = std::fs::read_to_string(out.join("raw/direct-c4-p0-u0-q0-r1.json")).unwrap();
+    assert!(raw.contains("\"mode\": \"open\"") && raw.contains("\"rate\": 50.0"), "{raw}");
+    if haproxy {
+        let conf = std::fs::read_to_string(out.join("peers/haproxy-haproxy/haproxy.cfg")).unwrap();
+        assert!(conf.contains("default-server maxconn 4") && conf.contains("server b1 127.0.0.1:"), "{conf}");
+    } else {
+        let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(report.contains("haproxy is not installed (apt-get install haproxy)"), "{report}");
+    }
 }
