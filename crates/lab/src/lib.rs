@@ -6,6 +6,7 @@
 //! * `spec.rs` — the experiment format (TOML); built-in ones in `lab/`.
 //! * `claims.rs` — the claims' grammar and verdicts.
 //! * `run.rs` — the order of the points and each measurement.
+//! * `netns.rs` — the optional topology: hosts in network namespaces.
 //! * `peers.rs` — nginx, lighttpd, h2o and Apache httpd measured beside the
 //!   models; `modus direct` and HAProxy as fronts.
 //! * `results.rs` — `points.csv`.
@@ -14,6 +15,7 @@
 
 pub mod claims;
 pub mod columns;
+pub mod netns;
 pub mod peers;
 pub mod report;
 pub mod reproduction;
@@ -268,6 +270,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 load_cpus: load_cpus.flatten(),
                 front_cpus: None,
                 cgi: false,
+                network: None,
                 sweep: Sweep { clients, paths: Vec::new(), server_cpus: Vec::new(), rates: Vec::new() },
                 servers: chosen
                     .iter()
@@ -312,9 +315,34 @@ fn lab(args: LabArgs) -> Result<()> {
 fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
-    let runner = run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop };
     std::fs::create_dir_all(out)?;
-    let meta = meta(spec, out)?;
+    let mut network = None;
+    let mut placement = "loopback".to_string();
+    if let Some(net) = spec.network.as_ref().filter(|n| n.netns) {
+        let backends = spec.servers.iter().map(|s| s.backends).max().unwrap_or(1);
+        match netns::Network::create(backends, net.rate.as_deref()) {
+            Ok(n) => {
+                let hosts: Vec<&str> = n.hosts.iter().map(|h| h.ip.as_str()).collect();
+                placement = format!(
+                    "network namespaces joined by a bridge: load {}, front {}, backends {}{}",
+                    hosts[0],
+                    hosts[1],
+                    hosts[2..].join(", "),
+                    net.rate.as_ref().map(|r| format!("; each link shaped to {r} (htb)")).unwrap_or_default()
+                );
+                network = Some(n);
+            }
+            Err(e) => {
+                placement =
+                    format!("loopback: the netns topology was asked for but is not permitted here ({e:#})");
+                eprintln!("modus lab: warning: {placement}");
+            }
+        }
+    }
+    let runner =
+        run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop, network };
+    let mut meta = meta(spec, out)?;
+    meta["network"] = json!(placement);
     std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
     if cfg!(debug_assertions) {
         eprintln!(

@@ -70,9 +70,9 @@ pub fn version(peer: &str, bin: &Path) -> String {
         .unwrap_or_else(|| format!("{peer} (version unknown)"))
 }
 
-/// The configuration serving `site` on 127.0.0.1:`port`, with its
-/// working files in `dir`.
-pub fn config(peer: &str, dir: &Path, site: Site, port: u16) -> Result<String> {
+/// The configuration serving `site` on `host`:`port`, with its working
+/// files in `dir`.
+pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Result<String> {
     let (dir, root) = (dir.display(), site.docroot.display());
     Ok(match peer {
         "nginx" => {
@@ -85,7 +85,7 @@ pub fn config(peer: &str, dir: &Path, site: Site, port: u16) -> Result<String> {
                  http {{\n    default_type application/octet-stream;\n    sendfile on;\n    tcp_nopush on;\n\
                  keepalive_requests 100000000;\n    access_log off;\n    client_body_temp_path {dir}/body;\n\
                  proxy_temp_path {dir}/proxy;\n    fastcgi_temp_path {dir}/fastcgi;\n    uwsgi_temp_path {dir}/uwsgi;\n\
-                 scgi_temp_path {dir}/scgi;\n    server {{\n        listen 127.0.0.1:{port};\n        root {root};\n\
+                 scgi_temp_path {dir}/scgi;\n    server {{\n        listen {host}:{port};\n        root {root};\n\
                  location / {{ }}\n    }}\n}}\n"
             )
         }
@@ -99,7 +99,7 @@ pub fn config(peer: &str, dir: &Path, site: Site, port: u16) -> Result<String> {
                 None => String::new(),
             };
             format!(
-                "# written by modus lab\nserver.document-root = \"{root}\"\nserver.bind = \"127.0.0.1\"\n\
+                "# written by modus lab\nserver.document-root = \"{root}\"\nserver.bind = \"{host}\"\n\
                  server.port = {port}\nserver.errorlog = \"{dir}/error.log\"\nserver.max-keep-alive-requests = 100000000\n\
                  server.max-fds = 20000\nserver.max-connections = 10240\n\
                  mimetype.assign = ( \".html\" => \"text/html\", \".txt\" => \"text/plain\", \"\" => \"application/octet-stream\" )\n{cgi}"
@@ -111,11 +111,11 @@ pub fn config(peer: &str, dir: &Path, site: Site, port: u16) -> Result<String> {
             let user = if rustix::process::geteuid().is_root() { "user: root\n" } else { "" };
             format!(
                 "# written by modus lab\n{user}num-threads: 1\npid-file: {dir}/h2o.pid\n\
-                 error-log: {dir}/error.log\nmax-connections: 10240\nlisten:\n  host: 127.0.0.1\n  port: {port}\n\
+                 error-log: {dir}/error.log\nmax-connections: 10240\nlisten:\n  host: {host}\n  port: {port}\n\
                  hosts:\n  default:\n    paths:\n      /:\n        file.dir: \"{root}\"\n"
             )
         }
-        apache if apache.starts_with("apache-") => apache_config(apache, &dir.to_string(), site, port)?,
+        apache if apache.starts_with("apache-") => apache_config(apache, &dir.to_string(), site, host, port)?,
         other => bail!("no peer {other:?} (the lab knows {})", PEERS.join(", ")),
     })
 }
@@ -124,7 +124,7 @@ pub fn config(peer: &str, dir: &Path, site: Site, port: u16) -> Result<String> {
 /// (pid file, error log, runtime files, its `mime.types`) in `dir`, its
 /// `ServerRoot`. CGI as Debian sets it up: mod_cgi under prefork, mod_cgid
 /// (a daemon that forks the scripts) under the threaded MPMs.
-fn apache_config(peer: &str, dir: &str, site: Site, port: u16) -> Result<String> {
+fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Result<String> {
     let mpm = peer.trim_start_matches("apache-");
     let sizing = match mpm {
         "prefork" => "StartServers 64\nMinSpareServers 10\nMaxSpareServers 64\nServerLimit 256\nMaxRequestWorkers 256\n",
@@ -141,7 +141,7 @@ fn apache_config(peer: &str, dir: &str, site: Site, port: u16) -> Result<String>
         "# written by modus lab\nServerRoot {dir}\nDefaultRuntimeDir {dir}\nPidFile {dir}/httpd.pid\n\
          Mutex file:{dir} default\nLoadModule mpm_{mpm}_module {modules}/mod_mpm_{mpm}.so\n\
          LoadModule authz_core_module {modules}/mod_authz_core.so\nLoadModule mime_module {modules}/mod_mime.so\n\
-         {user}ServerName 127.0.0.1\nListen 127.0.0.1:{port}\n{sizing}MaxConnectionsPerChild 0\n\
+         {user}ServerName 127.0.0.1\nListen {host}:{port}\n{sizing}MaxConnectionsPerChild 0\n\
          KeepAlive On\nMaxKeepAliveRequests 0\nKeepAliveTimeout 5\nEnableSendfile On\nHostnameLookups Off\n\
          TypesConfig {dir}/mime.types\nErrorLog {dir}/error.log\nLogLevel warn\nDocumentRoot {root}\n\
          <Directory />\n    AllowOverride None\n    Require all denied\n</Directory>\n\
@@ -172,14 +172,23 @@ pub fn prepare(peer: &str, dir: &Path) -> Result<()> {
 }
 
 /// The program's own check of `conf` (`nginx -t`, `lighttpd -tt`, `h2o -t`,
-/// `apache2 -t`, `haproxy -c`).
-pub fn check(peer: &str, bin: &Path, dir: &Path, conf: &Path) -> Result<()> {
+/// `apache2 -t`, `haproxy -c`), in network namespace `ns` when given (some
+/// bind the address they will listen on).
+pub fn check(peer: &str, bin: &Path, dir: &Path, conf: &Path, ns: Option<&str>) -> Result<()> {
+    let command = || match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
     let out = match peer {
-        "nginx" => Command::new(bin).args(["-t", "-q", "-p"]).arg(dir).arg("-c").arg(conf).output(),
-        "h2o" => Command::new(bin).arg("-t").arg("-c").arg(conf).output(),
-        "haproxy" => Command::new(bin).args(["-c", "-q", "-f"]).arg(conf).output(),
-        apache if apache.starts_with("apache-") => Command::new(bin).arg("-t").arg("-f").arg(conf).output(),
-        _ => Command::new(bin).arg("-tt").arg("-f").arg(conf).output(),
+        "nginx" => command().args(["-t", "-q", "-p"]).arg(dir).arg("-c").arg(conf).output(),
+        "h2o" => command().arg("-t").arg("-c").arg(conf).output(),
+        "haproxy" => command().args(["-c", "-q", "-f"]).arg(conf).output(),
+        apache if apache.starts_with("apache-") => command().arg("-t").arg("-f").arg(conf).output(),
+        _ => command().arg("-tt").arg("-f").arg(conf).output(),
     }
     .with_context(|| format!("running {}", bin.display()))?;
     if !out.status.success() {
@@ -204,12 +213,12 @@ pub fn args(peer: &str, dir: &Path, conf: &Path) -> Vec<std::ffi::OsString> {
     }
 }
 
-/// HAProxy in front of `backends` on 127.0.0.1:`port`: one process, one
+/// HAProxy in front of `backends` on `host`:`port`: one process, one
 /// thread, keep-alive on both sides, least-connections balancing; `extra`
 /// lines go into the backend section (`default-server maxconn 16` and
 /// `timeout queue 20ms` make it admit as `modus direct --max-backend-conns
 /// 16 --queue-timeout 20ms` does).
-pub fn haproxy_config(dir: &Path, port: u16, backends: &[String], extra: &[String]) -> String {
+pub fn haproxy_config(dir: &Path, host: &str, port: u16, backends: &[String], extra: &[String]) -> String {
     // Two descriptors per connection (client and server side), within the
     // descriptors HAProxy may raise its limit to.
     let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum.unwrap_or(u64::MAX);
@@ -218,7 +227,7 @@ pub fn haproxy_config(dir: &Path, port: u16, backends: &[String], extra: &[Strin
         "# written by modus lab\nglobal\n    maxconn {maxconn}\n    nbthread 1\n    pidfile {dir}/haproxy.pid\n\
          defaults\n    mode http\n    timeout connect 1s\n    timeout client 30s\n    timeout server 30s\n\
          timeout queue 2s\n    timeout http-keep-alive 5s\n    option http-keep-alive\n\
-         frontend lab\n    bind 127.0.0.1:{port}\n    maxconn {maxconn}\n    default_backend servers\n\
+         frontend lab\n    bind {host}:{port}\n    maxconn {maxconn}\n    default_backend servers\n\
          backend servers\n    balance leastconn\n    http-reuse always\n",
         dir = dir.display()
     );
@@ -250,7 +259,7 @@ mod tests {
                 }
                 let work = dir.path().join(format!("{peer}-{}", site.cgi.is_some()));
                 std::fs::create_dir_all(&work).unwrap();
-                let text = config(peer, &work, site, 18999).unwrap();
+                let text = config(peer, &work, site, "127.0.0.1", 18999).unwrap();
                 assert!(text.contains("18999") && text.contains(&docroot.display().to_string()), "{text}");
                 if site.cgi.is_some() {
                     assert!(text.contains(&cgi.display().to_string()), "{text}");
@@ -265,12 +274,12 @@ mod tests {
                 prepare(peer, &work).unwrap();
                 let conf = work.join(format!("{peer}.conf"));
                 std::fs::write(&conf, text).unwrap();
-                check(peer, &bin, &work, &conf).unwrap_or_else(|e| panic!("{e:#}"));
+                check(peer, &bin, &work, &conf, None).unwrap_or_else(|e| panic!("{e:#}"));
             }
         }
         let docroot_only = Site { docroot: &docroot, cgi: None };
-        assert!(config("caddy", dir.path(), docroot_only, 1).is_err());
-        assert!(config("apache-perchild", dir.path(), docroot_only, 1).is_err());
+        assert!(config("caddy", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
+        assert!(config("apache-perchild", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
     }
 
     #[test]
@@ -278,7 +287,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let backends = ["127.0.0.1:18001".to_string(), "127.0.0.1:18002".to_string()];
         let extra = ["default-server maxconn 16".to_string(), "timeout queue 20ms".to_string()];
-        let text = haproxy_config(dir.path(), 18999, &backends, &extra);
+        let text = haproxy_config(dir.path(), "127.0.0.1", 18999, &backends, &extra);
         assert!(
             text.contains("bind 127.0.0.1:18999") && text.contains("server b2 127.0.0.1:18002"),
             "{text}"
@@ -291,8 +300,8 @@ mod tests {
         };
         let conf = dir.path().join("haproxy.cfg");
         std::fs::write(&conf, &text).unwrap();
-        check("haproxy", &bin, dir.path(), &conf).unwrap_or_else(|e| panic!("{e:#}"));
+        check("haproxy", &bin, dir.path(), &conf, None).unwrap_or_else(|e| panic!("{e:#}"));
         std::fs::write(&conf, text.replace("balance leastconn", "balance nowhere")).unwrap();
-        assert!(check("haproxy", &bin, dir.path(), &conf).is_err(), "a bad configuration is refused");
+        assert!(check("haproxy", &bin, dir.path(), &conf, None).is_err(), "a bad configuration is refused");
     }
 }

@@ -188,6 +188,9 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
         machine["memory_mib"],
         spec.repeats,
     );
+    if let Some(network) = meta["network"].as_str() {
+        let _ = writeln!(m, "Network: {network}.\n");
+    }
     for skipped in meta["skipped"].as_array().into_iter().flatten() {
         let _ = writeln!(
             m,
@@ -282,6 +285,9 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
         machine["memory_mib"],
         esc(meta["started"].as_str().unwrap_or("?")),
     );
+    if let Some(network) = meta["network"].as_str() {
+        let _ = write!(h, "<p><small>Network: {}.</small></p>", esc(network));
+    }
     for skipped in meta["skipped"].as_array().into_iter().flatten() {
         let _ = write!(
             h,

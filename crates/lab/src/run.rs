@@ -143,6 +143,26 @@ pub struct Runner {
     pub resume: bool,
     /// Raised by Ctrl-C: finish the point, stop.
     pub stop: Arc<AtomicBool>,
+    /// Hosts of their own for the load, the fronts and the backends
+    /// (`[network] netns`); none: loopback.
+    pub network: Option<crate::netns::Network>,
+}
+
+/// Where a process runs: its network namespace (none: the lab's) and the
+/// address it listens on.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    ns: Option<&'a str>,
+    ip: &'a str,
+}
+
+impl Runner {
+    fn place(&self, host: impl Fn(&crate::netns::Network) -> &crate::netns::Host) -> Place<'_> {
+        match &self.network {
+            Some(net) => Place { ns: Some(&host(net).ns), ip: &host(net).ip },
+            None => Place { ns: None, ip: "127.0.0.1" },
+        }
+    }
 }
 
 impl Runner {
@@ -304,14 +324,16 @@ impl Runner {
         for i in 0..server.backends {
             let name =
                 if server.backends == 1 { server.name.clone() } else { format!("{}-{}", server.name, i + 1) };
-            parts.push(self.start_backend(spec, server, &name, cpus, root)?);
+            let place = self.place(|net| net.backend(i));
+            parts.push(self.start_backend(spec, server, &name, cpus, place, root)?);
         }
         let backends: Vec<String> = parts.iter().map(|p| p.addr.clone()).collect();
+        let at = self.place(|net| net.front());
         let front = match server.front.as_deref() {
             None => None,
             Some("direct") => {
-                let mut direct = pinned(&self.modus, front_cpus);
-                direct.args(["direct", "--listen", "127.0.0.1:0"]);
+                let mut direct = pinned(&self.modus, front_cpus, at.ns);
+                direct.args(["direct", "--listen", &format!("{}:0", at.ip)]);
                 for b in &backends {
                     direct.args(["--backend", b]);
                 }
@@ -325,14 +347,12 @@ impl Runner {
                 std::fs::create_dir_all(&dir)?;
                 let port = free_port()?;
                 let conf = dir.join("haproxy.cfg");
-                std::fs::write(
-                    &conf,
-                    crate::peers::haproxy_config(&dir, port, &backends, &server.front_args),
-                )?;
-                crate::peers::check("haproxy", &bin, &dir, &conf)?;
-                let mut command = pinned(&bin, front_cpus);
+                let text = crate::peers::haproxy_config(&dir, at.ip, port, &backends, &server.front_args);
+                std::fs::write(&conf, text)?;
+                crate::peers::check("haproxy", &bin, &dir, &conf, at.ns)?;
+                let mut command = pinned(&bin, front_cpus, at.ns);
                 command.args(crate::peers::args("haproxy", &dir, &conf));
-                Some(Server::start_peer(command, port).context("starting haproxy")?)
+                Some(Server::start_peer(command, at.ip, port).context("starting haproxy")?)
             }
         };
         let addr = front.as_ref().map_or_else(|| backends[0].clone(), |f| f.addr.clone());
@@ -350,16 +370,18 @@ impl Runner {
         server: &ServerSpec,
         name: &str,
         cpus: Option<&str>,
+        at: Place,
         root: Option<&Path>,
     ) -> Result<Server> {
         let cgi = spec.cgi.then(|| self.cgi_bin());
         let Some(peer) = server.peer.as_deref() else {
-            let mut serve = pinned(&self.modus, cpus);
+            let mut serve = pinned(&self.modus, cpus, at.ns);
             serve.arg("serve");
             if let Some(root) = root {
                 serve.arg(root);
             }
-            serve.args(["--model", &server.model, "--listen", "127.0.0.1:0", "--access-log", "off"]);
+            let listen = format!("{}:0", at.ip);
+            serve.args(["--model", &server.model, "--listen", &listen, "--access-log", "off"]);
             if let Some(cgi) = &cgi {
                 serve.arg("--cgi-dir").arg(cgi);
             }
@@ -373,12 +395,12 @@ impl Runner {
         let port = free_port()?;
         let conf = dir.join(format!("{peer}.conf"));
         let site = crate::peers::Site { docroot: root, cgi: cgi.as_deref() };
-        std::fs::write(&conf, crate::peers::config(peer, &dir, site, port)?)?;
+        std::fs::write(&conf, crate::peers::config(peer, &dir, site, at.ip, port)?)?;
         crate::peers::prepare(peer, &dir)?;
-        crate::peers::check(peer, &bin, &dir, &conf)?;
-        let mut command = pinned(&bin, cpus);
+        crate::peers::check(peer, &bin, &dir, &conf, at.ns)?;
+        let mut command = pinned(&bin, cpus, at.ns);
         command.args(crate::peers::args(peer, &dir, &conf));
-        Server::start_peer(command, port)
+        Server::start_peer(command, at.ip, port)
     }
 
     fn measure(
@@ -395,8 +417,11 @@ impl Runner {
         let mix = at.path.strip_prefix("mix:");
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
         let before = running.cpu_ticks();
-        let mut load = pinned(&self.modus, load_cpus.as_deref());
+        let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
+        if self.network.is_some() {
+            load.arg("--allow-remote");
+        }
         if at.rate > 0 {
             load.args(["-R", &at.rate.to_string()]);
         }
@@ -479,16 +504,23 @@ fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// `program` under `taskset -c CPUS` when CPUs are given and taskset exists.
-fn pinned(program: &Path, cpus: Option<&str>) -> Command {
-    match cpus {
-        Some(cpus) if Command::new("taskset").arg("-V").output().is_ok_and(|o| o.status.success()) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpus]).arg(program);
-            c
-        }
-        _ => Command::new(program),
+/// `program` under `taskset -c CPUS` when CPUs are given and taskset
+/// exists, in network namespace `ns` when given (`ip netns exec` and
+/// taskset exec it: the child's PID is the program's).
+fn pinned(program: &Path, cpus: Option<&str>, ns: Option<&str>) -> Command {
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(ns) = ns {
+        argv.extend(["ip", "netns", "exec", ns].map(Into::into));
     }
+    if let Some(cpus) = cpus {
+        if Command::new("taskset").arg("-V").output().is_ok_and(|o| o.status.success()) {
+            argv.extend(["taskset", "-c", cpus].map(Into::into));
+        }
+    }
+    argv.push(program.into());
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..]);
+    c
 }
 
 /// A server under test: its processes (the front first), and where the
@@ -545,14 +577,14 @@ impl Server {
     /// A peer, which says nothing on start: it is up when its port answers.
     /// In a process group of its own: Apache's prefork signals its whole
     /// group when it stops.
-    fn start_peer(mut command: Command, port: u16) -> Result<Server> {
+    fn start_peer(mut command: Command, ip: &str, port: u16) -> Result<Server> {
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()?;
-        let mut server = Server { child, addr: format!("127.0.0.1:{port}") };
+        let mut server = Server { child, addr: format!("{ip}:{port}") };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if std::net::TcpStream::connect(&server.addr).is_ok() {

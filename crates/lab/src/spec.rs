@@ -54,6 +54,10 @@ pub struct Spec {
     /// mod_cgid; peers that run no CGI (nginx, h2o) are skipped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cgi: bool,
+    /// Where the load, the fronts and the backends run: loopback by
+    /// default, or hosts of their own (`netns.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
     /// Requests drawn from a weighted list of URLs (`modus load --mix`
     /// format: `WEIGHT PATH` per line) instead of `path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,6 +134,20 @@ pub struct ServerSpec {
     /// Instances of the model (or peer) behind the front, each on its own port.
     #[serde(default = "one_usize", skip_serializing_if = "is_one")]
     pub backends: usize,
+}
+
+/// `[network]`: the topology.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NetworkSpec {
+    /// The load generator, the front and each backend in a network
+    /// namespace of its own, joined by veth pairs to a bridge (root only;
+    /// elsewhere loopback, and the report says why).
+    #[serde(default)]
+    pub netns: bool,
+    /// Each host's outgoing link shaped to this rate (`tc` units: `100mbit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
 }
 
 /// A line plot: `y` against `x`, one series per server.

@@ -366,3 +366,51 @@ front-args = ["default-server maxconn 4"]
         assert!(report.contains("haproxy is not installed (apt-get install haproxy)"), "{report}");
     }
 }
+
+/// `[network] netns`: the load, the front and the backends on hosts of
+/// their own (network namespaces, links shaped with tc), where permitted
+/// (root, iproute2); elsewhere loopback, and the report says why.
+#[test]
+fn a_netns_topology_carries_the_load_or_is_said_to_be_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("netns.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "netns"
+description = "pool behind modus direct, on hosts of their own"
+docroot = "fixed"
+path = "/500b.bin"
+duration = "300ms"
+warmup = "100ms"
+[network]
+netns = true
+rate = "100mbit"
+[sweep]
+clients = [2]
+[[server]]
+name = "direct"
+model = "pool"
+front = "direct"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    assert!(rows.len() == 1 && rows[0][GOODPUT].parse::<f64>().unwrap() > 0.0, "{rows:?}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("meta.json")).unwrap()).unwrap();
+    let network = meta["network"].as_str().unwrap();
+    let raw = std::fs::read_to_string(out.join("raw/direct-c2-p0-u0-r1.json")).unwrap();
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    if network.starts_with("network namespaces") {
+        assert!(network.contains("shaped to 100mbit"), "{network}");
+        assert!(raw.contains("\"http://10.201."), "the load crossed the bridge: {raw}");
+    } else {
+        eprintln!("no network namespaces here: checking that the report says so");
+        assert!(network.starts_with("loopback: the netns topology was asked for"), "{network}");
+        assert!(raw.contains("\"http://127.0.0.1:"), "{raw}");
+    }
+    assert!(report.contains("Network: "), "{report}");
+}
