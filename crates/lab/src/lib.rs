@@ -6,13 +6,16 @@
 //! * `spec.rs` — the experiment format (TOML); built-in ones in `lab/`.
 //! * `claims.rs` — the claims' grammar and verdicts.
 //! * `run.rs` — the order of the points and each measurement.
-//! * `peers.rs` — nginx and lighttpd, measured beside the models.
+//! * `netns.rs` — the optional topology: hosts in network namespaces.
+//! * `peers.rs` — nginx, lighttpd, h2o and Apache httpd measured beside the
+//!   models; `modus direct` and HAProxy as fronts.
 //! * `results.rs` — `points.csv`.
 //! * `report.rs` — plots, `report.html`, the ranked table.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
 pub mod claims;
 pub mod columns;
+pub mod netns;
 pub mod peers;
 pub mod report;
 pub mod reproduction;
@@ -265,7 +268,10 @@ fn lab(args: LabArgs) -> Result<()> {
                 seed: 1,
                 server_cpus,
                 load_cpus: load_cpus.flatten(),
-                sweep: Sweep { clients, paths: Vec::new(), server_cpus: Vec::new() },
+                front_cpus: None,
+                cgi: false,
+                network: None,
+                sweep: Sweep { clients, paths: Vec::new(), server_cpus: Vec::new(), rates: Vec::new() },
                 servers: chosen
                     .iter()
                     .map(|m| ServerSpec {
@@ -273,12 +279,18 @@ fn lab(args: LabArgs) -> Result<()> {
                         model: m.to_string(),
                         peer: None,
                         args: Vec::new(),
+                        front: None,
+                        front_args: Vec::new(),
+                        backends: 1,
                     })
                     .chain(chosen_peers.iter().map(|p| ServerSpec {
                         name: p.to_string(),
                         model: String::new(),
                         peer: Some(p.to_string()),
                         args: Vec::new(),
+                        front: None,
+                        front_args: Vec::new(),
+                        backends: 1,
                     }))
                     .collect(),
                 plots: ["throughput", "p99", "cpu_per_request"]
@@ -303,9 +315,34 @@ fn lab(args: LabArgs) -> Result<()> {
 fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
-    let runner = run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop };
     std::fs::create_dir_all(out)?;
-    let meta = meta(spec)?;
+    let mut network = None;
+    let mut placement = "loopback".to_string();
+    if let Some(net) = spec.network.as_ref().filter(|n| n.netns) {
+        let backends = spec.servers.iter().map(|s| s.backends).max().unwrap_or(1);
+        match netns::Network::create(backends, net.rate.as_deref()) {
+            Ok(n) => {
+                let hosts: Vec<&str> = n.hosts.iter().map(|h| h.ip.as_str()).collect();
+                placement = format!(
+                    "network namespaces joined by a bridge: load {}, front {}, backends {}{}",
+                    hosts[0],
+                    hosts[1],
+                    hosts[2..].join(", "),
+                    net.rate.as_ref().map(|r| format!("; each link shaped to {r} (htb)")).unwrap_or_default()
+                );
+                network = Some(n);
+            }
+            Err(e) => {
+                placement =
+                    format!("loopback: the netns topology was asked for but is not permitted here ({e:#})");
+                eprintln!("modus lab: warning: {placement}");
+            }
+        }
+    }
+    let runner =
+        run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop, network };
+    let mut meta = meta(spec, out)?;
+    meta["network"] = json!(placement);
     std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
     if cfg!(debug_assertions) {
         eprintln!(
@@ -313,7 +350,7 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
              its numbers say little (cargo install --path crates/server, or cargo run --release -- lab ...)"
         );
     }
-    for (server, why) in run::unavailable(spec) {
+    for (server, why) in run::unavailable(spec, out) {
         eprintln!("modus lab: skipping {server}: {why}");
     }
     eprintln!("modus lab: {} into {}", spec.name, out.display());
@@ -334,7 +371,7 @@ fn default_out(name: &str) -> PathBuf {
 }
 
 /// What a results directory says about where and how it was made.
-fn meta(spec: &Spec) -> Result<Value> {
+fn meta(spec: &Spec, out: &Path) -> Result<Value> {
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     let cpu = read("/proc/cpuinfo")
         .lines()
@@ -360,11 +397,13 @@ fn meta(spec: &Spec) -> Result<Value> {
             "kernel": read("/proc/sys/kernel/osrelease").trim(),
             "memory_mib": memory_kib.map(|k| k / 1024),
         },
-        "peers": spec.servers.iter().filter_map(|s| {
-            let peer = s.peer.as_deref()?;
-            Some((s.name.clone(), json!(peers::binary(peer).map(|bin| peers::version(peer, &bin)))))
+        "peers": spec.servers.iter().flat_map(|s| {
+            let haproxy = (s.front.as_deref() == Some("haproxy")).then_some("haproxy");
+            s.peer.as_deref().into_iter().chain(haproxy).map(|peer| {
+                (peer.to_string(), json!(peers::binary(peer).map(|bin| peers::version(peer, &bin))))
+            })
         }).collect::<serde_json::Map<String, Value>>(),
-        "skipped": run::unavailable(spec).into_iter().map(|(server, why)| json!({"server": server, "why": why})).collect::<Vec<_>>(),
+        "skipped": run::unavailable(spec, out).into_iter().map(|(server, why)| json!({"server": server, "why": why})).collect::<Vec<_>>(),
         "spec": toml::to_string(spec)?,
     }))
 }

@@ -1,26 +1,62 @@
-//! Other servers measured beside modus (nginx, lighttpd, h2o), each from a configuration the lab
-//! writes (checked with the server's own `-t` before use), on its own port
-//! and directory, in the foreground, stopped by PID. A peer that is not
+//! Other servers measured beside modus — nginx, lighttpd, h2o and Apache
+//! httpd's three MPMs — and the fronts a server can stand behind — `modus
+//! direct` and HAProxy —, each peer from a configuration the lab writes
+//! (checked with the program's own check before use), on its own port and
+//! directory, in the foreground, stopped by PID. A peer that is not
 //! installed is skipped, and the report says so.
 //!
 //! Like the modus models in the lab, they serve without an access log, with
-//! keep-alive unlimited, one worker process (the lab pins servers to CPUs;
-//! `server-cpus` decides how many they get).
+//! keep-alive unlimited, one worker process where the server has the choice
+//! (the lab pins servers to CPUs; `server-cpus` decides how many they get).
+//! Apache runs as Debian configures its MPMs (prefork sized like `modus
+//! serve --model prefork`: up to 256 clients at once).
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-/// The peers the lab can run.
-pub const PEERS: [&str; 3] = ["nginx", "lighttpd", "h2o"];
+/// The web servers the lab can run beside the models.
+pub const PEERS: [&str; 6] = ["nginx", "lighttpd", "h2o", "apache-prefork", "apache-worker", "apache-event"];
+
+/// What can stand in front of a server's backends: the director, or HAProxy.
+pub const FRONTS: [&str; 2] = ["direct", "haproxy"];
+
+/// What a peer serves: a directory, and optionally CGI programs under `/cgi-bin/`.
+#[derive(Clone, Copy, Debug)]
+pub struct Site<'a> {
+    pub docroot: &'a Path,
+    pub cgi: Option<&'a Path>,
+}
+
+/// The program a peer runs (Apache's MPMs are one binary).
+pub fn program(peer: &str) -> &str {
+    if peer.starts_with("apache-") {
+        "apache2"
+    } else {
+        peer
+    }
+}
+
+/// Whether the peer runs CGI programs (nginx and h2o do not, here).
+pub fn runs_cgi(peer: &str) -> bool {
+    peer == "lighttpd" || peer.starts_with("apache-")
+}
+
+/// Whether the peer's workers run as another user than the lab (Apache
+/// refuses to serve as root: its children become www-data, who must be
+/// able to reach the files).
+pub fn drops_root(peer: &str) -> bool {
+    peer.starts_with("apache-") && rustix::process::geteuid().is_root()
+}
 
 /// The peer's binary, if installed (Debian puts them in /usr/sbin).
 pub fn binary(peer: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join(peer))
+        .map(|dir| dir.join(program(peer)))
         .find(|p| p.is_file())
 }
 
@@ -34,10 +70,10 @@ pub fn version(peer: &str, bin: &Path) -> String {
         .unwrap_or_else(|| format!("{peer} (version unknown)"))
 }
 
-/// The configuration serving `docroot` on 127.0.0.1:`port`, with its
-/// working files in `dir`.
-pub fn config(peer: &str, dir: &Path, docroot: &Path, port: u16) -> Result<String> {
-    let (dir, root) = (dir.display(), docroot.display());
+/// The configuration serving `site` on `host`:`port`, with its working
+/// files in `dir`.
+pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Result<String> {
+    let (dir, root) = (dir.display(), site.docroot.display());
     Ok(match peer {
         "nginx" => {
             // As root, nginx's workers would run as `nobody`, who may not
@@ -49,42 +85,117 @@ pub fn config(peer: &str, dir: &Path, docroot: &Path, port: u16) -> Result<Strin
                  http {{\n    default_type application/octet-stream;\n    sendfile on;\n    tcp_nopush on;\n\
                  keepalive_requests 100000000;\n    access_log off;\n    client_body_temp_path {dir}/body;\n\
                  proxy_temp_path {dir}/proxy;\n    fastcgi_temp_path {dir}/fastcgi;\n    uwsgi_temp_path {dir}/uwsgi;\n\
-                 scgi_temp_path {dir}/scgi;\n    server {{\n        listen 127.0.0.1:{port};\n        root {root};\n\
+                 scgi_temp_path {dir}/scgi;\n    server {{\n        listen {host}:{port};\n        root {root};\n\
                  location / {{ }}\n    }}\n}}\n"
             )
         }
-        "lighttpd" => format!(
-            "# written by modus lab\nserver.document-root = \"{root}\"\nserver.bind = \"127.0.0.1\"\n\
-             server.port = {port}\nserver.errorlog = \"{dir}/error.log\"\nserver.max-keep-alive-requests = 100000000\n\
-             server.max-fds = 20000\nserver.max-connections = 10240\n\
-             mimetype.assign = ( \".html\" => \"text/html\", \".txt\" => \"text/plain\", \"\" => \"application/octet-stream\" )\n"
-        ),
+        "lighttpd" => {
+            let cgi = match site.cgi {
+                Some(cgi) => format!(
+                    "server.modules += ( \"mod_alias\", \"mod_cgi\" )\nalias.url = ( \"/cgi-bin/\" => \"{}/\" )\n\
+                     $HTTP[\"url\"] =~ \"^/cgi-bin/\" {{ cgi.assign = ( \"\" => \"\" ) }}\n",
+                    cgi.display()
+                ),
+                None => String::new(),
+            };
+            format!(
+                "# written by modus lab\nserver.document-root = \"{root}\"\nserver.bind = \"{host}\"\n\
+                 server.port = {port}\nserver.errorlog = \"{dir}/error.log\"\nserver.max-keep-alive-requests = 100000000\n\
+                 server.max-fds = 20000\nserver.max-connections = 10240\n\
+                 mimetype.assign = ( \".html\" => \"text/html\", \".txt\" => \"text/plain\", \"\" => \"application/octet-stream\" )\n{cgi}"
+            )
+        }
         "h2o" => {
             // As root h2o wants to be told whom to run as; root keeps the
             // docroot readable wherever the results directory is.
             let user = if rustix::process::geteuid().is_root() { "user: root\n" } else { "" };
             format!(
                 "# written by modus lab\n{user}num-threads: 1\npid-file: {dir}/h2o.pid\n\
-                 error-log: {dir}/error.log\nmax-connections: 10240\nlisten:\n  host: 127.0.0.1\n  port: {port}\n\
+                 error-log: {dir}/error.log\nmax-connections: 10240\nlisten:\n  host: {host}\n  port: {port}\n\
                  hosts:\n  default:\n    paths:\n      /:\n        file.dir: \"{root}\"\n"
             )
         }
+        apache if apache.starts_with("apache-") => apache_config(apache, &dir.to_string(), site, host, port)?,
         other => bail!("no peer {other:?} (the lab knows {})", PEERS.join(", ")),
     })
 }
 
-/// The peer's own check of `conf` (`nginx -t`, `lighttpd -tt`, `h2o -t`).
-pub fn check(peer: &str, bin: &Path, dir: &Path, conf: &Path) -> Result<()> {
+/// Apache httpd with one MPM, from Debian's modules, everything it writes
+/// (pid file, error log, runtime files, its `mime.types`) in `dir`, its
+/// `ServerRoot`. CGI as Debian sets it up: mod_cgi under prefork, mod_cgid
+/// (a daemon that forks the scripts) under the threaded MPMs.
+fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Result<String> {
+    let mpm = peer.trim_start_matches("apache-");
+    let sizing = match mpm {
+        "prefork" => "StartServers 64\nMinSpareServers 10\nMaxSpareServers 64\nServerLimit 256\nMaxRequestWorkers 256\n",
+        "worker" | "event" => {
+            "StartServers 3\nThreadsPerChild 25\nMinSpareThreads 25\nMaxSpareThreads 75\nThreadLimit 64\nMaxRequestWorkers 150\n"
+        }
+        other => bail!("no Apache MPM {other:?} (prefork, worker, event)"),
+    };
+    let modules = "/usr/lib/apache2/modules";
+    // Apache refuses to serve as root; Debian's user then.
+    let user = if rustix::process::geteuid().is_root() { "User www-data\nGroup www-data\n" } else { "" };
+    let root = site.docroot.display();
+    let mut c = format!(
+        "# written by modus lab\nServerRoot {dir}\nDefaultRuntimeDir {dir}\nPidFile {dir}/httpd.pid\n\
+         Mutex file:{dir} default\nLoadModule mpm_{mpm}_module {modules}/mod_mpm_{mpm}.so\n\
+         LoadModule authz_core_module {modules}/mod_authz_core.so\nLoadModule mime_module {modules}/mod_mime.so\n\
+         {user}ServerName 127.0.0.1\nListen {host}:{port}\n{sizing}MaxConnectionsPerChild 0\n\
+         KeepAlive On\nMaxKeepAliveRequests 0\nKeepAliveTimeout 5\nEnableSendfile On\nHostnameLookups Off\n\
+         TypesConfig {dir}/mime.types\nErrorLog {dir}/error.log\nLogLevel warn\nDocumentRoot {root}\n\
+         <Directory />\n    AllowOverride None\n    Require all denied\n</Directory>\n\
+         <Directory {root}>\n    AllowOverride None\n    Options None\n    Require all granted\n</Directory>\n"
+    );
+    if let Some(cgi) = site.cgi {
+        let module = if mpm == "prefork" { "cgi" } else { "cgid" };
+        let _ = write!(
+            c,
+            "LoadModule alias_module {modules}/mod_alias.so\nLoadModule {module}_module {modules}/mod_{module}.so\n\
+             ScriptAlias /cgi-bin/ {cgi}/\n<Directory {cgi}>\n    AllowOverride None\n    Options +ExecCGI\n\
+             Require all granted\n</Directory>\n",
+            cgi = cgi.display()
+        );
+    }
+    Ok(c)
+}
+
+/// Files a configuration refers to, written beside it (Apache's `mime.types`).
+pub fn prepare(peer: &str, dir: &Path) -> Result<()> {
+    if peer.starts_with("apache-") {
+        std::fs::write(
+            dir.join("mime.types"),
+            "text/html html htm\ntext/plain txt\ntext/css css\nimage/svg+xml svg\napplication/octet-stream bin\n",
+        )?;
+    }
+    Ok(())
+}
+
+/// The program's own check of `conf` (`nginx -t`, `lighttpd -tt`, `h2o -t`,
+/// `apache2 -t`, `haproxy -c`), in network namespace `ns` when given (some
+/// bind the address they will listen on).
+pub fn check(peer: &str, bin: &Path, dir: &Path, conf: &Path, ns: Option<&str>) -> Result<()> {
+    let command = || match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
     let out = match peer {
-        "nginx" => Command::new(bin).args(["-t", "-q", "-p"]).arg(dir).arg("-c").arg(conf).output(),
-        "h2o" => Command::new(bin).arg("-t").arg("-c").arg(conf).output(),
-        _ => Command::new(bin).arg("-tt").arg("-f").arg(conf).output(),
+        "nginx" => command().args(["-t", "-q", "-p"]).arg(dir).arg("-c").arg(conf).output(),
+        "h2o" => command().arg("-t").arg("-c").arg(conf).output(),
+        "haproxy" => command().args(["-c", "-q", "-f"]).arg(conf).output(),
+        apache if apache.starts_with("apache-") => command().arg("-t").arg("-f").arg(conf).output(),
+        _ => command().arg("-tt").arg("-f").arg(conf).output(),
     }
     .with_context(|| format!("running {}", bin.display()))?;
     if !out.status.success() {
         bail!(
-            "{peer} refuses the configuration {}: {}",
+            "{peer} refuses the configuration {}: {}{}",
             conf.display(),
+            String::from_utf8_lossy(&out.stdout).trim(),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -96,8 +207,37 @@ pub fn args(peer: &str, dir: &Path, conf: &Path) -> Vec<std::ffi::OsString> {
     match peer {
         "nginx" => vec!["-p".into(), dir.into(), "-c".into(), conf.into()],
         "h2o" => vec!["-c".into(), conf.into()],
+        "haproxy" => vec!["-db".into(), "-f".into(), conf.into()],
+        apache if apache.starts_with("apache-") => vec!["-f".into(), conf.into(), "-DFOREGROUND".into()],
         _ => vec!["-D".into(), "-f".into(), conf.into()],
     }
+}
+
+/// HAProxy in front of `backends` on `host`:`port`: one process, one
+/// thread, keep-alive on both sides, least-connections balancing; `extra`
+/// lines go into the backend section (`default-server maxconn 16` and
+/// `timeout queue 20ms` make it admit as `modus direct --max-backend-conns
+/// 16 --queue-timeout 20ms` does).
+pub fn haproxy_config(dir: &Path, host: &str, port: u16, backends: &[String], extra: &[String]) -> String {
+    // Two descriptors per connection (client and server side), within the
+    // descriptors HAProxy may raise its limit to.
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum.unwrap_or(u64::MAX);
+    let maxconn = (hard.saturating_sub(64) / 2).clamp(256, 10_000);
+    let mut c = format!(
+        "# written by modus lab\nglobal\n    maxconn {maxconn}\n    nbthread 1\n    pidfile {dir}/haproxy.pid\n\
+         defaults\n    mode http\n    timeout connect 1s\n    timeout client 30s\n    timeout server 30s\n\
+         timeout queue 2s\n    timeout http-keep-alive 5s\n    option http-keep-alive\n\
+         frontend lab\n    bind {host}:{port}\n    maxconn {maxconn}\n    default_backend servers\n\
+         backend servers\n    balance leastconn\n    http-reuse always\n",
+        dir = dir.display()
+    );
+    for line in extra {
+        let _ = writeln!(c, "    {line}");
+    }
+    for (i, b) in backends.iter().enumerate() {
+        let _ = writeln!(c, "    server b{} {b}", i + 1);
+    }
+    c
 }
 
 #[cfg(test)]
@@ -109,20 +249,59 @@ mod tests {
     fn configurations_pass_the_peers_own_check() {
         let dir = tempfile::tempdir().unwrap();
         let docroot = dir.path().join("root");
+        let cgi = dir.path().join("cgi-bin");
         std::fs::create_dir_all(&docroot).unwrap();
+        std::fs::create_dir_all(&cgi).unwrap();
         for peer in PEERS {
-            let text = config(peer, dir.path(), &docroot, 18999).unwrap();
-            assert!(text.contains("18999") && text.contains(&docroot.display().to_string()), "{text}");
-            let Some(bin) = binary(peer) else {
-                eprintln!(
-                    "skipped: {peer} is not installed (apt-get install {peer}); its config was not checked"
-                );
-                continue;
-            };
-            let conf = dir.path().join(format!("{peer}.conf"));
-            std::fs::write(&conf, text).unwrap();
-            check(peer, &bin, dir.path(), &conf).unwrap_or_else(|e| panic!("{e:#}"));
+            for site in [Site { docroot: &docroot, cgi: None }, Site { docroot: &docroot, cgi: Some(&cgi) }] {
+                if site.cgi.is_some() && !runs_cgi(peer) {
+                    continue;
+                }
+                let work = dir.path().join(format!("{peer}-{}", site.cgi.is_some()));
+                std::fs::create_dir_all(&work).unwrap();
+                let text = config(peer, &work, site, "127.0.0.1", 18999).unwrap();
+                assert!(text.contains("18999") && text.contains(&docroot.display().to_string()), "{text}");
+                if site.cgi.is_some() {
+                    assert!(text.contains(&cgi.display().to_string()), "{text}");
+                }
+                let Some(bin) = binary(peer) else {
+                    eprintln!(
+                        "skipped: {peer} is not installed (apt-get install {}); its config was not checked",
+                        program(peer)
+                    );
+                    continue;
+                };
+                prepare(peer, &work).unwrap();
+                let conf = work.join(format!("{peer}.conf"));
+                std::fs::write(&conf, text).unwrap();
+                check(peer, &bin, &work, &conf, None).unwrap_or_else(|e| panic!("{e:#}"));
+            }
         }
-        assert!(config("caddy", dir.path(), &docroot, 1).is_err());
+        let docroot_only = Site { docroot: &docroot, cgi: None };
+        assert!(config("caddy", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
+        assert!(config("apache-perchild", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
+    }
+
+    #[test]
+    fn the_haproxy_configuration_passes_haproxy_c() {
+        let dir = tempfile::tempdir().unwrap();
+        let backends = ["127.0.0.1:18001".to_string(), "127.0.0.1:18002".to_string()];
+        let extra = ["default-server maxconn 16".to_string(), "timeout queue 20ms".to_string()];
+        let text = haproxy_config(dir.path(), "127.0.0.1", 18999, &backends, &extra);
+        assert!(
+            text.contains("bind 127.0.0.1:18999") && text.contains("server b2 127.0.0.1:18002"),
+            "{text}"
+        );
+        let Some(bin) = binary("haproxy") else {
+            eprintln!(
+                "skipped: haproxy is not installed (apt-get install haproxy); its config was not checked"
+            );
+            return;
+        };
+        let conf = dir.path().join("haproxy.cfg");
+        std::fs::write(&conf, &text).unwrap();
+        check("haproxy", &bin, dir.path(), &conf, None).unwrap_or_else(|e| panic!("{e:#}"));
+        std::fs::write(&conf, text.replace("balance leastconn", "balance nowhere")).unwrap();
+        assert!(check("haproxy", &bin, dir.path(), &conf, None).is_err(), "a bad configuration is refused");
     }
 }

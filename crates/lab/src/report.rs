@@ -43,7 +43,7 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
         _ => Vec::new(),
     };
     xs.sort_by_key(|x| listed.iter().position(|l| l == x).unwrap_or(usize::MAX));
-    let numeric = p.x == "clients";
+    let numeric = p.x == "clients" || p.x == "rate";
     let position = |i: usize, v: &str| if numeric { v.parse::<f64>().unwrap_or(0.0) } else { i as f64 };
     let others: Vec<&str> =
         AXES.iter().copied().filter(|a| *a != p.x && table.axis_values(a).len() > 1).collect();
@@ -97,7 +97,8 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
         let mut builder = ChartBuilder::on(&root);
         builder.caption(caption, ("sans-serif", 18)).margin(12).x_label_area_size(42).y_label_area_size(72);
         let x_desc = match p.x.as_str() {
-            "clients" => "clients (closed-loop connections)".to_string(),
+            "clients" => "clients (connections)".to_string(),
+            "rate" => "offered load (requests/s, open loop)".to_string(),
             "cpus" => "server CPUs".to_string(),
             other => other.to_string(),
         };
@@ -187,6 +188,9 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
         machine["memory_mib"],
         spec.repeats,
     );
+    if let Some(network) = meta["network"].as_str() {
+        let _ = writeln!(m, "Network: {network}.\n");
+    }
     for skipped in meta["skipped"].as_array().into_iter().flatten() {
         let _ = writeln!(
             m,
@@ -281,6 +285,9 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
         machine["memory_mib"],
         esc(meta["started"].as_str().unwrap_or("?")),
     );
+    if let Some(network) = meta["network"].as_str() {
+        let _ = write!(h, "<p><small>Network: {}.</small></p>", esc(network));
+    }
     for skipped in meta["skipped"].as_array().into_iter().flatten() {
         let _ = write!(
             h,
@@ -358,7 +365,11 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
                 esc(&at.label(table))
             );
             for (m, _) in METRICS.iter().filter(|(m, _)| *m != "fell_behind") {
-                let mean = table.mean(&s.name, &at, m).unwrap_or(0.0);
+                let Some(mean) = table.mean(&s.name, &at, m) else {
+                    // A metric these results predate.
+                    h.push_str("<td>–</td>");
+                    continue;
+                };
                 let (lo, hi) = table.spread(&s.name, &at, m).unwrap_or((mean, mean));
                 let spread = if lo != hi {
                     format!(" <small>[{}–{}]</small>", fmt(lo), fmt(hi))
@@ -450,7 +461,7 @@ mod tests {
                     server: server.into(),
                     at: crate::results::at(clients),
                     repeat: 1,
-                    values: vec![t, 0.2, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0],
+                    values: vec![t, 0.2, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0, 1.0, 0.0],
                 });
             }
         }

@@ -73,12 +73,7 @@ pub fn markdown(runs: &[Run]) -> String {
             let _ = writeln!(m, "| [{}](#{}) | {} | **{word}** |", run.name, run.name, c.text);
         }
     }
-    let _ = writeln!(
-        m,
-        "| paper002 | the director keeps an overloaded server at peak throughput (up to 1.6×) | not rerun \
-         by the lab: it needs a director and backends on separate hosts; `bench/direct.sh` measures it \
-         (BENCHMARKS.md, \"Director\") |\n"
-    );
+    m.push('\n');
     for run in runs {
         section(&mut m, run);
     }
@@ -92,18 +87,31 @@ fn section(m: &mut String, run: &Run) {
     let servers: Vec<String> = spec
         .servers
         .iter()
-        .map(|s| match &s.peer {
-            Some(p) => format!("`{}` (peer {p})", s.name),
-            None if s.args.is_empty() => format!("`{}` (`--model {}`)", s.name, s.model),
-            None => format!("`{}` (`--model {} {}`)", s.name, s.model, s.args.join(" ")),
+        .map(|s| {
+            let what = match &s.peer {
+                Some(p) => format!("peer {p}"),
+                None if s.args.is_empty() => format!("`--model {}`", s.model),
+                None => format!("`--model {} {}`", s.model, s.args.join(" ")),
+            };
+            let front = match (&s.front, s.backends) {
+                (None, _) => String::new(),
+                (Some(f), 1) => format!(" behind {f} `{}`", s.front_args.join(" ")),
+                (Some(f), n) => format!(" ×{n} behind {f} `{}`", s.front_args.join(" ")),
+            };
+            format!("`{}` ({what}{front})", s.name)
         })
         .collect();
     let _ = writeln!(
         m,
-        "Servers: {}. Clients: {:?}; {} s per point after {} s of warm-up, {} repeat{}. Rerun: \
+        "Servers: {}. Clients: {:?}{}; {} s per point after {} s of warm-up, {} repeat{}. Rerun: \
          `modus lab run {}`.\n",
         servers.join(", "),
         spec.sweep.clients,
+        if spec.sweep.rates.is_empty() {
+            String::new()
+        } else {
+            format!(", open loop at {:?} requests/s", spec.sweep.rates)
+        },
         spec.duration.0.as_secs_f64(),
         spec.warmup.0.as_secs_f64(),
         spec.repeats,
@@ -313,7 +321,6 @@ expr = "mean(server=event) <= 0.5 * mean(server=pool)"
         // Values without the claim's factor, beside the ratio the text gives.
         assert!(md.contains("| where | event's mean | pool's mean | ratio | held |"), "{md}");
         assert!(md.contains("| clients=10 | 0.800 | 2.00 | 0.40× | yes |"), "{md}");
-        assert!(md.contains("paper002"), "the director experiment is listed as not rerun: {md}");
     }
 
     #[test]

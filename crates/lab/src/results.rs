@@ -1,6 +1,8 @@
 //! The results of a run: one row per measured point in `points.csv` — the
 //! server, the point's coordinates on the sweep's axes (clients, path,
-//! server CPUs), the repeat, and the metrics of [`METRICS`], in that order.
+//! server CPUs, open-loop rate), the repeat, and the metrics of
+//! [`METRICS`]. Columns are read by name, so results written before an
+//! axis or a metric existed still read (a closed loop; NaN).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -16,6 +18,8 @@ pub struct Coords {
     pub path: String,
     /// The server's CPUs (a `taskset -c` list); empty: not pinned.
     pub cpus: String,
+    /// Open loop: requests per second offered; 0: closed loop.
+    pub rate: u64,
 }
 
 impl Coords {
@@ -23,6 +27,7 @@ impl Coords {
     pub fn get(&self, axis: &str) -> String {
         match axis {
             "clients" => self.clients.to_string(),
+            "rate" => self.rate.to_string(),
             "path" => self.path.clone(),
             _ => self.cpus.clone(),
         }
@@ -33,6 +38,7 @@ impl Coords {
         let mut c = self.clone();
         match axis {
             "clients" => c.clients = value.parse().ok()?,
+            "rate" => c.rate = value.parse().ok()?,
             "path" => c.path = value.to_string(),
             "cpus" => c.cpus = value.to_string(),
             _ => return None,
@@ -81,11 +87,8 @@ pub struct Table {
 /// The header of `points.csv`.
 pub fn header() -> String {
     let metrics: Vec<&str> = METRICS.iter().map(|(m, _)| *m).collect();
-    format!("server,clients,path,cpus,repeat,{}", metrics.join(","))
+    format!("server,clients,path,cpus,rate,repeat,{}", metrics.join(","))
 }
-
-/// The columns before the metrics.
-const KEYS: usize = 5;
 
 impl Table {
     /// The CSV form. Paths and CPU lists are written as given: the spec
@@ -96,11 +99,12 @@ impl Table {
         for p in &self.points {
             let values: Vec<String> = p.values.iter().map(|v| format!("{v}")).collect();
             out.push_str(&format!(
-                "{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{}\n",
                 p.server,
                 p.at.clients,
                 p.at.path,
                 p.at.cpus.replace(',', "+"),
+                p.at.rate,
                 p.repeat,
                 values.join(",")
             ));
@@ -108,29 +112,42 @@ impl Table {
         out
     }
 
-    /// Reads `points.csv`.
+    /// Reads `points.csv`, its columns by name: `server`, `clients` and
+    /// `repeat` are needed; an axis missing is at its default, a metric
+    /// missing is NaN.
     pub fn read(path: &Path) -> Result<Table> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut lines = text.lines();
-        if lines.next() != Some(header().as_str()) {
-            bail!("{}: not a points table of this version (header differs)", path.display());
-        }
+        let names: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+        let column = |name: &str| names.iter().position(|n| *n == name);
+        let (Some(server), Some(clients), Some(repeat)) =
+            (column("server"), column("clients"), column("repeat"))
+        else {
+            bail!("{}: not a points table (no server, clients and repeat columns)", path.display());
+        };
+        let (at_path, cpus, rate) = (column("path"), column("cpus"), column("rate"));
+        let metrics: Vec<Option<usize>> = METRICS.iter().map(|(m, _)| column(m)).collect();
         let mut points = Vec::new();
         for (i, line) in lines.enumerate() {
             let bad = || anyhow::anyhow!("{} line {}: {line:?}", path.display(), i + 2);
             let fields: Vec<&str> = line.split(',').collect();
-            if fields.len() != KEYS + METRICS.len() {
+            if fields.len() != names.len() {
                 return Err(bad());
             }
-            let values = fields[KEYS..].iter().map(|f| f.parse::<f64>()).collect::<Result<Vec<_>, _>>();
+            let text_at = |c: Option<usize>| c.map_or(String::new(), |c| fields[c].to_string());
+            let values = metrics
+                .iter()
+                .map(|c| c.map_or(Ok(f64::NAN), |c| fields[c].parse::<f64>()))
+                .collect::<Result<Vec<_>, _>>();
             points.push(Point {
-                server: fields[0].to_string(),
+                server: fields[server].to_string(),
                 at: Coords {
-                    clients: fields[1].parse().map_err(|_| bad())?,
-                    path: fields[2].to_string(),
-                    cpus: fields[3].replace('+', ","),
+                    clients: fields[clients].parse().map_err(|_| bad())?,
+                    path: text_at(at_path),
+                    cpus: text_at(cpus).replace('+', ","),
+                    rate: rate.map_or(Ok(0), |c| fields[c].parse()).map_err(|_| bad())?,
                 },
-                repeat: fields[4].parse().map_err(|_| bad())?,
+                repeat: fields[repeat].parse().map_err(|_| bad())?,
                 values: values.map_err(|_| bad())?,
             });
         }
@@ -147,6 +164,7 @@ impl Table {
         let mut coords = self.coords();
         coords.sort_by(|a, b| match axis {
             "clients" => a.clients.cmp(&b.clients),
+            "rate" => a.rate.cmp(&b.rate),
             _ => a.get(axis).cmp(&b.get(axis)),
         });
         let mut seen = Vec::new();
@@ -169,6 +187,7 @@ impl Table {
             .iter()
             .filter(move |p| p.server == server && p.at == *at)
             .filter_map(move |p| p.get(metric))
+            .filter(|v| !v.is_nan())
     }
 
     /// The mean over the repeats of a point.
@@ -188,7 +207,7 @@ impl Table {
 
 #[cfg(test)]
 pub(crate) fn at(clients: usize) -> Coords {
-    Coords { clients, path: "/500b.bin".into(), cpus: String::new() }
+    Coords { clients, path: "/500b.bin".into(), cpus: String::new(), rate: 0 }
 }
 
 #[cfg(test)]
@@ -197,22 +216,22 @@ mod tests {
 
     #[test]
     fn points_round_trip_through_csv() {
-        let pinned = Coords { clients: 4, path: "/50k.bin".into(), cpus: "0,1".into() };
+        let pinned = Coords { clients: 4, path: "/50k.bin".into(), cpus: "0,1".into(), rate: 0 };
         let table = Table {
             points: vec![
                 Point {
                     server: "pool".into(),
                     at: at(4),
                     repeat: 1,
-                    values: vec![1.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 0.0],
+                    values: vec![1.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 0.0, 1.0, 0.0],
                 },
                 Point {
                     server: "pool".into(),
                     at: at(4),
                     repeat: 2,
-                    values: vec![2.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0],
+                    values: vec![2.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0, 1.0, 0.0],
                 },
-                Point { server: "pool".into(), at: pinned.clone(), repeat: 1, values: vec![9.0; 8] },
+                Point { server: "pool".into(), at: pinned.clone(), repeat: 1, values: vec![9.0; 10] },
             ],
         };
         let dir = tempfile::tempdir().unwrap();
@@ -226,7 +245,26 @@ mod tests {
         assert_eq!(back.axis_values("path"), ["/500b.bin", "/50k.bin"]);
         assert_eq!(back.axis_values("cpus"), ["", "0,1"]);
         assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1");
-        std::fs::write(&path, "server,clients\n").unwrap();
-        assert!(Table::read(&path).unwrap_err().to_string().contains("header differs"));
+        std::fs::write(&path, "server,path\n").unwrap();
+        assert!(Table::read(&path).unwrap_err().to_string().contains("not a points table"));
+    }
+
+    /// `points.csv` of an earlier version (no rate, fewer metrics) still
+    /// reads: a closed loop, the missing metrics NaN, left out of means.
+    #[test]
+    fn an_earlier_points_table_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("points.csv");
+        std::fs::write(
+            &path,
+            "server,clients,path,cpus,repeat,throughput,mean,p50,p99,errors,cpu_per_request,pss,fell_behind\n\
+             pool,4,/500b.bin,0+1,1,100,1,1,2,0,10,900,0\n",
+        )
+        .unwrap();
+        let t = Table::read(&path).unwrap();
+        let p = &t.points[0];
+        assert_eq!((p.at.rate, p.at.cpus.as_str(), p.get("throughput")), (0, "0,1", Some(100.0)));
+        assert!(p.get("goodput").unwrap().is_nan());
+        assert_eq!(t.mean("pool", &p.at, "goodput"), None);
     }
 }

@@ -1,9 +1,12 @@
 //! Running an experiment: the order of the points, and each point for
-//! real — a `modus serve` child pinned to its CPUs, a `modus load` child
+//! real — a `modus serve` child (or a peer, or a front — `modus direct`,
+//! HAProxy — with its backends) pinned to its CPUs, a `modus load` child
 //! pinned to the others, the server's CPU time and memory read from
 //! `/proc` around the measurement.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,13 +21,15 @@ use crate::results::{Coords, Point, Table};
 use crate::spec::{ServerSpec, Spec};
 
 /// One point to measure: `spec.servers[server]` at `clients`, the
-/// `path`-th path and the `cpus`-th CPU set of the sweep, repeat `repeat`.
+/// `path`-th path, the `cpus`-th CPU set and the `rate`-th rate of the
+/// sweep, repeat `repeat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Planned {
     pub server: usize,
     pub clients: usize,
     pub path: usize,
     pub cpus: usize,
+    pub rate: usize,
     pub repeat: u32,
 }
 
@@ -35,6 +40,7 @@ impl Planned {
             clients: self.clients,
             path: spec.paths()[self.path].clone(),
             cpus: spec.cpu_sets()[self.cpus].clone(),
+            rate: spec.rates()[self.rate],
         }
     }
 }
@@ -46,13 +52,15 @@ impl Planned {
 pub fn schedule(spec: &Spec) -> Vec<Planned> {
     let mut order = Vec::new();
     for repeat in 1..=spec.repeats {
-        let (paths, cpus) = (spec.paths().len(), spec.cpu_sets().len());
+        let (paths, cpus, rates) = (spec.paths().len(), spec.cpu_sets().len(), spec.rates().len());
         let mut round = Vec::new();
         for server in 0..spec.servers.len() {
             for &clients in &spec.sweep.clients {
                 for path in 0..paths {
                     for cpus in 0..cpus {
-                        round.push(Planned { server, clients, path, cpus, repeat });
+                        for rate in 0..rates {
+                            round.push(Planned { server, clients, path, cpus, rate, repeat });
+                        }
                     }
                 }
             }
@@ -70,17 +78,36 @@ pub fn schedule(spec: &Spec) -> Vec<Planned> {
     order
 }
 
-/// Servers that cannot run here, and why: a peer that is not installed,
-/// or a peer asked to serve the embedded demo site (which only modus has).
-pub fn unavailable(spec: &Spec) -> Vec<(String, String)> {
+/// Servers that cannot run here, and why: a peer or front that is not
+/// installed, a peer asked to serve the embedded demo site (which only
+/// modus has) or CGI it does not run, or Apache as root (its children run
+/// as www-data) with the results directory `out` out of www-data's reach.
+pub fn unavailable(spec: &Spec, out: &Path) -> Vec<(String, String)> {
+    use crate::peers;
     spec.servers
         .iter()
         .filter_map(|s| {
-            let peer = s.peer.as_deref()?;
-            let why = if crate::peers::binary(peer).is_none() {
-                format!("{peer} is not installed (apt-get install {peer})")
-            } else if spec.docroot == "demo" {
-                format!("{peer} cannot serve the embedded demo site; give a directory")
+            let why = if let Some(peer) = s.peer.as_deref() {
+                if peers::binary(peer).is_none() {
+                    format!("{peer} is not installed (apt-get install {})", peers::program(peer))
+                } else if spec.docroot == "demo" {
+                    format!("{peer} cannot serve the embedded demo site; give a directory")
+                } else if spec.cgi && !peers::runs_cgi(peer) {
+                    format!("{peer} runs no CGI here, and this experiment requests /cgi-bin/")
+                } else if let Some(dir) = peers::drops_root(peer)
+                    .then(|| [out.to_path_buf(), PathBuf::from(&spec.docroot)])
+                    .and_then(|dirs| dirs.into_iter().find(|d| d.is_absolute() && !searchable(d)))
+                {
+                    format!(
+                        "Apache's children run as www-data, who cannot reach {}: make it and the \
+                         directories above it world-searchable (chmod o+x)",
+                        dir.display()
+                    )
+                } else {
+                    return None;
+                }
+            } else if s.front.as_deref() == Some("haproxy") && peers::binary("haproxy").is_none() {
+                "haproxy is not installed (apt-get install haproxy)".to_string()
             } else {
                 return None;
             };
@@ -89,11 +116,20 @@ pub fn unavailable(spec: &Spec) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether others (www-data) may reach `dir`: every directory from it up
+/// to the root searchable by all. One that does not exist yet is made
+/// by the lab, readable by all.
+fn searchable(dir: &Path) -> bool {
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    dir.ancestors().filter_map(|d| std::fs::metadata(d).ok()).all(|m| m.permissions().mode() & 0o001 != 0)
+}
+
 /// Where a point's raw record is kept (its presence marks it done).
 pub fn raw_path(out: &Path, spec: &Spec, p: &Planned) -> PathBuf {
     // Indices rather than the paths and CPU lists themselves, which hold slashes and commas.
     let name = spec.servers[p.server].name.as_str();
-    out.join("raw").join(format!("{name}-c{}-p{}-u{}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
+    let rate = if spec.sweep.rates.is_empty() { String::new() } else { format!("-q{}", p.rate) };
+    out.join("raw").join(format!("{name}-c{}-p{}-u{}{rate}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
 }
 
 /// How to run.
@@ -107,6 +143,26 @@ pub struct Runner {
     pub resume: bool,
     /// Raised by Ctrl-C: finish the point, stop.
     pub stop: Arc<AtomicBool>,
+    /// Hosts of their own for the load, the fronts and the backends
+    /// (`[network] netns`); none: loopback.
+    pub network: Option<crate::netns::Network>,
+}
+
+/// Where a process runs: its network namespace (none: the lab's) and the
+/// address it listens on.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    ns: Option<&'a str>,
+    ip: &'a str,
+}
+
+impl Runner {
+    fn place(&self, host: impl Fn(&crate::netns::Network) -> &crate::netns::Host) -> Place<'_> {
+        match &self.network {
+            Some(net) => Place { ns: Some(&host(net).ns), ip: &host(net).ip },
+            None => Place { ns: None, ip: "127.0.0.1" },
+        }
+    }
 }
 
 impl Runner {
@@ -117,7 +173,7 @@ impl Runner {
             .with_context(|| format!("creating {}", self.out.display()))?;
         self.prepare_requests(spec)?;
         let root = self.docroot(spec)?;
-        let skipped: Vec<String> = unavailable(spec).into_iter().map(|(name, _)| name).collect();
+        let skipped: Vec<String> = unavailable(spec, &self.out).into_iter().map(|(name, _)| name).collect();
         let plan: Vec<Planned> =
             schedule(spec).into_iter().filter(|p| !skipped.contains(&spec.servers[p.server].name)).collect();
         let mut table = Table::default();
@@ -150,11 +206,12 @@ impl Runner {
             let eta =
                 if measured > 0 { started.elapsed() / measured as u32 * left as u32 } else { Duration::ZERO };
             progress(&format!(
-                "[{}/{}] {} c={} {}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
+                "[{}/{}] {} c={}{} {}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
                 i + 1,
                 plan.len(),
                 point.server,
                 point.at.clients,
+                if point.at.rate > 0 { format!(" R={}/s", point.at.rate) } else { String::new() },
                 point.at.path,
                 if point.at.cpus.is_empty() { String::new() } else { format!(" cpus={}", point.at.cpus) },
                 point.repeat,
@@ -171,8 +228,12 @@ impl Runner {
 
     /// Writes what the load generator reads: each of the spec's mixes as
     /// `mixes/NAME.txt`, and the SURGE workload of `workload = "surge"`
-    /// (made once, with the spec's seed: a resumed run keeps its own).
+    /// (made once, with the spec's seed: a resumed run keeps its own); and
+    /// the CGI programs of `cgi = true`.
     fn prepare_requests(&self, spec: &Spec) -> Result<()> {
+        if spec.cgi {
+            self.write_cgi_bin()?;
+        }
         if !spec.mixes.is_empty() {
             std::fs::create_dir_all(self.out.join("mixes"))?;
         }
@@ -184,6 +245,31 @@ impl Runner {
             load::surge::generate(&params, &self.out.join("surge")).context("making the SURGE workload")?;
         }
         Ok(())
+    }
+
+    /// `cgi-bin/`: the bundled programs `cgi-spin`, `cgi-echo` and
+    /// `cgi-env` beside the modus binary, copied (so Apache's www-data
+    /// children may run them), or where they are not (an installed modus
+    /// alone), scripts that run `modus demo-cgi NAME`.
+    fn write_cgi_bin(&self) -> Result<()> {
+        let dir = self.cgi_bin();
+        std::fs::create_dir_all(&dir)?;
+        for name in ["spin", "echo", "env"] {
+            let target = dir.join(name);
+            let lean = self.modus.with_file_name(format!("cgi-{name}"));
+            if lean.is_file() {
+                std::fs::copy(&lean, &target).with_context(|| format!("copying {}", lean.display()))?;
+            } else {
+                let modus = self.modus.display().to_string().replace('\'', "'\\''");
+                std::fs::write(&target, format!("#!/bin/sh\nexec '{modus}' demo-cgi {name}\n"))?;
+            }
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))?;
+        }
+        Ok(())
+    }
+
+    fn cgi_bin(&self) -> PathBuf {
+        self.out.join("cgi-bin")
     }
 
     /// The `modus workload surge` directory the spec replays, if any.
@@ -224,29 +310,97 @@ impl Runner {
         }
     }
 
-    /// Starts `server`: `modus serve`, or a peer from its configuration.
-    fn start(&self, server: &ServerSpec, cpus: Option<&str>, root: Option<&Path>) -> Result<Server> {
+    /// Starts `server`: its backends (`modus serve`, or a peer from its
+    /// configuration) on `cpus`, and its front, if any, on `front_cpus`.
+    fn start(
+        &self,
+        spec: &Spec,
+        server: &ServerSpec,
+        cpus: Option<&str>,
+        front_cpus: Option<&str>,
+        root: Option<&Path>,
+    ) -> Result<Running> {
+        let mut parts = Vec::new();
+        for i in 0..server.backends {
+            let name =
+                if server.backends == 1 { server.name.clone() } else { format!("{}-{}", server.name, i + 1) };
+            let place = self.place(|net| net.backend(i));
+            parts.push(self.start_backend(spec, server, &name, cpus, place, root)?);
+        }
+        let backends: Vec<String> = parts.iter().map(|p| p.addr.clone()).collect();
+        let at = self.place(|net| net.front());
+        let front = match server.front.as_deref() {
+            None => None,
+            Some("direct") => {
+                let mut direct = pinned(&self.modus, front_cpus, at.ns);
+                direct.args(["direct", "--listen", &format!("{}:0", at.ip)]);
+                for b in &backends {
+                    direct.args(["--backend", b]);
+                }
+                direct.args(&server.front_args);
+                Some(Server::start(direct).context("starting modus direct")?)
+            }
+            Some(_) => {
+                let bin =
+                    crate::peers::binary("haproxy").ok_or_else(|| anyhow!("haproxy is not installed"))?;
+                let dir = self.out.join("peers").join(format!("{}-haproxy", server.name));
+                std::fs::create_dir_all(&dir)?;
+                let port = free_port()?;
+                let conf = dir.join("haproxy.cfg");
+                let text = crate::peers::haproxy_config(&dir, at.ip, port, &backends, &server.front_args);
+                std::fs::write(&conf, text)?;
+                crate::peers::check("haproxy", &bin, &dir, &conf, at.ns)?;
+                let mut command = pinned(&bin, front_cpus, at.ns);
+                command.args(crate::peers::args("haproxy", &dir, &conf));
+                Some(Server::start_peer(command, at.ip, port).context("starting haproxy")?)
+            }
+        };
+        let addr = front.as_ref().map_or_else(|| backends[0].clone(), |f| f.addr.clone());
+        // The front first: stopped first, it sends nothing more to the backends.
+        let mut servers: Vec<Server> = front.into_iter().collect();
+        servers.extend(parts);
+        Ok(Running { servers, addr })
+    }
+
+    /// One backend: `modus serve`, or a peer from its configuration in
+    /// `peers/NAME/`.
+    fn start_backend(
+        &self,
+        spec: &Spec,
+        server: &ServerSpec,
+        name: &str,
+        cpus: Option<&str>,
+        at: Place,
+        root: Option<&Path>,
+    ) -> Result<Server> {
+        let cgi = spec.cgi.then(|| self.cgi_bin());
         let Some(peer) = server.peer.as_deref() else {
-            let mut serve = pinned(&self.modus, cpus);
+            let mut serve = pinned(&self.modus, cpus, at.ns);
             serve.arg("serve");
             if let Some(root) = root {
                 serve.arg(root);
             }
-            serve.args(["--model", &server.model, "--listen", "127.0.0.1:0", "--access-log", "off"]);
+            let listen = format!("{}:0", at.ip);
+            serve.args(["--model", &server.model, "--listen", &listen, "--access-log", "off"]);
+            if let Some(cgi) = &cgi {
+                serve.arg("--cgi-dir").arg(cgi);
+            }
             serve.args(&server.args);
             return Server::start(serve);
         };
         let bin = crate::peers::binary(peer).ok_or_else(|| anyhow!("{peer} is not installed"))?;
         let root = root.ok_or_else(|| anyhow!("{peer} cannot serve the embedded demo site"))?;
-        let dir = self.out.join("peers").join(&server.name);
+        let dir = self.out.join("peers").join(name);
         std::fs::create_dir_all(&dir)?;
         let port = free_port()?;
         let conf = dir.join(format!("{peer}.conf"));
-        std::fs::write(&conf, crate::peers::config(peer, &dir, root, port)?)?;
-        crate::peers::check(peer, &bin, &dir, &conf)?;
-        let mut command = pinned(&bin, cpus);
+        let site = crate::peers::Site { docroot: root, cgi: cgi.as_deref() };
+        std::fs::write(&conf, crate::peers::config(peer, &dir, site, at.ip, port)?)?;
+        crate::peers::prepare(peer, &dir)?;
+        crate::peers::check(peer, &bin, &dir, &conf, at.ns)?;
+        let mut command = pinned(&bin, cpus, at.ns);
         command.args(crate::peers::args(peer, &dir, &conf));
-        Server::start_peer(command, port)
+        Server::start_peer(command, at.ip, port)
     }
 
     fn measure(
@@ -257,13 +411,20 @@ impl Runner {
         root: Option<&Path>,
     ) -> Result<(Vec<f64>, Value)> {
         let cpus = (!at.cpus.is_empty()).then_some(at.cpus.as_str());
-        let mut child = self.start(server, cpus, root)?;
-        let mix = at.path.strip_prefix("mix:");
-        let url = format!("http://{}{}", child.addr, if mix.is_some() { "/" } else { &at.path });
-        let before = tree_cpu_ticks(child.pid());
         let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
-        let mut load = pinned(&self.modus, load_cpus.as_deref());
+        let front_cpus = spec.front_cpus.clone().or_else(|| load_cpus.clone());
+        let mut running = self.start(spec, server, cpus, front_cpus.as_deref(), root)?;
+        let mix = at.path.strip_prefix("mix:");
+        let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
+        let before = running.cpu_ticks();
+        let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
+        if self.network.is_some() {
+            load.arg("--allow-remote");
+        }
+        if at.rate > 0 {
+            load.args(["-R", &at.rate.to_string()]);
+        }
         if let Some(name) = mix {
             load.arg("--mix").arg(self.out.join("mixes").join(format!("{name}.txt")));
         } else if let Some(mix) = &spec.mix {
@@ -279,15 +440,21 @@ impl Runner {
             &units::Dur(spec.warmup.0).to_string(),
         ]);
         let out = load.output().context("running modus load")?;
-        let after = tree_cpu_ticks(child.pid());
-        let pss = tree_pss_kib(child.pid());
-        child.stop();
+        let after = running.cpu_ticks();
+        let pss = running.pss_kib();
+        running.stop();
         let report: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
             anyhow!("modus load gave no report ({e}): {}", String::from_utf8_lossy(&out.stderr))
         })?;
         let requests =
             report["requests"].as_f64().unwrap_or(0.0) + report["warmup_requests"].as_f64().unwrap_or(0.0);
         let hz = rustix::param::clock_ticks_per_second() as f64;
+        let seconds = report["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
+        let answered = |class: &dyn Fn(&str) -> bool| -> f64 {
+            let status = report["status"].as_object().into_iter().flatten();
+            status.filter(|(code, _)| class(code)).filter_map(|(_, n)| n.as_f64()).fold(0.0, |a, n| a + n)
+                / seconds
+        };
         let cpu_us = (after.saturating_sub(before)) as f64 / hz * 1e6;
         let values = vec![
             report["throughput_rps"].as_f64().unwrap_or(0.0),
@@ -298,13 +465,16 @@ impl Runner {
             if requests > 0.0 { cpu_us / requests } else { 0.0 },
             pss as f64,
             if report["generator_fell_behind"] == true { 1.0 } else { 0.0 },
+            answered(&|code| code.starts_with('2')),
+            answered(&|code| code == "503"),
         ];
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
         let record = json!({
-            "point": named, "server": server.name, "clients": at.clients, "path": at.path, "server_cpus": at.cpus,
-            "load_cpus": load_cpus, "load": report,
+            "point": named, "server": server.name, "clients": at.clients, "rate": at.rate, "path": at.path,
+            "server_cpus": at.cpus, "load_cpus": load_cpus, "front_cpus": server.front.as_ref().and(front_cpus),
+            "load": report,
         });
         Ok((values, record))
     }
@@ -334,15 +504,43 @@ fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// `program` under `taskset -c CPUS` when CPUs are given and taskset exists.
-fn pinned(program: &Path, cpus: Option<&str>) -> Command {
-    match cpus {
-        Some(cpus) if Command::new("taskset").arg("-V").output().is_ok_and(|o| o.status.success()) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpus]).arg(program);
-            c
+/// `program` under `taskset -c CPUS` when CPUs are given and taskset
+/// exists, in network namespace `ns` when given (`ip netns exec` and
+/// taskset exec it: the child's PID is the program's).
+fn pinned(program: &Path, cpus: Option<&str>, ns: Option<&str>) -> Command {
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(ns) = ns {
+        argv.extend(["ip", "netns", "exec", ns].map(Into::into));
+    }
+    if let Some(cpus) = cpus {
+        if Command::new("taskset").arg("-V").output().is_ok_and(|o| o.status.success()) {
+            argv.extend(["taskset", "-c", cpus].map(Into::into));
         }
-        _ => Command::new(program),
+    }
+    argv.push(program.into());
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..]);
+    c
+}
+
+/// A server under test: its processes (the front first), and where the
+/// load goes.
+struct Running {
+    servers: Vec<Server>,
+    addr: String,
+}
+
+impl Running {
+    fn cpu_ticks(&self) -> u64 {
+        self.servers.iter().map(|s| tree_cpu_ticks(s.pid())).sum()
+    }
+
+    fn pss_kib(&self) -> u64 {
+        self.servers.iter().map(|s| tree_pss_kib(s.pid())).sum()
+    }
+
+    fn stop(&mut self) {
+        self.servers.iter_mut().for_each(Server::stop);
     }
 }
 
@@ -377,9 +575,16 @@ impl Server {
     }
 
     /// A peer, which says nothing on start: it is up when its port answers.
-    fn start_peer(mut command: Command, port: u16) -> Result<Server> {
-        let child = command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
-        let mut server = Server { child, addr: format!("127.0.0.1:{port}") };
+    /// In a process group of its own: Apache's prefork signals its whole
+    /// group when it stops.
+    fn start_peer(mut command: Command, ip: &str, port: u16) -> Result<Server> {
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()?;
+        let mut server = Server { child, addr: format!("{ip}:{port}") };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if std::net::TcpStream::connect(&server.addr).is_ok() {
@@ -455,15 +660,17 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 }
 
 /// CPU time (user + system, clock ticks) of the process tree, with the
-/// reaped children of its root (finished CGI scripts).
+/// reaped children of each of its processes (finished CGI scripts, reaped
+/// by the root, a worker process or Apache's cgid daemon). A reaped child
+/// is no longer in the tree, so nothing is counted twice.
 fn tree_cpu_ticks(pid: u32) -> u64 {
-    let ticks = |p: u32, with_children: bool| -> u64 {
+    let ticks = |p: u32| -> u64 {
         let Some(f) = stat_fields(p) else { return 0 };
         // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
         let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        n(11) + n(12) + if with_children { n(13) + n(14) } else { 0 }
+        n(11) + n(12) + n(13) + n(14)
     };
-    tree(pid).into_iter().map(|p| ticks(p, p == pid)).sum()
+    tree(pid).into_iter().map(ticks).sum()
 }
 
 /// Proportional set size of the process tree, KiB.

@@ -42,6 +42,22 @@ pub struct Spec {
     pub server_cpus: Option<String>,
     #[serde(default)]
     pub load_cpus: Option<String>,
+    /// CPUs of the fronts (`modus direct`, HAProxy) of servers that have
+    /// one [default: the load generator's — on two cores the front shares
+    /// the generator's CPU, as bench/direct.sh ran it; paper 002 gave the
+    /// director a host of its own].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub front_cpus: Option<String>,
+    /// Serve the bundled CGI programs (`spin`, `echo`, `env`) under
+    /// `/cgi-bin/` from one directory the lab writes, for every server:
+    /// modus models get `--cgi-dir`, lighttpd mod_cgi, Apache mod_cgi or
+    /// mod_cgid; peers that run no CGI (nginx, h2o) are skipped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cgi: bool,
+    /// Where the load, the fronts and the backends run: loopback by
+    /// default, or hosts of their own (`netns.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
     /// Requests drawn from a weighted list of URLs (`modus load --mix`
     /// format: `WEIGHT PATH` per line) instead of `path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +100,10 @@ pub struct Sweep {
     /// spec's `server-cpus`. The load generator gets the other CPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub server_cpus: Vec<String>,
+    /// Open loop: requests per second offered (`modus load -R`), over the
+    /// `clients` connections; none: closed loop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rates: Vec<u64>,
 }
 
 /// A server under test: a modus model and its flags, or a peer.
@@ -96,12 +116,38 @@ pub struct ServerSpec {
     /// `modus serve --model`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
-    /// A peer instead (`nginx`, `lighttpd`, `h2o`), from a configuration the lab writes.
+    /// A peer instead (`nginx`, `lighttpd`, `h2o`, `apache-prefork`,
+    /// `apache-worker`, `apache-event`), from a configuration the lab writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<String>,
     /// More `modus serve` arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// A front the load goes to instead, in front of the `backends`:
+    /// `direct` (`modus direct`) or `haproxy` (a configuration the lab writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub front: Option<String>,
+    /// The front's settings: `modus direct` flags, or lines added to
+    /// HAProxy's backend section (`default-server maxconn 16`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub front_args: Vec<String>,
+    /// Instances of the model (or peer) behind the front, each on its own port.
+    #[serde(default = "one_usize", skip_serializing_if = "is_one")]
+    pub backends: usize,
+}
+
+/// `[network]`: the topology.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NetworkSpec {
+    /// The load generator, the front and each backend in a network
+    /// namespace of its own, joined by veth pairs to a bridge (root only;
+    /// elsewhere loopback, and the report says why).
+    #[serde(default)]
+    pub netns: bool,
+    /// Each host's outgoing link shaped to this rate (`tc` units: `100mbit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
 }
 
 /// A line plot: `y` against `x`, one series per server.
@@ -148,18 +194,25 @@ fn one() -> u32 {
 fn one_u64() -> u64 {
     1
 }
+fn one_usize() -> usize {
+    1
+}
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
 fn default_x() -> String {
     "clients".into()
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 8] = [
+pub const BUILT_IN: [(&str, &str); 9] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
     ("paper000-cpus", include_str!("../../../lab/paper000-cpus.toml")),
     ("paper000-cgi-share", include_str!("../../../lab/paper000-cgi-share.toml")),
     ("paper001-clients", include_str!("../../../lab/paper001-clients.toml")),
+    ("paper002-director", include_str!("../../../lab/paper002-director.toml")),
     ("paper003-surge", include_str!("../../../lab/paper003-surge.toml")),
     ("paper004-srpt", include_str!("../../../lab/paper004-srpt.toml")),
 ];
@@ -207,6 +260,23 @@ impl Spec {
                 }
                 _ => {}
             }
+            match &s.front {
+                Some(front) if !crate::peers::FRONTS.contains(&front.as_str()) => bail!(
+                    "server {:?}: no front {front:?} (the lab runs {})",
+                    s.name,
+                    crate::peers::FRONTS.join(", ")
+                ),
+                None if s.backends != 1 || !s.front_args.is_empty() => {
+                    bail!(
+                        "server {:?}: `backends` and `front-args` want a `front` (direct or haproxy)",
+                        s.name
+                    )
+                }
+                _ => {}
+            }
+            if s.backends == 0 {
+                bail!("server {:?}: backends must be at least 1", s.name);
+            }
             if !names.insert(s.name.as_str()) {
                 bail!("two servers are named {:?} (give one a `name`)", s.name);
             }
@@ -216,6 +286,9 @@ impl Spec {
         }
         if self.sweep.clients.is_empty() || self.sweep.clients.contains(&0) {
             bail!("[sweep] clients: at least one point, each at least 1");
+        }
+        if self.sweep.rates.contains(&0) {
+            bail!("[sweep] rates: requests per second, each at least 1 (no rates: closed loop)");
         }
         for path in self.paths() {
             if let Some(name) = path.strip_prefix("mix:") {
@@ -287,11 +360,24 @@ impl Spec {
         }
     }
 
-    /// The spec for a quick look: one short round at the ends of the clients axis.
+    /// The open-loop rates, one per point of that axis (0: closed loop).
+    pub fn rates(&self) -> Vec<u64> {
+        if self.sweep.rates.is_empty() {
+            vec![0]
+        } else {
+            self.sweep.rates.clone()
+        }
+    }
+
+    /// The spec for a quick look: one short round at the ends of the
+    /// clients axis and of the rates.
     pub fn quick(mut self) -> Spec {
         let c = &self.sweep.clients;
         let ends = [c[0], c[c.len() - 1]];
         self.sweep.clients = ends.into_iter().collect::<BTreeSet<_>>().into_iter().collect();
+        if let (Some(&first), Some(&last)) = (self.sweep.rates.first(), self.sweep.rates.last()) {
+            self.sweep.rates = [first, last].into_iter().collect::<BTreeSet<_>>().into_iter().collect();
+        }
         self.duration = Dur(self.duration.0.min(std::time::Duration::from_secs(1)));
         self.warmup = Dur(self.warmup.0.min(std::time::Duration::from_millis(200)));
         self.repeats = 1;
@@ -338,8 +424,17 @@ mod tests {
         assert!(err("").contains("missing field `server`"), "{}", err(""));
         assert!(err("[[server]]\npeer = \"caddy\"\n").contains("no peer \"caddy\""));
         assert!(err("[[server]]\nname = \"x\"\n").contains("give either a `model` or a `peer`"));
+        let e = err("[[server]]\nmodel = \"pool\"\nfront = \"nginx\"\n");
+        assert!(e.contains("no front \"nginx\" (the lab runs direct, haproxy)"), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nbackends = 2\n");
+        assert!(e.contains("`backends` and `front-args` want a `front`"), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nfront = \"direct\"\nbackends = 0\n");
+        assert!(e.contains("backends must be at least 1"), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[server]]\nmodel = \"pool\"\n");
         assert!(e.contains("two servers are named \"pool\""), "{e}");
+        let zero_rate = "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [1]\nrates = [0]\n[[server]]\nmodel = \"pool\"\n";
+        let e = format!("{:#}", Spec::parse(zero_rate, "t.toml").unwrap_err());
+        assert!(e.contains("[sweep] rates: requests per second, each at least 1"), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed\"\n");
         assert!(e.contains("y = \"speed\" is not a metric"), "{e}");
         let e = err(

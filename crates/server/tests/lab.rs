@@ -9,6 +9,23 @@ use testkit::run;
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
 const LIMIT: Duration = Duration::from_secs(180);
+/// Columns of `points.csv`.
+const THROUGHPUT: usize = 6;
+const ERRORS: usize = 10;
+const GOODPUT: usize = 14;
+
+/// Whether `program` is installed where the lab looks for it.
+fn installed(program: &str) -> bool {
+    ["/usr/sbin", "/usr/bin", "/usr/local/sbin"].iter().any(|d| Path::new(d).join(program).is_file())
+}
+
+/// A temporary directory others may search: Apache's children run as
+/// www-data when the tests run as root.
+fn searchable_tempdir() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    tmp
+}
 
 fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
     let text = std::fs::read_to_string(dir.join("points.csv")).unwrap();
@@ -16,7 +33,7 @@ fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
     assert_eq!(
         lines.next(),
         Some(
-            "server,clients,path,cpus,repeat,throughput,mean,p50,p99,errors,cpu_per_request,pss,fell_behind"
+            "server,clients,path,cpus,rate,repeat,throughput,mean,p50,p99,errors,cpu_per_request,pss,fell_behind,goodput,busy"
         ),
         "{text}"
     );
@@ -34,9 +51,9 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
     assert_eq!(rows.len(), 4, "2 servers × 2 points: {rows:?}");
     for row in &rows {
         assert!(["pool", "event"].contains(&row[0].as_str()), "{row:?}");
-        let throughput: f64 = row[5].parse().unwrap();
+        let throughput: f64 = row[THROUGHPUT].parse().unwrap();
         assert!(throughput > 0.0, "every point served requests: {row:?}");
-        assert_eq!(row[9], "0", "no errors: {row:?}");
+        assert_eq!(row[ERRORS], "0", "no errors: {row:?}");
     }
     let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "an SVG document");
@@ -153,7 +170,7 @@ fn compare_takes_a_mix_or_a_workload() {
 /// writes, where installed; otherwise the report says they were skipped.
 #[test]
 fn peers_are_measured_or_said_to_be_missing() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = searchable_tempdir();
     let root = tmp.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "<p>peer test</p>\n").unwrap();
@@ -180,17 +197,26 @@ fn peers_are_measured_or_said_to_be_missing() {
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     let rows = csv_rows(&out);
-    for peer in ["nginx", "lighttpd", "h2o"] {
-        let installed =
-            ["/usr/sbin", "/usr/bin", "/usr/local/sbin"].iter().any(|d| Path::new(d).join(peer).is_file());
-        if installed {
+    for (peer, program) in [
+        ("nginx", "nginx"),
+        ("lighttpd", "lighttpd"),
+        ("h2o", "h2o"),
+        ("apache-prefork", "apache2"),
+        ("apache-worker", "apache2"),
+        ("apache-event", "apache2"),
+    ] {
+        if installed(program) {
             let row =
                 rows.iter().find(|r| r[0] == peer).unwrap_or_else(|| panic!("{peer} measured: {rows:?}"));
-            assert!(row[5].parse::<f64>().unwrap() > 0.0 && row[9] == "0", "{peer} served: {row:?}");
+            assert!(
+                row[THROUGHPUT].parse::<f64>().unwrap() > 0.0 && row[ERRORS] == "0",
+                "{peer} served: {row:?}"
+            );
             assert!(out.join(format!("peers/{peer}/{peer}.conf")).is_file());
         } else {
             eprintln!("{peer} is not installed: checking that the report says so");
             assert!(report.contains(&format!("Not measured: {peer} — {peer} is not installed")), "{report}");
+            assert!(report.contains(&format!("apt-get install {program}")), "{report}");
             assert!(r.stderr.contains(&format!("skipping {peer}")), "{}", r.stderr);
         }
     }
@@ -200,10 +226,192 @@ fn peers_are_measured_or_said_to_be_missing() {
 fn list_and_bad_experiments() {
     let r = run(BIN, ["lab", "list"], LIMIT);
     assert!(r.status.success());
-    for name in ["tiny", "models-500b", "paper000-file-size"] {
+    for name in ["tiny", "models-500b", "paper000-file-size", "paper002-director"] {
         assert!(r.stdout.lines().any(|l| l.starts_with(name)), "{name} in\n{}", r.stdout);
     }
     let r = run(BIN, ["lab", "run", "nope"], LIMIT);
     assert_eq!(r.status.code(), Some(1));
     assert!(r.stderr.contains("no experiment \"nope\": the built-in ones are tiny"), "{}", r.stderr);
+}
+
+/// An experiment with CGI: the lab writes one `cgi-bin/`, which a modus
+/// model (`--cgi-dir`) and Apache (mod_cgid under the event MPM) both run;
+/// nginx, which runs no CGI, is skipped and the report says why.
+#[test]
+fn apache_runs_the_experiments_cgi_beside_a_model() {
+    let tmp = searchable_tempdir();
+    let spec = tmp.path().join("cgi.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "cgi"
+description = "pool and Apache event serving a file and a script"
+docroot = "fixed"
+cgi = true
+duration = "300ms"
+warmup = "100ms"
+[sweep]
+clients = [2]
+paths = ["/500b.bin", "/cgi-bin/spin?ms=1"]
+[[server]]
+model = "pool"
+[[server]]
+peer = "apache-event"
+[[server]]
+peer = "nginx"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("Not measured: nginx — nginx runs no CGI here"), "{report}");
+    let rows = csv_rows(&out);
+    let apache = installed("apache2");
+    assert_eq!(rows.len(), if apache { 4 } else { 2 }, "{rows:?}");
+    for row in &rows {
+        assert!(row[GOODPUT].parse::<f64>().unwrap() > 0.0 && row[ERRORS] == "0", "answered 200: {row:?}");
+    }
+    let raw = out.join("raw").join("pool-c2-p1-u0-r1.json");
+    assert!(std::fs::read_to_string(raw).unwrap().contains("\"/cgi-bin/spin?ms=1\""));
+    if apache {
+        let conf = std::fs::read_to_string(out.join("peers/apache-event/apache-event.conf")).unwrap();
+        assert!(conf.contains("mod_cgid.so") && conf.contains("ScriptAlias /cgi-bin/"), "{conf}");
+        assert!(rows.iter().any(|r| r[0] == "apache-event" && r[2] == "/cgi-bin/spin?ms=1"), "{rows:?}");
+    } else {
+        eprintln!("apache2 is not installed: checking that the report says so");
+        assert!(report.contains("apache-event is not installed (apt-get install apache2)"), "{report}");
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The committed run of the papers' experiments (written by an earlier
+/// version of the lab) still rebuilds: its specs parse, its points read.
+#[test]
+fn the_committed_reproduction_still_reports() {
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../reproduction");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("reproduction");
+    copy_tree(&committed, &dir);
+    std::fs::remove_file(dir.join("REPRODUCTION.md")).unwrap();
+    let r = run(BIN, ["lab", "report", dir.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let md = std::fs::read_to_string(dir.join("REPRODUCTION.md")).unwrap();
+    assert!(md.contains("## paper000-cgi-share") && md.contains("**holds"), "{md}");
+}
+
+/// A server with a front: the load goes to `modus direct` (or HAProxy,
+/// where installed) in front of two backends, in open loop (`rates`); the
+/// answers are counted by kind (goodput, busy).
+#[test]
+fn fronts_stand_before_backends_in_open_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("front.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "front"
+description = "pool alone, behind modus direct and behind HAProxy"
+docroot = "fixed"
+path = "/500b.bin"
+duration = "300ms"
+warmup = "100ms"
+[sweep]
+clients = [4]
+rates = [50]
+[[server]]
+name = "alone"
+model = "pool"
+[[server]]
+name = "direct"
+model = "pool"
+front = "direct"
+front-args = ["--max-backend-conns", "4"]
+backends = 2
+[[server]]
+name = "haproxy"
+model = "pool"
+front = "haproxy"
+front-args = ["default-server maxconn 4"]
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    let haproxy = installed("haproxy");
+    assert_eq!(rows.len(), if haproxy { 3 } else { 2 }, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row[4], "50", "open loop at 50/s: {row:?}");
+        assert!(row[GOODPUT].parse::<f64>().unwrap() > 0.0 && row[ERRORS] == "0", "answered 200: {row:?}");
+    }
+    let raw = std::fs::read_to_string(out.join("raw/direct-c4-p0-u0-q0-r1.json")).unwrap();
+    assert!(raw.contains("\"mode\": \"open\"") && raw.contains("\"rate\": 50.0"), "{raw}");
+    if haproxy {
+        let conf = std::fs::read_to_string(out.join("peers/haproxy-haproxy/haproxy.cfg")).unwrap();
+        assert!(conf.contains("default-server maxconn 4") && conf.contains("server b1 127.0.0.1:"), "{conf}");
+    } else {
+        let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(report.contains("haproxy is not installed (apt-get install haproxy)"), "{report}");
+    }
+}
+
+/// `[network] netns`: the load, the front and the backends on hosts of
+/// their own (network namespaces, links shaped with tc), where permitted
+/// (root, iproute2); elsewhere loopback, and the report says why.
+#[test]
+fn a_netns_topology_carries_the_load_or_is_said_to_be_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("netns.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "netns"
+description = "pool behind modus direct, on hosts of their own"
+docroot = "fixed"
+path = "/500b.bin"
+duration = "300ms"
+warmup = "100ms"
+[network]
+netns = true
+rate = "100mbit"
+[sweep]
+clients = [2]
+[[server]]
+name = "direct"
+model = "pool"
+front = "direct"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    assert!(rows.len() == 1 && rows[0][GOODPUT].parse::<f64>().unwrap() > 0.0, "{rows:?}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("meta.json")).unwrap()).unwrap();
+    let network = meta["network"].as_str().unwrap();
+    let raw = std::fs::read_to_string(out.join("raw/direct-c2-p0-u0-r1.json")).unwrap();
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    if network.starts_with("network namespaces") {
+        assert!(network.contains("shaped to 100mbit"), "{network}");
+        assert!(raw.contains("\"http://10.201."), "the load crossed the bridge: {raw}");
+    } else {
+        eprintln!("no network namespaces here: checking that the report says so");
+        assert!(network.starts_with("loopback: the netns topology was asked for"), "{network}");
+        assert!(raw.contains("\"http://127.0.0.1:"), "{raw}");
+    }
+    assert!(report.contains("Network: "), "{report}");
 }
