@@ -12,7 +12,7 @@
 #                                       # modus models vs Apache mod_cgi/mod_cgid and lighttpd mod_cgi
 #
 # Servers (SERVERS, any subset, in this order by default):
-#   modus models: per-request pool staged prefork worker perchild event amped
+#   modus models: per-request pool staged prefork worker perchild event amped uring
 #   peers:        nginx lighttpd h2o apache-prefork apache-worker apache-event
 # Idle mode default: event amped pool nginx lighttpd h2o. CGI mode default: every modus model, lighttpd and
 # the three Apache MPMs (nginx and h2o run no CGI).
@@ -50,7 +50,7 @@ source "$SCRIPT_DIR/lib.sh"
 ACTION=${1:-bench}
 case $ACTION in bench|idle|syscalls|cgi) ;; *) die "unknown action '$ACTION' (bench, idle, syscalls, cgi)";; esac
 
-MODUS_MODELS="per-request pool staged prefork worker perchild event amped"
+MODUS_MODELS="per-request pool staged prefork worker perchild event amped uring"
 PEERS="nginx lighttpd h2o apache-prefork apache-worker apache-event"
 file_run_defaults
 # load on every server once before the first measured run: modus prefork grows from --min-spare 10 children
@@ -82,7 +82,7 @@ need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
 need wrk wrk; need curl curl; need taskset util-linux; need setsid util-linux
 for s in $SERVERS; do
     case $s in
-        per-request|pool|staged|prefork|worker|perchild|event|amped) ;;
+        per-request|pool|staged|prefork|worker|perchild|event|amped|uring) ;;
         nginx) [ "$ACTION" != cgi ] || die "nginx runs no CGI"; need nginx nginx ;;
         lighttpd) need lighttpd lighttpd ;;
         h2o) [ "$ACTION" != cgi ] || die "h2o runs no CGI here"; need h2o h2o ;;
