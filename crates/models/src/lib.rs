@@ -13,6 +13,7 @@ pub(crate) const ACCEPT_HINT: &str = "out of descriptors or memory: new connecti
 mod amped;
 mod board;
 mod event;
+mod gate;
 mod handoff;
 mod helpers;
 mod per_request;

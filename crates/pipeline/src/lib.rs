@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod accesslog;
+mod admission;
 mod cache;
 pub mod cache_control;
 pub mod cgi;
@@ -40,11 +41,12 @@ mod spares;
 pub mod stats;
 
 pub use accesslog::{AccessLog, LogRecord};
+pub use admission::{refuse_at_capacity, ConnsPerIp, IpSlot};
 pub use cache::Cache;
 pub use cgi::{CgiSettings, Program, Scripts};
 pub use conn::{
-    refuse_overloaded, serve_blocking, serve_blocking_queued, ConnInfo, Connection, Mode, Request, Waiting,
-    Want, BLOCKING_TICK,
+    serve_blocking, serve_ready, Client, ConnInfo, Connection, Gated, Mode, Request, Waiting, Want,
+    BLOCKING_TICK, WRITE_PATIENCE,
 };
 pub use errorlog::ErrorLog;
 pub use reply::Reply;
@@ -99,6 +101,9 @@ pub struct Pipeline {
     pub stats: Arc<Stats>,
     /// The certificates and settings of a server that speaks TLS.
     pub tls: Option<transport::tls::ServerTls>,
+    /// Open connections per client address (`--max-conns-per-ip`), shared
+    /// by every process of the server.
+    per_ip: Option<ConnsPerIp>,
 }
 
 impl Pipeline {
@@ -111,6 +116,12 @@ impl Pipeline {
     ) -> Pipeline {
         let cache = Cache::new(settings.cache_size, settings.max_cached_file);
         let stats = Arc::default();
+        let per_ip = (settings.max_conns_per_ip > 0).then(|| ConnsPerIp::new(settings.max_conns_per_ip));
+        let per_ip = per_ip.and_then(|table| {
+            table
+                .map_err(|e| error_log.error(format_args!("--max-conns-per-ip: no table ({e}); no cap")))
+                .ok()
+        });
         Pipeline {
             settings,
             site,
@@ -120,6 +131,7 @@ impl Pipeline {
             cgi_runtime: Arc::default(),
             stats,
             tls: None,
+            per_ip,
         }
     }
 

@@ -205,6 +205,10 @@ impl Master {
 
     /// Reaps every child that has exited, without blocking.
     pub(super) fn reap(&mut self) {
+        // A retiring child says so just before it exits, but the SIGCHLD
+        // may wake us before the tick reads the reports: read them first,
+        // or its retirement would be logged as a crash.
+        self.read_reports();
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) => {

@@ -46,7 +46,9 @@ mod stream;
 mod tests;
 mod timing;
 
-pub use blocking::{refuse_overloaded, serve_blocking, serve_blocking_queued, BLOCKING_TICK};
+pub use blocking::{serve_blocking, serve_ready, Client, Gated, BLOCKING_TICK, WRITE_PATIENCE};
+pub(crate) use respond::first_line;
+pub use stream::CLIENT_CLOSED;
 
 use io::SPARE_BUFFERS;
 use respond::Pending;
@@ -361,6 +363,28 @@ impl Connection {
         self.served
     }
 
+    /// Changes where requests run from the next [`drive`](Self::drive) on
+    /// (a gated client: handed out while a gate reads its heads, inline on
+    /// the thread that then serves it).
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// Whether the connection waits for the client between requests — for
+    /// the next head, the rest of a body it drops, or lingering — with
+    /// nothing of the server's under way.
+    pub fn awaits_client(&self) -> bool {
+        matches!(self.state, State::Head | State::Discard { .. } | State::Linger { .. })
+    }
+
+    /// The request now ready waited `waited` for a thread (after its head
+    /// was complete): counted in its `queue` phase.
+    pub fn waited_for_thread(&mut self, waited: std::time::Duration) {
+        if self.stats.timing {
+            self.add_queue(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
+        }
+    }
+
     /// Makes as much progress as `wire` allows: reads, parses, runs the
     /// pipeline for the requests its [`Mode`] runs inline (stopping with
     /// [`Want::Process`] at the others), writes. `stopping` asks to close at
@@ -610,7 +634,7 @@ impl Connection {
                             // A client that keeps dribbling never lets a
                             // blocking read time out: the head deadline is
                             // checked on the data path too (slowloris).
-                            Ok(Parsed::Partial) if self.deadline_base(parse_start) >= self.head_deadline => {
+                            Ok(Parsed::Partial) if self.deadline_base(parse_start) >= self.head_due(p) => {
                                 self.refuse(408, p);
                                 continue;
                             }
@@ -648,7 +672,7 @@ impl Connection {
                                 return Want::Read(accepted + p.settings.tls_handshake_timeout);
                             }
                             let pending = self.start < self.end || self.served == 0;
-                            return Want::Read(if pending { self.head_deadline } else { self.idle_deadline });
+                            return Want::Read(if pending { self.head_due(p) } else { self.idle_deadline });
                         }
                         Err(_) => return Want::Close,
                     }
@@ -685,13 +709,22 @@ impl Connection {
                         }
                         Ok(Progress::Blocked) => {
                             let sent = pending.reply.out.bytes_sent();
+                            // `deadline_base(None)`, but `self.state` is borrowed.
+                            let now = self.now.unwrap_or_else(Instant::now);
                             if sent != pending.sent_mark {
                                 pending.sent_mark = sent;
-                                // `deadline_base(None)`, but `self.state` is borrowed.
-                                pending.deadline =
-                                    self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
+                                pending.deadline = now + p.settings.send_timeout;
                             }
-                            return Want::Write(pending.deadline);
+                            match p.settings.rate_deadline(pending.started, sent) {
+                                // A reader slower than --min-rate is cut, as
+                                // nginx's send_timeout cuts one that stalls.
+                                Some(due) if due <= now => {
+                                    self.abort(p);
+                                    return Want::Close;
+                                }
+                                Some(due) => return Want::Write(due.min(pending.deadline)),
+                                None => return Want::Write(pending.deadline),
+                            }
                         }
                         Err(_) => {
                             self.abort(p);
@@ -792,6 +825,18 @@ impl Connection {
         let request =
             Request { head, keep_alive, peer, local: None, redirects: 0, probe: false, route, normal_path };
         (request, plan)
+    }
+
+    /// When the head being received must be complete: its total deadline,
+    /// or earlier if it arrives slower than `--min-rate` after the grace
+    /// period (counted from the head's start, the accept for a first one).
+    fn head_due(&self, p: &Pipeline) -> Instant {
+        let started = self.head_deadline - p.settings.header_timeout;
+        let bytes = (self.end - self.start) as u64;
+        match p.settings.rate_deadline(started, bytes) {
+            Some(due) => due.min(self.head_deadline),
+            None => self.head_deadline,
+        }
     }
 
     /// Whether the bytes read since the head was last parsed leave its
