@@ -52,7 +52,7 @@ pub use stream::CLIENT_CLOSED;
 
 use io::SPARE_BUFFERS;
 use respond::Pending;
-use stream::{collect_chunked, BodyPlan, Collect, Streaming};
+use stream::{collect_chunked, preread, BodyPlan, Collect, Preread, Streaming, PREREAD_MAX};
 use timing::{Mark, Timing};
 use transport::not_now;
 
@@ -268,6 +268,10 @@ enum State {
     Collect(Box<Collect>),
     /// A responder streams the response (a script runs).
     Stream(Box<Streaming>),
+    /// (Handed-out requests) receiving a script's short `Content-Length`
+    /// body whole before the request is handed out, so that no thread or
+    /// stage waits for a slow sender.
+    Preread(Box<Preread>),
 }
 
 /// A request and its plan. Its one allocation lasts from the parsed head
@@ -536,6 +540,11 @@ impl Connection {
                         return want;
                     }
                 }
+                State::Preread(_) => {
+                    if let Some(want) = self.preread_body(sock, p) {
+                        return want;
+                    }
+                }
                 State::Stream(_) => {
                     if let Some(want) = self.drive_stream(sock, p) {
                         return want;
@@ -619,6 +628,14 @@ impl Connection {
                                         }
                                         BodyFraming::Chunked => {
                                             self.state = collect_chunked(request, plan, b"", p);
+                                            continue;
+                                        }
+                                        BodyFraming::Length(n)
+                                            if mode == Mode::HandOut
+                                                && n <= PREREAD_MAX
+                                                && !request.head.expect_continue =>
+                                        {
+                                            self.state = preread(request, plan, n, p);
                                             continue;
                                         }
                                         _ => {}
@@ -773,6 +790,10 @@ impl Connection {
             State::Stream(streaming) => return self.stream_timed_out(*streaming, p),
             State::Collect(collect) => {
                 self.fail_planned(collect.plan, 408, p);
+                return true;
+            }
+            State::Preread(preread) => {
+                self.fail_planned(preread.plan, 408, p);
                 return true;
             }
             other => self.state = other,

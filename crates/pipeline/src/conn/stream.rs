@@ -31,6 +31,23 @@ pub(super) struct Collect {
     pub(super) started: Instant,
 }
 
+/// A script's `Content-Length` body up to this size is received whole
+/// before a handed-out request leaves the connection (the director
+/// pre-reads as much).
+pub(super) const PREREAD_MAX: u64 = 64 << 10;
+
+/// A short body being received before its request is handed out.
+#[derive(Debug)]
+pub(super) struct Preread {
+    pub(super) request: Request,
+    pub(super) plan: Plan,
+    /// The body's length: the buffer holds it all from `start` when done.
+    pub(super) len: usize,
+    /// A total deadline, as for a head.
+    pub(super) deadline: Instant,
+    pub(super) started: Instant,
+}
+
 /// How a request's body reaches a handler that reads it itself.
 #[derive(Debug)]
 pub(super) struct BodyPlan {
@@ -193,6 +210,44 @@ impl Connection {
                 }
                 Err(_) => {
                     self.log_abandoned(c.plan, p);
+                    return Some(Want::Close);
+                }
+            }
+        }
+    }
+
+    /// Receives a short body whole, then readies its request. `Some` ends `drive`.
+    pub(super) fn preread_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
+        let State::Preread(r) = std::mem::replace(&mut self.state, State::Head) else {
+            unreachable!("called in the Preread phase");
+        };
+        loop {
+            let have = self.end - self.start;
+            if have >= r.len {
+                let Preread { request, plan, .. } = *r;
+                self.state = State::ready(request, plan);
+                return None;
+            }
+            let due = match p.settings.rate_deadline(r.started, have as u64) {
+                Some(due) => due.min(r.deadline),
+                None => r.deadline,
+            };
+            if Instant::now() >= due {
+                self.fail_planned(r.plan, 408, p);
+                return None;
+            }
+            match self.fill(sock) {
+                Ok(0) => {
+                    self.log_abandoned(r.plan, p);
+                    return Some(Want::Close);
+                }
+                Ok(_) => {}
+                Err(e) if not_now(&e) => {
+                    self.state = State::Preread(r);
+                    return Some(Want::Read(due));
+                }
+                Err(_) => {
+                    self.log_abandoned(r.plan, p);
                     return Some(Want::Close);
                 }
             }
@@ -365,6 +420,18 @@ pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// The status logged for a request its client abandoned before any
 /// response (nginx's 499); never sent.
 pub const CLIENT_CLOSED: u16 = 499;
+
+/// The phase that receives a short `Content-Length` body of `len` bytes.
+pub(super) fn preread(request: Request, plan: Plan, len: u64, p: &Pipeline) -> State {
+    let now = Instant::now();
+    State::Preread(Box::new(Preread {
+        request,
+        plan,
+        len: usize::try_from(len).unwrap_or(usize::MAX),
+        deadline: now + p.settings.header_timeout,
+        started: now,
+    }))
+}
 
 /// The phase that receives a chunked body for its handler, after `interim`.
 pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pipeline) -> State {

@@ -53,8 +53,13 @@ fn slow_heads_do_not_take_the_server() {
     // (127.0.0.2), against two threads or children: the request of a
     // client that sends it whole is still answered.
     let prefork = one_connection_per_process();
-    let cap: &[&str] = if prefork { &["--max-clients", "4", "--max-conns-per-ip", "1"] } else { &[] };
-    let (_root, srv) = standard(MODEL, &args(&[&["--header-timeout", "30s"], cap].concat()));
+    let flags = if prefork {
+        // Four children, and one connection per address.
+        ["--max-clients", "4", "--min-spare", "1", "--max-spare", "2", "--max-conns-per-ip", "1"].to_vec()
+    } else {
+        args(&[])
+    };
+    let (_root, srv) = standard(MODEL, &[&flags[..], &["--header-timeout", "30s"]].concat());
     let mut slow = Vec::new();
     for _ in 0..10 {
         let mut c = testkit::Client::connect_from(srv.addr(), Ipv4Addr::new(127, 0, 0, 2));
@@ -154,12 +159,13 @@ fn min_rate_cuts_a_reader_too_slow() {
     assert_serves(&srv);
 }
 
-/// `cgi-echo` in a scripts directory, and a server running it that logs
-/// to BASE/access.log.
-fn echo_server(extra: &[&str]) -> (Docroot, testkit::Server, PathBuf) {
+/// A script that reads its whole body before it answers, and a server
+/// running it that logs to BASE/access.log.
+fn sink_server(extra: &[&str]) -> (Docroot, testkit::Server, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
     let root = Docroot::standard();
-    root.dir("scripts");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cgi-echo"), root.join("scripts/echo")).unwrap();
+    root.file("scripts/sink", "#!/bin/sh\ncat > /dev/null\nprintf 'Content-Type: text/plain\\n\\nread\\n'\n");
+    std::fs::set_permissions(root.join("scripts/sink"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let log = root.base().join("access.log");
     let scripts = root.join("scripts");
     let mut all = vec!["--cgi-dir", scripts.to_str().unwrap(), "--access-log", log.to_str().unwrap()];
@@ -188,10 +194,10 @@ fn logged(lines: &[String], request: &str) -> (u16, String) {
 
 #[test]
 fn min_rate_cuts_a_body_sent_too_slowly() {
-    let (_root, srv, log) = echo_server(&["--min-rate", "100", "--min-rate-grace", "1s"]);
+    let (_root, srv, log) = sink_server(&["--min-rate", "100", "--min-rate-grace", "1s"]);
     let mut c = srv.client();
     let _ =
-        c.try_send("POST /cgi-bin/echo?slow HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\nab");
+        c.try_send("POST /cgi-bin/sink?slow HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\nab");
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(200));
         if c.try_send("a").is_err() {
@@ -201,24 +207,24 @@ fn min_rate_cuts_a_body_sent_too_slowly() {
     let r = c.read_response("POST");
     assert_eq!(r.status, 408, "{}", r.describe());
     let lines = stopped_log(srv, &log);
-    assert_eq!(logged(&lines, "POST /cgi-bin/echo?slow HTTP/1.1").0, 408, "{lines:#?}");
+    assert_eq!(logged(&lines, "POST /cgi-bin/sink?slow HTTP/1.1").0, 408, "{lines:#?}");
 }
 
 #[test]
 fn a_body_abandoned_midway_is_logged_as_client_closed() {
-    let (_root, srv, log) = echo_server(&[]);
+    let (_root, srv, log) = sink_server(&[]);
     let mut c = srv.client();
-    c.send("POST /cgi-bin/echo?gone HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\nonly this");
+    c.send("POST /cgi-bin/sink?gone HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\nonly this");
     // Wait until the script runs (it reads the body), then vanish.
     std::thread::sleep(Duration::from_millis(300));
     drop(c);
     let mut c = srv.client();
-    c.send("POST /cgi-bin/echo?chunked HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+    c.send("POST /cgi-bin/sink?chunked HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
     std::thread::sleep(Duration::from_millis(300));
     drop(c);
     assert_serves(&srv);
     let lines = stopped_log(srv, &log);
     // nginx's 499: the client closed the request; nothing was sent.
-    assert_eq!(logged(&lines, "POST /cgi-bin/echo?gone HTTP/1.1"), (499, "0".into()), "{lines:#?}");
-    assert_eq!(logged(&lines, "POST /cgi-bin/echo?chunked HTTP/1.1"), (499, "0".into()), "{lines:#?}");
+    assert_eq!(logged(&lines, "POST /cgi-bin/sink?gone HTTP/1.1"), (499, "0".into()), "{lines:#?}");
+    assert_eq!(logged(&lines, "POST /cgi-bin/sink?chunked HTTP/1.1"), (499, "0".into()), "{lines:#?}");
 }
