@@ -236,7 +236,7 @@ impl Gate {
             let (stream, peer) = stream;
             let slot = match p.admit(peer.ip()) {
                 Ok(slot) => slot,
-                Err(()) => {
+                Err(_over_cap) => {
                     refuse_at_capacity(stream, p, 429);
                     continue;
                 }

@@ -93,14 +93,18 @@ impl ConnsPerIp {
     }
 }
 
+/// An address already holds the most connections `--max-conns-per-ip` allows.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OverCap;
+
 impl Pipeline {
     /// Admits a connection from `ip` under `--max-conns-per-ip`: `Err` if
     /// the address is at the cap (the caller refuses it with
     /// [`refuse_at_capacity`] and a 429); `Ok(None)` if there is no cap.
-    pub fn admit(&self, ip: IpAddr) -> Result<Option<IpSlot>, ()> {
+    pub fn admit(&self, ip: IpAddr) -> Result<Option<IpSlot>, OverCap> {
         match &self.per_ip {
             None => Ok(None),
-            Some(table) => table.admit(ip).map(Some).ok_or(()),
+            Some(table) => table.admit(ip).map(Some).ok_or(OverCap),
         }
     }
 }

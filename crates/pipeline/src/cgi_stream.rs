@@ -321,7 +321,10 @@ impl CgiRun {
         let want = self.body_remaining.min(IN_CHUNK as u64) as usize;
         self.stdin_buf.resize(want, 0);
         match sock.read_now(&mut self.stdin_buf[..]) {
-            Ok(0) => Err(self.client_left()),
+            Ok(0) => {
+                self.client_left();
+                Err(())
+            }
             Ok(n) => {
                 self.stdin_buf.truncate(n);
                 self.body_remaining -= n as u64;
@@ -332,7 +335,10 @@ impl CgiRun {
                 self.stdin_buf.clear();
                 Ok(progress)
             }
-            Err(_) => Err(self.client_left()),
+            Err(_) => {
+                self.client_left();
+                Err(())
+            }
         }
     }
 

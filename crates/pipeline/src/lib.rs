@@ -41,7 +41,7 @@ mod spares;
 pub mod stats;
 
 pub use accesslog::{AccessLog, LogRecord};
-pub use admission::{refuse_at_capacity, ConnsPerIp, IpSlot};
+pub use admission::{refuse_at_capacity, ConnsPerIp, IpSlot, OverCap};
 pub use cache::Cache;
 pub use cgi::{CgiSettings, Program, Scripts};
 pub use conn::{
