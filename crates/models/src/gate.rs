@@ -57,6 +57,11 @@ impl Returns {
         self.clients.lock().unwrap_or_else(PoisonError::into_inner).push(client);
         self.waker.wake();
     }
+
+    /// Wakes the gate to look at its `room` again (a thread became free).
+    pub(crate) fn nudge(&self) {
+        self.waker.wake();
+    }
 }
 
 struct Parked {
@@ -97,22 +102,23 @@ impl Gate {
     /// complete, then `dispatch`es them; until `stop` fires, `dispatch`
     /// says `false` (nobody left to serve), or `quiet` — asked after a
     /// wait in which nothing happened — says `false` (a child retires).
-    /// `shared`: other processes accept on the same listener, so only one
-    /// gate is woken per connection (`EPOLLEXCLUSIVE`).
+    /// `door.shared`: other processes accept on the same listener, so only
+    /// one gate is woken per connection (`EPOLLEXCLUSIVE`); `door.room`,
+    /// asked before each wait, says whether to accept at all (a `worker`
+    /// child with no free thread leaves new connections to the others, and
+    /// [`Returns::nudge`]s its gate when one frees up).
     pub(crate) fn run(
         &mut self,
         listener: &TcpListener,
-        shared: bool,
+        door: Door<'_>,
         stop: &Shutdown,
         p: &Pipeline,
         mut dispatch: impl FnMut(Client) -> bool,
         mut quiet: impl FnMut() -> bool,
     ) -> io::Result<()> {
         listener.set_nonblocking(true)?;
-        let trigger = if shared { Trigger::Exclusive } else { Trigger::Level };
-        self.poller.add(listener, LISTENER, Interest::READABLE, trigger)?;
         self.poller.add(stop.wake_fd(), STOP, Interest::READABLE, Trigger::Level)?;
-        let result = self.serve(listener, trigger, stop, p, &mut dispatch, &mut quiet);
+        let result = self.serve(listener, &door, stop, p, &mut dispatch, &mut quiet);
         // Fail only if not registered, which is what we want.
         let _ = self.poller.delete(listener);
         let _ = self.poller.delete(stop.wake_fd());
@@ -122,13 +128,15 @@ impl Gate {
     fn serve(
         &mut self,
         listener: &TcpListener,
-        trigger: Trigger,
+        door: &Door<'_>,
         stop: &Shutdown,
         p: &Pipeline,
         dispatch: &mut dyn FnMut(Client) -> bool,
         quiet: &mut dyn FnMut() -> bool,
     ) -> io::Result<()> {
+        let trigger = if door.shared { Trigger::Exclusive } else { Trigger::Level };
         let mut pause_accept: Option<Instant> = None;
+        let mut listening = false;
         loop {
             if stop.is_triggered() {
                 return Ok(());
@@ -139,7 +147,18 @@ impl Gate {
             let now = Instant::now();
             if pause_accept.is_some_and(|until| until <= now) {
                 pause_accept = None;
-                self.poller.add(listener, LISTENER, Interest::READABLE, trigger)?;
+            }
+            // Watched exactly while this gate may accept: a level-triggered
+            // listener nobody accepts from would report itself on every wait.
+            let wanted = pause_accept.is_none() && (door.room)();
+            if wanted != listening {
+                if wanted {
+                    self.poller.add(listener, LISTENER, Interest::READABLE, trigger)?;
+                } else {
+                    // Fails only if it is not registered, which is what we want.
+                    let _ = self.poller.delete(listener);
+                }
+                listening = wanted;
             }
             let next = self.deadlines.first().map(|&(at, _)| at.saturating_duration_since(now));
             let timeout = next.map_or(BLOCKING_TICK, |t| t.min(BLOCKING_TICK));
@@ -154,14 +173,13 @@ impl Gate {
                 match token {
                     STOP => return Ok(()),
                     WAKER => self.returns.waker.reset(),
-                    LISTENER => match self.accept(listener, p, dispatch) {
+                    LISTENER => match self.accept(listener, door.room, p, dispatch) {
                         Accepting::Go => {}
                         Accepting::Done => return Ok(()),
                         Accepting::Pause => {
                             // Out of descriptors: the listener stays
                             // readable; stop watching it for a while rather
                             // than spin (the event loops do the same).
-                            let _ = self.poller.delete(listener);
                             pause_accept = Some(Instant::now() + Duration::from_millis(50));
                         }
                     },
@@ -209,10 +227,14 @@ impl Gate {
     fn accept(
         &mut self,
         listener: &TcpListener,
+        room: &dyn Fn() -> bool,
         p: &Pipeline,
         dispatch: &mut dyn FnMut(Client) -> bool,
     ) -> Accepting {
         for _ in 0..ACCEPT_BATCH {
+            if !room() {
+                return Accepting::Go;
+            }
             let stream =
                 match rustix::net::acceptfrom_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
                     Ok((fd, peer)) => {
@@ -328,6 +350,19 @@ impl Gate {
         }
         true
     }
+}
+
+/// How a gate takes connections from its listener.
+pub(crate) struct Door<'a> {
+    /// Other processes accept on the same listener.
+    pub(crate) shared: bool,
+    /// Whether to accept now.
+    pub(crate) room: &'a dyn Fn() -> bool,
+}
+
+impl Door<'_> {
+    /// The listener is this process's alone, and it always accepts.
+    pub(crate) const OWN: Door<'static> = Door { shared: false, room: &|| true };
 }
 
 enum Accepting {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use pipeline::serve_ready;
 
-use crate::gate::Gate;
+use crate::gate::{Door, Gate};
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -42,7 +42,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let live = Arc::new(AtomicUsize::new(0));
     let result = gate.run(
         &listener,
-        false,
+        Door::OWN,
         &shutdown,
         &pipeline,
         |client| {

@@ -82,7 +82,7 @@ fn child(c: &Child) {
         for _ in 0..min_idle {
             grow(s, c, &pool);
         }
-        c.gate(&mut gate, |client| pool.ready.push(client).is_ok());
+        c.gate(&mut gate, &|| true, |client| pool.ready.push(client).is_ok());
         pool.ready.close();
     });
     gate.finish(&c.pipeline);

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use pipeline::{serve_ready, Client};
 
-use crate::gate::Gate;
+use crate::gate::{Door, Gate};
 use crate::handoff::Handoff;
 use crate::{Caps, ModelEnv, ModelInfo};
 
@@ -58,7 +58,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
     }
     let result = gate.run(
         &listener,
-        false,
+        Door::OWN,
         &shutdown,
         &pipeline,
         |client| {

@@ -22,6 +22,7 @@
 //! wait is the request's `queue` phase, as for `pool`.
 
 use std::io;
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::thread;
 use std::time::Instant;
 
@@ -63,17 +64,27 @@ fn child(c: &Child) {
     };
     let queue = Handoff::<(Client, Instant)>::new(c.tuning.queue);
     let waiting = c.pipeline.stats.queue("handoff", per_child);
+    // Threads not promised a request: while there is none, the gate
+    // accepts nothing, and new connections go to a child that has one
+    // (Apache's `ap_queue_info_wait_for_idler`). Its own clients' next
+    // requests still queue here.
+    let free = AtomicIsize::new(0);
     thread::scope(|s| {
         for i in 0..per_child {
-            let (jobs, waiting, returns) = (&queue, &waiting, gate.returns());
+            let (jobs, waiting, returns, free) = (&queue, &waiting, gate.returns(), &free);
             let worker = thread::Builder::new().name(format!("worker-{i}")).stack_size(STACK_SIZE);
             let spawned = worker.spawn_scoped(s, move || {
                 let me = c.worker(&format!("worker-{i}"));
                 c.idle_workers(1);
+                free.fetch_add(1, Ordering::AcqRel);
+                returns.nudge();
                 while let Some((client, queued)) = jobs.pop() {
                     waiting.pop(queued.elapsed());
                     if let Some(client) = c.serve_ready(client, &me) {
                         returns.give_back(client);
+                    }
+                    if free.fetch_add(1, Ordering::AcqRel) == 0 {
+                        returns.nudge();
                     }
                 }
                 c.idle_workers(-1);
@@ -82,7 +93,9 @@ fn child(c: &Child) {
                 c.pipeline.error_log.error(format_args!("worker: cannot start a thread: {e}"));
             }
         }
-        c.gate(&mut gate, |client| {
+        let room = || free.load(Ordering::Acquire) > 0;
+        c.gate(&mut gate, &room, |client| {
+            free.fetch_sub(1, Ordering::AcqRel);
             waiting.push();
             let queued = queue.push((client, Instant::now())).is_ok();
             if !queued {

@@ -2,7 +2,7 @@
 //! reports, statistics published for the admin child), accept and retire.
 
 use super::*;
-use crate::gate::Gate;
+use crate::gate::{Door, Gate};
 use pipeline::{refuse_at_capacity, Client};
 
 /// Bytes per report message (well under `PIPE_BUF`, so writes are atomic).
@@ -221,9 +221,16 @@ impl Child {
     /// Runs this child's gate (`gate.rs`) on the shared listener until
     /// the child stops or retires: connections reach `dispatch` with a
     /// whole request head. A retirement is taken only after a quiet wait.
-    pub(crate) fn gate(&self, gate: &mut Gate, dispatch: impl FnMut(Client) -> bool) {
+    /// `room` says whether to accept now (see `gate::Door`).
+    pub(crate) fn gate(
+        &self,
+        gate: &mut Gate,
+        room: &dyn Fn() -> bool,
+        dispatch: impl FnMut(Client) -> bool,
+    ) {
         let quiet = || !self.retire_requested();
-        if let Err(e) = gate.run(&self.listener, true, &self.stop, &self.pipeline, dispatch, quiet) {
+        let door = Door { shared: true, room };
+        if let Err(e) = gate.run(&self.listener, door, &self.stop, &self.pipeline, dispatch, quiet) {
             self.pipeline.error_log.error(format_args!("gate: {e}"));
         }
     }
