@@ -82,6 +82,10 @@ pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
 /// buffer, short enough that slow readers cannot collect the threads.
 pub const WRITE_PATIENCE: Duration = Duration::from_millis(20);
 
+/// How long a thread waits for a keep-alive client's next request before
+/// it gives the connection back to the gate.
+pub const KEEPALIVE_PATIENCE: Duration = Duration::from_millis(2);
+
 /// A client connection of a *gated* blocking model: its request heads are
 /// read by a gate (an epoll loop on the accepting side, non-blocking, no
 /// thread per connection), and a thread takes it only once a whole head
@@ -168,8 +172,20 @@ pub fn serve_ready(mut client: Client, p: &Pipeline, stop: &Shutdown) -> Option<
         let deadline = match conn.drive(stream, p, stop.is_triggered()) {
             Want::Close => return None,
             // Between requests (or dropping a body, or lingering): the
-            // client's pace, not the server's, so not a thread's to wait for.
-            Want::Read(_) if conn.awaits_client() => return Some(client),
+            // client's pace, not the server's, so not a thread's to wait
+            // for — but a keep-alive client's next request usually follows
+            // its response within a moment, and catching it here saves two
+            // trips through the gate (they halved `pool`'s keep-alive
+            // throughput). Once per request: a byte of a head arriving
+            // ends the connection's idleness, and the next wait gives it back.
+            Want::Read(_) if conn.awaits_client() => {
+                if !conn.is_idle()
+                    || !wait_socket(stream.tcp(), PollFlags::IN, Instant::now() + KEEPALIVE_PATIENCE)
+                {
+                    return Some(client);
+                }
+                continue;
+            }
             Want::Read(deadline) => {
                 wait_socket(stream.tcp(), PollFlags::IN, deadline.min(Instant::now() + BLOCKING_TICK));
                 deadline

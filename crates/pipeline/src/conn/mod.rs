@@ -381,6 +381,11 @@ impl Connection {
         matches!(self.state, State::Head | State::Discard { .. } | State::Linger { .. })
     }
 
+    /// Whether it waits for a next request of which nothing has arrived.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Head) && self.start == self.end
+    }
+
     /// The request now ready waited `waited` for a thread (after its head
     /// was complete): counted in its `queue` phase.
     pub fn waited_for_thread(&mut self, waited: std::time::Duration) {
