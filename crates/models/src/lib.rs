@@ -54,7 +54,8 @@ pub struct Caps {
 pub struct Tuning {
     /// Worker threads (per process, where there are processes).
     pub threads: usize,
-    /// Connections that may wait between accept and a worker.
+    /// Connections with a whole request that may wait for a worker (the
+    /// gate → threads queue; per stage for `staged`).
     pub queue: usize,
     /// Event loops (one thread each) for the event-driven models.
     pub workers: usize,

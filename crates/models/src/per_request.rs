@@ -7,9 +7,9 @@
 //! next request follows at once stays on its thread). Nothing waits in a
 //! queue; under load the cost moves to thread creation and to the
 //! scheduler juggling as many threads as there are busy clients — the
-//! latency spread of paper 000's figure 7. A cap (`--max-threads`) holds
-//! ready requests at the gate beyond it, instead of letting the process
-//! run out of memory or PIDs.
+//! latency spread of paper 000's figure 7. A cap (`--max-threads`) answers
+//! a ready request 503 beyond it instead of letting the process run out of
+//! memory or PIDs.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,14 +45,12 @@ fn run(env: ModelEnv) -> io::Result<()> {
         Door::OWN,
         &shutdown,
         &pipeline,
-        |client| {
-            // At the cap the gate waits for a thread to end: the ready
-            // connections, and the backlog, wait meanwhile.
-            while live.load(Ordering::Acquire) >= tuning.max_threads {
-                if shutdown.is_triggered() {
-                    return false;
-                }
-                thread::sleep(Duration::from_millis(1));
+        |mut client| {
+            if live.load(Ordering::Acquire) >= tuning.max_threads {
+                // At the cap: a 503, which the gate sends and closes.
+                client.refuse_busy(&pipeline);
+                returns.give_back(client);
+                return true;
             }
             live.fetch_add(1, Ordering::AcqRel);
             let guard = LiveThread(live.clone());

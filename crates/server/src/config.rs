@@ -128,7 +128,7 @@ pub struct ServeOptions {
     #[arg(short, long, env = "MODUS_THREADS", value_name = "N", help_heading = "Models")]
     pub threads: Option<usize>,
 
-    /// Accepted connections that may wait for a worker [default: 1024]
+    /// Connections with a whole request that may wait for a worker [default: 1024]
     #[arg(long, value_name = "N", help_heading = "Models")]
     pub queue: Option<usize>,
 
@@ -136,7 +136,7 @@ pub struct ServeOptions {
     #[arg(short, long, env = "MODUS_WORKERS", value_name = "N", help_heading = "Models")]
     pub workers: Option<usize>,
 
-    /// Thread cap for per-request: beyond it connections get 503 [default: 4096]
+    /// Thread cap for per-request: beyond it requests get 503 [default: 4096]
     #[arg(long, value_name = "N", help_heading = "Models")]
     pub max_threads: Option<usize>,
 

@@ -152,6 +152,12 @@ impl Client {
         }
     }
 
+    /// Answers its ready request with 503 and `Retry-After` (the model has
+    /// no thread for it); drive it on to send that.
+    pub fn refuse_busy(&mut self, p: &Pipeline) {
+        self.conn.refuse_ready(503, p);
+    }
+
     /// The deadline of the last [`Gated::Read`] or [`Gated::Write`] passed:
     /// `true` if there is a response to send (a 408): drive it again.
     pub fn timed_out(&mut self, p: &Pipeline) -> bool {

@@ -381,6 +381,23 @@ impl Connection {
         matches!(self.state, State::Head | State::Discard { .. } | State::Linger { .. })
     }
 
+    /// Answers the request announced by [`Want::Process`] with `status`
+    /// instead of running it — a model at its capacity: 503 with
+    /// `Retry-After` — and closes; drive it to send that.
+    pub fn refuse_ready(&mut self, status: u16, p: &Pipeline) {
+        let State::Ready(job) = std::mem::replace(&mut self.state, State::Head) else { return };
+        let log = job.plan.log.map(|log| LogRecord { status, ..log });
+        let reply = response::error_page(
+            &p.settings,
+            status,
+            h1::Version::Http11,
+            false,
+            job.plan.head_only,
+            &[("Retry-After", "1")],
+        );
+        self.respond(reply, log, 0, true, None, p);
+    }
+
     /// Whether it waits for a next request of which nothing has arrived.
     pub fn is_idle(&self) -> bool {
         matches!(self.state, State::Head) && self.start == self.end
