@@ -70,7 +70,7 @@ fn per_request_cap_answers_503() {
 /// others: the refused connections leave no thread or descriptor behind.
 #[test]
 fn per_request_recovers_after_many_refusals() {
-    let (root, scripts) = busy_root(6);
+    let (root, scripts) = busy_root(4);
     let srv = Server::start(BIN, "per-request", root.path(), &["--max-threads", "2", "--cgi-dir", &scripts]);
     let holders: Vec<Client> = (0..2)
         .map(|_| {
