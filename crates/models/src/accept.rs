@@ -58,7 +58,7 @@ pub fn run(
     }
 }
 
-fn is_transient(e: &io::Error) -> bool {
+pub(crate) fn is_transient(e: &io::Error) -> bool {
     use rustix::io::Errno;
     matches!(Errno::from_io_error(e), Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM))
 }

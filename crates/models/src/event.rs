@@ -62,7 +62,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pipeline::schedule::Schedule;
-use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
+use pipeline::{refuse_at_capacity, ConnInfo, Connection, IpSlot, Mode, Pipeline, Want};
 use rustix::io::Errno;
 use rustix::net::SocketFlags;
 use transport::deadlines::{self, Deadlines};
@@ -251,6 +251,8 @@ struct Conn {
     deadline: Instant,
     /// When this connection's live heap entry fires, if it has one.
     armed: Option<Instant>,
+    /// Its place under `--max-conns-per-ip`, freed when it closes.
+    _slot: Option<IpSlot>,
 }
 
 impl Conn {
@@ -507,6 +509,9 @@ impl Loop {
     }
 
     fn open(&mut self, stream: TcpStream, peer: SocketAddr, read_now: bool) {
+        let Ok(slot) = self.pipeline.admit(peer.ip()) else {
+            return refuse_at_capacity(stream, &self.pipeline, 429);
+        };
         let Ok(stream) = Stream::accepted(stream, self.pipeline.tls.as_ref()) else { return };
         let now = self.now;
         let mut conn = Connection::new(ConnInfo { peer }, now, &self.pipeline, self.mode);
@@ -525,6 +530,7 @@ impl Loop {
             writable: true,
             deadline: now,
             armed: None,
+            _slot: slot,
         };
         // Full slab: dropping the stream refuses the connection.
         let Some(token) = self.conns.insert(conn) else { return };

@@ -87,6 +87,31 @@ impl<T> Handoff<T> {
         item
     }
 
+    /// [`pop`](Self::pop), waiting at most `wait`: `Err(())` if nothing
+    /// came meanwhile (the queue is still open).
+    pub(crate) fn pop_within(&self, wait: std::time::Duration) -> Result<Option<T>, ()> {
+        let mut state = self.lock();
+        if !state.closed && state.items.is_empty() {
+            state.popping += 1;
+            state = self
+                .not_empty
+                .wait_timeout_while(state, wait, |s| !s.closed && s.items.is_empty())
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            state.popping -= 1;
+            if !state.closed && state.items.is_empty() {
+                return Err(());
+            }
+        }
+        let item = state.items.pop_front();
+        let wake = item.is_some() && state.pushing > 0;
+        drop(state);
+        if wake {
+            self.not_full.notify_one();
+        }
+        Ok(item)
+    }
+
     /// Refuses further items and wakes every waiter.
     pub(crate) fn close(&self) {
         self.lock().closed = true;
@@ -134,6 +159,16 @@ mod tests {
         });
         assert!(pushed.load(Ordering::SeqCst));
         assert_eq!(q.pop(), Some(2));
+    }
+
+    #[test]
+    fn pop_within_times_out_then_takes_then_ends() {
+        let q = Handoff::new(2);
+        assert_eq!(q.pop_within(std::time::Duration::from_millis(1)), Err(()));
+        q.push(7).unwrap();
+        assert_eq!(q.pop_within(std::time::Duration::from_millis(1)), Ok(Some(7)));
+        q.close();
+        assert_eq!(q.pop_within(std::time::Duration::from_millis(1)), Ok(None));
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub(crate) const ACCEPT_HINT: &str = "out of descriptors or memory: new connecti
 mod amped;
 mod board;
 mod event;
+mod gate;
 mod handoff;
 mod helpers;
 mod per_request;
@@ -58,7 +59,8 @@ pub struct Caps {
 pub struct Tuning {
     /// Worker threads (per process, where there are processes).
     pub threads: usize,
-    /// Connections that may wait between accept and a worker.
+    /// Connections with a whole request that may wait for a worker (the
+    /// gate → threads queue; per stage for `staged`).
     pub queue: usize,
     /// Event loops (one thread each) for the event-driven models.
     pub workers: usize,

@@ -11,16 +11,22 @@
 //! to fork, only a thread); a thread whose accept stayed quiet for a whole
 //! tick exits if more than `max-spare` are idle.
 //!
-//! Every thread of every process blocks in `accept()` on the shared socket
-//! (no per-process queue): Linux wakes one waiter per connection, so only
-//! idle threads ever take one and no process hoards connections it has no
-//! thread for. The master only replaces a process that died.
+//! Each process runs a gate (`gate.rs`) on the shared socket
+//! (`EPOLLEXCLUSIVE`: one process's gate woken per connection): it keeps
+//! connections until a whole request head has arrived and queues them for
+//! the process's threads, which give them back when they wait for the
+//! client again (idle keep-alive, a slow reader). The master only replaces
+//! a process that died.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::{self, Scope};
 
-use crate::process::{self, Accepted, Child, Scaling, STACK_SIZE};
+use pipeline::{Client, BLOCKING_TICK};
+
+use crate::gate::{Gate, Returns};
+use crate::handoff::Handoff;
+use crate::process::{self, Child, Scaling, STACK_SIZE};
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -43,7 +49,7 @@ fn scaling(t: &crate::Tuning) -> Scaling {
 
 /// One process's elastic thread pool.
 struct Pool {
-    /// Threads waiting in accept.
+    /// Threads waiting for a connection.
     idle: AtomicUsize,
     /// Threads alive.
     total: AtomicUsize,
@@ -52,12 +58,19 @@ struct Pool {
     max_threads: usize,
     min_idle: usize,
     max_idle: usize,
+    /// Connections with a whole request head, from the gate.
+    ready: Handoff<Client>,
+    returns: std::sync::Arc<Returns>,
 }
 
 fn child(c: &Child) {
     let t = &c.tuning;
     let max_threads = t.threads_per_child.min(t.max_clients / t.processes.max(1)).max(1);
     let min_idle = t.min_spare.clamp(1, max_threads);
+    let mut gate = match Gate::new() {
+        Ok(gate) => gate,
+        Err(e) => return c.pipeline.error_log.error(format_args!("perchild: no gate: {e}")),
+    };
     let pool = Pool {
         idle: AtomicUsize::new(0),
         total: AtomicUsize::new(0),
@@ -65,12 +78,17 @@ fn child(c: &Child) {
         max_threads,
         min_idle,
         max_idle: t.max_spare.max(min_idle),
+        ready: Handoff::new(t.queue),
+        returns: gate.returns(),
     };
     thread::scope(|s| {
         for _ in 0..min_idle {
             grow(s, c, &pool);
         }
+        c.gate(&mut gate, &|| true, |client| pool.ready.push(client).is_ok());
+        pool.ready.close();
     });
+    gate.finish(&c.pipeline);
 }
 
 /// Starts one more thread unless the pool is at its cap.
@@ -95,17 +113,19 @@ fn grow<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Po
 
 fn work<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Pool) {
     let me = c.worker(&format!("thread-{}", pool.started.fetch_add(1, Ordering::Relaxed)));
-    while !c.stop.is_triggered() {
-        match c.accept() {
-            Accepted::Conn(stream) => {
+    loop {
+        match pool.ready.pop_within(BLOCKING_TICK) {
+            Ok(Some(client)) => {
                 if pool.idle.fetch_sub(1, Ordering::AcqRel) - 1 < pool.min_idle {
                     grow(s, c, pool);
                 }
-                c.serve(stream, &me, None);
+                if let Some(client) = c.serve_ready(client, &me) {
+                    pool.returns.give_back(client);
+                }
                 pool.idle.fetch_add(1, Ordering::AcqRel);
             }
-            Accepted::Idle => {
-                // Shrink: leave if more than max_idle are idle (one at a time).
+            Err(()) => {
+                // A quiet tick. Shrink: leave if more than max_idle are idle (one at a time).
                 let shrink = |n: usize| (n > pool.max_idle).then(|| n - 1);
                 if pool.idle.fetch_update(Ordering::AcqRel, Ordering::Acquire, shrink).is_ok() {
                     pool.total.fetch_sub(1, Ordering::AcqRel);
@@ -113,7 +133,7 @@ fn work<'scope>(s: &'scope Scope<'scope, '_>, c: &'scope Child, pool: &'scope Po
                     return;
                 }
             }
-            Accepted::Closed => break,
+            Ok(None) => break,
         }
     }
     pool.idle.fetch_sub(1, Ordering::AcqRel);

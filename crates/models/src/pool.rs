@@ -1,24 +1,27 @@
 //! `pool` — the papers' TPW (thread pool worker): a fixed set of threads
-//! fed by one accept queue. The acceptor never blocks on a slow client; a
-//! connection waits in the queue until a thread is free and then owns that
-//! thread until it closes (keep-alive included), as in Apache's worker MPM
-//! without its event add-on.
+//! fed by one queue. The accepting thread is the gate (`gate.rs`): it
+//! keeps connections in its epoll set until a whole request head has
+//! arrived, then queues them for a thread, which serves requests while the
+//! client keeps up and gives the connection back to the gate when it waits
+//! for the client again (an idle keep-alive connection, a slow reader) —
+//! Apache's worker MPM with its event add-on, rather than a thread held by
+//! each connection until it closes.
 
 use std::io;
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
-use pipeline::serve_blocking_queued;
+use pipeline::{serve_ready, Client};
 
+use crate::gate::{Door, Gate};
 use crate::handoff::Handoff;
-use crate::{accept, Caps, ModelEnv, ModelInfo};
+use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "pool",
     paper_name: "TPW",
-    summary: "fixed thread pool fed by one accept queue (--threads, --queue)",
+    summary: "fixed thread pool fed whole requests by an epoll gate (--threads, --queue)",
     caps: Caps { forks: false, event_driven: false, staged: false, srpt_loop: false },
     run,
 };
@@ -29,38 +32,47 @@ const STACK_SIZE: usize = 256 << 10;
 
 fn run(env: ModelEnv) -> io::Result<()> {
     let ModelEnv { listener, pipeline, shutdown, tuning, .. } = env;
-    // Bounded: when every thread is busy and the queue is full, the
-    // acceptor blocks and further clients wait in the kernel's backlog.
-    let queue = Arc::new(Handoff::<(TcpStream, Instant)>::new(tuning.queue));
+    let mut gate = Gate::new()?;
+    // Bounded: when every thread is busy and the queue is full, the gate
+    // waits, and further clients wait in the kernel's backlog.
+    let queue = Arc::new(Handoff::<(Client, Instant)>::new(tuning.queue));
     let threads = tuning.threads.max(1);
     let waiting = pipeline.stats.queue("accept", threads);
     let mut workers = Vec::with_capacity(threads);
     for i in 0..threads {
         let (jobs, pipeline, shutdown) = (queue.clone(), pipeline.clone(), shutdown.clone());
-        let waiting = waiting.clone();
+        let (waiting, returns) = (waiting.clone(), gate.returns());
         let worker =
             thread::Builder::new().name(format!("pool-{i}")).stack_size(STACK_SIZE).spawn(move || {
                 let me = pipeline.stats.worker(format!("pool-{i}"));
-                while let Some((stream, queued)) = jobs.pop() {
-                    let waited = queued.elapsed();
-                    waiting.pop(waited);
+                while let Some((client, queued)) = jobs.pop() {
+                    waiting.pop(queued.elapsed());
                     me.busy();
-                    // The wait is the first request's `queue` phase.
-                    serve_blocking_queued(stream, &pipeline, &shutdown, waited);
+                    if let Some(client) = serve_ready(client, &pipeline, &shutdown) {
+                        returns.give_back(client);
+                    }
                     me.idle();
                 }
             })?;
         workers.push(worker);
     }
-    let result = accept::run(&listener, &shutdown, &pipeline, |stream| {
-        waiting.push();
-        queue.push((stream, Instant::now())).is_ok()
-    });
+    let result = gate.run(
+        &listener,
+        Door::OWN,
+        &shutdown,
+        &pipeline,
+        |client| {
+            waiting.push();
+            queue.push((client, Instant::now())).is_ok()
+        },
+        || true,
+    );
     // Refuse new connections at once; queued ones are still served.
     drop(listener);
     queue.close();
     for worker in workers {
         let _ = worker.join();
     }
+    gate.finish(&pipeline);
     result
 }

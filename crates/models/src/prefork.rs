@@ -50,7 +50,7 @@ fn child(c: &Child) {
     let me = c.worker("process");
     while !c.stop.is_triggered() {
         match c.accept() {
-            Accepted::Conn(stream) => c.serve(stream, &me, None),
+            Accepted::Conn(stream) => c.serve(stream, &me),
             Accepted::Idle => {
                 if c.retire_requested() {
                     return;

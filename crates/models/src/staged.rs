@@ -87,7 +87,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use pipeline::stats::{Phase, Worker};
-use pipeline::{ConnInfo, Connection, LogRecord, Mode, Pipeline, Request, Route, Want, BLOCKING_TICK};
+use pipeline::{
+    refuse_at_capacity, ConnInfo, Connection, IpSlot, LogRecord, Mode, Pipeline, Request, Route, Want,
+    BLOCKING_TICK,
+};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 use transport::Stream;
 
@@ -234,6 +237,8 @@ struct Conn {
     /// The socket is in the parking thread's epoll set (armed or not).
     registered: bool,
     live: Arc<Live>,
+    /// Its place under `--max-conns-per-ip`, freed when it closes.
+    _slot: Option<IpSlot>,
 }
 
 impl Drop for Conn {
@@ -654,6 +659,10 @@ fn run(env: ModelEnv) -> io::Result<()> {
     let result = accept::run(&listener, &shutdown, &shared.pipeline, |stream| {
         // Gone already, or cannot be made non-blocking: just close it.
         let Ok(peer) = stream.peer_addr() else { return true };
+        let Ok(slot) = shared.pipeline.admit(peer.ip()) else {
+            refuse_at_capacity(stream, &shared.pipeline, 429);
+            return true;
+        };
         if stream.set_nonblocking(true).is_err() {
             return true;
         }
@@ -661,7 +670,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
         let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline, Mode::HandOut);
         conn.defer_log();
         shared.live.opened();
-        let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone() });
+        let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone(), _slot: slot });
         // At the cap, accept nothing more until a connection closes; a stop
         // meanwhile ends accepting (`false`), as the stop pipe would.
         read_tx.send(c).is_ok() && shared.live.wait_for_room(&shutdown)

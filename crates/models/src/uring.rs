@@ -241,6 +241,8 @@ enum Shot {
 struct Conn {
     link: Link,
     conn: Connection,
+    /// Its address's place under `--max-conns-per-ip`, given back on drop.
+    _ip: Option<pipeline::IpSlot>,
     waits: Waits,
     deadline: Instant,
     armed: Option<Instant>,
@@ -536,6 +538,10 @@ impl Loop {
     }
 
     fn open(&mut self, stream: TcpStream, peer: SocketAddr) {
+        // --max-conns-per-ip: the address's place, held as long as the connection.
+        let Ok(slot) = self.pipeline.admit(peer.ip()) else {
+            return pipeline::refuse_at_capacity(stream, &self.pipeline, 429);
+        };
         let socket = RingSocket::new(stream);
         let fd = socket.fd();
         let link = match &self.pipeline.tls {
@@ -559,6 +565,7 @@ impl Loop {
             closing: false,
             sealed: true,
             polls: Vec::new(),
+            _ip: slot,
         };
         let Some(token) = self.conns.insert(conn) else { return };
         let slot = token as u32;

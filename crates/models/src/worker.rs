@@ -12,24 +12,25 @@
 //! stops accepting, lets its threads finish their requests (keep-alive
 //! connections close at the next request boundary) and exits.
 //!
-//! Inside a child, one thread accepts and hands connections to the workers
-//! through a bounded queue. It accepts only after reserving an idle worker
-//! (Apache's `ap_queue_info_wait_for_idler`): a child whose threads are all
-//! busy leaves new connections in the kernel's backlog for a child that has
-//! a free thread, instead of queueing them behind a keep-alive connection.
-//! That hand-off queue is measured as the queue `handoff` (length, waits)
-//! and its wait is the request's `queue` phase, as for `pool`.
+//! Inside a child, one thread is the gate (`gate.rs`): it accepts on the
+//! shared listener (`EPOLLEXCLUSIVE`: one child's gate woken per
+//! connection), keeps connections in its epoll set until a whole request
+//! head has arrived, and queues them for the child's workers, which give
+//! them back when they wait for the client again (idle keep-alive, a slow
+//! reader) — Apache's event MPM, whose children are worker's plus such a
+//! listener. The queue is measured as `handoff` (length, waits) and its
+//! wait is the request's `queue` phase, as for `pool`.
 
 use std::io;
-use std::net::TcpStream;
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use pipeline::BLOCKING_TICK;
+use pipeline::Client;
 
+use crate::gate::Gate;
 use crate::handoff::Handoff;
-use crate::process::{self, Accepted, Child, Scaling, STACK_SIZE};
+use crate::process::{self, Child, Scaling, STACK_SIZE};
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -57,26 +58,37 @@ fn scaling(t: &crate::Tuning) -> Scaling {
     }
 }
 
-/// One process: `threads_per_child` workers and this thread accepting.
+/// One process: `threads_per_child` workers and this thread as the gate.
 fn child(c: &Child) {
     let per_child = c.tuning.threads_per_child.max(1);
-    let idlers = Idlers::default();
-    let queue = Handoff::<(TcpStream, Instant)>::new(per_child);
+    let mut gate = match Gate::new() {
+        Ok(gate) => gate,
+        Err(e) => return c.pipeline.error_log.error(format_args!("worker: no gate: {e}")),
+    };
+    let queue = Handoff::<(Client, Instant)>::new(c.tuning.queue);
     let waiting = c.pipeline.stats.queue("handoff", per_child);
+    // Threads not promised a request: while there is none, the gate
+    // accepts nothing, and new connections go to a child that has one
+    // (Apache's `ap_queue_info_wait_for_idler`). Its own clients' next
+    // requests still queue here.
+    let free = AtomicIsize::new(0);
     thread::scope(|s| {
         for i in 0..per_child {
-            let (jobs, idlers, waiting) = (&queue, &idlers, &waiting);
+            let (jobs, waiting, returns, free) = (&queue, &waiting, gate.returns(), &free);
             let worker = thread::Builder::new().name(format!("worker-{i}")).stack_size(STACK_SIZE);
             let spawned = worker.spawn_scoped(s, move || {
                 let me = c.worker(&format!("worker-{i}"));
                 c.idle_workers(1);
-                idlers.release();
-                while let Some((stream, queued)) = jobs.pop() {
-                    let waited = queued.elapsed();
-                    waiting.pop(waited);
-                    // The wait is the first request's `queue` phase.
-                    c.serve(stream, &me, Some(waited));
-                    idlers.release();
+                free.fetch_add(1, Ordering::AcqRel);
+                returns.nudge();
+                while let Some((client, queued)) = jobs.pop() {
+                    waiting.pop(queued.elapsed());
+                    if let Some(client) = c.serve_ready(client, &me) {
+                        returns.give_back(client);
+                    }
+                    if free.fetch_add(1, Ordering::AcqRel) == 0 {
+                        returns.nudge();
+                    }
                 }
                 c.idle_workers(-1);
             });
@@ -84,56 +96,18 @@ fn child(c: &Child) {
                 c.pipeline.error_log.error(format_args!("worker: cannot start a thread: {e}"));
             }
         }
-        while !c.stop.is_triggered() {
-            if !idlers.reserve(BLOCKING_TICK) {
-                continue;
+        let room = || free.load(Ordering::Acquire) > 0;
+        c.gate(&mut gate, &room, |client| {
+            free.fetch_sub(1, Ordering::AcqRel);
+            waiting.push();
+            let queued = queue.push((client, Instant::now())).is_ok();
+            if !queued {
+                waiting.unpush();
             }
-            match c.accept() {
-                Accepted::Conn(stream) => {
-                    waiting.push();
-                    if queue.push((stream, Instant::now())).is_err() {
-                        waiting.unpush();
-                        break;
-                    }
-                }
-                Accepted::Idle => {
-                    idlers.release();
-                    if c.retire_requested() {
-                        break;
-                    }
-                }
-                Accepted::Closed => break,
-            }
-        }
+            queued
+        });
         // Workers drain what is queued, finish, and the scope joins them.
         queue.close();
     });
-}
-
-/// Workers free to take a connection, minus those already promised one.
-#[derive(Default)]
-struct Idlers {
-    free: Mutex<usize>,
-    freed: Condvar,
-}
-
-impl Idlers {
-    /// One more worker is waiting for a connection.
-    fn release(&self) {
-        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.freed.notify_one();
-    }
-
-    /// Promises the next connection to an idle worker, waiting up to `wait`
-    /// for one; false if none became free.
-    fn reserve(&self, wait: Duration) -> bool {
-        let free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut free, _) =
-            self.freed.wait_timeout_while(free, wait, |n| *n == 0).unwrap_or_else(|e| e.into_inner());
-        if *free == 0 {
-            return false;
-        }
-        *free -= 1;
-        true
-    }
+    gate.finish(&c.pipeline);
 }

@@ -115,11 +115,28 @@ struct CgiRun {
     close_after: bool,
     deadline: Instant,
     timeout: Duration,
+    /// When the request body began to be passed on, and its bytes received
+    /// so far (with those that came with the head), for `--min-rate`.
+    body_started: Instant,
+    body_received: u64,
 }
 
 impl CgiRun {
+    /// When the body still to come falls below `--min-rate`, if it does.
+    fn body_due(&self, p: &Pipeline) -> Option<Instant> {
+        if self.body_remaining == 0 || self.sp.process.stdin.is_none() {
+            return None;
+        }
+        p.settings.rate_deadline(self.body_started, self.body_received)
+    }
+
+    fn body_overdue(&self, p: &Pipeline, now: Instant) -> bool {
+        self.body_due(p).is_some_and(|due| due <= now)
+    }
+
     fn new(sp: Box<Spawned>, body: BodyStart, p: &Pipeline) -> CgiRun {
         let BodyStart { keep_alive, buffered, remaining, expect_continue } = body;
+        let body_received = buffered.len() as u64;
         let timeout = p.settings.cgi.as_ref().map_or(Duration::from_secs(60), |c| c.timeout);
         let mut out = Vec::new();
         if expect_continue && remaining > 0 {
@@ -146,6 +163,8 @@ impl CgiRun {
             close_after: false,
             deadline: Instant::now() + timeout,
             timeout,
+            body_started: Instant::now(),
+            body_received,
         }
     }
 
@@ -256,7 +275,13 @@ impl CgiRun {
         } else if now >= self.deadline {
             return Streamed::TimedOut;
         }
-        Streamed::Wait(self.deadline)
+        match self.body_due(p) {
+            // A body trickling in keeps the script "progressing" forever:
+            // --min-rate bounds it (the stop answers 408).
+            Some(due) if due <= now => Streamed::TimedOut,
+            Some(due) => Streamed::Wait(due.min(self.deadline)),
+            None => Streamed::Wait(self.deadline),
+        }
     }
 
     /// Body to the script: buffered bytes first, then more from the socket
@@ -296,17 +321,32 @@ impl CgiRun {
         let want = self.body_remaining.min(IN_CHUNK as u64) as usize;
         self.stdin_buf.resize(want, 0);
         match sock.read_now(&mut self.stdin_buf[..]) {
-            Ok(0) => Err(()),
+            Ok(0) => {
+                self.client_left();
+                Err(())
+            }
             Ok(n) => {
                 self.stdin_buf.truncate(n);
                 self.body_remaining -= n as u64;
+                self.body_received += n as u64;
                 Ok(true)
             }
             Err(e) if not_now(&e) => {
                 self.stdin_buf.clear();
                 Ok(progress)
             }
-            Err(_) => Err(()),
+            Err(_) => {
+                self.client_left();
+                Err(())
+            }
+        }
+    }
+
+    /// The client went away in the middle of the body: if nothing was
+    /// sent, the log says so with nginx's 499, not the 200 a script never gave.
+    fn client_left(&mut self) {
+        if !self.started {
+            self.status = crate::conn::CLIENT_CLOSED;
         }
     }
 
@@ -573,10 +613,20 @@ impl Responder for CgiRun {
 
     /// --cgi-timeout: the script made no progress; its whole process
     /// group goes (bad-input K12).
-    fn stop(&mut self, p: &Pipeline) -> bool {
+    fn stop(&mut self, p: &Pipeline) -> Option<u16> {
         self.sp.process.kill();
-        p.error_log.error(format_args!("cgi {}: timed out; killed", self.sp.process.name));
-        !self.started
+        let status = if self.body_overdue(p, Instant::now()) {
+            // The client's fault, not the script's: a 408, as for a slow head.
+            p.error_log.info(format_args!(
+                "cgi {}: request body slower than --min-rate ({} bytes/s); script stopped",
+                self.sp.process.name, p.settings.min_rate
+            ));
+            408
+        } else {
+            p.error_log.error(format_args!("cgi {}: timed out; killed", self.sp.process.name));
+            504
+        };
+        (!self.started).then_some(status)
     }
 
     fn status(&self) -> u16 {

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod accesslog;
+mod admission;
 mod cache;
 pub mod cache_control;
 pub mod cgi;
@@ -43,11 +44,12 @@ pub mod stats;
 mod watch;
 
 pub use accesslog::{AccessLog, LogRecord};
+pub use admission::{refuse_at_capacity, ConnsPerIp, IpSlot, OverCap};
 pub use cache::Cache;
 pub use cgi::{CgiSettings, Program, Scripts};
 pub use conn::{
-    refuse_overloaded, serve_blocking, serve_blocking_queued, ConnInfo, Connection, Mode, Request, Waiting,
-    Want, BLOCKING_TICK,
+    serve_blocking, serve_ready, Client, ConnInfo, Connection, Gated, Mode, Request, Waiting, Want,
+    BLOCKING_TICK, WRITE_PATIENCE,
 };
 pub use errorlog::ErrorLog;
 pub use reply::Reply;
@@ -102,6 +104,9 @@ pub struct Pipeline {
     pub stats: Arc<Stats>,
     /// The certificates and settings of a server that speaks TLS.
     pub tls: Option<transport::tls::ServerTls>,
+    /// Open connections per client address (`--max-conns-per-ip`), shared
+    /// by every process of the server.
+    per_ip: Option<ConnsPerIp>,
 }
 
 impl Pipeline {
@@ -114,6 +119,12 @@ impl Pipeline {
     ) -> Pipeline {
         let cache = Cache::new(settings.cache_size, settings.max_cached_file);
         let stats = Arc::default();
+        let per_ip = (settings.max_conns_per_ip > 0).then(|| ConnsPerIp::new(settings.max_conns_per_ip));
+        let per_ip = per_ip.and_then(|table| {
+            table
+                .map_err(|e| error_log.error(format_args!("--max-conns-per-ip: no table ({e}); no cap")))
+                .ok()
+        });
         Pipeline {
             settings,
             site,
@@ -123,6 +134,7 @@ impl Pipeline {
             cgi_runtime: Arc::default(),
             stats,
             tls: None,
+            per_ip,
         }
     }
 

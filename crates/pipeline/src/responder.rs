@@ -75,9 +75,11 @@ pub(crate) trait Responder: fmt::Debug + Send {
     /// report: for pollers that register descriptors once.
     fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)>;
 
-    /// Its deadline passed: stop it for good. `true` if nothing was sent,
-    /// so an error page can still answer the request.
-    fn stop(&mut self, p: &Pipeline) -> bool;
+    /// Its deadline passed: stop it for good. The status of the error page
+    /// that can still answer the request if nothing was sent (504 for a
+    /// handler too slow, 408 for a client whose body came too slowly);
+    /// `None` once output began, when only a close can tell the client.
+    fn stop(&mut self, p: &Pipeline) -> Option<u16>;
 
     /// The status sent (or to be sent), for the log.
     fn status(&self) -> u16;

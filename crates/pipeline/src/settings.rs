@@ -46,6 +46,30 @@ pub struct Settings {
     pub tls_handshake_timeout: Duration,
     /// `Strict-Transport-Security` on every response (`--hsts`; only over TLS).
     pub hsts: Option<Box<str>>,
+    /// Most open connections from one client address (`--max-conns-per-ip`;
+    /// 0: no cap); 429 beyond, as the director answers.
+    pub max_conns_per_ip: usize,
+    /// The slowest a client may send a head or body, or take a response,
+    /// once `min_rate_grace` has passed (`--min-rate`, bytes per second;
+    /// 0: no floor): mod_reqtimeout's `MinRate`, nginx's `send_timeout`
+    /// per write, as one rule for all three.
+    pub min_rate: u64,
+    /// How long a head, body or response may take before `min_rate` applies.
+    pub min_rate_grace: Duration,
+}
+
+impl Settings {
+    /// When a transfer that began at `start` and has moved `bytes` so far
+    /// falls below `--min-rate`: `start + grace + bytes / rate` (mod_reqtimeout
+    /// extends its timeout by a second per `MinRate` bytes the same way);
+    /// `None` without a floor.
+    pub fn rate_deadline(&self, start: std::time::Instant, bytes: u64) -> Option<std::time::Instant> {
+        if self.min_rate == 0 {
+            return None;
+        }
+        let earned = Duration::from_secs_f64(bytes as f64 / self.min_rate as f64);
+        Some(start + self.min_rate_grace + earned.min(Duration::from_secs(365 * 24 * 3600)))
+    }
 }
 
 impl Default for Settings {
@@ -71,6 +95,9 @@ impl Default for Settings {
             error_pages: crate::error_pages::ErrorPages::default(),
             tls_handshake_timeout: Duration::from_secs(10),
             hsts: None,
+            max_conns_per_ip: 0,
+            min_rate: 0,
+            min_rate_grace: Duration::from_secs(10),
         }
     }
 }

@@ -142,7 +142,7 @@ pub struct ServeOptions {
     #[arg(short, long, env = "MODUS_THREADS", value_name = "N", help_heading = "Models")]
     pub threads: Option<usize>,
 
-    /// Accepted connections that may wait for a worker [default: 1024]
+    /// Connections with a whole request that may wait for a worker [default: 1024]
     #[arg(long, value_name = "N", help_heading = "Models")]
     pub queue: Option<usize>,
 
@@ -150,7 +150,7 @@ pub struct ServeOptions {
     #[arg(short, long, env = "MODUS_WORKERS", value_name = "N", help_heading = "Models")]
     pub workers: Option<usize>,
 
-    /// Thread cap for per-request: beyond it connections get 503 [default: 4096]
+    /// Thread cap for per-request: beyond it requests get 503 [default: 4096]
     #[arg(long, value_name = "N", help_heading = "Models")]
     pub max_threads: Option<usize>,
 
@@ -270,6 +270,20 @@ pub struct ServeOptions {
     /// A response write making no progress this long ends the connection [default: 60s]
     #[arg(long, value_name = "DURATION", help_heading = "Limits and timeouts")]
     pub send_timeout: Option<Dur>,
+
+    /// Most open connections from one client address; 429 beyond (0: no cap) [default: 0]
+    #[arg(long, value_name = "N", help_heading = "Limits and timeouts")]
+    pub max_conns_per_ip: Option<usize>,
+
+    /// The slowest a client may send a request head or body, or read a
+    /// response, once --min-rate-grace has passed: cut below it (408 if
+    /// nothing was answered yet) (0: no floor) [default: 0]
+    #[arg(long, value_name = "BYTES/S", help_heading = "Limits and timeouts")]
+    pub min_rate: Option<Size>,
+
+    /// How long a head, body or response may take before --min-rate applies [default: 10s]
+    #[arg(long, value_name = "DURATION", help_heading = "Limits and timeouts")]
+    pub min_rate_grace: Option<Dur>,
 
     /// On SIGTERM/SIGINT, time given to in-flight requests [default: 10s]
     #[arg(long, value_name = "DURATION", help_heading = "Limits and timeouts")]
@@ -453,6 +467,9 @@ impl ServeOptions {
             keepalive_timeout: Some(Dur(d.keepalive_timeout)),
             header_timeout: Some(Dur(d.header_timeout)),
             send_timeout: Some(Dur(d.send_timeout)),
+            max_conns_per_ip: Some(d.max_conns_per_ip),
+            min_rate: Some(Size(d.min_rate)),
+            min_rate_grace: Some(Dur(d.min_rate_grace)),
             shutdown_timeout: Some(Dur(t.shutdown_timeout)),
             max_keepalive_requests: Some(d.max_keepalive_requests),
             max_request_line: Some(d.limits.max_request_line),
@@ -539,6 +556,9 @@ impl ServeOptions {
             keepalive_timeout: self.keepalive_timeout.map_or(d.keepalive_timeout, |t| t.0),
             header_timeout: self.header_timeout.map_or(d.header_timeout, |t| t.0),
             send_timeout: self.send_timeout.map_or(d.send_timeout, |t| t.0),
+            max_conns_per_ip: self.max_conns_per_ip.unwrap_or(d.max_conns_per_ip),
+            min_rate: self.min_rate.map_or(d.min_rate, |s| s.0),
+            min_rate_grace: self.min_rate_grace.map_or(d.min_rate_grace, |t| t.0),
             max_keepalive_requests: self.max_keepalive_requests.unwrap_or(d.max_keepalive_requests),
             cache_size: self.cache_size.map_or(d.cache_size, |s| s.0),
             max_cached_file: self.max_cached_file.map_or(d.max_cached_file, |s| s.0),

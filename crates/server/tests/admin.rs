@@ -98,7 +98,9 @@ fn json_counts_after_known_requests(model: &str) {
     assert_eq!(v["connections"]["keepalive"], 1, "{v:#}");
     assert!(v["queues"].is_object());
     let (busy, idle) = (v["workers"]["busy"].as_u64().unwrap(), v["workers"]["idle"].as_u64().unwrap());
-    assert!(busy + idle >= 1, "{v:#}");
+    // per-request's threads end when their client goes quiet: an idle
+    // keep-alive connection waits in the gate with none.
+    assert!(busy + idle >= 1 || model == "per-request", "{v:#}");
     assert!(v["workers"]["scoreboard"].as_array().unwrap().len() as u64 == busy + idle);
 }
 
@@ -427,7 +429,9 @@ fn continue_probe_records_one_script_start(model: &str, queued: u64) {
 
 #[test]
 fn continue_probe_records_one_script_start_inline() {
-    continue_probe_records_one_script_start("per-request", 0);
+    // The request waited for its thread after the gate read its head: one
+    // queue sample, as for a helper thread.
+    continue_probe_records_one_script_start("per-request", 1);
 }
 
 #[test]

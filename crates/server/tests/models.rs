@@ -22,15 +22,29 @@ fn every_registered_model_runs_the_conformance_suite() {
     }
 }
 
-/// `per-request` refuses connections beyond `--max-threads` with a 503
+/// A docroot whose `/cgi-bin/busy` keeps its thread for `secs` seconds (an
+/// idle keep-alive connection holds no thread: it waits in the gate), and
+/// the flag that serves it.
+fn busy_root(secs: u32) -> (Docroot, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Docroot::standard();
+    let script = format!("#!/bin/sh\nsleep {secs}\nprintf 'Content-Type: text/plain\\n\\ndone\\n'\n");
+    root.file("scripts/busy", script);
+    std::fs::set_permissions(root.join("scripts/busy"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.join("scripts").to_str().unwrap().to_string();
+    (root, dir)
+}
+
+/// `per-request` answers a request beyond `--max-threads` with a 503
 /// instead of starting more threads.
 #[test]
 fn per_request_cap_answers_503() {
-    let root = Docroot::standard();
-    let srv = Server::start(BIN, "per-request", root.path(), &["--max-threads", "1"]);
-    // The first client holds the only thread: keep-alive keeps it open.
+    let (root, scripts) = busy_root(3);
+    let srv = Server::start(BIN, "per-request", root.path(), &["--max-threads", "1", "--cgi-dir", &scripts]);
+    // The first client's script holds the only thread.
     let mut first = srv.client();
-    first.request("GET", "/hello.txt", &[]).assert_status(200);
+    first.send("GET /cgi-bin/busy HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(300));
     let mut second = srv.client();
     second.send("GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
     let refused = second.read_response("GET");
@@ -38,8 +52,8 @@ fn per_request_cap_answers_503() {
     assert_eq!(refused.header("Retry-After"), Some("1"));
     assert!(refused.connection_has("close"));
     assert!(second.is_closed());
-    // Once the first client leaves, its thread ends and service resumes.
-    drop(first);
+    // Once the script is done, its thread ends and service resumes.
+    first.read_response("GET").assert_status(200);
     let mut served = None;
     for _ in 0..100 {
         let r = srv.client().request("GET", "/hello.txt", &[]);
@@ -49,28 +63,31 @@ fn per_request_cap_answers_503() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(served.is_some(), "the thread of a closed connection was never released");
+    assert!(served.is_some(), "the thread of a finished request was never released");
 }
 
 /// A client is served once per request even when the model had to refuse
 /// others: the refused connections leave no thread or descriptor behind.
 #[test]
 fn per_request_recovers_after_many_refusals() {
-    let root = Docroot::standard();
-    let srv = Server::start(BIN, "per-request", root.path(), &["--max-threads", "2"]);
+    let (root, scripts) = busy_root(4);
+    let srv = Server::start(BIN, "per-request", root.path(), &["--max-threads", "2", "--cgi-dir", &scripts]);
     let holders: Vec<Client> = (0..2)
         .map(|_| {
             let mut c = srv.client();
-            c.request("GET", "/hello.txt", &[]).assert_status(200);
+            c.send("GET /cgi-bin/busy HTTP/1.1\r\nHost: x\r\n\r\n");
             c
         })
         .collect();
+    std::thread::sleep(Duration::from_millis(300));
     for _ in 0..50 {
         let mut c = srv.client();
         c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         c.read_response("GET").assert_status(503);
     }
-    drop(holders);
+    for mut c in holders {
+        c.read_response("GET").assert_status(200);
+    }
     let ok = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(20));
         srv.client().request("GET", "/hello.txt", &[]).status == 200

@@ -133,6 +133,24 @@ impl Client {
         Ok(Client { stream: ClientStream::over(stream)?, buf: Vec::new(), eof: false })
     }
 
+    /// Connects to `addr` from the loopback address `from` (127.0.0.x: a
+    /// client of its own as far as a per-address cap is concerned).
+    pub fn connect_from(addr: SocketAddr, from: std::net::Ipv4Addr) -> Client {
+        use rustix::net::{AddressFamily, SocketType};
+        let connected = (|| -> io::Result<TcpStream> {
+            let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None)?;
+            rustix::net::bind(&fd, &SocketAddr::from((from, 0)))?;
+            rustix::net::connect(&fd, &addr)?;
+            Ok(TcpStream::from(fd))
+        })();
+        let stream = connected.unwrap_or_else(|e| panic!("connect to {addr} from {from}: {e}"));
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let stream = ClientStream::over(stream).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        Client { stream, buf: Vec::new(), eof: false }
+    }
+
     /// The underlying stream (e.g. to change its timeouts).
     pub fn stream(&self) -> &TcpStream {
         self.stream.tcp()

@@ -2,6 +2,8 @@
 //! reports, statistics published for the admin child), accept and retire.
 
 use super::*;
+use crate::gate::{Door, Gate};
+use pipeline::{refuse_at_capacity, Client};
 
 /// Bytes per report message (well under `PIPE_BUF`, so writes are atomic).
 pub(super) const REPORT_LEN: usize = 16;
@@ -195,23 +197,61 @@ impl Child {
     }
 
     /// Serves one connection to its end, counted busy meanwhile (for the
-    /// master and on the scoreboard line `me`). A panic in the request path
-    /// is contained to the connection: the thread (or process) goes on
-    /// serving.
-    pub fn serve(&self, stream: TcpStream, me: &Worker, queued: Option<Duration>) {
+    /// master and on the scoreboard line `me`) — unless its address is over
+    /// `--max-conns-per-ip`, counted over every child: then a 429. A panic
+    /// in the request path is contained to the connection: the process
+    /// goes on serving.
+    pub fn serve(&self, stream: TcpStream, me: &Worker) {
+        let Ok(peer) = stream.peer_addr() else { return };
+        let Ok(_slot) = self.pipeline.admit(peer.ip()) else {
+            return refuse_at_capacity(stream, &self.pipeline, 429);
+        };
         self.status.idle.fetch_sub(1, Ordering::Relaxed);
         self.status.busy.fetch_add(1, Ordering::Relaxed);
         me.busy();
-        let served = catch_unwind(AssertUnwindSafe(|| match queued {
-            Some(waited) => serve_blocking_queued(stream, &self.pipeline, &self.stop, waited),
-            None => serve_blocking(stream, &self.pipeline, &self.stop),
-        }));
+        let served = catch_unwind(AssertUnwindSafe(|| serve_blocking(stream, &self.pipeline, &self.stop)));
         if served.is_err() {
             self.pipeline.error_log.error(format_args!("a connection handler panicked; connection dropped"));
         }
         me.idle();
         self.status.busy.fetch_sub(1, Ordering::Relaxed);
         self.status.idle.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs this child's gate (`gate.rs`) on the shared listener until
+    /// the child stops or retires: connections reach `dispatch` with a
+    /// whole request head. A retirement is taken only after a quiet wait.
+    /// `room` says whether to accept now (see `gate::Door`).
+    pub(crate) fn gate(
+        &self,
+        gate: &mut Gate,
+        room: &dyn Fn() -> bool,
+        dispatch: impl FnMut(Client) -> bool,
+    ) {
+        let quiet = || !self.retire_requested();
+        let door = Door { shared: true, room };
+        if let Err(e) = gate.run(&self.listener, door, &self.stop, &self.pipeline, dispatch, quiet) {
+            self.pipeline.error_log.error(format_args!("gate: {e}"));
+        }
+    }
+
+    /// Serves a client whose request head is complete, counted busy
+    /// meanwhile, as [`serve`](Self::serve); gives it back when it waits
+    /// for the client again, `None` once it is closed (or its handler panicked).
+    pub fn serve_ready(&self, client: Client, me: &Worker) -> Option<Client> {
+        self.status.idle.fetch_sub(1, Ordering::Relaxed);
+        self.status.busy.fetch_add(1, Ordering::Relaxed);
+        me.busy();
+        let served =
+            catch_unwind(AssertUnwindSafe(|| pipeline::serve_ready(client, &self.pipeline, &self.stop)));
+        let back = served.unwrap_or_else(|_| {
+            self.pipeline.error_log.error(format_args!("a connection handler panicked; connection dropped"));
+            None
+        });
+        me.idle();
+        self.status.busy.fetch_sub(1, Ordering::Relaxed);
+        self.status.idle.fetch_add(1, Ordering::Relaxed);
+        back
     }
 
     /// A scoreboard line for a worker of this child, named `pid/name`.

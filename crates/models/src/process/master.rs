@@ -252,8 +252,9 @@ impl Master {
 
     /// Reaps every child that has exited, without blocking.
     pub(super) fn reap(&mut self) {
-        // A retiring child reports that it leaves just before it exits: read
-        // that first, or its exit would pass for an unexpected one.
+        // A retiring child says so just before it exits, but the SIGCHLD
+        // may wake us before the tick reads the reports: read them first,
+        // or its retirement would be logged as a crash.
         self.read_reports();
         loop {
             match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {

@@ -132,7 +132,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use pipeline::stats::Worker;
-use pipeline::{serve_blocking, serve_blocking_queued, Pipeline, BLOCKING_TICK};
+use pipeline::{serve_blocking, Pipeline, BLOCKING_TICK};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::pipe::{pipe_with, PipeFlags};

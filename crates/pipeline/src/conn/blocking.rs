@@ -1,7 +1,7 @@
 //! The loop a blocking thread runs around a connection: the only code in
 //! the connection that waits.
 
-use std::net::{Shutdown as Direction, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -9,10 +9,9 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use transport::poller::Interest;
 use transport::Shutdown;
 
-use super::respond::first_line;
 use super::*;
-use crate::response;
-use crate::{LogRecord, Pipeline};
+use crate::admission::IpSlot;
+use crate::Pipeline;
 
 impl Connection {
     /// For blocking threads after [`Want::Pipes`]: waits until the socket
@@ -56,28 +55,9 @@ pub const BLOCKING_TICK: Duration = Duration::from_millis(250);
 /// into periodic checks of the connection's deadlines and of `stop`, at no
 /// cost while data flows.
 pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
-    serve_blocking_from(stream, p, stop, None);
-}
-
-/// [`serve_blocking`] for a connection that waited `queued` in the model's
-/// handoff queue since it was accepted: the wait counts in its first
-/// request (queue phase, total).
-pub fn serve_blocking_queued(stream: TcpStream, p: &Pipeline, stop: &Shutdown, queued: Duration) {
-    serve_blocking_from(stream, p, stop, Some(queued));
-}
-
-pub(super) fn serve_blocking_from(
-    stream: TcpStream,
-    p: &Pipeline,
-    stop: &Shutdown,
-    queued: Option<Duration>,
-) {
     let Ok(peer) = stream.peer_addr() else { return };
     let Ok(stream) = transport::Stream::accepted(stream, p.tls.as_ref()) else { return };
     let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::Inline);
-    if let Some(queued) = queued {
-        conn.queued_before(queued);
-    }
     loop {
         let deadline = match conn.drive(&stream, p, stop.is_triggered()) {
             Want::Close => return,
@@ -96,41 +76,149 @@ pub(super) fn serve_blocking_from(
     }
 }
 
-/// Turns a connection away because the server is at capacity: a `503`
-/// with `Retry-After`, written without blocking and without a thread, then
-/// closed. Whatever request bytes already arrived are drained first, so
-/// the close does not become a reset that destroys the response.
-///
-/// Over TLS the connection is only closed: a 503 would cost a handshake,
-/// the work the server has no room for (the client sees the close at once,
-/// rather than a wait in the backlog).
-pub fn refuse_overloaded(stream: TcpStream, p: &Pipeline) {
-    if p.tls.is_some() {
-        return;
+/// How long a thread waits for a client to take more of a response
+/// before it hands the connection to the gate ([`Client`]) to finish the
+/// write: long enough for a reader on a healthy link to drain a socket
+/// buffer, short enough that slow readers cannot collect the threads.
+pub const WRITE_PATIENCE: Duration = Duration::from_millis(20);
+
+/// How long a thread waits for a keep-alive client's next request before
+/// it gives the connection back to the gate.
+pub const KEEPALIVE_PATIENCE: Duration = Duration::from_millis(2);
+
+/// A client connection of a *gated* blocking model: its request heads are
+/// read by a gate (an epoll loop on the accepting side, non-blocking, no
+/// thread per connection), and a thread takes it only once a whole head
+/// has arrived ([`serve_ready`]), giving it back when it waits for the
+/// client again — for its next head (idle keep-alive), the rest of a body
+/// it drops, or a slow reader's window. So a client that sends slowly, or
+/// not at all, holds no thread: Apache's event MPM keeps idle keep-alive
+/// connections off its workers the same way.
+#[derive(Debug)]
+pub struct Client {
+    stream: transport::Stream,
+    conn: Connection,
+    /// When a head was last found complete: its wait for a thread begins.
+    ready_since: Option<Instant>,
+    /// Its place under `--max-conns-per-ip`, freed when the client goes.
+    _slot: Option<IpSlot>,
+}
+
+/// What a gated client waits for ([`Client::drive_head`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gated {
+    /// A whole head arrived: give the client to a thread ([`serve_ready`]).
+    Ready,
+    /// Drive again when readable, or call [`Client::timed_out`] at the deadline.
+    Read(Instant),
+    /// Drive again when writable, or call [`Client::timed_out`] at the deadline.
+    Write(Instant),
+    /// Drop it.
+    Close,
+}
+
+impl Client {
+    /// A connection just accepted, in the count of its address (`slot`):
+    /// its head deadline starts now, not when a thread takes it. `None` if
+    /// the socket is already gone or cannot be made non-blocking.
+    pub fn accepted(stream: TcpStream, p: &Pipeline, slot: Option<IpSlot>) -> Option<Client> {
+        let peer = stream.peer_addr().ok()?;
+        stream.set_nonblocking(true).ok()?;
+        let stream = transport::Stream::accepted(stream, p.tls.as_ref()).ok()?;
+        let conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::HandOut);
+        Some(Client { stream, conn, ready_since: None, _slot: slot })
     }
-    let Ok(peer) = stream.peer_addr() else { return };
-    if stream.set_nonblocking(true).is_err() {
-        return;
+
+    /// The socket, for the gate's poller.
+    pub fn socket(&self) -> &TcpStream {
+        self.stream.tcp()
     }
-    let mut drain = [0u8; 4096];
-    let mut first = Vec::new();
-    while let Ok(n @ 1..) = stream.read_now(&mut drain) {
-        if first.is_empty() {
-            first.extend_from_slice(&drain[..n]);
+
+    /// Reads and parses (answering errors, sending what a thread left
+    /// unsent, dropping unwanted bodies), without ever running a request:
+    /// stops at [`Gated::Ready`] once one is parsed.
+    pub fn drive_head(&mut self, p: &Pipeline, stopping: bool) -> Gated {
+        self.conn.set_mode(Mode::HandOut);
+        match self.conn.drive(&self.stream, p, stopping) {
+            Want::Process => {
+                self.ready_since = Some(Instant::now());
+                Gated::Ready
+            }
+            Want::Read(deadline) => Gated::Read(deadline),
+            Want::Write(deadline) => Gated::Write(deadline),
+            Want::Close => Gated::Close,
+            // Only a running request streams or yields, and none runs here.
+            Want::Pipes(_) | Want::Again => Gated::Close,
         }
     }
-    let mut reply =
-        response::error_page(&p.settings, 503, h1::Version::Http11, false, false, &[("Retry-After", "1")]);
-    let _ = stream.send(&mut reply.out, u64::MAX);
-    let _ = stream.shutdown(Direction::Write);
-    if p.access_log.is_enabled() {
-        p.access_log.record(&LogRecord {
-            peer: peer.ip(),
-            request_line: first_line(&first),
-            status: 503,
-            body_bytes: reply.out.bytes_sent().saturating_sub(reply.head_len),
-            referer: None,
-            user_agent: None,
-        });
+
+    /// Answers its ready request with 503 and `Retry-After` (the model has
+    /// no thread for it); drive it on to send that.
+    pub fn refuse_busy(&mut self, p: &Pipeline) {
+        self.conn.refuse_ready(503, p);
     }
+
+    /// The deadline of the last [`Gated::Read`] or [`Gated::Write`] passed:
+    /// `true` if there is a response to send (a 408): drive it again.
+    pub fn timed_out(&mut self, p: &Pipeline) -> bool {
+        self.conn.timed_out(p)
+    }
+}
+
+/// Serves a [`Gated::Ready`] client's requests on the calling thread, as
+/// long as it keeps up; returns it when it waits for the client — the
+/// gate watches it then — or `None` once it is closed.
+pub fn serve_ready(mut client: Client, p: &Pipeline, stop: &Shutdown) -> Option<Client> {
+    if let Some(since) = client.ready_since.take() {
+        client.conn.waited_for_thread(since.elapsed());
+    }
+    client.conn.set_mode(Mode::Inline);
+    loop {
+        let Client { stream, conn, .. } = &mut client;
+        let deadline = match conn.drive(stream, p, stop.is_triggered()) {
+            Want::Close => return None,
+            // Between requests (or dropping a body, or lingering): the
+            // client's pace, not the server's, so not a thread's to wait
+            // for — but a keep-alive client's next request usually follows
+            // its response within a moment, and catching it here saves two
+            // trips through the gate (they halved `pool`'s keep-alive
+            // throughput). Once per request: a byte of a head arriving
+            // ends the connection's idleness, and the next wait gives it back.
+            Want::Read(_) if conn.awaits_client() => {
+                if !conn.is_idle()
+                    || !wait_socket(stream.tcp(), PollFlags::IN, Instant::now() + KEEPALIVE_PATIENCE)
+                {
+                    return Some(client);
+                }
+                continue;
+            }
+            Want::Read(deadline) => {
+                wait_socket(stream.tcp(), PollFlags::IN, deadline.min(Instant::now() + BLOCKING_TICK));
+                deadline
+            }
+            Want::Write(deadline) => {
+                let patience = deadline.min(Instant::now() + WRITE_PATIENCE);
+                if !wait_socket(stream.tcp(), PollFlags::OUT, patience) && Instant::now() < deadline {
+                    return Some(client);
+                }
+                deadline
+            }
+            Want::Pipes(deadline) => {
+                conn.wait_blocking(stream, deadline.min(Instant::now() + BLOCKING_TICK));
+                deadline
+            }
+            Want::Process | Want::Again => unreachable!("drive runs the pipeline inline and does not yield"),
+        };
+        if Instant::now() >= deadline && !conn.timed_out(p) {
+            return None;
+        }
+    }
+}
+
+/// Waits until `sock` is ready for `flags` or `until`; true if it is.
+fn wait_socket(sock: &TcpStream, flags: PollFlags, until: Instant) -> bool {
+    let left = until.saturating_duration_since(Instant::now());
+    let timeout = Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos().into() };
+    let mut fds = [PollFd::new(sock, flags)];
+    matches!(rustix::event::poll(&mut fds, Some(&timeout)), Ok(1..))
 }

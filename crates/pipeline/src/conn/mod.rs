@@ -46,11 +46,13 @@ mod stream;
 mod tests;
 mod timing;
 
-pub use blocking::{refuse_overloaded, serve_blocking, serve_blocking_queued, BLOCKING_TICK};
+pub use blocking::{serve_blocking, serve_ready, Client, Gated, BLOCKING_TICK, WRITE_PATIENCE};
+pub(crate) use respond::first_line;
+pub use stream::CLIENT_CLOSED;
 
 use io::SPARE_BUFFERS;
 use respond::Pending;
-use stream::{collect_chunked, BodyPlan, Collect, Streaming};
+use stream::{collect_chunked, preread, BodyPlan, Collect, Preread, Streaming, PREREAD_MAX};
 use timing::{Mark, Timing};
 use transport::not_now;
 
@@ -266,6 +268,10 @@ enum State {
     Collect(Box<Collect>),
     /// A responder streams the response (a script runs).
     Stream(Box<Streaming>),
+    /// (Handed-out requests) receiving a script's short `Content-Length`
+    /// body whole before the request is handed out, so that no thread or
+    /// stage waits for a slow sender.
+    Preread(Box<Preread>),
 }
 
 /// A request and its plan. Its one allocation lasts from the parsed head
@@ -359,6 +365,50 @@ impl Connection {
     /// Requests answered so far.
     pub fn served(&self) -> u32 {
         self.served
+    }
+
+    /// Changes where requests run from the next [`drive`](Self::drive) on
+    /// (a gated client: handed out while a gate reads its heads, inline on
+    /// the thread that then serves it).
+    pub fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// Whether the connection waits for the client between requests — for
+    /// the next head, the rest of a body it drops, or lingering — with
+    /// nothing of the server's under way.
+    pub fn awaits_client(&self) -> bool {
+        matches!(self.state, State::Head | State::Discard { .. } | State::Linger { .. })
+    }
+
+    /// Answers the request announced by [`Want::Process`] with `status`
+    /// instead of running it — a model at its capacity: 503 with
+    /// `Retry-After` — and closes; drive it to send that.
+    pub fn refuse_ready(&mut self, status: u16, p: &Pipeline) {
+        let State::Ready(job) = std::mem::replace(&mut self.state, State::Head) else { return };
+        let log = job.plan.log.map(|log| LogRecord { status, ..log });
+        let reply = response::error_page(
+            &p.settings,
+            status,
+            h1::Version::Http11,
+            false,
+            job.plan.head_only,
+            &[("Retry-After", "1")],
+        );
+        self.respond(reply, log, 0, true, None, p);
+    }
+
+    /// Whether it waits for a next request of which nothing has arrived.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Head) && self.start == self.end
+    }
+
+    /// The request now ready waited `waited` for a thread (after its head
+    /// was complete): counted in its `queue` phase.
+    pub fn waited_for_thread(&mut self, waited: std::time::Duration) {
+        if self.stats.timing {
+            self.add_queue(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
+        }
     }
 
     /// Makes as much progress as `wire` allows: reads, parses, runs the
@@ -523,6 +573,11 @@ impl Connection {
                         return want;
                     }
                 }
+                State::Preread(_) => {
+                    if let Some(want) = self.preread_body(sock, p) {
+                        return want;
+                    }
+                }
                 State::Stream(_) => {
                     if let Some(want) = self.drive_stream(sock, p) {
                         return want;
@@ -608,6 +663,14 @@ impl Connection {
                                             self.state = collect_chunked(request, plan, b"", p);
                                             continue;
                                         }
+                                        BodyFraming::Length(n)
+                                            if mode == Mode::HandOut
+                                                && n <= PREREAD_MAX
+                                                && !request.head.expect_continue =>
+                                        {
+                                            self.state = preread(request, plan, n, p);
+                                            continue;
+                                        }
                                         _ => {}
                                     }
                                 }
@@ -621,7 +684,7 @@ impl Connection {
                             // A client that keeps dribbling never lets a
                             // blocking read time out: the head deadline is
                             // checked on the data path too (slowloris).
-                            Ok(Parsed::Partial) if self.deadline_base(parse_start) >= self.head_deadline => {
+                            Ok(Parsed::Partial) if self.deadline_base(parse_start) >= self.head_due(p) => {
                                 self.refuse(408, p);
                                 continue;
                             }
@@ -664,7 +727,7 @@ impl Connection {
                                 return Want::Read(accepted + p.settings.tls_handshake_timeout);
                             }
                             let pending = self.start < self.end || self.served == 0;
-                            return Want::Read(if pending { self.head_deadline } else { self.idle_deadline });
+                            return Want::Read(if pending { self.head_due(p) } else { self.idle_deadline });
                         }
                         Err(_) => return Want::Close,
                     }
@@ -701,13 +764,22 @@ impl Connection {
                         }
                         Ok(Progress::Blocked) => {
                             let sent = pending.reply.out.bytes_sent();
+                            // `deadline_base(None)`, but `self.state` is borrowed.
+                            let now = self.now.unwrap_or_else(Instant::now);
                             if sent != pending.sent_mark {
                                 pending.sent_mark = sent;
-                                // `deadline_base(None)`, but `self.state` is borrowed.
-                                pending.deadline =
-                                    self.now.unwrap_or_else(Instant::now) + p.settings.send_timeout;
+                                pending.deadline = now + p.settings.send_timeout;
                             }
-                            return Want::Write(pending.deadline);
+                            match p.settings.rate_deadline(pending.started, sent) {
+                                // A reader slower than --min-rate is cut, as
+                                // nginx's send_timeout cuts one that stalls.
+                                Some(due) if due <= now => {
+                                    self.abort(p);
+                                    return Want::Close;
+                                }
+                                Some(due) => return Want::Write(due.min(pending.deadline)),
+                                None => return Want::Write(pending.deadline),
+                            }
                         }
                         Err(_) => {
                             self.abort(p);
@@ -756,6 +828,10 @@ impl Connection {
             State::Stream(streaming) => return self.stream_timed_out(*streaming, p),
             State::Collect(collect) => {
                 self.fail_planned(collect.plan, 408, p);
+                return true;
+            }
+            State::Preread(preread) => {
+                self.fail_planned(preread.plan, 408, p);
                 return true;
             }
             other => self.state = other,
@@ -808,6 +884,18 @@ impl Connection {
         let request =
             Request { head, keep_alive, peer, local: None, redirects: 0, probe: false, route, normal_path };
         (request, plan)
+    }
+
+    /// When the head being received must be complete: its total deadline,
+    /// or earlier if it arrives slower than `--min-rate` after the grace
+    /// period (counted from the head's start, the accept for a first one).
+    fn head_due(&self, p: &Pipeline) -> Instant {
+        let started = self.head_deadline - p.settings.header_timeout;
+        let bytes = (self.end - self.start) as u64;
+        match p.settings.rate_deadline(started, bytes) {
+            Some(due) => due.min(self.head_deadline),
+            None => self.head_deadline,
+        }
     }
 
     /// Whether the bytes read since the head was last parsed leave its

@@ -268,7 +268,7 @@ pub(super) fn version_str(v: h1::Version) -> &'static str {
 }
 
 /// The request line of unparseable input, for the log (bounded, lossy).
-pub(super) fn first_line(input: &[u8]) -> Option<String> {
+pub(crate) fn first_line(input: &[u8]) -> Option<String> {
     let input = &input[..input.len().min(1024)];
     let line = input.split(|&b| b == b'\r' || b == b'\n').find(|l| !l.is_empty())?;
     Some(String::from_utf8_lossy(line).into_owned())

@@ -27,6 +27,25 @@ pub(super) struct Collect {
     /// `100 Continue` still to send, if the client waits for it.
     pub(super) interim: &'static [u8],
     pub(super) deadline: Instant,
+    /// When the body began to be awaited (for `--min-rate`).
+    pub(super) started: Instant,
+}
+
+/// A script's `Content-Length` body up to this size is received whole
+/// before a handed-out request leaves the connection (the director
+/// pre-reads as much).
+pub(super) const PREREAD_MAX: u64 = 64 << 10;
+
+/// A short body being received before its request is handed out.
+#[derive(Debug)]
+pub(super) struct Preread {
+    pub(super) request: Request,
+    pub(super) plan: Plan,
+    /// The body's length: the buffer holds it all from `start` when done.
+    pub(super) len: usize,
+    /// A total deadline, as for a head.
+    pub(super) deadline: Instant,
+    pub(super) started: Instant,
 }
 
 /// How a request's body reaches a handler that reads it itself.
@@ -145,7 +164,13 @@ impl Connection {
                 match c.decoder.decode(&self.buf[self.start..self.end], &mut c.body) {
                     Ok(n) => {
                         self.start += n;
-                        c.deadline = Instant::now() + p.settings.header_timeout;
+                        // Progress moves the deadline, but never past what
+                        // --min-rate allows for the bytes received so far.
+                        let idle = Instant::now() + p.settings.header_timeout;
+                        c.deadline = match p.settings.rate_deadline(c.started, c.body.len() as u64) {
+                            Some(due) => due.min(idle),
+                            None => idle,
+                        };
                     }
                     Err(e) => {
                         let what = format!("a chunked body for {}", c.request.path());
@@ -173,16 +198,77 @@ impl Connection {
                 return None;
             }
             match self.fill(sock) {
-                Ok(0) => return Some(Want::Close),
+                Ok(0) => {
+                    self.log_abandoned(c.plan, p);
+                    return Some(Want::Close);
+                }
                 Ok(_) => {}
                 Err(e) if not_now(&e) => {
                     let deadline = c.deadline;
                     self.state = State::Collect(c);
                     return Some(Want::Read(deadline));
                 }
-                Err(_) => return Some(Want::Close),
+                Err(_) => {
+                    self.log_abandoned(c.plan, p);
+                    return Some(Want::Close);
+                }
             }
         }
+    }
+
+    /// Receives a short body whole, then readies its request. `Some` ends `drive`.
+    pub(super) fn preread_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
+        let State::Preread(r) = std::mem::replace(&mut self.state, State::Head) else {
+            unreachable!("called in the Preread phase");
+        };
+        loop {
+            let have = self.end - self.start;
+            if have >= r.len {
+                let Preread { request, plan, .. } = *r;
+                self.state = State::ready(request, plan);
+                return None;
+            }
+            let due = match p.settings.rate_deadline(r.started, have as u64) {
+                Some(due) => due.min(r.deadline),
+                None => r.deadline,
+            };
+            if Instant::now() >= due {
+                self.fail_planned(r.plan, 408, p);
+                return None;
+            }
+            match self.fill(sock) {
+                Ok(0) => {
+                    self.log_abandoned(r.plan, p);
+                    return Some(Want::Close);
+                }
+                Ok(_) => {}
+                Err(e) if not_now(&e) => {
+                    self.state = State::Preread(r);
+                    return Some(Want::Read(due));
+                }
+                Err(_) => {
+                    self.log_abandoned(r.plan, p);
+                    return Some(Want::Close);
+                }
+            }
+        }
+    }
+
+    /// The client left in the middle of its request's body, before any
+    /// response: logged as nginx logs it, 499 (client closed request) with
+    /// no bytes sent, rather than not at all.
+    pub(super) fn log_abandoned(&mut self, plan: Plan, p: &Pipeline) {
+        let end = p.stats.timing.then(now_ns);
+        if let Some(mut record) = plan.log {
+            record.status = CLIENT_CLOSED;
+            record.body_bytes = 0;
+            if self.defer_log {
+                self.deferred_log.push(record);
+            } else {
+                p.access_log.record(&record);
+            }
+        }
+        self.finish_request(CLIENT_CLOSED, 0, end);
     }
 
     /// The responder's deadline passed: it is stopped. `true`: an error
@@ -190,8 +276,8 @@ impl Connection {
     /// tell the client.
     pub(super) fn stream_timed_out(&mut self, streaming: Streaming, p: &Pipeline) -> bool {
         let Streaming { mut responder, plan } = streaming;
-        if responder.stop(p) {
-            self.fail_planned(plan, 504, p);
+        if let Some(status) = responder.stop(p) {
+            self.fail_planned(plan, status, p);
             return true;
         }
         self.log_streamed(responder.as_ref(), plan, p);
@@ -331,6 +417,22 @@ impl Connection {
 
 pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
+/// The status logged for a request its client abandoned before any
+/// response (nginx's 499); never sent.
+pub const CLIENT_CLOSED: u16 = 499;
+
+/// The phase that receives a short `Content-Length` body of `len` bytes.
+pub(super) fn preread(request: Request, plan: Plan, len: u64, p: &Pipeline) -> State {
+    let now = Instant::now();
+    State::Preread(Box::new(Preread {
+        request,
+        plan,
+        len: usize::try_from(len).unwrap_or(usize::MAX),
+        deadline: now + p.settings.header_timeout,
+        started: now,
+    }))
+}
+
 /// The phase that receives a chunked body for its handler, after `interim`.
 pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pipeline) -> State {
     State::Collect(Box::new(Collect {
@@ -338,6 +440,7 @@ pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u
         decoder: ChunkedDecoder::new(p.settings.max_body),
         body: Vec::new(),
         deadline: Instant::now() + p.settings.header_timeout,
+        started: Instant::now(),
         request,
         plan,
     }))

@@ -1,6 +1,6 @@
 //! A connection's clock: timestamps, phase durations, deadlines, the gauge.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::*;
 use crate::stats::{now_ns, ConnState, Phase, PhaseTimes, TraceRow};
@@ -19,9 +19,6 @@ pub(super) struct Timing {
     /// When the model took the request out of the loop (`drive_split`, or
     /// a script under `Mode::HandOutScripts`): its queue starts.
     pub(super) handed_out: Mark,
-    /// What the connection waited before it reached this `Connection` (a
-    /// model's handoff queue): part of its first request's total.
-    pub(super) queued_before: u64,
     /// The response began to be written.
     pub(super) write_start: Mark,
     /// The responder (a script) started.
@@ -132,7 +129,7 @@ impl Connection {
         };
         let tm = &mut self.tm;
         if let Some(first) = tm.first.get() {
-            let total = end.saturating_sub(first).saturating_add(std::mem::take(&mut tm.queued_before));
+            let total = end.saturating_sub(first);
             tm.phases.set(Phase::Total, total);
         }
         stats.record_request(status, bytes, &tm.phases);
@@ -161,17 +158,6 @@ impl Connection {
         tm.stream_start = Mark::NONE;
         tm.phases.clear();
         tm.data = "";
-    }
-
-    /// The connection waited `waited` in the model's queue before it
-    /// reached this `Connection`: counted in its first request's queue
-    /// phase and total.
-    pub fn queued_before(&mut self, waited: Duration) {
-        if self.stats.timing {
-            let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-            self.tm.queued_before = ns;
-            self.add_queue(ns);
-        }
     }
 
     pub(super) fn add_queue(&mut self, ns: u64) {

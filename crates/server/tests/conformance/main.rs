@@ -60,6 +60,8 @@ mod range;
 #[cfg(any())]
 mod shutdown;
 #[cfg(any())]
+mod slow;
+#[cfg(any())]
 mod static_files;
 #[cfg(any())]
 mod timeouts;
@@ -88,6 +90,7 @@ macro_rules! models {
             mod methods { include!("methods.rs"); }
             mod range { include!("range.rs"); }
             mod shutdown { include!("shutdown.rs"); }
+            mod slow { include!("slow.rs"); }
             mod static_files { include!("static_files.rs"); }
             mod timeouts { include!("timeouts.rs"); }
             mod traversal { include!("traversal.rs"); }

@@ -12,6 +12,7 @@ use std::time::Duration;
 mod cgi;
 mod core;
 mod schedule;
+mod slow;
 mod wire;
 
 use wire::MemoryWire;
