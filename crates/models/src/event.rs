@@ -563,6 +563,9 @@ impl Loop {
             c.readable = true;
             c.conn.readable();
         }
+        if event.is_read_closed() {
+            c.conn.read_closed();
+        }
         c.writable |= event.is_writable();
         match c.waits {
             // The client is gone while a helper works for it: close now;

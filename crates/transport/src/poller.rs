@@ -214,6 +214,12 @@ impl Event {
         self.flags.intersects(EventFlags::OUT | EventFlags::HUP | EventFlags::ERR)
     }
 
+    /// The peer will send nothing more (half-close, hang-up or error): its
+    /// end of stream is readable now, behind any bytes still queued.
+    pub fn is_read_closed(&self) -> bool {
+        self.flags.intersects(EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR)
+    }
+
     /// The connection is gone in both directions (or reset), or failed: no
     /// reply can reach the peer. A mere half-close (`RDHUP`) is not this.
     pub fn is_gone(&self) -> bool {

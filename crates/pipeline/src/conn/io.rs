@@ -47,7 +47,7 @@ impl Connection {
                 }
                 let n = read?;
                 self.end = n;
-                self.drained = self.edge_triggered && n < self.buf.len() && !wire.holds_more();
+                self.drained = self.edge_triggered && !self.eof_pending && n < self.buf.len() && !wire.holds_more();
                 return Ok(n);
             }
         } else if self.end == self.buf.len() {
@@ -65,7 +65,7 @@ impl Connection {
         let n = wire.read(&mut self.buf[self.end..])?;
         self.end += n;
         // Zero is end of stream, which ends the connection anyway.
-        self.drained = self.edge_triggered && n < room && !wire.holds_more();
+        self.drained = self.edge_triggered && !self.eof_pending && n < room && !wire.holds_more();
         Ok(n)
     }
 }

@@ -221,6 +221,9 @@ pub struct Connection {
     /// The last read returned less than it had room for, and no readiness
     /// was reported since: reading again would only say EAGAIN.
     drained: bool,
+    /// The peer's half-close was reported: its end of stream waits behind
+    /// the bytes a short read left, and no new edge will announce it.
+    eof_pending: bool,
     /// Where the connection counts in the `connections` gauge.
     gauge: ConnState,
     stats: std::sync::Arc<Stats>,
@@ -335,6 +338,7 @@ impl Connection {
             stream_new: false,
             edge_triggered: false,
             drained: false,
+            eof_pending: false,
             gauge: ConnState::None,
             stats: pipeline.stats.clone(),
             tm: Timing {
@@ -471,6 +475,15 @@ impl Connection {
     /// The socket reported readable (edge-triggered drivers).
     pub fn readable(&mut self) {
         self.drained = false;
+    }
+
+    /// The socket reported the peer's half-close (`EPOLLRDHUP`): a FIN that
+    /// came with the last bytes raises no edge of its own once they are
+    /// read, so from now on a short read does not end the reading — the
+    /// read that returns 0 must still happen (nginx's `pending_eof`).
+    pub fn read_closed(&mut self) {
+        self.drained = false;
+        self.eof_pending = true;
     }
 
     /// Takes the request announced by [`Want::Process`]: the model runs

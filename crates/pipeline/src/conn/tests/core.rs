@@ -320,6 +320,29 @@ fn edge_triggered_reading_skips_the_read_that_would_find_nothing() {
     assert_eq!(h.wire.reads.get(), 2);
 }
 
+/// A FIN that came with the last bytes raises no edge of its own: once
+/// the half-close is reported, a short read no longer ends the reading, so
+/// a body cut short by the client's close is not left waiting for the
+/// timeout (the 408 an edge-triggered loop once answered instead).
+#[test]
+fn edge_triggered_reading_finds_a_half_close_that_came_with_the_bytes() {
+    let mut h = Harness::new();
+    h.conn.set_edge_triggered();
+    h.wire.arrive(b"GET /a.txt HTTP/1.1\r\nHost");
+    h.wire.client_closes();
+    h.conn.readable();
+    h.conn.read_closed();
+    assert_eq!(h.drive(), Want::Close, "the end of stream behind the short read is read");
+    assert!(h.wire.take_written().is_empty(), "an unfinished head closed by the client gets no answer");
+
+    // Without the half-close reported the short read ends the reading.
+    let mut h = Harness::new();
+    h.conn.set_edge_triggered();
+    h.wire.arrive(b"GET /a.txt HTTP/1.1\r\nHost");
+    h.wire.client_closes();
+    assert!(matches!(h.drive(), Want::Read(_)));
+}
+
 #[test]
 fn handed_out_requests_wait_for_their_reply() {
     let mut h = Harness::with(Settings::default(), Mode::HandOut);
