@@ -25,6 +25,7 @@ use transport::{not_now, Wire};
 
 use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
 use crate::responder::{BodyStart, Responder, Streamed};
+use crate::spool::Spool;
 use crate::{response, Pipeline};
 
 /// Internal redirects one request may take (Apache's `LimitInternalRecursion 10`).
@@ -98,6 +99,8 @@ struct CgiRun {
     head_only: bool,
     /// Body bytes still to come from the client (its `Content-Length`).
     body_remaining: u64,
+    /// A spooled body, still being passed to the script.
+    spool: Option<Spool>,
     stdin_buf: Vec<u8>,
     stdin_pos: usize,
     out: Vec<u8>,
@@ -135,7 +138,7 @@ impl CgiRun {
     }
 
     fn new(sp: Box<Spawned>, body: BodyStart, p: &Pipeline) -> CgiRun {
-        let BodyStart { keep_alive, buffered, remaining, expect_continue } = body;
+        let BodyStart { keep_alive, buffered, spooled, remaining, expect_continue } = body;
         let body_received = buffered.len() as u64;
         let timeout = p.settings.cgi.as_ref().map_or(Duration::from_secs(60), |c| c.timeout);
         let mut out = Vec::new();
@@ -149,6 +152,7 @@ impl CgiRun {
             sp,
             keep_alive,
             body_remaining: remaining,
+            spool: spooled,
             stdin_buf: buffered,
             stdin_pos: 0,
             out,
@@ -216,10 +220,10 @@ impl CgiRun {
         self.pump_stderr(p);
         loop {
             let mut progress = false;
-            match self.pump_stdin(sock) {
+            match self.pump_stdin(sock, p) {
                 Ok(true) => progress = true,
                 Ok(false) => {}
-                Err(()) => return Streamed::Abort,
+                Err(end) => return end,
             }
             if self.out_pos < self.out.len() {
                 match sock.write_now(&self.out[self.out_pos..]) {
@@ -286,8 +290,8 @@ impl CgiRun {
 
     /// Body to the script: buffered bytes first, then more from the socket
     /// (never beyond the body, so a pipelined request stays unread).
-    /// `Err`: the client vanished mid-body.
-    fn pump_stdin(&mut self, sock: &dyn Wire) -> Result<bool, ()> {
+    /// `Err`: how the run ends (the client vanished mid-body).
+    fn pump_stdin(&mut self, sock: &dyn Wire, p: &Pipeline) -> Result<bool, Streamed> {
         let Some(stdin) = &self.sp.process.stdin else { return Ok(false) };
         let mut progress = false;
         if self.stdin_pos < self.stdin_buf.len() {
@@ -302,6 +306,7 @@ impl CgiRun {
                     // input. What is left of the body is dropped by the
                     // connection before the next request.
                     self.sp.process.stdin = None;
+                    self.spool = None;
                     self.stdin_buf = Vec::new();
                     self.stdin_pos = 0;
                     return Ok(true);
@@ -313,6 +318,29 @@ impl CgiRun {
         }
         self.stdin_buf.clear();
         self.stdin_pos = 0;
+        if let Some(spool) = &mut self.spool {
+            self.stdin_buf.resize(IN_CHUNK, 0);
+            return match spool.read_next(&mut self.stdin_buf) {
+                Ok(n) => {
+                    self.stdin_buf.truncate(n);
+                    if n == 0 {
+                        self.spool = None;
+                        self.sp.process.stdin = None;
+                    }
+                    Ok(true)
+                }
+                Err(e) => {
+                    // The script is cut short of its body: stop it rather
+                    // than let it act on a part.
+                    p.error_log.error(format_args!(
+                        "cgi {}: reading the spooled request body back: {e}; script stopped",
+                        self.sp.process.name
+                    ));
+                    self.sp.process.kill();
+                    Err(if self.started { Streamed::Abort } else { Streamed::Failed(500) })
+                }
+            };
+        }
         if self.body_remaining == 0 {
             // §4.2: the script sees end-of-file after exactly CONTENT_LENGTH bytes.
             self.sp.process.stdin = None;
@@ -323,7 +351,7 @@ impl CgiRun {
         match sock.read_now(&mut self.stdin_buf[..]) {
             Ok(0) => {
                 self.client_left();
-                Err(())
+                Err(Streamed::Abort)
             }
             Ok(n) => {
                 self.stdin_buf.truncate(n);
@@ -337,7 +365,7 @@ impl CgiRun {
             }
             Err(_) => {
                 self.client_left();
-                Err(())
+                Err(Streamed::Abort)
             }
         }
     }

@@ -40,6 +40,7 @@ pub mod schedule;
 mod settings;
 mod site;
 mod spares;
+mod spool;
 pub mod stats;
 mod watch;
 

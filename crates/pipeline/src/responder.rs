@@ -27,6 +27,8 @@ pub(crate) struct BodyStart {
     /// Body bytes already received: a de-chunked body, or the part of a
     /// `Content-Length` body that came with the head.
     pub buffered: Vec<u8>,
+    /// A de-chunked body too large for memory, received in full.
+    pub spooled: Option<crate::spool::Spool>,
     /// Body bytes still to be read from the client.
     pub remaining: u64,
     /// The client waits for `100 Continue` before sending them.

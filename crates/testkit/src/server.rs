@@ -65,6 +65,7 @@ pub struct ServerBuilder {
     root: Option<PathBuf>,
     args: Vec<OsString>,
     defaults: bool,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl ServerBuilder {
@@ -108,6 +109,12 @@ impl ServerBuilder {
         S: AsRef<OsStr>,
     {
         self.args.extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+
+    /// Sets an environment variable of the server process.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
 
@@ -159,6 +166,7 @@ impl ServerBuilder {
         let cmdline = format!("{} {:?}", self.bin.display(), args);
         let mut child = Command::new(&self.bin)
             .args(&args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             // Its own process group, so drop can kill worker processes of
             // multi-process models too, even if the master dies first.
             .process_group(0)
@@ -281,6 +289,7 @@ impl Server {
             root: None,
             args: Vec::new(),
             defaults: true,
+            env: Vec::new(),
         }
     }
 

@@ -47,7 +47,8 @@ impl Connection {
                 }
                 let n = read?;
                 self.end = n;
-                self.drained = self.edge_triggered && !self.eof_pending && n < self.buf.len() && !wire.holds_more();
+                self.drained =
+                    self.edge_triggered && !self.eof_pending && n < self.buf.len() && !wire.holds_more();
                 return Ok(n);
             }
         } else if self.end == self.buf.len() {

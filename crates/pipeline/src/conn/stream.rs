@@ -1,7 +1,8 @@
 //! The phases of a request whose handler reads the body itself and streams
 //! its response (a [`Responder`]; a CGI script is the one there is): a
 //! chunked body collected first (the handler must know its length, RFC 3875
-//! §4.1.2), the `100 Continue` probe, the responder driven, the request it
+//! §4.1.2; past [`SPOOL_AT`] bytes into an unnamed file, so its size costs
+//! disk, not memory — written from the loop's thread, as nginx does), the `100 Continue` probe, the responder driven, the request it
 //! answers instead (a local redirect), its timeout. What the responder runs
 //! is not this file's business.
 
@@ -14,6 +15,7 @@ use transport::Wire;
 
 use super::*;
 use crate::responder::{BodyStart, Responder, Streamed};
+use crate::spool::{Spool, SPOOL_AT};
 use crate::stats::{now_ns, Phase};
 use crate::Pipeline;
 
@@ -23,7 +25,9 @@ pub(super) struct Collect {
     pub(super) request: Request,
     pub(super) plan: Plan,
     pub(super) decoder: ChunkedDecoder,
+    /// Decoded bytes not yet in the spool (all of them while under [`SPOOL_AT`]).
     pub(super) body: Vec<u8>,
+    pub(super) spool: Option<Spool>,
     /// `100 Continue` still to send, if the client waits for it.
     pub(super) interim: &'static [u8],
     pub(super) deadline: Instant,
@@ -55,8 +59,9 @@ pub(super) struct BodyPlan {
     pub(super) expect_continue: bool,
     /// `Content-Length` bytes not yet received (streamed to the handler).
     pub(super) remaining: u64,
-    /// A de-chunked body, received in full.
+    /// A de-chunked body, received in full: in memory, or spooled.
     pub(super) collected: Vec<u8>,
+    pub(super) spooled: Option<Spool>,
     /// The request whose handler is being looked for (`Request::probe`),
     /// for when it is found.
     pub(super) probed: Option<Box<Request>>,
@@ -65,7 +70,14 @@ pub(super) struct BodyPlan {
 impl BodyPlan {
     /// After the handler started: nothing more to send it.
     fn spent(keep_alive: bool) -> BodyPlan {
-        BodyPlan { keep_alive, expect_continue: false, remaining: 0, collected: Vec::new(), probed: None }
+        BodyPlan {
+            keep_alive,
+            expect_continue: false,
+            remaining: 0,
+            collected: Vec::new(),
+            spooled: None,
+            probed: None,
+        }
     }
 }
 
@@ -131,6 +143,7 @@ impl Connection {
             expect_continue: head.expect_continue,
             remaining,
             collected: Vec::new(),
+            spooled: None,
             probed: None,
         };
         let plan =
@@ -179,14 +192,28 @@ impl Connection {
                         return None;
                     }
                 }
-                if c.decoder.is_done() {
-                    let Collect { mut request, mut plan, body, .. } = *c;
+                let done = c.decoder.is_done();
+                if c.spool.is_some() || c.body.len() >= SPOOL_AT {
+                    if let Err(e) = spool_body(&mut c) {
+                        p.error_log.error(format_args!(
+                            "a chunked body for {}: cannot spool it to a temp file in {}: {e}; answered 500",
+                            c.request.path(),
+                            std::env::temp_dir().display()
+                        ));
+                        self.fail_planned(c.plan, 500, p);
+                        return None;
+                    }
+                }
+                if done {
+                    let Collect { mut request, mut plan, body, spool, .. } = *c;
                     // The handler sees a body of known length (§4.1.2).
-                    request.head.framing = BodyFraming::Length(body.len() as u64);
+                    let len = spool.as_ref().map_or(body.len() as u64, Spool::len);
+                    request.head.framing = BodyFraming::Length(len);
                     request.head.expect_continue = false;
                     plan.unread = self.start < self.end;
                     if let Some(plan_body) = plan.body.as_mut() {
                         plan_body.collected = body;
+                        plan_body.spooled = spool;
                         plan_body.expect_continue = false;
                     }
                     self.state = State::ready(request, plan);
@@ -384,8 +411,8 @@ impl Connection {
                     self.fail_planned(plan, 500, p);
                     return None;
                 };
-                let BodyPlan { keep_alive, expect_continue, mut remaining, collected, .. } = body;
-                let buffered = if collected.is_empty() {
+                let BodyPlan { keep_alive, expect_continue, mut remaining, collected, spooled, .. } = body;
+                let buffered = if collected.is_empty() && spooled.is_none() {
                     // The part of the body that arrived with the head.
                     let take = remaining.min((self.end - self.start) as u64) as usize;
                     let bytes = self.buf[self.start..self.start + take].to_vec();
@@ -395,8 +422,8 @@ impl Connection {
                 } else {
                     collected
                 };
-                let responder =
-                    spawned.responder(BodyStart { keep_alive, buffered, remaining, expect_continue }, p);
+                let start = BodyStart { keep_alive, buffered, spooled, remaining, expect_continue };
+                let responder = spawned.responder(start, p);
                 plan.body = Some(BodyPlan::spent(keep_alive));
                 self.state = State::Stream(Box::new(Streaming { responder, plan }));
                 self.stream_new = true;
@@ -439,9 +466,21 @@ pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u
         interim,
         decoder: ChunkedDecoder::new(p.settings.max_body),
         body: Vec::new(),
+        spool: None,
         deadline: Instant::now() + p.settings.header_timeout,
         started: Instant::now(),
         request,
         plan,
     }))
+}
+
+/// Moves what is decoded so far into the spool, starting it if need be.
+fn spool_body(c: &mut Collect) -> std::io::Result<()> {
+    let spool = match &mut c.spool {
+        Some(spool) => spool,
+        None => c.spool.insert(Spool::new()?),
+    };
+    spool.append(&c.body)?;
+    c.body.clear();
+    Ok(())
 }
