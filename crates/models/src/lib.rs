@@ -52,6 +52,9 @@ pub struct Caps {
     /// Under `--schedule srpt`, orders the connections its loop serves too
     /// (every model orders the outgoing link through socket priorities).
     pub srpt_loop: bool,
+    /// Writes to the socket itself, so a file goes out with `sendfile`
+    /// (`uring` reads a file into its own buffers to send it).
+    pub sendfile: bool,
 }
 
 /// Tuning knobs; each model reads the ones that apply to it.

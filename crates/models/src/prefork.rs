@@ -25,7 +25,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "prefork",
     paper_name: "DPP",
     summary: "processes, one connection each; --min-spare..--max-spare idle, at most --max-clients",
-    caps: Caps { forks: true, event_driven: false, staged: false, srpt_loop: false },
+    caps: Caps { forks: true, event_driven: false, staged: false, srpt_loop: false, sendfile: true },
     run,
 };
 

@@ -37,7 +37,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "worker",
     paper_name: "DPP-STP",
     summary: "processes vary, each a fixed pool of --threads-per-child; spare counted in threads",
-    caps: Caps { forks: true, event_driven: false, staged: false, srpt_loop: false },
+    caps: Caps { forks: true, event_driven: false, staged: false, srpt_loop: false, sendfile: true },
     run,
 };
 

@@ -33,15 +33,23 @@ impl Identity {
     }
 }
 
-/// Files up to this size are kept as bytes and leave with the head in one
-/// `writev`; larger ones are kept as an open descriptor and go out with
-/// `sendfile`. On loopback, copying a 50 KB or 115 KB file from memory
-/// costs the server less CPU than `sendfile`'s page-by-page splice
-/// (BENCHMARKS.md, "Why the code is as it is"), and h2o and lighttpd copy
-/// too. (An older machine showed the opposite at 16 KiB, hence the
-/// constant.) The cache's byte budget bounds what this holds — per process,
-/// so a prefork server holds it once per child.
-pub(crate) const INLINE_MAX: u64 = 256 << 10;
+/// Where responses go out with `sendfile`, cached files up to this size are
+/// kept as bytes and leave with the head in one `writev`; larger ones are
+/// kept as an open descriptor. `sendfile` hands the page cache's pages to
+/// the socket, which saves the copy into the socket buffer that a `writev`
+/// from memory makes: on this machine (BENCHMARKS.md, "Why the code is as
+/// it is") it costs the server less CPU from 16 KiB up — 8.3 against 11.1 µs
+/// per 50 KB keep-alive request — and the same at 8 KiB. (An earlier
+/// measurement put the crossover above 115 KB; nginx sends every file with
+/// `sendfile`, lighttpd too.)
+pub const INLINE_MAX_SENDFILE: u64 = 16 << 10;
+
+/// Where a file would be read to be sent (TLS encrypts from memory; `uring`
+/// sends from its own buffers), a copy in memory saves that read on every
+/// request: cached files up to this size are kept as bytes. The cache's byte
+/// budget bounds what this holds — per process, so a prefork server holds it
+/// once per child.
+pub const INLINE_MAX_COPY: u64 = 256 << 10;
 
 /// How a cached file's content is held.
 #[derive(Debug)]
@@ -171,7 +179,7 @@ impl Entry {
 /// The file cache (Apache 2.0's mod_file_cache idea from paper 003): small
 /// files in memory, larger ones as open descriptors. The budget counts
 /// file sizes either way, which also bounds the descriptors held
-/// (budget ÷ [`INLINE_MAX`] at most).
+/// (budget ÷ `inline_max` at most).
 ///
 /// Hits take only a read lock and stamp the entry with a logical clock, so
 /// threads do not serialise on the hot path. When an insert pushes the
@@ -184,6 +192,8 @@ pub struct Cache {
     clock: AtomicU64,
     budget: u64,
     max_file: u64,
+    /// Files up to this size are held as bytes ([`Settings::inline_max`](crate::Settings::inline_max)).
+    inline_max: u64,
     bytes: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -215,6 +225,7 @@ impl Cache {
             clock: AtomicU64::new(0),
             budget,
             max_file: max_file.min(budget),
+            inline_max: INLINE_MAX_SENDFILE,
             bytes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -305,6 +316,18 @@ impl Cache {
         if let Some(w) = self.watch.get() {
             w.unwatchable(cause, path);
         }
+    }
+
+    /// Files up to `inline_max` bytes are held as bytes, larger ones as
+    /// open descriptors (by default up to [`INLINE_MAX_SENDFILE`]).
+    pub fn holding_bytes_up_to(mut self, inline_max: u64) -> Cache {
+        self.inline_max = inline_max;
+        self
+    }
+
+    /// Whether a file of `len` bytes is held as bytes rather than as a descriptor.
+    pub(crate) fn holds_bytes(&self, len: u64) -> bool {
+        len <= self.inline_max
     }
 
     /// Whether a file of `len` bytes may be cached.

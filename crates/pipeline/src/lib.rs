@@ -46,7 +46,7 @@ mod watch;
 
 pub use accesslog::{AccessLog, LogRecord};
 pub use admission::{refuse_at_capacity, ConnsPerIp, IpSlot, OverCap};
-pub use cache::Cache;
+pub use cache::{Cache, INLINE_MAX_COPY, INLINE_MAX_SENDFILE};
 pub use cgi::{CgiSettings, Program, Scripts};
 pub use conn::{
     serve_blocking, serve_ready, Client, ConnInfo, Connection, Gated, Mode, Request, Waiting, Want,
@@ -118,7 +118,8 @@ impl Pipeline {
         access_log: Arc<AccessLog>,
         error_log: Arc<ErrorLog>,
     ) -> Pipeline {
-        let cache = Cache::new(settings.cache_size, settings.max_cached_file);
+        let cache = Cache::new(settings.cache_size, settings.max_cached_file)
+            .holding_bytes_up_to(settings.inline_max);
         let stats = Arc::default();
         let per_ip = (settings.max_conns_per_ip > 0).then(|| ConnsPerIp::new(settings.max_conns_per_ip));
         let per_ip = per_ip.and_then(|table| {
@@ -434,5 +435,43 @@ mod tests {
             threads.into_iter().map(|t| t.join().unwrap()).collect()
         });
         assert!(bodies.iter().all(|b| *b == body));
+    }
+
+    /// A cached file past `inline_max` is held as a descriptor and goes out
+    /// as a file chunk (`sendfile`); up to it, as bytes. TLS and `uring`
+    /// raise `inline_max` so the same file is sent from memory.
+    #[test]
+    fn cached_files_past_inline_max_go_out_as_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("doc.bin"), &body).unwrap();
+        let sent_as_file = |inline_max: u64| {
+            let settings = Settings { inline_max, ..Settings::default() };
+            let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+            let p = Pipeline::new(
+                settings,
+                Site::dir(dir.path(), false).unwrap(),
+                access,
+                Arc::new(ErrorLog::stderr()),
+            );
+            let bytes = b"GET /doc.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+            let Ok(h1::Parsed::Complete { head, .. }) = h1::parse_request(bytes, &p.settings.limits) else {
+                panic!()
+            };
+            // The second request is the cache hit.
+            let mut kinds = Vec::new();
+            for _ in 0..2 {
+                let Reply::Response(mut r) = p.handle(&head, true) else { panic!("a response") };
+                let mut out = Vec::new();
+                r.out.copy_into(&mut out, r.head_len as usize).unwrap();
+                kinds.push(matches!(r.out.front(), Some((transport::Chunk::File { .. }, _))));
+                out.clear();
+                r.out.copy_into(&mut out, usize::MAX).unwrap();
+                assert!(out == body, "the file's bytes");
+            }
+            kinds
+        };
+        assert_eq!(sent_as_file(INLINE_MAX_SENDFILE), [true, true]);
+        assert_eq!(sent_as_file(INLINE_MAX_COPY), [false, false]);
     }
 }

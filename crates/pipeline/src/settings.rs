@@ -23,6 +23,11 @@ pub struct Settings {
     pub cache_size: u64,
     /// Files larger than this are never cached and go out with `sendfile`.
     pub max_cached_file: u64,
+    /// Cached files up to this size are held as bytes, larger ones as open
+    /// descriptors: [`INLINE_MAX_SENDFILE`](crate::INLINE_MAX_SENDFILE) where
+    /// responses go out with `sendfile`, [`INLINE_MAX_COPY`](crate::INLINE_MAX_COPY)
+    /// where a file would be read to be sent (TLS, `uring`).
+    pub inline_max: u64,
     /// More ranges than this in one request are answered with the whole file (Apache `MaxRanges 200`).
     pub max_ranges: usize,
     /// HTML listings for directories without `index.html`.
@@ -84,6 +89,7 @@ impl Default for Settings {
             max_keepalive_requests: 1000,
             cache_size: 64 << 20,
             max_cached_file: 1 << 20,
+            inline_max: crate::INLINE_MAX_SENDFILE,
             max_ranges: 200,
             browse: false,
             follow_symlinks: false,

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use transport::{Chunk, Data};
 
-use crate::cache::{Body, Cache, Entry, Hit, Identity, INLINE_MAX};
+use crate::cache::{Body, Cache, Entry, Hit, Identity};
 use crate::flights::{Boarding, Landed};
 use crate::resolve::{DocRoot, SymlinkPolicy};
 use crate::{conditional, listing, Settings};
@@ -361,7 +361,7 @@ fn load_file(root: &DocRoot, path: &str, cache: &Cache) -> Found {
     });
     let etag = conditional::etag(identity.ino, identity.len, identity.modified);
     let content_type = content_type(path);
-    if cache.admits(identity.len) && identity.len > INLINE_MAX {
+    if cache.admits(identity.len) && !cache.holds_bytes(identity.len) {
         cache.note_miss();
         let entry = Arc::new(Entry::new(identity, Body::File(Arc::new(file)), etag, content_type));
         cache.insert(path, entry.clone(), ticket);
