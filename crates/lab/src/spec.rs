@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use units::Dur;
+use units::{Dur, Size};
 
-use crate::columns::{metric_names, AXES, METRICS};
+use crate::columns::{matching, metric_names, AXES};
 
 /// One experiment.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -134,6 +134,12 @@ pub struct ServerSpec {
     /// Instances of the model (or peer) behind the front, each on its own port.
     #[serde(default = "one_usize", skip_serializing_if = "is_one")]
     pub backends: usize,
+    /// A memory limit for each backend's whole process tree, page cache
+    /// included (a memory cgroup; root only, `cgroup.rs`), so documents
+    /// past it are read from the disk; their pages are dropped before
+    /// every point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Size>,
 }
 
 /// `[network]`: the topology.
@@ -150,7 +156,9 @@ pub struct NetworkSpec {
     pub rate: Option<String>,
 }
 
-/// A line plot: `y` against `x`, one series per server.
+/// A line plot: `y` against `x`, one series per server; `y` may name
+/// several metrics (`phase_*`): a series per server and metric, or with
+/// `stacked`, one bar per server and value of `x`, the metrics stacked in it.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Plot {
@@ -162,6 +170,8 @@ pub struct Plot {
     pub log_x: bool,
     #[serde(default)]
     pub log_y: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stacked: bool,
 }
 
 /// A claim over the results (see `claims.rs` for the grammar).
@@ -200,6 +210,10 @@ fn one_usize() -> usize {
 fn is_one(n: &usize) -> bool {
     *n == 1
 }
+/// The least `memory` a server is given: below it, a modus server is
+/// killed for its own memory rather than made to read its documents.
+const MIN_MEMORY: u64 = 16 << 20;
+
 fn default_x() -> String {
     "clients".into()
 }
@@ -277,6 +291,9 @@ impl Spec {
             if s.backends == 0 {
                 bail!("server {:?}: backends must be at least 1", s.name);
             }
+            if s.memory.is_some_and(|m| m.0 < MIN_MEMORY) {
+                bail!("server {:?}: memory must be at least {} (a server must fit)", s.name, Size(MIN_MEMORY));
+            }
             if !names.insert(s.name.as_str()) {
                 bail!("two servers are named {:?} (give one a `name`)", s.name);
             }
@@ -326,8 +343,16 @@ impl Spec {
             if !AXES.contains(&p.x.as_str()) {
                 bail!("plot {:?}: x = {:?} is not an axis ({})", p.name, p.x, AXES.join(", "));
             }
-            if !METRICS.iter().any(|(m, _)| *m == p.y) {
-                bail!("plot {:?}: y = {:?} is not a metric ({})", p.name, p.y, metric_names());
+            if matching(&p.y).is_empty() {
+                bail!(
+                    "plot {:?}: y = {:?} is not a metric ({}), nor a prefix of some with a final *",
+                    p.name,
+                    p.y,
+                    metric_names()
+                );
+            }
+            if p.stacked && p.log_y {
+                bail!("plot {:?}: stacked bars have a linear y axis (no log-y)", p.name);
             }
         }
         for c in &self.claims {
@@ -441,6 +466,14 @@ mod tests {
             "[[server]]\nmodel = \"pool\"\n[[claim]]\ntext = \"t\"\nexpr = \"throughput(server=nope) > 1\"\n",
         );
         assert!(e.contains("no server \"nope\""), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nmemory = \"lots\"\n");
+        assert!(e.contains("invalid size \"lots\""), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nmemory = \"1MiB\"\n");
+        assert!(e.contains("memory must be at least 16MiB"), "{e}");
+        let spec = Spec::parse(&format!("{base}[[server]]\nmodel = \"pool\"\nmemory = \"128MiB\"\n"), "t").unwrap();
+        assert_eq!(spec.servers[0].memory, Some(Size(128 << 20)));
+        let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed*\"\n");
+        assert!(e.contains("nor a prefix of some"), "{e}");
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
         assert!(format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err()).contains("invalid duration"));
     }
