@@ -117,6 +117,16 @@ impl Cgroup {
         wrapped
     }
 
+    /// The most memory (bytes) its processes have used together, page
+    /// cache included, if the kernel says (v2 before 5.19 does not).
+    pub fn peak(&self) -> Option<u64> {
+        let file = match self.version {
+            Version::V1 => "memory.max_usage_in_bytes",
+            Version::V2 => "memory.peak",
+        };
+        std::fs::read_to_string(self.dir.join(file)).ok()?.trim().parse().ok()
+    }
+
     /// Removes it: its processes have exited (exited ones may linger a
     /// moment before the kernel lets the directory go).
     pub fn remove(&self) -> Result<()> {
@@ -193,6 +203,7 @@ mod tests {
         let h = Hierarchy::find(root.path()).unwrap();
         assert_eq!(h, Hierarchy { dir: root.path().join("memory"), version: Version::V1 });
         let group = h.create("modus-lab-1-pool", 128 << 20).unwrap();
+        assert_eq!(group.peak(), None, "no usage recorded in a plain directory");
         let limit = std::fs::read_to_string(group.dir.join("memory.limit_in_bytes")).unwrap();
         assert_eq!(limit, "134217728");
         assert_eq!(group.name(), "/modus-lab-1-pool");

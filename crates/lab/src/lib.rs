@@ -276,7 +276,13 @@ fn lab(args: LabArgs) -> Result<()> {
                 front_cpus: None,
                 cgi: false,
                 network: None,
-                sweep: Sweep { clients, paths: Vec::new(), server_cpus: Vec::new(), rates: Vec::new() },
+                sweep: Sweep {
+                    clients,
+                    paths: Vec::new(),
+                    server_cpus: Vec::new(),
+                    rates: Vec::new(),
+                    memory: Vec::new(),
+                },
                 servers: chosen
                     .iter()
                     .map(|m| ServerSpec {

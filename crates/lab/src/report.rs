@@ -15,7 +15,7 @@ use crate::columns::{matching, AXES, METRICS};
 use crate::results::Table;
 use crate::spec::{Plot, Spec};
 
-const COLOURS: [RGBColor; 8] = [
+const COLOURS: [RGBColor; 10] = [
     RGBColor(0x0f, 0x6b, 0x5c),
     RGBColor(0xc6, 0x28, 0x28),
     RGBColor(0x15, 0x65, 0xc0),
@@ -24,6 +24,8 @@ const COLOURS: [RGBColor; 8] = [
     RGBColor(0x2e, 0x7d, 0x32),
     RGBColor(0x5d, 0x40, 0x37),
     RGBColor(0x45, 0x5a, 0x64),
+    RGBColor(0xf9, 0xa8, 0x25),
+    RGBColor(0x00, 0x83, 0x8f),
 ];
 
 fn unit(metric: &str) -> &'static str {
@@ -37,6 +39,7 @@ fn x_values(spec: &Spec, table: &Table, x: &str) -> Vec<String> {
     let listed = match x {
         "path" => spec.paths(),
         "cpus" => spec.cpu_sets(),
+        "memory" => spec.memory_limits().iter().map(|m| m.map(|m| m.to_string()).unwrap_or_default()).collect(),
         _ => Vec::new(),
     };
     xs.sort_by_key(|v| listed.iter().position(|l| l == v).unwrap_or(usize::MAX));
@@ -138,6 +141,7 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
             "clients" => "clients (connections)".to_string(),
             "rate" => "offered load (requests/s, open loop)".to_string(),
             "cpus" => "server CPUs".to_string(),
+            "memory" => "the server's memory limit".to_string(),
             other => other.to_string(),
         };
         let y_desc = format!("{} ({})", p.y, unit(matching(&p.y)[0]));
@@ -226,13 +230,23 @@ fn stacked(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
             }
         }
     }
-    let top = bars.iter().map(|(_, h)| h.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9) * 1.15;
-    let width = (bars.len() as u32 * 150 + 220).max(760);
+    let top = bars.iter().map(|(_, h)| h.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9) * 1.1;
+    // The legend names the metrics some bar has, beside the bars.
+    let shown: Vec<usize> = (0..metrics.len()).filter(|m| bars.iter().any(|(_, h)| h[*m] > 0.0)).collect();
+    let legend_width = 190;
+    let width = (bars.len() as u32 * 150 + 220).max(760) + legend_width;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (width, 460)).into_drawing_area();
         root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
+        let (area, legend) = root.split_horizontally(width - legend_width);
+        for (row, &m) in shown.iter().rev().enumerate() {
+            let y = 60 + row as i32 * 22;
+            let colour = COLOURS[m % COLOURS.len()];
+            legend.draw(&Rectangle::new([(8, y), (22, y + 14)], colour.filled()))?;
+            legend.draw(&Text::new(metrics[m], (30, y), ("sans-serif", 14)))?;
+        }
+        let mut chart = ChartBuilder::on(&area)
             .caption(format!("{} — {} by {}", spec.name, p.y, p.x), ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(42)
@@ -253,18 +267,15 @@ fn stacked(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
             .x_label_formatter(&label_of)
             .y_desc(format!("{} ({})", p.y, unit(metrics[0])))
             .draw()?;
-        for (m, metric) in metrics.iter().enumerate() {
+        for m in 0..metrics.len() {
             let colour = COLOURS[m % COLOURS.len()];
             let segments = bars.iter().enumerate().filter(|(_, (_, h))| h[m] > 0.0).map(|(i, (_, h))| {
                 let bottom: f64 = h[..m].iter().sum();
                 let x = i as f64;
                 Rectangle::new([(x - 0.35, bottom), (x + 0.35, bottom + h[m])], colour.filled())
             });
-            chart.draw_series(segments)?.label(*metric).legend(move |(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
-            });
+            chart.draw_series(segments)?;
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw()?;
         root.present()?;
     }
     Ok((svg, csv))

@@ -20,6 +20,9 @@ pub struct Coords {
     pub cpus: String,
     /// Open loop: requests per second offered; 0: closed loop.
     pub rate: u64,
+    /// The servers' memory limit on the sweep's `memory` axis (`64MiB`);
+    /// empty: none.
+    pub memory: String,
 }
 
 impl Coords {
@@ -29,6 +32,7 @@ impl Coords {
             "clients" => self.clients.to_string(),
             "rate" => self.rate.to_string(),
             "path" => self.path.clone(),
+            "memory" => self.memory.clone(),
             _ => self.cpus.clone(),
         }
     }
@@ -41,6 +45,8 @@ impl Coords {
             "rate" => c.rate = value.parse().ok()?,
             "path" => c.path = value.to_string(),
             "cpus" => c.cpus = value.to_string(),
+            // As written in the spec or as shown: the same size.
+            "memory" => c.memory = value.parse::<units::Size>().ok()?.to_string(),
             _ => return None,
         }
         Some(c)
@@ -87,7 +93,7 @@ pub struct Table {
 /// The header of `points.csv`.
 pub fn header() -> String {
     let metrics: Vec<&str> = METRICS.iter().map(|(m, _)| *m).collect();
-    format!("server,clients,path,cpus,rate,repeat,{}", metrics.join(","))
+    format!("server,clients,path,cpus,rate,memory,repeat,{}", metrics.join(","))
 }
 
 impl Table {
@@ -101,12 +107,13 @@ impl Table {
             let values: Vec<String> =
                 p.values.iter().map(|v| if v.is_nan() { String::new() } else { format!("{v}") }).collect();
             out.push_str(&format!(
-                "{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{}\n",
                 p.server,
                 p.at.clients,
                 p.at.path,
                 p.at.cpus.replace(',', "+"),
                 p.at.rate,
+                p.at.memory,
                 p.repeat,
                 values.join(",")
             ));
@@ -127,7 +134,7 @@ impl Table {
         else {
             bail!("{}: not a points table (no server, clients and repeat columns)", path.display());
         };
-        let (at_path, cpus, rate) = (column("path"), column("cpus"), column("rate"));
+        let (at_path, cpus, rate, memory) = (column("path"), column("cpus"), column("rate"), column("memory"));
         let metrics: Vec<Option<usize>> = METRICS.iter().map(|(m, _)| column(m)).collect();
         let mut points = Vec::new();
         for (i, line) in lines.enumerate() {
@@ -151,6 +158,7 @@ impl Table {
                     path: text_at(at_path),
                     cpus: text_at(cpus).replace('+', ","),
                     rate: rate.map_or(Ok(0), |c| fields[c].parse()).map_err(|_| bad())?,
+                    memory: text_at(memory),
                 },
                 repeat: fields[repeat].parse().map_err(|_| bad())?,
                 values: values.map_err(|_| bad())?,
@@ -170,6 +178,7 @@ impl Table {
         coords.sort_by(|a, b| match axis {
             "clients" => a.clients.cmp(&b.clients),
             "rate" => a.rate.cmp(&b.rate),
+            "memory" => memory_bytes(&a.memory).cmp(&memory_bytes(&b.memory)),
             _ => a.get(axis).cmp(&b.get(axis)),
         });
         let mut seen = Vec::new();
@@ -210,9 +219,14 @@ impl Table {
     }
 }
 
+/// A memory limit as bytes, for ordering (none: the most).
+fn memory_bytes(limit: &str) -> u64 {
+    limit.parse::<units::Size>().map_or(u64::MAX, |s| s.0)
+}
+
 #[cfg(test)]
 pub(crate) fn at(clients: usize) -> Coords {
-    Coords { clients, path: "/500b.bin".into(), cpus: String::new(), rate: 0 }
+    Coords { clients, path: "/500b.bin".into(), cpus: String::new(), rate: 0, memory: String::new() }
 }
 
 /// A point's values for tests: the first metrics given, the rest NaN.
@@ -229,7 +243,8 @@ mod tests {
 
     #[test]
     fn points_round_trip_through_csv() {
-        let pinned = Coords { clients: 4, path: "/50k.bin".into(), cpus: "0,1".into(), rate: 0 };
+        let pinned =
+            Coords { clients: 4, path: "/50k.bin".into(), cpus: "0,1".into(), rate: 0, memory: "64MiB".into() };
         let table = Table {
             points: vec![
                 Point {
@@ -261,7 +276,9 @@ mod tests {
         assert_eq!(back.mean("event", &at(4), "throughput"), None);
         assert_eq!(back.axis_values("path"), ["/500b.bin", "/50k.bin"]);
         assert_eq!(back.axis_values("cpus"), ["", "0,1"]);
-        assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1");
+        assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1 memory=64MiB");
+        assert_eq!(back.axis_values("memory"), ["64MiB", ""], "sizes in order, no limit the most");
+        assert_eq!(pinned.with("memory", "65536k").unwrap(), pinned, "a size as written or shown");
         std::fs::write(&path, "server,path\n").unwrap();
         assert!(Table::read(&path).unwrap_err().to_string().contains("not a points table"));
     }

@@ -23,8 +23,8 @@ use crate::results::{Coords, Point, Table};
 use crate::spec::{ServerSpec, Spec};
 
 /// One point to measure: `spec.servers[server]` at `clients`, the
-/// `path`-th path, the `cpus`-th CPU set and the `rate`-th rate of the
-/// sweep, repeat `repeat`.
+/// `path`-th path, the `cpus`-th CPU set, the `rate`-th rate and the
+/// `memory`-th memory limit of the sweep, repeat `repeat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Planned {
     pub server: usize,
@@ -32,6 +32,7 @@ pub struct Planned {
     pub path: usize,
     pub cpus: usize,
     pub rate: usize,
+    pub memory: usize,
     pub repeat: u32,
 }
 
@@ -43,7 +44,13 @@ impl Planned {
             path: spec.paths()[self.path].clone(),
             cpus: spec.cpu_sets()[self.cpus].clone(),
             rate: spec.rates()[self.rate],
+            memory: spec.memory_limits()[self.memory].map(|m| m.to_string()).unwrap_or_default(),
         }
+    }
+
+    /// The server's memory limit here: the sweep's, or its own.
+    pub fn memory_limit(&self, spec: &Spec) -> Option<units::Size> {
+        spec.memory_limits()[self.memory].or(spec.servers[self.server].memory)
     }
 }
 
@@ -55,13 +62,16 @@ pub fn schedule(spec: &Spec) -> Vec<Planned> {
     let mut order = Vec::new();
     for repeat in 1..=spec.repeats {
         let (paths, cpus, rates) = (spec.paths().len(), spec.cpu_sets().len(), spec.rates().len());
+        let limits = spec.memory_limits().len();
         let mut round = Vec::new();
         for server in 0..spec.servers.len() {
             for &clients in &spec.sweep.clients {
                 for path in 0..paths {
                     for cpus in 0..cpus {
                         for rate in 0..rates {
-                            round.push(Planned { server, clients, path, cpus, rate, repeat });
+                            for memory in 0..limits {
+                                round.push(Planned { server, clients, path, cpus, rate, memory, repeat });
+                            }
                         }
                     }
                 }
@@ -90,7 +100,8 @@ pub fn unavailable(spec: &Spec, out: &Path) -> Vec<(String, String)> {
     spec.servers
         .iter()
         .filter_map(|s| {
-            let why = if let (Some(limit), Err(why)) = (s.memory, crate::cgroup::memory()) {
+            let limit = s.memory.or(spec.sweep.memory.first().copied());
+            let why = if let (Some(limit), Err(why)) = (limit, crate::cgroup::memory()) {
                 format!("its memory limit ({limit}) cannot be set: {why}")
             } else if let Some(peer) = s.peer.as_deref() {
                 if peers::binary(peer).is_none() {
@@ -134,7 +145,9 @@ pub fn raw_path(out: &Path, spec: &Spec, p: &Planned) -> PathBuf {
     // Indices rather than the paths and CPU lists themselves, which hold slashes and commas.
     let name = spec.servers[p.server].name.as_str();
     let rate = if spec.sweep.rates.is_empty() { String::new() } else { format!("-q{}", p.rate) };
-    out.join("raw").join(format!("{name}-c{}-p{}-u{}{rate}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
+    let memory = if spec.sweep.memory.is_empty() { String::new() } else { format!("-m{}", p.memory) };
+    out.join("raw")
+        .join(format!("{name}-c{}-p{}-u{}{rate}{memory}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
 }
 
 /// How to run.
@@ -198,8 +211,10 @@ impl Runner {
                         );
                     }
                     let at = p.coords(spec);
+                    // With its memory limit here: the sweep's, or its own.
+                    let limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
                     let (values, record) = self
-                        .measure(spec, server, &at, root.as_deref())
+                        .measure(spec, &limited, &at, root.as_deref())
                         .with_context(|| format!("{} at {at:?}", server.name))?;
                     std::fs::write(&raw, serde_json::to_string_pretty(&record)?)?;
                     measured += 1;
@@ -211,7 +226,7 @@ impl Runner {
             let eta =
                 if measured > 0 { started.elapsed() / measured as u32 * left as u32 } else { Duration::ZERO };
             progress(&format!(
-                "[{}/{}] {} c={}{} {}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
+                "[{}/{}] {} c={}{} {}{}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
                 i + 1,
                 plan.len(),
                 point.server,
@@ -219,6 +234,7 @@ impl Runner {
                 if point.at.rate > 0 { format!(" R={}/s", point.at.rate) } else { String::new() },
                 point.at.path,
                 if point.at.cpus.is_empty() { String::new() } else { format!(" cpus={}", point.at.cpus) },
+                if point.at.memory.is_empty() { String::new() } else { format!(" memory={}", point.at.memory) },
                 point.repeat,
                 point.get("throughput").unwrap_or(0.0),
                 point.get("p99").unwrap_or(0.0),
@@ -436,7 +452,6 @@ impl Runner {
                 .with_context(|| format!("dropping the page cache of {}", root.display()))?;
         }
         let mut running = self.start(spec, server, cpus, front_cpus.as_deref(), root)?;
-        let cgroups = running.cgroups();
         let mix = at.path.strip_prefix("mix:");
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
         let before = running.cpu_ticks();
@@ -478,6 +493,7 @@ impl Runner {
             Some(before) => running.timing_after(&before, requests).map(|after| after.per_request_since(&before)),
             None => None,
         };
+        let cgroups = running.cgroups();
         running.stop();
         let report = report?;
         let hz = rustix::param::clock_ticks_per_second() as f64;
@@ -622,6 +638,7 @@ impl Running {
                 Some(json!({
                     "cgroup": c.name(),
                     "server_in": crate::cgroup::of_process(s.pid(), c.version),
+                    "peak_bytes": c.peak(),
                 }))
             })
             .collect()

@@ -104,6 +104,10 @@ pub struct Sweep {
     /// `clients` connections; none: closed loop.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rates: Vec<u64>,
+    /// Memory limits for every server (as a server's `memory`); none: the
+    /// servers' own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<Size>,
 }
 
 /// A server under test: a modus model and its flags, or a peer.
@@ -294,6 +298,9 @@ impl Spec {
             if s.memory.is_some_and(|m| m.0 < MIN_MEMORY) {
                 bail!("server {:?}: memory must be at least {} (a server must fit)", s.name, Size(MIN_MEMORY));
             }
+            if s.memory.is_some() && !self.sweep.memory.is_empty() {
+                bail!("server {:?}: memory on a server and as a [sweep] axis: one or the other", s.name);
+            }
             if !names.insert(s.name.as_str()) {
                 bail!("two servers are named {:?} (give one a `name`)", s.name);
             }
@@ -303,6 +310,9 @@ impl Spec {
         }
         if self.sweep.clients.is_empty() || self.sweep.clients.contains(&0) {
             bail!("[sweep] clients: at least one point, each at least 1");
+        }
+        if self.sweep.memory.iter().any(|m| m.0 < MIN_MEMORY) {
+            bail!("[sweep] memory: each at least {} (a server must fit)", Size(MIN_MEMORY));
         }
         if self.sweep.rates.contains(&0) {
             bail!("[sweep] rates: requests per second, each at least 1 (no rates: closed loop)");
@@ -394,6 +404,20 @@ impl Spec {
         }
     }
 
+    /// The memory limits, one per point of that axis (none: the servers' own).
+    pub fn memory_limits(&self) -> Vec<Option<Size>> {
+        if self.sweep.memory.is_empty() {
+            vec![None]
+        } else {
+            self.sweep.memory.iter().copied().map(Some).collect()
+        }
+    }
+
+    /// Whether some point runs under a memory limit.
+    pub fn limits_memory(&self) -> bool {
+        !self.sweep.memory.is_empty() || self.servers.iter().any(|s| s.memory.is_some())
+    }
+
     /// The spec for a quick look: one short round at the ends of the
     /// clients axis and of the rates.
     pub fn quick(mut self) -> Spec {
@@ -472,6 +496,11 @@ mod tests {
         assert!(e.contains("memory must be at least 16MiB"), "{e}");
         let spec = Spec::parse(&format!("{base}[[server]]\nmodel = \"pool\"\nmemory = \"128MiB\"\n"), "t").unwrap();
         assert_eq!(spec.servers[0].memory, Some(Size(128 << 20)));
+        let axis = "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [1]\nmemory = [\"64MiB\", \"1G\"]\n[[server]]\nmodel = \"pool\"\n";
+        let spec = Spec::parse(axis, "t").unwrap();
+        assert_eq!(spec.memory_limits(), [Some(Size(64 << 20)), Some(Size(1 << 30))]);
+        let e = format!("{:#}", Spec::parse(&format!("{axis}memory = \"64MiB\"\n"), "t").unwrap_err());
+        assert!(e.contains("one or the other"), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed*\"\n");
         assert!(e.contains("nor a prefix of some"), "{e}");
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
