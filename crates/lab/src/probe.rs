@@ -70,7 +70,9 @@ pub fn tree_read_bytes(pid: u32) -> u64 {
         .into_iter()
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/io")).ok())
         .filter_map(|text| {
-            text.lines().find_map(|l| l.strip_prefix("read_bytes:")).and_then(|v| v.trim().parse::<u64>().ok())
+            text.lines()
+                .find_map(|l| l.strip_prefix("read_bytes:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
         })
         .sum()
 }

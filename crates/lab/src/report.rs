@@ -39,7 +39,9 @@ fn x_values(spec: &Spec, table: &Table, x: &str) -> Vec<String> {
     let listed = match x {
         "path" => spec.paths(),
         "cpus" => spec.cpu_sets(),
-        "memory" => spec.memory_limits().iter().map(|m| m.map(|m| m.to_string()).unwrap_or_default()).collect(),
+        "memory" => {
+            spec.memory_limits().iter().map(|m| m.map(|m| m.to_string()).unwrap_or_default()).collect()
+        }
         _ => Vec::new(),
     };
     xs.sort_by_key(|v| listed.iter().position(|l| l == v).unwrap_or(usize::MAX));
@@ -603,8 +605,7 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.contains("\npool\n") && svg.contains("\nevent\n"), "{svg}");
         assert!(csv.contains("event,8,3000,3000,3000"), "{csv}");
         // Another axis: categories on x, one series per server and clients.
-        let by_path =
-            Plot {
+        let by_path = Plot {
             name: "p".into(),
             x: "path".into(),
             y: "throughput".into(),

@@ -134,7 +134,8 @@ impl Table {
         else {
             bail!("{}: not a points table (no server, clients and repeat columns)", path.display());
         };
-        let (at_path, cpus, rate, memory) = (column("path"), column("cpus"), column("rate"), column("memory"));
+        let (at_path, cpus, rate, memory) =
+            (column("path"), column("cpus"), column("rate"), column("memory"));
         let metrics: Vec<Option<usize>> = METRICS.iter().map(|(m, _)| column(m)).collect();
         let mut points = Vec::new();
         for (i, line) in lines.enumerate() {
@@ -243,8 +244,13 @@ mod tests {
 
     #[test]
     fn points_round_trip_through_csv() {
-        let pinned =
-            Coords { clients: 4, path: "/50k.bin".into(), cpus: "0,1".into(), rate: 0, memory: "64MiB".into() };
+        let pinned = Coords {
+            clients: 4,
+            path: "/50k.bin".into(),
+            cpus: "0,1".into(),
+            rate: 0,
+            memory: "64MiB".into(),
+        };
         let table = Table {
             points: vec![
                 Point {
@@ -259,7 +265,12 @@ mod tests {
                     repeat: 2,
                     values: values(&[2.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0, 1.0, 0.0]),
                 },
-                Point { server: "pool".into(), at: pinned.clone(), repeat: 1, values: vec![9.0; METRICS.len()] },
+                Point {
+                    server: "pool".into(),
+                    at: pinned.clone(),
+                    repeat: 1,
+                    values: vec![9.0; METRICS.len()],
+                },
             ],
         };
         let dir = tempfile::tempdir().unwrap();

@@ -234,7 +234,11 @@ impl Runner {
                 if point.at.rate > 0 { format!(" R={}/s", point.at.rate) } else { String::new() },
                 point.at.path,
                 if point.at.cpus.is_empty() { String::new() } else { format!(" cpus={}", point.at.cpus) },
-                if point.at.memory.is_empty() { String::new() } else { format!(" memory={}", point.at.memory) },
+                if point.at.memory.is_empty() {
+                    String::new()
+                } else {
+                    format!(" memory={}", point.at.memory)
+                },
                 point.repeat,
                 point.get("throughput").unwrap_or(0.0),
                 point.get("p99").unwrap_or(0.0),
@@ -490,7 +494,9 @@ impl Runner {
             r["requests"].as_f64().unwrap_or(0.0) + r["warmup_requests"].as_f64().unwrap_or(0.0)
         });
         let phases = match timing_before {
-            Some(before) => running.timing_after(&before, requests).map(|after| after.per_request_since(&before)),
+            Some(before) => {
+                running.timing_after(&before, requests).map(|after| after.per_request_since(&before))
+            }
             None => None,
         };
         let cgroups = running.cgroups();
@@ -609,10 +615,9 @@ impl Running {
     /// peer, `--no-timing`) or cannot be asked.
     fn timing(&self) -> Option<Timing> {
         let backends = self.servers.iter().filter(|s| !s.front);
-        backends.map(|s| Timing::from_status(&crate::probe::status(s.admin.as_deref()?).ok()?)).try_fold(
-            Timing::default(),
-            |sum, t| Some(sum.add(&t?)),
-        )
+        backends
+            .map(|s| Timing::from_status(&crate::probe::status(s.admin.as_deref()?).ok()?))
+            .try_fold(Timing::default(), |sum, t| Some(sum.add(&t?)))
     }
 
     /// The timing totals once the `requests` answered since `before` are

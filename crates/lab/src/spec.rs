@@ -296,7 +296,11 @@ impl Spec {
                 bail!("server {:?}: backends must be at least 1", s.name);
             }
             if s.memory.is_some_and(|m| m.0 < MIN_MEMORY) {
-                bail!("server {:?}: memory must be at least {} (a server must fit)", s.name, Size(MIN_MEMORY));
+                bail!(
+                    "server {:?}: memory must be at least {} (a server must fit)",
+                    s.name,
+                    Size(MIN_MEMORY)
+                );
             }
             if s.memory.is_some() && !self.sweep.memory.is_empty() {
                 bail!("server {:?}: memory on a server and as a [sweep] axis: one or the other", s.name);
@@ -494,7 +498,8 @@ mod tests {
         assert!(e.contains("invalid size \"lots\""), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\nmemory = \"1MiB\"\n");
         assert!(e.contains("memory must be at least 16MiB"), "{e}");
-        let spec = Spec::parse(&format!("{base}[[server]]\nmodel = \"pool\"\nmemory = \"128MiB\"\n"), "t").unwrap();
+        let spec =
+            Spec::parse(&format!("{base}[[server]]\nmodel = \"pool\"\nmemory = \"128MiB\"\n"), "t").unwrap();
         assert_eq!(spec.servers[0].memory, Some(Size(128 << 20)));
         let axis = "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [1]\nmemory = [\"64MiB\", \"1G\"]\n[[server]]\nmodel = \"pool\"\n";
         let spec = Spec::parse(axis, "t").unwrap();
