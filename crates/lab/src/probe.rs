@@ -118,7 +118,7 @@ impl Timing {
     }
 
     /// Several servers' (a front's backends) together.
-    pub fn add(mut self, other: &Timing) -> Timing {
+    pub fn plus(mut self, other: &Timing) -> Timing {
         self.requests += other.requests;
         self.request_us += other.request_us;
         self.phases_us.iter_mut().zip(other.phases_us).for_each(|(a, b)| *a += b);
@@ -186,7 +186,7 @@ mod tests {
         assert_eq!(means.len(), 1 + PHASES.len());
         assert_eq!((means[0], means[1], means[7]), (10.0, 2.0, 5.0), "{means:?}");
         assert!(before.per_request_since(&before).iter().all(|v| v.is_nan()), "no requests: no means");
-        let both = after.clone().add(&after);
+        let both = after.clone().plus(&after);
         assert_eq!((both.requests, both.phases_us[0]), (220.0, 440.0));
         assert_eq!(Timing::from_status(&serde_json::json!({ "timing": false })), None);
     }

@@ -622,4 +622,47 @@ mod tests {
         let lines: Vec<&str> = ranked.lines().collect();
         assert!(lines[1].starts_with("1    event") && lines[2].starts_with("2    pool"), "{ranked}");
     }
+
+    /// `phase_*` stacked: a bar per server and point that has phases (a
+    /// peer's NaN makes none), the phases bottom up, the zero ones out of
+    /// the legend; as lines, a series per server and phase.
+    #[test]
+    fn phases_stack_in_bars_or_draw_a_line_each() {
+        let mut spec = crate::spec::load("tiny").unwrap();
+        spec.servers[1] = crate::spec::ServerSpec {
+            name: "nginx".into(),
+            model: String::new(),
+            peer: Some("nginx".into()),
+            ..spec.servers[1].clone()
+        };
+        let mut table = Table::default();
+        for (server, phases) in [("pool", vec![2.0, 0.0, 7.0]), ("nginx", vec![f64::NAN; 3])] {
+            let mut values = crate::results::values(&[1000.0]);
+            let first = METRICS.iter().position(|(m, _)| *m == "phase_read_us").unwrap();
+            values[first..first + 3].copy_from_slice(&phases);
+            table.points.push(Point { server: server.into(), at: crate::results::at(8), repeat: 1, values });
+        }
+        let bars = Plot {
+            name: "phases".into(),
+            x: "clients".into(),
+            y: "phase_*".into(),
+            log_x: false,
+            log_y: false,
+            stacked: true,
+        };
+        let (svg, csv) = plot(&spec, &table, &bars).unwrap();
+        assert!(csv.starts_with("bar,metric,mean,min,max\npool clients=8,phase_read_us,2,2,2\n"), "{csv}");
+        assert!(csv.contains("pool clients=8,phase_data_hit_us,7,") && !csv.contains("nginx"), "{csv}");
+        assert!(svg.contains("pool clients=8") && !svg.contains("nginx"), "{svg}");
+        assert!(
+            svg.contains("phase_data_hit_us") && !svg.contains("phase_parse_us"),
+            "zero phases: no legend"
+        );
+        let lines = Plot { stacked: false, ..bars };
+        let (_, csv) = plot(&spec, &table, &lines).unwrap();
+        assert!(
+            csv.contains("pool phase_read_us,8,2,") && csv.contains("pool phase_data_hit_us,8,7,"),
+            "{csv}"
+        );
+    }
 }

@@ -363,7 +363,7 @@ impl Runner {
                     direct.args(["--backend", b]);
                 }
                 direct.args(&server.front_args);
-                Some(Server::start(direct).context("starting modus direct")?.as_front())
+                Some(Server::start(direct).context("starting modus direct")?.in_front())
             }
             Some(_) => {
                 let bin =
@@ -377,7 +377,7 @@ impl Runner {
                 crate::peers::check("haproxy", &bin, &dir, &conf, at.ns)?;
                 let mut command = pinned(&bin, front_cpus, at.ns);
                 command.args(crate::peers::args("haproxy", &dir, &conf));
-                Some(Server::start_peer(command, at.ip, port).context("starting haproxy")?.as_front())
+                Some(Server::start_peer(command, at.ip, port).context("starting haproxy")?.in_front())
             }
         };
         let addr = front.as_ref().map_or_else(|| backends[0].clone(), |f| f.addr.clone());
@@ -617,7 +617,7 @@ impl Running {
         let backends = self.servers.iter().filter(|s| !s.front);
         backends
             .map(|s| Timing::from_status(&crate::probe::status(s.admin.as_deref()?).ok()?))
-            .try_fold(Timing::default(), |sum, t| Some(sum.add(&t?)))
+            .try_fold(Timing::default(), |sum, t| Some(sum.plus(&t?)))
     }
 
     /// The timing totals once the `requests` answered since `before` are
@@ -733,7 +733,8 @@ impl Server {
         self
     }
 
-    fn as_front(mut self) -> Server {
+    /// As a front: what it says of its timing is not the servers'.
+    fn in_front(mut self) -> Server {
         self.front = true;
         self
     }
