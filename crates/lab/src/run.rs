@@ -101,7 +101,9 @@ pub fn unavailable(spec: &Spec, out: &Path) -> Vec<(String, String)> {
         .iter()
         .filter_map(|s| {
             let limit = s.memory.or(spec.sweep.memory.first().copied());
-            let why = if let (Some(limit), Err(why)) = (limit, crate::cgroup::memory()) {
+            // Memory cgroups are only tried where a limit is asked for.
+            let refused = limit.and_then(|limit| crate::cgroup::memory().err().map(|why| (limit, why)));
+            let why = if let Some((limit, why)) = refused {
                 format!("its memory limit ({limit}) cannot be set: {why}")
             } else if let Some(peer) = s.peer.as_deref() {
                 if peers::binary(peer).is_none() {
