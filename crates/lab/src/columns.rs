@@ -7,7 +7,7 @@ pub const AXES: [&str; 5] = ["clients", "rate", "path", "cpus", "memory"];
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do
 /// metrics a server does not have (a peer's phases): empty cells.
-pub const METRICS: [(&str, &str); 21] = [
+pub const METRICS: [(&str, &str); 22] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -24,8 +24,10 @@ pub const METRICS: [(&str, &str); 21] = [
     // read_bytes), per request: the page cache's misses.
     ("disk_read_per_req", "bytes"),
     // A modus server's own timing (`/status.json`): the mean per request
-    // of its time (first byte → logged), and of each phase within it.
+    // of its time (first byte → logged), of getting the document (from the
+    // cache or the file: paper 003's "data read"), and of each phase.
     ("request_us", "µs"),
+    ("data_us", "µs"),
     ("phase_read_us", "µs"),
     ("phase_parse_us", "µs"),
     ("phase_data_hit_us", "µs"),

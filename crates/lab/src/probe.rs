@@ -125,12 +125,19 @@ impl Timing {
         self
     }
 
+    /// Time getting the documents: from the cache and from their files.
+    fn data_us(&self) -> f64 {
+        let phase = |name: &str| PHASES.iter().position(|p| *p == name).map_or(0.0, |i| self.phases_us[i]);
+        phase("data_hit") + phase("data_miss")
+    }
+
     /// The mean per request between `before` and `self`: the request's
-    /// time, then each phase's (NaN when no request was timed).
+    /// time, the data's, then each phase's (NaN when no request was timed).
     pub fn per_request_since(&self, before: &Timing) -> Vec<f64> {
         let n = self.requests - before.requests;
         let mean = |after: f64, before: f64| if n > 0.0 { (after - before) / n } else { f64::NAN };
-        std::iter::once(mean(self.request_us, before.request_us))
+        [mean(self.request_us, before.request_us), mean(self.data_us(), before.data_us())]
+            .into_iter()
             .chain(self.phases_us.iter().zip(before.phases_us).map(|(a, b)| mean(*a, b)))
             .collect()
     }
@@ -183,9 +190,13 @@ mod tests {
         let before = Timing::from_status(&status(10, 100.0, 20.0, 30.0)).unwrap();
         let after = Timing::from_status(&status(110, 1100.0, 220.0, 530.0)).unwrap();
         let means = after.per_request_since(&before);
-        assert_eq!(means.len(), 1 + PHASES.len());
-        assert_eq!((means[0], means[1], means[7]), (10.0, 2.0, 5.0), "{means:?}");
+        assert_eq!(means.len(), 2 + PHASES.len());
+        assert_eq!((means[0], means[1], means[2], means[8]), (10.0, 0.0, 2.0, 5.0), "{means:?}");
         assert!(before.per_request_since(&before).iter().all(|v| v.is_nan()), "no requests: no means");
+        let mut data = Timing { requests: 2.0, request_us: 20.0, ..Timing::default() };
+        data.phases_us[PHASES.iter().position(|p| *p == "data_hit").unwrap()] = 3.0;
+        data.phases_us[PHASES.iter().position(|p| *p == "data_miss").unwrap()] = 5.0;
+        assert_eq!(data.per_request_since(&Timing::default())[1], 4.0, "data: hits and misses");
         let both = after.clone().plus(&after);
         assert_eq!((both.requests, both.phases_us[0]), (220.0, 440.0));
         assert_eq!(Timing::from_status(&serde_json::json!({ "timing": false })), None);

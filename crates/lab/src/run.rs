@@ -525,7 +525,7 @@ impl Runner {
             answered(&|code| code == "503"),
             if requests > 0.0 { read_after.saturating_sub(read_before) as f64 / requests } else { 0.0 },
         ];
-        values.extend(phases.unwrap_or_else(|| vec![f64::NAN; 1 + PHASES.len()]));
+        values.extend(phases.unwrap_or_else(|| vec![f64::NAN; 2 + PHASES.len()]));
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();

@@ -12,7 +12,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_modus");
 const LIMIT: Duration = Duration::from_secs(180);
 /// The header of `points.csv`.
 const HEADER: &str = "server,clients,path,cpus,rate,memory,repeat,throughput,mean,p50,p99,errors,\
-cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,phase_read_us,phase_parse_us,\
+cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
 phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
 phase_queue_us";
 
