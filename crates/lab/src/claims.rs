@@ -165,7 +165,7 @@ mod tests {
             server: server.into(),
             at: at(clients),
             repeat,
-            values: vec![throughput, 1.5, 1.0, 2.0, 0.0, 10.0, 100.0, 0.0, 1.0, 0.0],
+            values: crate::results::values(&[throughput, 1.5, 1.0, 2.0, 0.0, 10.0, 100.0, 0.0, 1.0, 0.0]),
         }
     }
 

@@ -2,11 +2,12 @@
 //! each point, as specs, claims, tables and plots name them.
 
 /// The sweep's axes, as named in plots and claims.
-pub const AXES: [&str; 4] = ["clients", "rate", "path", "cpus"];
+pub const AXES: [&str; 5] = ["clients", "rate", "path", "cpus", "memory"];
 
 /// The metrics a point has, with units (columns of `points.csv`). Results
-/// written before a metric existed read it as NaN (shown as –).
-pub const METRICS: [(&str, &str); 10] = [
+/// written before a metric existed read it as NaN (shown as –), as do
+/// metrics a server does not have (a peer's phases): empty cells.
+pub const METRICS: [(&str, &str); 22] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -19,9 +20,54 @@ pub const METRICS: [(&str, &str); 10] = [
     // overloaded server sends instead of serving.
     ("goodput", "2xx/s"),
     ("busy", "503/s"),
+    // Bytes the server's processes read from the disk (`/proc/PID/io`
+    // read_bytes), per request: the page cache's misses.
+    ("disk_read_per_req", "bytes"),
+    // A modus server's own timing (`/status.json`): the mean per request
+    // of its time (first byte → logged), of getting the document (from the
+    // cache or the file: paper 003's "data read"), and of each phase.
+    ("request_us", "µs"),
+    ("data_us", "µs"),
+    ("phase_read_us", "µs"),
+    ("phase_parse_us", "µs"),
+    ("phase_data_hit_us", "µs"),
+    ("phase_data_miss_us", "µs"),
+    ("phase_cgi_spawn_us", "µs"),
+    ("phase_cgi_run_us", "µs"),
+    ("phase_write_us", "µs"),
+    ("phase_log_us", "µs"),
+    ("phase_queue_us", "µs"),
 ];
+
+/// The phases of `/status.json`'s `phases_us` within a request's time, in
+/// the order of their `phase_NAME_us` columns.
+pub const PHASES: [&str; 9] =
+    ["read", "parse", "data_hit", "data_miss", "cgi_spawn", "cgi_run", "write", "log", "queue"];
 
 /// The metric names, for error messages.
 pub fn metric_names() -> String {
     METRICS.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
+}
+
+/// The metrics `pattern` names: one metric, or those starting with what
+/// comes before a final `*` (`phase_*`).
+pub fn matching(pattern: &str) -> Vec<&'static str> {
+    let all = METRICS.iter().map(|(m, _)| *m);
+    match pattern.strip_suffix('*') {
+        Some(prefix) => all.filter(|m| m.starts_with(prefix)).collect(),
+        None => all.filter(|m| *m == pattern).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_has_its_column_in_order() {
+        let columns: Vec<String> = PHASES.iter().map(|p| format!("phase_{p}_us")).collect();
+        assert_eq!(matching("phase_*"), columns);
+        assert_eq!(matching("p99"), ["p99"]);
+        assert!(matching("speed").is_empty() && matching("speed*").is_empty());
+    }
 }

@@ -6,6 +6,9 @@
 //! * `spec.rs` — the experiment format (TOML); built-in ones in `lab/`.
 //! * `claims.rs` — the claims' grammar and verdicts.
 //! * `run.rs` — the order of the points and each measurement.
+//! * `probe.rs` — what is read around a measurement: CPU time, memory and
+//!   disk reads from `/proc`, per-phase timing from `/status.json`.
+//! * `cgroup.rs` — a server's memory limit: a memory cgroup (v1 or v2).
 //! * `netns.rs` — the optional topology: hosts in network namespaces.
 //! * `peers.rs` — nginx, lighttpd, h2o and Apache httpd measured beside the
 //!   models; `modus direct` and HAProxy as fronts.
@@ -13,10 +16,12 @@
 //! * `report.rs` — plots, `report.html`, the ranked table.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
+pub mod cgroup;
 pub mod claims;
 pub mod columns;
 pub mod netns;
 pub mod peers;
+pub mod probe;
 pub mod report;
 pub mod reproduction;
 pub mod results;
@@ -271,7 +276,13 @@ fn lab(args: LabArgs) -> Result<()> {
                 front_cpus: None,
                 cgi: false,
                 network: None,
-                sweep: Sweep { clients, paths: Vec::new(), server_cpus: Vec::new(), rates: Vec::new() },
+                sweep: Sweep {
+                    clients,
+                    paths: Vec::new(),
+                    server_cpus: Vec::new(),
+                    rates: Vec::new(),
+                    memory: Vec::new(),
+                },
                 servers: chosen
                     .iter()
                     .map(|m| ServerSpec {
@@ -282,6 +293,7 @@ fn lab(args: LabArgs) -> Result<()> {
                         front: None,
                         front_args: Vec::new(),
                         backends: 1,
+                        memory: None,
                     })
                     .chain(chosen_peers.iter().map(|p| ServerSpec {
                         name: p.to_string(),
@@ -291,6 +303,7 @@ fn lab(args: LabArgs) -> Result<()> {
                         front: None,
                         front_args: Vec::new(),
                         backends: 1,
+                        memory: None,
                     }))
                     .collect(),
                 plots: ["throughput", "p99", "cpu_per_request"]
@@ -301,6 +314,7 @@ fn lab(args: LabArgs) -> Result<()> {
                         y: y.to_string(),
                         log_x: true,
                         log_y: false,
+                        stacked: false,
                     })
                     .collect(),
                 claims: Vec::new(),

@@ -11,11 +11,11 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use crate::claims::Claim;
-use crate::columns::{AXES, METRICS};
+use crate::columns::{matching, AXES, METRICS};
 use crate::results::Table;
 use crate::spec::{Plot, Spec};
 
-const COLOURS: [RGBColor; 8] = [
+const COLOURS: [RGBColor; 10] = [
     RGBColor(0x0f, 0x6b, 0x5c),
     RGBColor(0xc6, 0x28, 0x28),
     RGBColor(0x15, 0x65, 0xc0),
@@ -24,64 +24,107 @@ const COLOURS: [RGBColor; 8] = [
     RGBColor(0x2e, 0x7d, 0x32),
     RGBColor(0x5d, 0x40, 0x37),
     RGBColor(0x45, 0x5a, 0x64),
+    RGBColor(0xf9, 0xa8, 0x25),
+    RGBColor(0x00, 0x83, 0x8f),
 ];
 
 fn unit(metric: &str) -> &'static str {
     METRICS.iter().find(|(m, _)| *m == metric).map_or("", |(_, u)| *u)
 }
 
-/// One plot as SVG, and its data as CSV (`series,x,mean,min,max`): `y`
-/// against the axis `x`, one series per server and per value of the other
-/// axes that vary. The clients axis is numeric; paths and CPU sets are
-/// categories, in the order measured.
-pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
-    let mut xs = table.axis_values(&p.x);
-    // Categories in the order the experiment lists them (file sizes grow, CPU sets widen).
-    let listed = match p.x.as_str() {
+/// The values of the axis `x` measured, in order: categories as the
+/// experiment lists them (file sizes grow, CPU sets widen).
+fn x_values(spec: &Spec, table: &Table, x: &str) -> Vec<String> {
+    let mut xs = table.axis_values(x);
+    let listed = match x {
         "path" => spec.paths(),
         "cpus" => spec.cpu_sets(),
+        "memory" => {
+            spec.memory_limits().iter().map(|m| m.map(|m| m.to_string()).unwrap_or_default()).collect()
+        }
         _ => Vec::new(),
     };
-    xs.sort_by_key(|x| listed.iter().position(|l| l == x).unwrap_or(usize::MAX));
-    let numeric = p.x == "clients" || p.x == "rate";
-    let position = |i: usize, v: &str| if numeric { v.parse::<f64>().unwrap_or(0.0) } else { i as f64 };
+    xs.sort_by_key(|v| listed.iter().position(|l| l == v).unwrap_or(usize::MAX));
+    xs
+}
+
+/// The lines or bars of a plot: one per server, per combination of the
+/// other axes that vary, and per metric `y` names (`phase_*`): its label
+/// and the point (at each value of `x`) where it is measured.
+struct Series<'a> {
+    label: String,
+    metric: &'static str,
+    server: &'a str,
+    at: Vec<Option<crate::results::Coords>>,
+}
+
+fn series<'a>(spec: &'a Spec, table: &Table, p: &Plot, xs: &[String]) -> Vec<Series<'a>> {
+    let metrics = matching(&p.y);
     let others: Vec<&str> =
         AXES.iter().copied().filter(|a| *a != p.x && table.axis_values(a).len() > 1).collect();
     let coords = table.coords();
+    let mut out = Vec::new();
+    for s in &spec.servers {
+        for &metric in &metrics {
+            // The combinations of the other axes this server was measured at.
+            let mut combos: Vec<Vec<String>> = coords
+                .iter()
+                .filter(|c| table.mean(&s.name, c, metric).is_some())
+                .map(|c| others.iter().map(|a| c.get(a)).collect())
+                .collect();
+            combos.sort();
+            combos.dedup();
+            for combo in combos {
+                let label = std::iter::once(s.name.clone())
+                    .chain(others.iter().zip(&combo).map(|(a, v)| format!("{a}={v}")))
+                    .chain((metrics.len() > 1 && !p.stacked).then(|| metric.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let at = xs
+                    .iter()
+                    .map(|x| {
+                        coords
+                            .iter()
+                            .find(|c| {
+                                c.get(&p.x) == *x && others.iter().zip(&combo).all(|(a, v)| c.get(a) == *v)
+                            })
+                            .cloned()
+                    })
+                    .collect();
+                out.push(Series { label, metric, server: &s.name, at });
+            }
+        }
+    }
+    out
+}
+
+/// One plot as SVG, and its data as CSV (`series,x,mean,min,max`): `y`
+/// against the axis `x`, one series per server and per value of the other
+/// axes that vary (and per metric, when `y` names several). The clients
+/// axis is numeric; paths and CPU sets are categories, in the order
+/// measured. `stacked`: bars instead ([`stacked`]).
+pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
+    if p.stacked {
+        return stacked(spec, table, p);
+    }
+    let xs = x_values(spec, table, &p.x);
+    let numeric = p.x == "clients" || p.x == "rate";
+    let position = |i: usize, v: &str| if numeric { v.parse::<f64>().unwrap_or(0.0) } else { i as f64 };
     let mut csv = format!("series,{},{} mean,min,max\n", p.x, p.y);
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    for s in &spec.servers {
-        // The combinations of the other axes this server was measured at.
-        let mut combos: Vec<Vec<String>> = coords
-            .iter()
-            .filter(|c| table.mean(&s.name, c, &p.y).is_some())
-            .map(|c| others.iter().map(|a| c.get(a)).collect())
-            .collect();
-        combos.sort();
-        combos.dedup();
-        for combo in combos {
-            let label = std::iter::once(s.name.clone())
-                .chain(others.iter().zip(&combo).map(|(a, v)| format!("{a}={v}")))
-                .collect::<Vec<_>>()
-                .join(" ");
-            let mut points = Vec::new();
-            for (i, x) in xs.iter().enumerate() {
-                let Some(at) = coords
-                    .iter()
-                    .find(|c| c.get(&p.x) == *x && others.iter().zip(&combo).all(|(a, v)| c.get(a) == *v))
-                else {
-                    continue;
-                };
-                let (Some(mean), Some((lo, hi))) =
-                    (table.mean(&s.name, at, &p.y), table.spread(&s.name, at, &p.y))
-                else {
-                    continue;
-                };
-                let _ = writeln!(csv, "{label},{x},{mean},{lo},{hi}");
-                points.push((position(i, x), mean));
-            }
-            series.push((label, points));
+    for line in self::series(spec, table, p, &xs) {
+        let mut points = Vec::new();
+        for (i, (x, at)) in xs.iter().zip(&line.at).enumerate() {
+            let Some(at) = at else { continue };
+            let (Some(mean), Some((lo, hi))) =
+                (table.mean(line.server, at, line.metric), table.spread(line.server, at, line.metric))
+            else {
+                continue;
+            };
+            let _ = writeln!(csv, "{},{x},{mean},{lo},{hi}", line.label);
+            points.push((position(i, x), mean));
         }
+        series.push((line.label, points));
     }
     let positions: Vec<f64> = xs.iter().enumerate().map(|(i, x)| position(i, x)).collect();
     let x_last = positions.iter().copied().fold(0.0, f64::max).max(1.0);
@@ -100,9 +143,10 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
             "clients" => "clients (connections)".to_string(),
             "rate" => "offered load (requests/s, open loop)".to_string(),
             "cpus" => "server CPUs".to_string(),
+            "memory" => "the server's memory limit".to_string(),
             other => other.to_string(),
         };
-        let y_desc = format!("{} ({})", p.y, unit(&p.y));
+        let y_desc = format!("{} ({})", p.y, unit(matching(&p.y)[0]));
         let label_of = |v: &f64| {
             if numeric {
                 format!("{v}")
@@ -148,6 +192,91 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
                 draw!(builder.build_cartesian_2d(linear_x, (y_min_pos * 0.8..y_max).log_scale())?)
             }
             (false, false) => draw!(builder.build_cartesian_2d(linear_x, 0.0..y_max)?),
+        }
+        root.present()?;
+    }
+    Ok((svg, csv))
+}
+
+/// Stacked bars as SVG, and their data as CSV (`bar,metric,mean,min,max`):
+/// a bar per value of `x` and server (and combination of the other axes
+/// that vary), the metrics `y` names stacked in it, bottom up in their
+/// order — paper 003's phases of a request.
+fn stacked(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
+    let metrics = matching(&p.y);
+    let xs = x_values(spec, table, &p.x);
+    let all = series(spec, table, p, &xs);
+    // One bar per (x, label); its height per metric.
+    let mut bars: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut csv = "bar,metric,mean,min,max\n".to_string();
+    for (i, x) in xs.iter().enumerate() {
+        let mut labels: Vec<&str> = all.iter().map(|s| s.label.as_str()).collect();
+        labels.dedup();
+        for label in labels {
+            let name = format!("{label} {}={x}", p.x);
+            let mut heights = vec![0.0; metrics.len()];
+            let mut any = false;
+            for s in all.iter().filter(|s| s.label == label) {
+                let Some(at) = &s.at[i] else { continue };
+                let (Some(mean), Some((lo, hi))) =
+                    (table.mean(s.server, at, s.metric), table.spread(s.server, at, s.metric))
+                else {
+                    continue;
+                };
+                let _ = writeln!(csv, "{name},{},{mean},{lo},{hi}", s.metric);
+                heights[metrics.iter().position(|m| *m == s.metric).unwrap_or(0)] = mean;
+                any = true;
+            }
+            if any {
+                bars.push((name, heights));
+            }
+        }
+    }
+    let top = bars.iter().map(|(_, h)| h.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9) * 1.1;
+    // The legend names the metrics some bar has, beside the bars.
+    let shown: Vec<usize> = (0..metrics.len()).filter(|m| bars.iter().any(|(_, h)| h[*m] > 0.0)).collect();
+    let legend_width = 190;
+    let width = (bars.len() as u32 * 150 + 220).max(760) + legend_width;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, 460)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (area, legend) = root.split_horizontally(width - legend_width);
+        for (row, &m) in shown.iter().rev().enumerate() {
+            let y = 60 + row as i32 * 22;
+            let colour = COLOURS[m % COLOURS.len()];
+            legend.draw(&Rectangle::new([(8, y), (22, y + 14)], colour.filled()))?;
+            legend.draw(&Text::new(metrics[m], (30, y), ("sans-serif", 14)))?;
+        }
+        let mut chart = ChartBuilder::on(&area)
+            .caption(format!("{} — {} by {}", spec.name, p.y, p.x), ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(72)
+            .build_cartesian_2d(-0.5..bars.len() as f64 - 0.5, 0.0..top)?;
+        let label_of = |v: &f64| {
+            let i = v.round();
+            if (v - i).abs() < 0.01 && i >= 0.0 {
+                bars.get(i as usize).map(|b| b.0.clone()).unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len() * 2 + 1)
+            .x_label_formatter(&label_of)
+            .y_desc(format!("{} ({})", p.y, unit(metrics[0])))
+            .draw()?;
+        for m in 0..metrics.len() {
+            let colour = COLOURS[m % COLOURS.len()];
+            let segments = bars.iter().enumerate().filter(|(_, (_, h))| h[m] > 0.0).map(|(i, (_, h))| {
+                let bottom: f64 = h[..m].iter().sum();
+                let x = i as f64;
+                Rectangle::new([(x - 0.35, bottom), (x + 0.35, bottom + h[m])], colour.filled())
+            });
+            chart.draw_series(segments)?;
         }
         root.present()?;
     }
@@ -347,7 +476,14 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
     h.push_str("<h2>Results</h2><p><small>Mean over repeats, min–max in brackets when there are several. \
                A point where the load generator fell behind is marked †: its numbers are the generator's limit, not the server's.</small></p>");
     let _ = write!(h, "<table><tr><th>server</th><th>where</th>");
-    for (m, u) in METRICS.iter().filter(|(m, _)| *m != "fell_behind") {
+    // The metrics measured at some point (no phases where no modus server ran).
+    let shown: Vec<(&str, &str)> = METRICS
+        .iter()
+        .copied()
+        .filter(|(m, _)| *m != "fell_behind")
+        .filter(|(m, _)| table.points.iter().any(|p| p.get(m).is_some_and(|v| !v.is_nan())))
+        .collect();
+    for (m, u) in &shown {
         let _ = write!(h, "<th>{m} ({u})</th>");
     }
     h.push_str("</tr>");
@@ -364,7 +500,7 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
                 if behind { " †" } else { "" },
                 esc(&at.label(table))
             );
-            for (m, _) in METRICS.iter().filter(|(m, _)| *m != "fell_behind") {
+            for (m, _) in &shown {
                 let Some(mean) = table.mean(&s.name, &at, m) else {
                     // A metric these results predate.
                     h.push_str("<td>–</td>");
@@ -461,7 +597,7 @@ mod tests {
                     server: server.into(),
                     at: crate::results::at(clients),
                     repeat: 1,
-                    values: vec![t, 0.2, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0, 1.0, 0.0],
+                    values: crate::results::values(&[t, 0.2, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0, 1.0, 0.0]),
                 });
             }
         }
@@ -469,8 +605,14 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.contains("\npool\n") && svg.contains("\nevent\n"), "{svg}");
         assert!(csv.contains("event,8,3000,3000,3000"), "{csv}");
         // Another axis: categories on x, one series per server and clients.
-        let by_path =
-            Plot { name: "p".into(), x: "path".into(), y: "throughput".into(), log_x: false, log_y: false };
+        let by_path = Plot {
+            name: "p".into(),
+            x: "path".into(),
+            y: "throughput".into(),
+            log_x: false,
+            log_y: false,
+            stacked: false,
+        };
         let (svg, csv) = plot(&spec, &table, &by_path).unwrap();
         assert!(svg.contains("/500b.bin"), "the category is a label");
         assert!(csv.contains("pool clients=1,/500b.bin,1000,"), "{csv}");
@@ -479,5 +621,48 @@ mod tests {
         let ranked = ranking(&spec, &table);
         let lines: Vec<&str> = ranked.lines().collect();
         assert!(lines[1].starts_with("1    event") && lines[2].starts_with("2    pool"), "{ranked}");
+    }
+
+    /// `phase_*` stacked: a bar per server and point that has phases (a
+    /// peer's NaN makes none), the phases bottom up, the zero ones out of
+    /// the legend; as lines, a series per server and phase.
+    #[test]
+    fn phases_stack_in_bars_or_draw_a_line_each() {
+        let mut spec = crate::spec::load("tiny").unwrap();
+        spec.servers[1] = crate::spec::ServerSpec {
+            name: "nginx".into(),
+            model: String::new(),
+            peer: Some("nginx".into()),
+            ..spec.servers[1].clone()
+        };
+        let mut table = Table::default();
+        for (server, phases) in [("pool", vec![2.0, 0.0, 7.0]), ("nginx", vec![f64::NAN; 3])] {
+            let mut values = crate::results::values(&[1000.0]);
+            let first = METRICS.iter().position(|(m, _)| *m == "phase_read_us").unwrap();
+            values[first..first + 3].copy_from_slice(&phases);
+            table.points.push(Point { server: server.into(), at: crate::results::at(8), repeat: 1, values });
+        }
+        let bars = Plot {
+            name: "phases".into(),
+            x: "clients".into(),
+            y: "phase_*".into(),
+            log_x: false,
+            log_y: false,
+            stacked: true,
+        };
+        let (svg, csv) = plot(&spec, &table, &bars).unwrap();
+        assert!(csv.starts_with("bar,metric,mean,min,max\npool clients=8,phase_read_us,2,2,2\n"), "{csv}");
+        assert!(csv.contains("pool clients=8,phase_data_hit_us,7,") && !csv.contains("nginx"), "{csv}");
+        assert!(svg.contains("pool clients=8") && !svg.contains("nginx"), "{svg}");
+        assert!(
+            svg.contains("phase_data_hit_us") && !svg.contains("phase_parse_us"),
+            "zero phases: no legend"
+        );
+        let lines = Plot { stacked: false, ..bars };
+        let (_, csv) = plot(&spec, &table, &lines).unwrap();
+        assert!(
+            csv.contains("pool phase_read_us,8,2,") && csv.contains("pool phase_data_hit_us,8,7,"),
+            "{csv}"
+        );
     }
 }

@@ -98,20 +98,24 @@ fn section(m: &mut String, run: &Run) {
                 (Some(f), 1) => format!(" behind {f} `{}`", s.front_args.join(" ")),
                 (Some(f), n) => format!(" ×{n} behind {f} `{}`", s.front_args.join(" ")),
             };
-            format!("`{}` ({what}{front})", s.name)
+            let memory = s.memory.map(|m| format!(" in {m} of memory")).unwrap_or_default();
+            format!("`{}` ({what}{front}{memory})", s.name)
         })
         .collect();
+    let mut conditions = String::new();
+    if !spec.sweep.rates.is_empty() {
+        conditions += &format!(", open loop at {:?} requests/s", spec.sweep.rates);
+    }
+    if !spec.sweep.memory.is_empty() {
+        let limits: Vec<String> = spec.sweep.memory.iter().map(|m| m.to_string()).collect();
+        conditions += &format!(", the servers' memory limited to {}", limits.join(", "));
+    }
     let _ = writeln!(
         m,
-        "Servers: {}. Clients: {:?}{}; {} s per point after {} s of warm-up, {} repeat{}. Rerun: \
+        "Servers: {}. Clients: {:?}{conditions}; {} s per point after {} s of warm-up, {} repeat{}. Rerun: \
          `modus lab run {}`.\n",
         servers.join(", "),
         spec.sweep.clients,
-        if spec.sweep.rates.is_empty() {
-            String::new()
-        } else {
-            format!(", open loop at {:?} requests/s", spec.sweep.rates)
-        },
         spec.duration.0.as_secs_f64(),
         spec.warmup.0.as_secs_f64(),
         spec.repeats,

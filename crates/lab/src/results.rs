@@ -20,6 +20,9 @@ pub struct Coords {
     pub cpus: String,
     /// Open loop: requests per second offered; 0: closed loop.
     pub rate: u64,
+    /// The servers' memory limit on the sweep's `memory` axis (`64MiB`);
+    /// empty: none.
+    pub memory: String,
 }
 
 impl Coords {
@@ -29,6 +32,7 @@ impl Coords {
             "clients" => self.clients.to_string(),
             "rate" => self.rate.to_string(),
             "path" => self.path.clone(),
+            "memory" => self.memory.clone(),
             _ => self.cpus.clone(),
         }
     }
@@ -41,6 +45,8 @@ impl Coords {
             "rate" => c.rate = value.parse().ok()?,
             "path" => c.path = value.to_string(),
             "cpus" => c.cpus = value.to_string(),
+            // As written in the spec or as shown: the same size.
+            "memory" => c.memory = value.parse::<units::Size>().ok()?.to_string(),
             _ => return None,
         }
         Some(c)
@@ -87,24 +93,27 @@ pub struct Table {
 /// The header of `points.csv`.
 pub fn header() -> String {
     let metrics: Vec<&str> = METRICS.iter().map(|(m, _)| *m).collect();
-    format!("server,clients,path,cpus,rate,repeat,{}", metrics.join(","))
+    format!("server,clients,path,cpus,rate,memory,repeat,{}", metrics.join(","))
 }
 
 impl Table {
     /// The CSV form. Paths and CPU lists are written as given: the spec
     /// refuses commas in paths, and a CPU list's commas are written as `+`.
+    /// A metric the server does not have (NaN) is an empty cell.
     pub fn to_csv(&self) -> String {
         let mut out = header();
         out.push('\n');
         for p in &self.points {
-            let values: Vec<String> = p.values.iter().map(|v| format!("{v}")).collect();
+            let values: Vec<String> =
+                p.values.iter().map(|v| if v.is_nan() { String::new() } else { format!("{v}") }).collect();
             out.push_str(&format!(
-                "{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{}\n",
                 p.server,
                 p.at.clients,
                 p.at.path,
                 p.at.cpus.replace(',', "+"),
                 p.at.rate,
+                p.at.memory,
                 p.repeat,
                 values.join(",")
             ));
@@ -125,7 +134,8 @@ impl Table {
         else {
             bail!("{}: not a points table (no server, clients and repeat columns)", path.display());
         };
-        let (at_path, cpus, rate) = (column("path"), column("cpus"), column("rate"));
+        let (at_path, cpus, rate, memory) =
+            (column("path"), column("cpus"), column("rate"), column("memory"));
         let metrics: Vec<Option<usize>> = METRICS.iter().map(|(m, _)| column(m)).collect();
         let mut points = Vec::new();
         for (i, line) in lines.enumerate() {
@@ -137,7 +147,10 @@ impl Table {
             let text_at = |c: Option<usize>| c.map_or(String::new(), |c| fields[c].to_string());
             let values = metrics
                 .iter()
-                .map(|c| c.map_or(Ok(f64::NAN), |c| fields[c].parse::<f64>()))
+                .map(|c| match c.map(|c| fields[c]) {
+                    None | Some("") => Ok(f64::NAN),
+                    Some(v) => v.parse::<f64>(),
+                })
                 .collect::<Result<Vec<_>, _>>();
             points.push(Point {
                 server: fields[server].to_string(),
@@ -146,6 +159,7 @@ impl Table {
                     path: text_at(at_path),
                     cpus: text_at(cpus).replace('+', ","),
                     rate: rate.map_or(Ok(0), |c| fields[c].parse()).map_err(|_| bad())?,
+                    memory: text_at(memory),
                 },
                 repeat: fields[repeat].parse().map_err(|_| bad())?,
                 values: values.map_err(|_| bad())?,
@@ -165,6 +179,7 @@ impl Table {
         coords.sort_by(|a, b| match axis {
             "clients" => a.clients.cmp(&b.clients),
             "rate" => a.rate.cmp(&b.rate),
+            "memory" => memory_bytes(&a.memory).cmp(&memory_bytes(&b.memory)),
             _ => a.get(axis).cmp(&b.get(axis)),
         });
         let mut seen = Vec::new();
@@ -205,9 +220,22 @@ impl Table {
     }
 }
 
+/// A memory limit as bytes, for ordering (none: the most).
+fn memory_bytes(limit: &str) -> u64 {
+    limit.parse::<units::Size>().map_or(u64::MAX, |s| s.0)
+}
+
 #[cfg(test)]
 pub(crate) fn at(clients: usize) -> Coords {
-    Coords { clients, path: "/500b.bin".into(), cpus: String::new(), rate: 0 }
+    Coords { clients, path: "/500b.bin".into(), cpus: String::new(), rate: 0, memory: String::new() }
+}
+
+/// A point's values for tests: the first metrics given, the rest NaN.
+#[cfg(test)]
+pub(crate) fn values(first: &[f64]) -> Vec<f64> {
+    let mut v = first.to_vec();
+    v.resize(METRICS.len(), f64::NAN);
+    v
 }
 
 #[cfg(test)]
@@ -216,35 +244,52 @@ mod tests {
 
     #[test]
     fn points_round_trip_through_csv() {
-        let pinned = Coords { clients: 4, path: "/50k.bin".into(), cpus: "0,1".into(), rate: 0 };
+        let pinned = Coords {
+            clients: 4,
+            path: "/50k.bin".into(),
+            cpus: "0,1".into(),
+            rate: 0,
+            memory: "64MiB".into(),
+        };
         let table = Table {
             points: vec![
                 Point {
                     server: "pool".into(),
                     at: at(4),
                     repeat: 1,
-                    values: vec![1.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 0.0, 1.0, 0.0],
+                    values: values(&[1.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 0.0, 1.0, 0.0]),
                 },
                 Point {
                     server: "pool".into(),
                     at: at(4),
                     repeat: 2,
-                    values: vec![2.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0, 1.0, 0.0],
+                    values: values(&[2.5, 2.5, 2.0, 3.0, 0.0, 4.25, 5.0, 1.0, 1.0, 0.0]),
                 },
-                Point { server: "pool".into(), at: pinned.clone(), repeat: 1, values: vec![9.0; 10] },
+                Point {
+                    server: "pool".into(),
+                    at: pinned.clone(),
+                    repeat: 1,
+                    values: vec![9.0; METRICS.len()],
+                },
             ],
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("points.csv");
-        std::fs::write(&path, table.to_csv()).unwrap();
+        let csv = table.to_csv();
+        assert!(csv.lines().nth(1).unwrap().ends_with(",1,0,,,,,,,,,,,,"), "NaN: empty cells: {csv}");
+        std::fs::write(&path, csv).unwrap();
         let back = Table::read(&path).unwrap();
-        assert_eq!(back, table);
+        // NaN is not equal to itself: compare the CSV forms.
+        assert_eq!(back.to_csv(), table.to_csv());
+        assert!(back.points[0].get("phase_read_us").unwrap().is_nan());
         assert_eq!(back.mean("pool", &at(4), "throughput"), Some(2.0));
         assert_eq!(back.spread("pool", &at(4), "throughput"), Some((1.5, 2.5)));
         assert_eq!(back.mean("event", &at(4), "throughput"), None);
         assert_eq!(back.axis_values("path"), ["/500b.bin", "/50k.bin"]);
         assert_eq!(back.axis_values("cpus"), ["", "0,1"]);
-        assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1");
+        assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1 memory=64MiB");
+        assert_eq!(back.axis_values("memory"), ["64MiB", ""], "sizes in order, no limit the most");
+        assert_eq!(pinned.with("memory", "65536k").unwrap(), pinned, "a size as written or shown");
         std::fs::write(&path, "server,path\n").unwrap();
         assert!(Table::read(&path).unwrap_err().to_string().contains("not a points table"));
     }

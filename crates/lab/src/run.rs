@@ -1,8 +1,8 @@
 //! Running an experiment: the order of the points, and each point for
 //! real — a `modus serve` child (or a peer, or a front — `modus direct`,
-//! HAProxy — with its backends) pinned to its CPUs, a `modus load` child
-//! pinned to the others, the server's CPU time and memory read from
-//! `/proc` around the measurement.
+//! HAProxy — with its backends) pinned to its CPUs, in a memory cgroup
+//! when it has a limit, a `modus load` child pinned to the others, and
+//! what `probe.rs` reads around the measurement.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -16,13 +16,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::columns::METRICS;
+use crate::cgroup::Cgroup;
+use crate::columns::{METRICS, PHASES};
+use crate::probe::{tree_cpu_ticks, tree_pss_kib, tree_read_bytes, Timing};
 use crate::results::{Coords, Point, Table};
 use crate::spec::{ServerSpec, Spec};
 
 /// One point to measure: `spec.servers[server]` at `clients`, the
-/// `path`-th path, the `cpus`-th CPU set and the `rate`-th rate of the
-/// sweep, repeat `repeat`.
+/// `path`-th path, the `cpus`-th CPU set, the `rate`-th rate and the
+/// `memory`-th memory limit of the sweep, repeat `repeat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Planned {
     pub server: usize,
@@ -30,6 +32,7 @@ pub struct Planned {
     pub path: usize,
     pub cpus: usize,
     pub rate: usize,
+    pub memory: usize,
     pub repeat: u32,
 }
 
@@ -41,7 +44,13 @@ impl Planned {
             path: spec.paths()[self.path].clone(),
             cpus: spec.cpu_sets()[self.cpus].clone(),
             rate: spec.rates()[self.rate],
+            memory: spec.memory_limits()[self.memory].map(|m| m.to_string()).unwrap_or_default(),
         }
+    }
+
+    /// The server's memory limit here: the sweep's, or its own.
+    pub fn memory_limit(&self, spec: &Spec) -> Option<units::Size> {
+        spec.memory_limits()[self.memory].or(spec.servers[self.server].memory)
     }
 }
 
@@ -53,13 +62,16 @@ pub fn schedule(spec: &Spec) -> Vec<Planned> {
     let mut order = Vec::new();
     for repeat in 1..=spec.repeats {
         let (paths, cpus, rates) = (spec.paths().len(), spec.cpu_sets().len(), spec.rates().len());
+        let limits = spec.memory_limits().len();
         let mut round = Vec::new();
         for server in 0..spec.servers.len() {
             for &clients in &spec.sweep.clients {
                 for path in 0..paths {
                     for cpus in 0..cpus {
                         for rate in 0..rates {
-                            round.push(Planned { server, clients, path, cpus, rate, repeat });
+                            for memory in 0..limits {
+                                round.push(Planned { server, clients, path, cpus, rate, memory, repeat });
+                            }
                         }
                     }
                 }
@@ -80,14 +92,20 @@ pub fn schedule(spec: &Spec) -> Vec<Planned> {
 
 /// Servers that cannot run here, and why: a peer or front that is not
 /// installed, a peer asked to serve the embedded demo site (which only
-/// modus has) or CGI it does not run, or Apache as root (its children run
-/// as www-data) with the results directory `out` out of www-data's reach.
+/// modus has) or CGI it does not run, Apache as root (its children run
+/// as www-data) with the results directory `out` out of www-data's reach,
+/// or a memory limit where memory cgroups are not permitted.
 pub fn unavailable(spec: &Spec, out: &Path) -> Vec<(String, String)> {
     use crate::peers;
     spec.servers
         .iter()
         .filter_map(|s| {
-            let why = if let Some(peer) = s.peer.as_deref() {
+            let limit = s.memory.or(spec.sweep.memory.first().copied());
+            // Memory cgroups are only tried where a limit is asked for.
+            let refused = limit.and_then(|limit| crate::cgroup::memory().err().map(|why| (limit, why)));
+            let why = if let Some((limit, why)) = refused {
+                format!("its memory limit ({limit}) cannot be set: {why}")
+            } else if let Some(peer) = s.peer.as_deref() {
                 if peers::binary(peer).is_none() {
                     format!("{peer} is not installed (apt-get install {})", peers::program(peer))
                 } else if spec.docroot == "demo" {
@@ -129,7 +147,9 @@ pub fn raw_path(out: &Path, spec: &Spec, p: &Planned) -> PathBuf {
     // Indices rather than the paths and CPU lists themselves, which hold slashes and commas.
     let name = spec.servers[p.server].name.as_str();
     let rate = if spec.sweep.rates.is_empty() { String::new() } else { format!("-q{}", p.rate) };
-    out.join("raw").join(format!("{name}-c{}-p{}-u{}{rate}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
+    let memory = if spec.sweep.memory.is_empty() { String::new() } else { format!("-m{}", p.memory) };
+    out.join("raw")
+        .join(format!("{name}-c{}-p{}-u{}{rate}{memory}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
 }
 
 /// How to run.
@@ -193,8 +213,10 @@ impl Runner {
                         );
                     }
                     let at = p.coords(spec);
+                    // With its memory limit here: the sweep's, or its own.
+                    let limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
                     let (values, record) = self
-                        .measure(spec, server, &at, root.as_deref())
+                        .measure(spec, &limited, &at, root.as_deref())
                         .with_context(|| format!("{} at {at:?}", server.name))?;
                     std::fs::write(&raw, serde_json::to_string_pretty(&record)?)?;
                     measured += 1;
@@ -206,7 +228,7 @@ impl Runner {
             let eta =
                 if measured > 0 { started.elapsed() / measured as u32 * left as u32 } else { Duration::ZERO };
             progress(&format!(
-                "[{}/{}] {} c={}{} {}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
+                "[{}/{}] {} c={}{} {}{}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
                 i + 1,
                 plan.len(),
                 point.server,
@@ -214,6 +236,11 @@ impl Runner {
                 if point.at.rate > 0 { format!(" R={}/s", point.at.rate) } else { String::new() },
                 point.at.path,
                 if point.at.cpus.is_empty() { String::new() } else { format!(" cpus={}", point.at.cpus) },
+                if point.at.memory.is_empty() {
+                    String::new()
+                } else {
+                    format!(" memory={}", point.at.memory)
+                },
                 point.repeat,
                 point.get("throughput").unwrap_or(0.0),
                 point.get("p99").unwrap_or(0.0),
@@ -338,7 +365,7 @@ impl Runner {
                     direct.args(["--backend", b]);
                 }
                 direct.args(&server.front_args);
-                Some(Server::start(direct).context("starting modus direct")?)
+                Some(Server::start(direct).context("starting modus direct")?.in_front())
             }
             Some(_) => {
                 let bin =
@@ -352,7 +379,7 @@ impl Runner {
                 crate::peers::check("haproxy", &bin, &dir, &conf, at.ns)?;
                 let mut command = pinned(&bin, front_cpus, at.ns);
                 command.args(crate::peers::args("haproxy", &dir, &conf));
-                Some(Server::start_peer(command, at.ip, port).context("starting haproxy")?)
+                Some(Server::start_peer(command, at.ip, port).context("starting haproxy")?.in_front())
             }
         };
         let addr = front.as_ref().map_or_else(|| backends[0].clone(), |f| f.addr.clone());
@@ -374,8 +401,15 @@ impl Runner {
         root: Option<&Path>,
     ) -> Result<Server> {
         let cgi = spec.cgi.then(|| self.cgi_bin());
+        let cgroup = match server.memory {
+            Some(limit) => {
+                let hierarchy = crate::cgroup::memory().map_err(|e| anyhow!(e))?;
+                Some(hierarchy.create(&format!("modus-lab-{}-{name}", std::process::id()), limit.0)?)
+            }
+            None => None,
+        };
         let Some(peer) = server.peer.as_deref() else {
-            let mut serve = pinned(&self.modus, cpus, at.ns);
+            let mut serve = pinned_in(&self.modus, cpus, at.ns, cgroup.as_ref());
             serve.arg("serve");
             if let Some(root) = root {
                 serve.arg(root);
@@ -385,8 +419,12 @@ impl Runner {
             if let Some(cgi) = &cgi {
                 serve.arg("--cgi-dir").arg(cgi);
             }
+            // The status listener, for the per-phase timing (`probe.rs`).
+            if !server.args.iter().any(|a| a == "--admin" || a.starts_with("--admin=")) {
+                serve.args(["--admin", &listen]);
+            }
             serve.args(&server.args);
-            return Server::start(serve);
+            return Server::start(serve).map(|s| s.in_cgroup(cgroup));
         };
         let bin = crate::peers::binary(peer).ok_or_else(|| anyhow!("{peer} is not installed"))?;
         let root = root.ok_or_else(|| anyhow!("{peer} cannot serve the embedded demo site"))?;
@@ -398,9 +436,9 @@ impl Runner {
         std::fs::write(&conf, crate::peers::config(peer, &dir, site, at.ip, port)?)?;
         crate::peers::prepare(peer, &dir)?;
         crate::peers::check(peer, &bin, &dir, &conf, at.ns)?;
-        let mut command = pinned(&bin, cpus, at.ns);
+        let mut command = pinned_in(&bin, cpus, at.ns, cgroup.as_ref());
         command.args(crate::peers::args(peer, &dir, &conf));
-        Server::start_peer(command, at.ip, port)
+        Server::start_peer(command, at.ip, port).map(|s| s.in_cgroup(cgroup))
     }
 
     fn measure(
@@ -413,10 +451,18 @@ impl Runner {
         let cpus = (!at.cpus.is_empty()).then_some(at.cpus.as_str());
         let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
         let front_cpus = spec.front_cpus.clone().or_else(|| load_cpus.clone());
+        if let (Some(_), Some(root)) = (server.memory, root) {
+            // Its pages may be charged to an earlier point's cgroup, gone
+            // now, or to none: on the disk, every point starts alike.
+            crate::cgroup::drop_page_cache(root)
+                .with_context(|| format!("dropping the page cache of {}", root.display()))?;
+        }
         let mut running = self.start(spec, server, cpus, front_cpus.as_deref(), root)?;
         let mix = at.path.strip_prefix("mix:");
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
         let before = running.cpu_ticks();
+        let read_before = running.read_bytes();
+        let timing_before = running.timing();
         let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
         if self.network.is_some() {
@@ -441,13 +487,23 @@ impl Runner {
         ]);
         let out = load.output().context("running modus load")?;
         let after = running.cpu_ticks();
+        let read_after = running.read_bytes();
         let pss = running.pss_kib();
-        running.stop();
-        let report: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        let report: Result<Value> = serde_json::from_slice(&out.stdout).map_err(|e| {
             anyhow!("modus load gave no report ({e}): {}", String::from_utf8_lossy(&out.stderr))
-        })?;
-        let requests =
-            report["requests"].as_f64().unwrap_or(0.0) + report["warmup_requests"].as_f64().unwrap_or(0.0);
+        });
+        let requests = report.as_ref().map_or(0.0, |r| {
+            r["requests"].as_f64().unwrap_or(0.0) + r["warmup_requests"].as_f64().unwrap_or(0.0)
+        });
+        let phases = match timing_before {
+            Some(before) => {
+                running.timing_after(&before, requests).map(|after| after.per_request_since(&before))
+            }
+            None => None,
+        };
+        let cgroups = running.cgroups();
+        running.stop();
+        let report = report?;
         let hz = rustix::param::clock_ticks_per_second() as f64;
         let seconds = report["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
         let answered = |class: &dyn Fn(&str) -> bool| -> f64 {
@@ -456,7 +512,7 @@ impl Runner {
                 / seconds
         };
         let cpu_us = (after.saturating_sub(before)) as f64 / hz * 1e6;
-        let values = vec![
+        let mut values = vec![
             report["throughput_rps"].as_f64().unwrap_or(0.0),
             report["latency_us"]["mean"].as_f64().unwrap_or(0.0) / 1e3,
             report["latency_us"]["p50"].as_f64().unwrap_or(0.0) / 1e3,
@@ -467,13 +523,17 @@ impl Runner {
             if report["generator_fell_behind"] == true { 1.0 } else { 0.0 },
             answered(&|code| code.starts_with('2')),
             answered(&|code| code == "503"),
+            if requests > 0.0 { read_after.saturating_sub(read_before) as f64 / requests } else { 0.0 },
         ];
+        values.extend(phases.unwrap_or_else(|| vec![f64::NAN; 2 + PHASES.len()]));
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
         let record = json!({
             "point": named, "server": server.name, "clients": at.clients, "rate": at.rate, "path": at.path,
             "server_cpus": at.cpus, "load_cpus": load_cpus, "front_cpus": server.front.as_ref().and(front_cpus),
+            "memory_limit": server.memory.map(|m| m.0), "cgroups": cgroups,
+            "disk_read_bytes": read_after.saturating_sub(read_before),
             "load": report,
         });
         Ok((values, record))
@@ -483,7 +543,9 @@ impl Runner {
 /// The metrics of a point already measured, from its raw record.
 fn read_raw(path: &Path) -> Option<Vec<f64>> {
     let record: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    METRICS.iter().map(|(m, _)| record["point"][m].as_f64()).collect()
+    // A metric the server had not (a peer's phases) is null; one missing, not yet measured.
+    let point = record["point"].as_object()?;
+    METRICS.iter().map(|(m, _)| point.get(*m).map(|v| v.as_f64().unwrap_or(f64::NAN))).collect()
 }
 
 /// The CPUs not in `list` (a `taskset -c` list of single CPUs and ranges).
@@ -508,16 +570,24 @@ fn free_port() -> Result<u16> {
 /// exists, in network namespace `ns` when given (`ip netns exec` and
 /// taskset exec it: the child's PID is the program's).
 fn pinned(program: &Path, cpus: Option<&str>, ns: Option<&str>) -> Command {
+    pinned_in(program, cpus, ns, None)
+}
+
+/// [`pinned`], and in `cgroup` from its start when given.
+fn pinned_in(program: &Path, cpus: Option<&str>, ns: Option<&str>, cgroup: Option<&Cgroup>) -> Command {
     let mut argv: Vec<std::ffi::OsString> = Vec::new();
-    if let Some(ns) = ns {
-        argv.extend(["ip", "netns", "exec", ns].map(Into::into));
-    }
     if let Some(cpus) = cpus {
         if Command::new("taskset").arg("-V").output().is_ok_and(|o| o.status.success()) {
             argv.extend(["taskset", "-c", cpus].map(Into::into));
         }
     }
     argv.push(program.into());
+    if let Some(cgroup) = cgroup {
+        argv = cgroup.wrap(argv);
+    }
+    if let Some(ns) = ns {
+        argv.splice(0..0, ["ip", "netns", "exec", ns].map(Into::into));
+    }
     let mut c = Command::new(&argv[0]);
     c.args(&argv[1..]);
     c
@@ -539,6 +609,48 @@ impl Running {
         self.servers.iter().map(|s| tree_pss_kib(s.pid())).sum()
     }
 
+    fn read_bytes(&self) -> u64 {
+        self.servers.iter().map(|s| tree_read_bytes(s.pid())).sum()
+    }
+
+    /// The backends' timing totals together; `None` when one has none (a
+    /// peer, `--no-timing`) or cannot be asked.
+    fn timing(&self) -> Option<Timing> {
+        let backends = self.servers.iter().filter(|s| !s.front);
+        backends
+            .map(|s| Timing::from_status(&crate::probe::status(s.admin.as_deref()?).ok()?))
+            .try_fold(Timing::default(), |sum, t| Some(sum.plus(&t?)))
+    }
+
+    /// The timing totals once the `requests` answered since `before` are
+    /// counted: the process models' children publish theirs every 250 ms.
+    fn timing_after(&self, before: &Timing, requests: f64) -> Option<Timing> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let now = self.timing()?;
+            if now.requests - before.requests >= requests || Instant::now() > deadline {
+                return Some(now);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The memory cgroups of the backends that have one: its name, and the
+    /// server's own as `/proc/PID/cgroup` says (the same, when it is in).
+    fn cgroups(&self) -> Vec<Value> {
+        self.servers
+            .iter()
+            .filter_map(|s| {
+                let c = s.cgroup.as_ref()?;
+                Some(json!({
+                    "cgroup": c.name(),
+                    "server_in": crate::cgroup::of_process(s.pid(), c.version),
+                    "peak_bytes": c.peak(),
+                }))
+            })
+            .collect()
+    }
+
     fn stop(&mut self) {
         self.servers.iter_mut().for_each(Server::stop);
     }
@@ -548,6 +660,12 @@ impl Running {
 struct Server {
     child: Child,
     addr: String,
+    /// A modus server's status listener.
+    admin: Option<String>,
+    /// A front (`modus direct`, HAProxy), not a server measured.
+    front: bool,
+    /// Its memory cgroup, removed once it has stopped.
+    cgroup: Option<Cgroup>,
 }
 
 impl Server {
@@ -571,7 +689,8 @@ impl Server {
             .and_then(|rest| rest.split(' ').next())
             .ok_or_else(|| anyhow!("unexpected first line {first:?}"))?
             .to_string();
-        Ok(Server { child, addr })
+        let admin = first.split(' ').find_map(|w| w.strip_prefix("admin=")).map(str::to_string);
+        Ok(Server { child, addr, admin, front: false, cgroup: None })
     }
 
     /// A peer, which says nothing on start: it is up when its port answers.
@@ -584,7 +703,8 @@ impl Server {
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()?;
-        let mut server = Server { child, addr: format!("{ip}:{port}") };
+        let mut server =
+            Server { child, addr: format!("{ip}:{port}"), admin: None, front: false, cgroup: None };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if std::net::TcpStream::connect(&server.addr).is_ok() {
@@ -609,19 +729,32 @@ impl Server {
         self.child.id()
     }
 
+    /// With the memory cgroup it was started in.
+    fn in_cgroup(mut self, cgroup: Option<Cgroup>) -> Server {
+        self.cgroup = cgroup;
+        self
+    }
+
+    /// As a front: what it says of its timing is not the servers'.
+    fn in_front(mut self) -> Server {
+        self.front = true;
+        self
+    }
+
     fn stop(&mut self) {
         if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
         let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // Its children may outlive it a moment; the cgroup waits for them.
+        self.cgroup.take();
     }
 }
 
@@ -631,59 +764,6 @@ impl Drop for Server {
             self.stop();
         }
     }
-}
-
-/// `pid` and its live descendants (a process model's children).
-fn tree(pid: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(p) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        if let Some(ppid) = stat_fields(p).and_then(|f| f.get(1).and_then(|v| v.parse().ok())) {
-            parents.push((p, ppid));
-        }
-    }
-    let mut found = vec![pid];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        found.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
-        i += 1;
-    }
-    found
-}
-
-/// The fields of `/proc/PID/stat` after the command name (state first).
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    Some(after.split(' ').map(str::to_string).collect())
-}
-
-/// CPU time (user + system, clock ticks) of the process tree, with the
-/// reaped children of each of its processes (finished CGI scripts, reaped
-/// by the root, a worker process or Apache's cgid daemon). A reaped child
-/// is no longer in the tree, so nothing is counted twice.
-fn tree_cpu_ticks(pid: u32) -> u64 {
-    let ticks = |p: u32| -> u64 {
-        let Some(f) = stat_fields(p) else { return 0 };
-        // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
-        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        n(11) + n(12) + n(13) + n(14)
-    };
-    tree(pid).into_iter().map(ticks).sum()
-}
-
-/// Proportional set size of the process tree, KiB.
-fn tree_pss_kib(pid: u32) -> u64 {
-    tree(pid)
-        .into_iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
-        .filter_map(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("Pss:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .sum()
 }
 
 #[cfg(test)]
@@ -722,16 +802,5 @@ mod tests {
         assert_eq!(read_raw(&path), Some((0..METRICS.len()).map(|i| i as f64).collect()));
         std::fs::write(&path, "{\"point\": {}}").unwrap();
         assert_eq!(read_raw(&path), None, "an incomplete record is measured again");
-    }
-
-    #[test]
-    fn the_process_tree_is_found() {
-        let me = std::process::id();
-        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
-        let found = tree(me);
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(found.contains(&me) && found.contains(&child.id()), "{found:?}");
-        assert!(tree_cpu_ticks(me) > 0 || tree_pss_kib(me) > 0);
     }
 }

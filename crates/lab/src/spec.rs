@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use units::Dur;
+use units::{Dur, Size};
 
-use crate::columns::{metric_names, AXES, METRICS};
+use crate::columns::{matching, metric_names, AXES};
 
 /// One experiment.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -104,6 +104,10 @@ pub struct Sweep {
     /// `clients` connections; none: closed loop.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rates: Vec<u64>,
+    /// Memory limits for every server (as a server's `memory`); none: the
+    /// servers' own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<Size>,
 }
 
 /// A server under test: a modus model and its flags, or a peer.
@@ -134,6 +138,12 @@ pub struct ServerSpec {
     /// Instances of the model (or peer) behind the front, each on its own port.
     #[serde(default = "one_usize", skip_serializing_if = "is_one")]
     pub backends: usize,
+    /// A memory limit for each backend's whole process tree, page cache
+    /// included (a memory cgroup; root only, `cgroup.rs`), so documents
+    /// past it are read from the disk; their pages are dropped before
+    /// every point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Size>,
 }
 
 /// `[network]`: the topology.
@@ -150,7 +160,9 @@ pub struct NetworkSpec {
     pub rate: Option<String>,
 }
 
-/// A line plot: `y` against `x`, one series per server.
+/// A line plot: `y` against `x`, one series per server; `y` may name
+/// several metrics (`phase_*`): a series per server and metric, or with
+/// `stacked`, one bar per server and value of `x`, the metrics stacked in it.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Plot {
@@ -162,6 +174,8 @@ pub struct Plot {
     pub log_x: bool,
     #[serde(default)]
     pub log_y: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stacked: bool,
 }
 
 /// A claim over the results (see `claims.rs` for the grammar).
@@ -200,6 +214,10 @@ fn one_usize() -> usize {
 fn is_one(n: &usize) -> bool {
     *n == 1
 }
+/// The least `memory` a server is given: below it, a modus server is
+/// killed for its own memory rather than made to read its documents.
+const MIN_MEMORY: u64 = 16 << 20;
+
 fn default_x() -> String {
     "clients".into()
 }
@@ -277,6 +295,16 @@ impl Spec {
             if s.backends == 0 {
                 bail!("server {:?}: backends must be at least 1", s.name);
             }
+            if s.memory.is_some_and(|m| m.0 < MIN_MEMORY) {
+                bail!(
+                    "server {:?}: memory must be at least {} (a server must fit)",
+                    s.name,
+                    Size(MIN_MEMORY)
+                );
+            }
+            if s.memory.is_some() && !self.sweep.memory.is_empty() {
+                bail!("server {:?}: memory on a server and as a [sweep] axis: one or the other", s.name);
+            }
             if !names.insert(s.name.as_str()) {
                 bail!("two servers are named {:?} (give one a `name`)", s.name);
             }
@@ -286,6 +314,9 @@ impl Spec {
         }
         if self.sweep.clients.is_empty() || self.sweep.clients.contains(&0) {
             bail!("[sweep] clients: at least one point, each at least 1");
+        }
+        if self.sweep.memory.iter().any(|m| m.0 < MIN_MEMORY) {
+            bail!("[sweep] memory: each at least {} (a server must fit)", Size(MIN_MEMORY));
         }
         if self.sweep.rates.contains(&0) {
             bail!("[sweep] rates: requests per second, each at least 1 (no rates: closed loop)");
@@ -326,8 +357,16 @@ impl Spec {
             if !AXES.contains(&p.x.as_str()) {
                 bail!("plot {:?}: x = {:?} is not an axis ({})", p.name, p.x, AXES.join(", "));
             }
-            if !METRICS.iter().any(|(m, _)| *m == p.y) {
-                bail!("plot {:?}: y = {:?} is not a metric ({})", p.name, p.y, metric_names());
+            if matching(&p.y).is_empty() {
+                bail!(
+                    "plot {:?}: y = {:?} is not a metric ({}), nor a prefix of some with a final *",
+                    p.name,
+                    p.y,
+                    metric_names()
+                );
+            }
+            if p.stacked && p.log_y {
+                bail!("plot {:?}: stacked bars have a linear y axis (no log-y)", p.name);
             }
         }
         for c in &self.claims {
@@ -367,6 +406,20 @@ impl Spec {
         } else {
             self.sweep.rates.clone()
         }
+    }
+
+    /// The memory limits, one per point of that axis (none: the servers' own).
+    pub fn memory_limits(&self) -> Vec<Option<Size>> {
+        if self.sweep.memory.is_empty() {
+            vec![None]
+        } else {
+            self.sweep.memory.iter().copied().map(Some).collect()
+        }
+    }
+
+    /// Whether some point runs under a memory limit.
+    pub fn limits_memory(&self) -> bool {
+        !self.sweep.memory.is_empty() || self.servers.iter().any(|s| s.memory.is_some())
     }
 
     /// The spec for a quick look: one short round at the ends of the
@@ -441,6 +494,20 @@ mod tests {
             "[[server]]\nmodel = \"pool\"\n[[claim]]\ntext = \"t\"\nexpr = \"throughput(server=nope) > 1\"\n",
         );
         assert!(e.contains("no server \"nope\""), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nmemory = \"lots\"\n");
+        assert!(e.contains("invalid size \"lots\""), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\nmemory = \"1MiB\"\n");
+        assert!(e.contains("memory must be at least 16MiB"), "{e}");
+        let spec =
+            Spec::parse(&format!("{base}[[server]]\nmodel = \"pool\"\nmemory = \"128MiB\"\n"), "t").unwrap();
+        assert_eq!(spec.servers[0].memory, Some(Size(128 << 20)));
+        let axis = "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [1]\nmemory = [\"64MiB\", \"1G\"]\n[[server]]\nmodel = \"pool\"\n";
+        let spec = Spec::parse(axis, "t").unwrap();
+        assert_eq!(spec.memory_limits(), [Some(Size(64 << 20)), Some(Size(1 << 30))]);
+        let e = format!("{:#}", Spec::parse(&format!("{axis}memory = \"64MiB\"\n"), "t").unwrap_err());
+        assert!(e.contains("one or the other"), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed*\"\n");
+        assert!(e.contains("nor a prefix of some"), "{e}");
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
         assert!(format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err()).contains("invalid duration"));
     }

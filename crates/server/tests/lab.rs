@@ -1,6 +1,7 @@
 //! `modus lab` end to end: a real (tiny) experiment into a results
 //! directory, its report rebuilt without a rerun, an interrupted run
-//! resumed, and `compare` over every model on the demo site.
+//! resumed, `compare` over every model on the demo site, peers, fronts,
+//! network namespaces and memory limits.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,10 +10,20 @@ use testkit::run;
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
 const LIMIT: Duration = Duration::from_secs(180);
-/// Columns of `points.csv`.
-const THROUGHPUT: usize = 6;
-const ERRORS: usize = 10;
-const GOODPUT: usize = 14;
+/// The header of `points.csv`.
+const HEADER: &str = "server,clients,path,cpus,rate,memory,repeat,throughput,mean,p50,p99,errors,\
+cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
+phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
+phase_queue_us";
+
+/// A column of `points.csv`, by name.
+fn col(name: &str) -> usize {
+    HEADER.split(',').position(|c| c == name).unwrap_or_else(|| panic!("no column {name}"))
+}
+
+const THROUGHPUT: usize = 7;
+const ERRORS: usize = 11;
+const GOODPUT: usize = 15;
 
 /// Whether `program` is installed where the lab looks for it.
 fn installed(program: &str) -> bool {
@@ -30,13 +41,8 @@ fn searchable_tempdir() -> tempfile::TempDir {
 fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
     let text = std::fs::read_to_string(dir.join("points.csv")).unwrap();
     let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some(
-            "server,clients,path,cpus,rate,repeat,throughput,mean,p50,p99,errors,cpu_per_request,pss,fell_behind,goodput,busy"
-        ),
-        "{text}"
-    );
+    assert_eq!(lines.next(), Some(HEADER), "{text}");
+    assert_eq![(col("throughput"), col("errors"), col("goodput")), (THROUGHPUT, ERRORS, GOODPUT)];
     lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
 }
 
@@ -54,6 +60,12 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
         let throughput: f64 = row[THROUGHPUT].parse().unwrap();
         assert!(throughput > 0.0, "every point served requests: {row:?}");
         assert_eq!(row[ERRORS], "0", "no errors: {row:?}");
+        // Its own timing, from /status.json: a request's time, the sum of its phases.
+        let request: f64 = row[col("request_us")].parse().unwrap();
+        let phases: f64 =
+            (col("phase_read_us")..=col("phase_queue_us")).map(|c| row[c].parse::<f64>().unwrap()).sum();
+        assert!(request > 0.0 && (phases - request).abs() <= 0.05 * request, "{row:?}");
+        assert!(row[col("disk_read_per_req")].parse::<f64>().unwrap() >= 0.0, "{row:?}");
     }
     let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "an SVG document");
@@ -212,6 +224,7 @@ fn peers_are_measured_or_said_to_be_missing() {
                 row[THROUGHPUT].parse::<f64>().unwrap() > 0.0 && row[ERRORS] == "0",
                 "{peer} served: {row:?}"
             );
+            assert_eq!(row[col("request_us")], "", "a peer has no phases: an empty cell: {row:?}");
             assert!(out.join(format!("peers/{peer}/{peer}.conf")).is_file());
         } else {
             eprintln!("{peer} is not installed: checking that the report says so");
@@ -405,6 +418,8 @@ front = "direct"
     let network = meta["network"].as_str().unwrap();
     let raw = std::fs::read_to_string(out.join("raw/direct-c2-p0-u0-r1.json")).unwrap();
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    // The backend's own timing, from its status listener on its host.
+    assert!(rows[0][col("request_us")].parse::<f64>().unwrap() > 0.0, "{rows:?}");
     if network.starts_with("network namespaces") {
         assert!(network.contains("shaped to 100mbit"), "{network}");
         assert!(raw.contains("\"http://10.201."), "the load crossed the bridge: {raw}");
@@ -414,4 +429,81 @@ front = "direct"
         assert!(raw.contains("\"http://127.0.0.1:"), "{raw}");
     }
     assert!(report.contains("Network: "), "{report}");
+}
+
+/// Whether this test may make memory cgroups: root, the memory controller
+/// (v1 or v2), and a cgroup made and removed.
+fn memory_cgroups() -> Option<std::path::PathBuf> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let v1 = Path::new("/sys/fs/cgroup/memory");
+    let root = if v1.join("memory.limit_in_bytes").is_file() {
+        v1.to_path_buf()
+    } else if std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").is_ok_and(|c| c.contains("memory"))
+    {
+        std::path::PathBuf::from("/sys/fs/cgroup")
+    } else {
+        return None;
+    };
+    let trial = root.join(format!("modus-lab-test-{}", std::process::id()));
+    std::fs::create_dir(&trial).ok()?;
+    std::fs::remove_dir(&trial).ok()?;
+    Some(root)
+}
+
+/// `memory = "64MiB"`: the server's process tree runs in a memory cgroup
+/// with that limit, removed after; where that is not permitted the server
+/// is skipped and the report says why. Either way a server without a
+/// limit runs.
+#[test]
+fn a_memory_limit_runs_the_server_in_a_cgroup_or_is_said_to_be_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("memory.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "memory"
+description = "prefork in 64 MiB, event without a limit"
+docroot = "fixed"
+path = "/50k.bin"
+duration = "300ms"
+warmup = "100ms"
+[sweep]
+clients = [2]
+[[server]]
+name = "small"
+model = "prefork"
+memory = "64MiB"
+[[server]]
+model = "event"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    let event = rows.iter().find(|r| r[0] == "event").unwrap_or_else(|| panic!("event ran: {rows:?}"));
+    assert!(event[GOODPUT].parse::<f64>().unwrap() > 0.0, "{event:?}");
+    let Some(root) = memory_cgroups() else {
+        eprintln!("skipped: no memory cgroups here (root and the memory controller): checking that the report says so");
+        assert!(r.stderr.contains("skipping small: its memory limit (64MiB) cannot be set"), "{}", r.stderr);
+        let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(report.contains("Not measured: small — its memory limit (64MiB) cannot be set"), "{report}");
+        return;
+    };
+    let small = rows.iter().find(|r| r[0] == "small").unwrap_or_else(|| panic!("small ran: {rows:?}"));
+    assert!(small[GOODPUT].parse::<f64>().unwrap() > 0.0 && small[ERRORS] == "0", "{small:?}");
+    let raw: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("raw/small-c2-p0-u0-r1.json")).unwrap())
+            .unwrap();
+    assert_eq!(raw["memory_limit"], 64 << 20, "{raw}");
+    let cgroup = raw["cgroups"][0]["cgroup"].as_str().unwrap_or_else(|| panic!("a cgroup: {raw}"));
+    assert!(cgroup.starts_with("/modus-lab-"), "{raw}");
+    assert_eq!(raw["cgroups"][0]["server_in"], cgroup, "the server ran in it: {raw}");
+    assert!(!root.join(cgroup.trim_start_matches('/')).exists(), "{cgroup} was removed");
+    let unlimited: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("raw/event-c2-p0-u0-r1.json")).unwrap())
+            .unwrap();
+    assert_eq!(unlimited["cgroups"], serde_json::json!([]), "{unlimited}");
 }

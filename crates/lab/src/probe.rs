@@ -1,0 +1,204 @@
+//! What the lab reads from a running server around a measurement: from
+//! `/proc`, its process tree's CPU time, memory (PSS) and disk reads; from
+//! a modus server's `/status.json`, its own per-phase timing.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+use crate::columns::PHASES;
+
+/// `pid` and its live descendants (a process model's children).
+pub fn tree(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if let Some(ppid) = stat_fields(p).and_then(|f| f.get(1).and_then(|v| v.parse().ok())) {
+            parents.push((p, ppid));
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    found
+}
+
+/// The fields of `/proc/PID/stat` after the command name (state first).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    Some(after.split(' ').map(str::to_string).collect())
+}
+
+/// CPU time (user + system, clock ticks) of the process tree, with the
+/// reaped children of each of its processes (finished CGI scripts, reaped
+/// by the root, a worker process or Apache's cgid daemon). A reaped child
+/// is no longer in the tree, so nothing is counted twice.
+pub fn tree_cpu_ticks(pid: u32) -> u64 {
+    let ticks = |p: u32| -> u64 {
+        let Some(f) = stat_fields(p) else { return 0 };
+        // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        n(11) + n(12) + n(13) + n(14)
+    };
+    tree(pid).into_iter().map(ticks).sum()
+}
+
+/// Proportional set size of the process tree, KiB.
+pub fn tree_pss_kib(pid: u32) -> u64 {
+    tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .filter_map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// Bytes the process tree has read from the disk (`/proc/PID/io`
+/// `read_bytes`: what reached the block layer, not page-cache hits).
+pub fn tree_read_bytes(pid: u32) -> u64 {
+    tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/io")).ok())
+        .filter_map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("read_bytes:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// A modus server's `/status.json`, from its admin listener at `addr`.
+pub fn status(addr: &str) -> Result<Value> {
+    let mut stream = std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(format!("GET /status.json HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let text = String::from_utf8_lossy(&answer);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else { bail!("{addr}: no HTTP answer") };
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!("{addr}/status.json: {}", head.lines().next().unwrap_or_default());
+    }
+    serde_json::from_str(body).map_err(|e| anyhow!("{addr}/status.json: {e}"))
+}
+
+/// A server's timing totals at one moment: requests timed, and the sum
+/// (µs) of their whole time and of each of [`PHASES`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timing {
+    pub requests: f64,
+    pub request_us: f64,
+    pub phases_us: [f64; PHASES.len()],
+}
+
+impl Timing {
+    /// From `/status.json`; `None` when the server takes no timestamps
+    /// (`--no-timing`).
+    pub fn from_status(status: &Value) -> Option<Timing> {
+        if status["timing"] == false {
+            return None;
+        }
+        let phases = &status["phases_us"];
+        let sum = |name: &str| phases[name]["sum"].as_f64().unwrap_or(0.0);
+        Some(Timing {
+            requests: phases["total"]["count"].as_f64()?,
+            request_us: sum("total"),
+            phases_us: PHASES.map(sum),
+        })
+    }
+
+    /// Several servers' (a front's backends) together.
+    pub fn plus(mut self, other: &Timing) -> Timing {
+        self.requests += other.requests;
+        self.request_us += other.request_us;
+        self.phases_us.iter_mut().zip(other.phases_us).for_each(|(a, b)| *a += b);
+        self
+    }
+
+    /// Time getting the documents: from the cache and from their files.
+    fn data_us(&self) -> f64 {
+        let phase = |name: &str| PHASES.iter().position(|p| *p == name).map_or(0.0, |i| self.phases_us[i]);
+        phase("data_hit") + phase("data_miss")
+    }
+
+    /// The mean per request between `before` and `self`: the request's
+    /// time, the data's, then each phase's (NaN when no request was timed).
+    pub fn per_request_since(&self, before: &Timing) -> Vec<f64> {
+        let n = self.requests - before.requests;
+        let mean = |after: f64, before: f64| if n > 0.0 { (after - before) / n } else { f64::NAN };
+        [mean(self.request_us, before.request_us), mean(self.data_us(), before.data_us())]
+            .into_iter()
+            .chain(self.phases_us.iter().zip(before.phases_us).map(|(a, b)| mean(*a, b)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn the_process_tree_is_found() {
+        let me = std::process::id();
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        let found = tree(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&me) && found.contains(&child.id()), "{found:?}");
+        assert!(tree_cpu_ticks(me) > 0 || tree_pss_kib(me) > 0);
+    }
+
+    #[test]
+    fn disk_reads_are_read_from_proc() {
+        let me = std::process::id();
+        if std::fs::read_to_string(format!("/proc/{me}/io")).is_err() {
+            eprintln!("skipped: no /proc/PID/io here");
+            return;
+        }
+        // Counted, and never less than before.
+        let before = tree_read_bytes(me);
+        let _ = std::fs::read("/proc/self/exe");
+        assert!(tree_read_bytes(me) >= before);
+    }
+
+    #[test]
+    fn phase_means_come_from_the_status_totals() {
+        let status = |count: u64, total: f64, read: f64, write: f64| {
+            let mut phases = serde_json::json!({
+                "total": { "count": count, "sum": total },
+                "read": { "count": count, "sum": read },
+                "write": { "count": count, "sum": write },
+            });
+            for p in PHASES {
+                if phases.get(p).is_none() {
+                    phases[p] = serde_json::json!({ "count": 0, "sum": 0.0 });
+                }
+            }
+            serde_json::json!({ "timing": true, "phases_us": phases })
+        };
+        let before = Timing::from_status(&status(10, 100.0, 20.0, 30.0)).unwrap();
+        let after = Timing::from_status(&status(110, 1100.0, 220.0, 530.0)).unwrap();
+        let means = after.per_request_since(&before);
+        assert_eq!(means.len(), 2 + PHASES.len());
+        assert_eq!((means[0], means[1], means[2], means[8]), (10.0, 0.0, 2.0, 5.0), "{means:?}");
+        assert!(before.per_request_since(&before).iter().all(|v| v.is_nan()), "no requests: no means");
+        let mut data = Timing { requests: 2.0, request_us: 20.0, ..Timing::default() };
+        data.phases_us[PHASES.iter().position(|p| *p == "data_hit").unwrap()] = 3.0;
+        data.phases_us[PHASES.iter().position(|p| *p == "data_miss").unwrap()] = 5.0;
+        assert_eq!(data.per_request_since(&Timing::default())[1], 4.0, "data: hits and misses");
+        let both = after.clone().plus(&after);
+        assert_eq!((both.requests, both.phases_us[0]), (220.0, 440.0));
+        assert_eq!(Timing::from_status(&serde_json::json!({ "timing": false })), None);
+    }
+}
