@@ -36,35 +36,36 @@ impl Spill {
     }
 
     /// Whether more bytes may go to the file, which holds at most about
-    /// `max` (one read more); it is made on first use. `Err` when it could
-    /// not be made (then `Unavailable`: said once, by the caller).
-    pub(crate) fn has_room(&mut self, max: u64) -> io::Result<bool> {
-        if max == 0 {
-            return Ok(false);
-        }
+    /// `max` (one read more).
+    pub(crate) fn has_room(&self, max: u64) -> bool {
         match self {
-            Spill::File(f) => Ok(f.written < max),
-            Spill::Unavailable => Ok(false),
-            Spill::Unused => match SpillFile::new() {
-                Ok(f) => {
-                    *self = Spill::File(f);
-                    Ok(true)
-                }
-                Err(e) => {
-                    *self = Spill::Unavailable;
-                    Err(e)
-                }
-            },
+            Spill::Unused => max > 0,
+            Spill::File(f) => f.written < max,
+            Spill::Unavailable => false,
         }
     }
 
-    /// Appends `bytes` after those already waiting; only after
-    /// [`has_room`](Self::has_room) said yes.
-    pub(crate) fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match self {
-            Spill::File(f) => f.append(bytes),
-            _ => Err(io::Error::other("no spill file")),
-        }
+    /// Appends `bytes` after those already waiting, making the file first
+    /// if there is none yet; only after [`has_room`](Self::has_room) said
+    /// yes. Returns whether it made the file.
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<bool, SpillError> {
+        let made = match self {
+            Spill::File(_) => false,
+            Spill::Unavailable => return Err(SpillError::Create(io::ErrorKind::Unsupported.into())),
+            Spill::Unused => match SpillFile::new() {
+                Ok(f) => {
+                    *self = Spill::File(f);
+                    true
+                }
+                Err(e) => {
+                    *self = Spill::Unavailable;
+                    return Err(SpillError::Create(e));
+                }
+            },
+        };
+        let Spill::File(f) = self else { unreachable!("made above") };
+        f.append(bytes).map_err(SpillError::Write)?;
+        Ok(made)
     }
 
     /// Moves up to `most` waiting bytes, oldest first, to the end of `out`.
@@ -74,6 +75,16 @@ impl Spill {
             _ => Ok(0),
         }
     }
+}
+
+/// Why bytes could not go to the file.
+#[derive(Debug)]
+pub(crate) enum SpillError {
+    /// No file could be made: the bytes are still the caller's, and the
+    /// exchange goes on at the client's pace.
+    Create(io::Error),
+    /// Writing failed (a full disk): part of the response may be lost.
+    Write(io::Error),
 }
 
 /// The file: bytes are appended at `written` and read back from `read`;
@@ -138,9 +149,9 @@ mod tests {
         for (piece, take) in [(7_001, 65_536), (65_536, 1_000), (1, 3)] {
             let mut spill = Spill::Unused;
             let mut back = Vec::new();
-            for chunk in data.chunks(piece) {
-                assert!(spill.has_room(u64::MAX).unwrap());
-                spill.append(chunk).unwrap();
+            for (i, chunk) in data.chunks(piece).enumerate() {
+                assert!(spill.has_room(u64::MAX));
+                assert_eq!(spill.append(chunk).unwrap(), i == 0, "the file is made once");
                 if back.len() % 3 == 0 {
                     // Some reads between the appends.
                     spill.take_into(&mut back, take).unwrap();
@@ -160,17 +171,16 @@ mod tests {
     #[test]
     fn the_limit_stops_the_file_until_it_drains() {
         let mut spill = Spill::Unused;
-        assert!(!spill.has_room(0).unwrap());
-        assert!(matches!(spill, Spill::Unused));
-        assert!(spill.has_room(10).unwrap());
+        assert!(!spill.has_room(0));
+        assert!(spill.has_room(10));
         spill.append(b"0123456789").unwrap();
-        assert!(!spill.has_room(10).unwrap());
+        assert!(!spill.has_room(10));
         let mut out = Vec::new();
         assert_eq!(spill.take_into(&mut out, 4).unwrap(), 4);
-        assert!(!spill.has_room(10).unwrap(), "not drained yet");
+        assert!(!spill.has_room(10), "not drained yet");
         assert_eq!(spill.take_into(&mut out, 100).unwrap(), 6);
         assert_eq!(out, b"0123456789");
-        assert!(spill.has_room(10).unwrap());
+        assert!(spill.has_room(10));
         assert_eq!(spill.pending(), 0);
     }
 }

@@ -10,6 +10,7 @@ use crate::backend::pick;
 use crate::forward::request_head;
 use crate::relay::{RequestBody, ResponseBody};
 use crate::response::{client_head, parse_response, HeadParse, MAX_RESPONSE_HEAD};
+use crate::spill::SpillError;
 
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
@@ -435,18 +436,8 @@ impl Director {
                     progress = true;
                     break;
                 }
-                let first = matches!(c.spill, Spill::Unused);
-                match c.spill.has_room(cfg.max_buffered_response) {
-                    Ok(true) if first => {
-                        self.stats.buffered_to_file += 1;
-                        self.metrics.buffered_to_file.inc();
-                    }
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        self.watch.spill_failed("create", &e);
-                        break;
-                    }
+                if !c.spill.has_room(cfg.max_buffered_response) {
+                    break;
                 }
             }
             let closed = bc.inbuf.is_empty()
@@ -474,13 +465,23 @@ impl Director {
                     return self.abort(token, true);
                 }
             }
-            if to_file {
-                let written = c.spill.append(&c.out[start..]);
-                spilled += c.out.len() - start;
-                c.out.truncate(start);
-                if let Err(e) = written {
-                    self.watch.spill_failed("write", &e);
-                    return self.abort(token, false);
+            if to_file && c.out.len() > start {
+                match c.spill.append(&c.out[start..]) {
+                    Ok(made) => {
+                        if made {
+                            self.stats.buffered_to_file += 1;
+                            self.metrics.buffered_to_file.inc();
+                        }
+                        spilled += c.out.len() - start;
+                        c.out.truncate(start);
+                    }
+                    // The file is empty, so the bytes may stay in memory,
+                    // in order; the rest goes at the client's pace.
+                    Err(SpillError::Create(e)) => self.watch.spill_failed("create", &e),
+                    Err(SpillError::Write(e)) => {
+                        self.watch.spill_failed("write", &e);
+                        return self.abort(token, false);
+                    }
                 }
             }
         }

@@ -75,7 +75,16 @@ fn a_client_that_does_not_read_holds_no_backend_connection() {
     // wait longer than the client's read timeout.
     let d = director(
         &[backend.addr],
-        &["--max-backend-conns", "1", "--backend-conns", "1", "--queue-timeout", "30s", "--admin", "127.0.0.1:0"],
+        &[
+            "--max-backend-conns",
+            "1",
+            "--backend-conns",
+            "1",
+            "--queue-timeout",
+            "30s",
+            "--admin",
+            "127.0.0.1:0",
+        ],
     );
     for path in BIG_PATHS {
         let mut slow = unread_request(&d, path);
@@ -89,10 +98,7 @@ fn a_client_that_does_not_read_holds_no_backend_connection() {
     let admin = d.announced("admin");
     assert_eq!(admin_json(admin)["responses_buffered_to_file"], 3);
     let (_, _, metrics) = get_once(admin, "/metrics");
-    assert!(
-        metrics.lines().any(|l| l == "modus_director_responses_buffered_to_file_total 3"),
-        "{metrics}"
-    );
+    assert!(metrics.lines().any(|l| l == "modus_director_responses_buffered_to_file_total 3"), "{metrics}");
 }
 
 /// `--max-buffered-response 0` relays at the client's pace, as before:
