@@ -22,6 +22,7 @@ impl Director {
                     return;
                 }
                 Step::Peek => self.admit(token),
+                Step::Yield => break,
                 Step::Close => {
                     self.close_client(token);
                     return;
@@ -431,17 +432,16 @@ impl Director {
         while !relay.is_done() {
             let to_file = c.spill.pending() > 0 || c.out.len() - c.out_pos >= OUT_CAP;
             if to_file {
-                if spilled >= SPILL_PER_STEP {
-                    // Other connections' turn; more next step.
-                    progress = true;
-                    break;
+                if spilled >= SPILL_PER_TURN {
+                    return Step::Yield;
                 }
                 if !c.spill.has_room(cfg.max_buffered_response) {
                     break;
                 }
             }
+            let size = if to_file { SPILL_READ_SIZE } else { READ_SIZE };
             let closed = bc.inbuf.is_empty()
-                && match read_some(&bc.stream, &mut bc.readable, &mut bc.inbuf, READ_SIZE) {
+                && match read_sized(&bc.stream, &mut bc.readable, &mut bc.inbuf, size, size) {
                     Io::Data => false,
                     Io::Blocked => break,
                     Io::Eof | Io::Failed => true,

@@ -79,9 +79,12 @@ pub const PREBUFFER: u64 = 64 * 1024;
 /// reading from the other (flow control), or, for a response, sends the
 /// rest to its temp file (`crate::spill`).
 const OUT_CAP: usize = 64 * 1024;
-/// Bytes of a response one step writes to its temp file before other
-/// connections get their turn.
-const SPILL_PER_STEP: usize = 256 * 1024;
+/// Bytes of a response one turn of the loop writes to its temp file
+/// before other connections get theirs.
+const SPILL_PER_TURN: usize = 256 * 1024;
+/// One read of a response that goes to a temp file (fewer, larger reads:
+/// the bytes only pass through).
+const SPILL_READ_SIZE: usize = 64 * 1024;
 /// One read.
 const READ_SIZE: usize = 16 * 1024;
 /// Connections accepted per listener event (the rest on the next round).
@@ -371,11 +374,16 @@ enum Io {
 }
 
 fn read_some(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize) -> Io {
+    read_sized(stream, readable, buf, cap, READ_SIZE)
+}
+
+/// [`read_some`] with reads of up to `size` bytes.
+fn read_sized(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize, size: usize) -> Io {
     if !*readable || buf.len() >= cap {
         return Io::Blocked;
     }
     let start = buf.len();
-    buf.resize(start + READ_SIZE.min(cap - start), 0);
+    buf.resize(start + size.min(cap - start), 0);
     let r = stream.read(&mut buf[start..]);
     match r {
         Ok(0) => {
@@ -474,6 +482,9 @@ enum Step {
     Blocked,
     /// A request is ready for admission.
     Peek,
+    /// More to do, but other connections first: copying a fast backend's
+    /// response to a temp file could otherwise take a whole turn.
+    Yield,
     /// Close the connection now.
     Close,
 }
