@@ -143,3 +143,24 @@ fn a_response_past_the_maximum_arrives_whole() {
         assert_eq!(small_request(&d), 200, "{path}: the slot is free again");
     }
 }
+
+/// No temp file can be made (`$TMPDIR` does not exist): the error log says
+/// so, and the response goes at the client's pace, whole.
+#[test]
+fn without_a_temp_file_the_response_is_streamed_and_the_log_says_why() {
+    let (backend, body) = big_backend();
+    let missing = std::env::temp_dir().join("modus-test-no-such-dir");
+    let d = Server::builder(BIN)
+        .subcommand("direct")
+        .no_defaults()
+        .env("TMPDIR", &missing)
+        .args(["--listen", "127.0.0.1:0", "--backend", &backend.addr.to_string()])
+        .args(["--max-backend-conns", "1", "--queue-timeout", "300ms", "--admin", "127.0.0.1:0"])
+        .start();
+    let mut slow = unread_request(&d, "/big-length");
+    eventually("the error log line", || d.stderr().contains("cannot create a temp file in"));
+    assert!(d.stderr().contains(&missing.display().to_string()), "{}", d.stderr());
+    assert_eq!(small_request(&d), 503, "streamed: the slot is still held");
+    read_whole(&mut slow, &body, "streamed body");
+    assert_eq!(admin_json(d.announced("admin"))["responses_buffered_to_file"], 0);
+}
