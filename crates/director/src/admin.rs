@@ -48,6 +48,8 @@ pub struct Metrics {
     pub backend_response: Hist,
     /// Backend failures, by backend and kind.
     pub backend_failures: Family<Labels, Counter>,
+    /// Responses that went partly through a temp file.
+    pub buffered_to_file: Counter,
     uptime: Gauge<f64, AtomicU64>,
     connections: Family<Labels, Gauge>,
     queue_length: Gauge,
@@ -81,6 +83,7 @@ impl Metrics {
             queue_wait: latency_histogram(),
             backend_response: Family::new_with_constructor(latency_histogram),
             backend_failures: Family::default(),
+            buffered_to_file: Counter::default(),
             uptime: Gauge::default(),
             connections: Family::default(),
             queue_length: Gauge::default(),
@@ -116,6 +119,11 @@ impl Metrics {
             "backend_failures",
             "Backend failures by kind (5xx, timeout, connect, broken).",
             m.backend_failures.clone(),
+        );
+        registry.register(
+            "responses_buffered_to_file",
+            "Responses read faster than their client took them, partly kept in a temp file.",
+            m.buffered_to_file.clone(),
         );
         registry.register_with_unit("uptime", "Time since start.", Unit::Seconds, m.uptime.clone());
         registry.register(

@@ -16,6 +16,8 @@
 //!   director re-serialises them, with the checks a proxy needs.
 //! * [`monitor`] — the monitor daemon and its protocol.
 //! * [`admin`] — `--admin`: `/status`, `/status.json`, `/metrics`.
+//! * `spill` — a response its client reads slower than the backend sends
+//!   it, kept in an unnamed temp file so the backend connection is freed.
 
 #![warn(missing_docs)]
 
@@ -27,6 +29,7 @@ pub mod options;
 pub mod proxy;
 pub mod relay;
 pub mod response;
+mod spill;
 mod watch;
 
 use std::io::Write;

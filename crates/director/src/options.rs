@@ -134,6 +134,14 @@ pub struct DirectOptions {
     #[arg(long, default_value = "1GiB", value_name = "SIZE")]
     pub max_body: Size,
 
+    /// Most of one response kept in a temp file for a client that reads
+    /// slower than its backend sends (beyond 64 KiB in memory), so the
+    /// backend connection is free once the backend is done; past it, the
+    /// rest goes at the client's pace (nginx's proxy_max_temp_file_size;
+    /// 0: no buffering, every response at the client's pace)
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    pub max_buffered_response: Size,
+
     /// Where backend monitors (`modus monitor`) connect; without it, no
     /// monitoring
     #[arg(long, value_name = "ADDR")]
@@ -207,6 +215,8 @@ pub struct Config {
     pub admin: Option<SocketAddr>,
     /// Request body limit.
     pub max_body: u64,
+    /// Most bytes of one response in its temp file (0: no buffering).
+    pub max_buffered_response: u64,
     /// Monitor listener.
     pub monitor_listen: Option<SocketAddr>,
     /// Status path.
@@ -296,6 +306,7 @@ impl DirectOptions {
             body_timeout: self.body_timeout.0.max(Duration::from_millis(1)),
             admin,
             max_body: self.max_body.0,
+            max_buffered_response: self.max_buffered_response.0,
             monitor_listen,
             status_path: self.status_path.clone(),
             shutdown_timeout: self.shutdown_timeout.0,

@@ -85,6 +85,25 @@ impl Watch {
         }
     }
 
+    /// A response could not be kept in a temp file: said at most once a
+    /// minute per kind of failure (a full or read-only `$TMPDIR` fails
+    /// every response).
+    pub(crate) fn spill_failed(&self, what: &str, e: &std::io::Error) {
+        let dir = std::env::temp_dir();
+        self.log.error_once(
+            &format!("spill {what} {:?}", e.kind()),
+            format_args!(
+                "cannot {what} a temp file in {} to buffer a response: {e}; {}",
+                dir.display(),
+                if what == "create" {
+                    "it goes at the client's pace, holding its backend connection"
+                } else {
+                    "its client's connection is closed"
+                }
+            ),
+        );
+    }
+
     /// A connection to `b` could not be opened: said at most once a
     /// minute per backend (a down backend is retried every health interval).
     pub(crate) fn connect_failed(&self, b: &Backend, why: &str) {

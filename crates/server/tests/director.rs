@@ -16,6 +16,10 @@ use testkit::{assert_bytes_eq, get_once, pseudo_random_bytes, Client, Docroot, S
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
 
+/// Response buffering: `director/buffering.rs`.
+#[path = "director/buffering.rs"]
+mod buffering;
+
 fn director(backends: &[SocketAddr], extra: &[&str]) -> Server {
     let mut b = Server::builder(BIN).subcommand("direct").no_defaults().args(["--listen", "127.0.0.1:0"]);
     for addr in backends {

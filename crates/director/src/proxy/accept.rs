@@ -66,6 +66,7 @@ impl Director {
                 head_started: Some(now),
                 chunk_scan: None,
                 continued: false,
+                spill: Spill::Unused,
                 ex: None,
             };
             let Some(token) = self.clients.insert(client) else { continue };

@@ -10,6 +10,7 @@ use crate::backend::pick;
 use crate::forward::request_head;
 use crate::relay::{RequestBody, ResponseBody};
 use crate::response::{client_head, parse_response, HeadParse, MAX_RESPONSE_HEAD};
+use crate::spill::SpillError;
 
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
@@ -21,6 +22,7 @@ impl Director {
                     return;
                 }
                 Step::Peek => self.admit(token),
+                Step::Yield => break,
                 Step::Close => {
                     self.close_client(token);
                     return;
@@ -34,6 +36,13 @@ impl Director {
 
     pub(super) fn step(&mut self, token: u64) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
+        let in_memory = c.out.len() - c.out_pos;
+        if c.spill.pending() > 0 && in_memory < OUT_CAP {
+            if let Err(e) = c.spill.take_into(&mut c.out, OUT_CAP - in_memory) {
+                self.watch.spill_failed("read", &e);
+                return self.abort(token, false);
+            }
+        }
         let wrote = match flush(&c.stream, &mut c.writable, &mut c.out, &mut c.out_pos) {
             Ok(w) => w,
             Err(()) => return Step::Close,
@@ -292,8 +301,10 @@ impl Director {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
         if ex.is_done() {
-            if c.out_pos < c.out.len() {
-                return Step::Blocked;
+            if c.out_pos < c.out.len() || c.spill.pending() > 0 {
+                // Still writable: `out` went out whole and the temp file
+                // has more for the next step.
+                return if c.writable { Step::Again } else { Step::Blocked };
             }
             return self.finish(token);
         }
@@ -411,34 +422,66 @@ impl Director {
             return if progress { Step::Again } else { Step::Blocked };
         }
 
-        // RESPONSE: backend → client, bounded by the client's buffer.
+        // RESPONSE: backend → client as fast as the backend sends. What the
+        // client has not taken waits in `c.out` up to OUT_CAP, then in the
+        // temp file up to --max-buffered-response; past that, the backend
+        // is read at the client's pace. Bytes go to the file once `c.out`
+        // is full and as long as the file has any, so they stay in order.
         let Stage::Relaying(_, relay) = &mut ex.stage else { unreachable!("RESPONSE relays") };
-        while !relay.is_done() && c.out.len() - c.out_pos < OUT_CAP {
-            if bc.inbuf.is_empty() {
-                match read_some(&bc.stream, &mut bc.readable, &mut bc.inbuf, READ_SIZE) {
-                    Io::Data => {}
-                    Io::Blocked => break,
-                    Io::Eof | Io::Failed => match relay.backend_closed(&mut c.out) {
-                        // A body that runs to the close has ended.
-                        Ok(()) => break,
-                        // Truncated: the client cannot be told except by closing.
-                        Err(_) => {
-                            self.backends[b].errors += 1;
-                            self.passive_failure(b, "broken");
-                            return self.abort(token, true);
-                        }
-                    },
+        let mut spilled = 0;
+        while !relay.is_done() {
+            let to_file = c.spill.pending() > 0 || c.out.len() - c.out_pos >= OUT_CAP;
+            if to_file {
+                if spilled >= SPILL_PER_TURN {
+                    return Step::Yield;
+                }
+                if !c.spill.has_room(cfg.max_buffered_response) {
+                    break;
                 }
             }
+            let size = if to_file { SPILL_READ_SIZE } else { READ_SIZE };
+            let closed = bc.inbuf.is_empty()
+                && match read_sized(&bc.stream, &mut bc.readable, &mut bc.inbuf, size, size) {
+                    Io::Data => false,
+                    Io::Blocked => break,
+                    Io::Eof | Io::Failed => true,
+                };
             progress = true;
-            match relay.relay(&bc.inbuf, &mut c.out) {
+            let start = c.out.len();
+            let relayed = if closed {
+                // The end of a body that runs to the close, or a truncation.
+                relay.backend_closed(&mut c.out).map(|()| 0)
+            } else {
+                relay.relay(&bc.inbuf, &mut c.out)
+            };
+            match relayed {
                 Ok(consumed) => {
                     bc.inbuf.drain(..consumed);
                 }
+                // The client cannot be told except by closing.
                 Err(_) => {
                     self.backends[b].errors += 1;
                     self.passive_failure(b, "broken");
                     return self.abort(token, true);
+                }
+            }
+            if to_file && c.out.len() > start {
+                match c.spill.append(&c.out[start..]) {
+                    Ok(made) => {
+                        if made {
+                            self.stats.buffered_to_file += 1;
+                            self.metrics.buffered_to_file.inc();
+                        }
+                        spilled += c.out.len() - start;
+                        c.out.truncate(start);
+                    }
+                    // The file is empty, so the bytes may stay in memory,
+                    // in order; the rest goes at the client's pace.
+                    Err(SpillError::Create(e)) => self.watch.spill_failed("create", &e),
+                    Err(SpillError::Write(e)) => {
+                        self.watch.spill_failed("write", &e);
+                        return self.abort(token, false);
+                    }
                 }
             }
         }
@@ -471,6 +514,8 @@ impl Director {
     pub(super) fn finish(&mut self, token: u64) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
         let Some(ex) = c.ex.take() else { return Step::Close };
+        // Drained: the file goes with its exchange.
+        c.spill = Spill::Unused;
         *self.stats.responses.entry(ex.status).or_default() += 1;
         self.metrics.responses.get_or_create(&label("status", ex.status)).inc();
         let took = ex.started.elapsed();

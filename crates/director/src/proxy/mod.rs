@@ -16,12 +16,16 @@
 //! * **RECEIVE** — send the re-serialised request (and body) on a pooled
 //!   keep-alive connection and read the backend's response head, validated
 //!   before anything goes to the client (bad → 502, none in time → 504).
-//! * **RESPONSE** — relay the body to the client as it arrives, through a
-//!   bounded buffer (never the whole body): Content-Length as is, chunked
-//!   decoded and re-chunked, close-delimited re-chunked for HTTP/1.1
-//!   clients. The backend connection goes back to the pool only after a
-//!   complete, correctly framed response; then the client connection goes
-//!   back to REQUEST (keep-alive, pipelined requests in order) or closes.
+//! * **RESPONSE** — relay the body to the client as fast as the backend
+//!   sends it: Content-Length as is, chunked decoded and re-chunked,
+//!   close-delimited re-chunked for HTTP/1.1 clients. What the client has
+//!   not taken yet waits in a bounded memory buffer, then in a temp file
+//!   (`crate::spill`, up to `--max-buffered-response`; past it, the backend
+//!   is read at the client's pace). The backend connection goes back to
+//!   the pool as soon as the response is complete and correctly framed,
+//!   while the client may still be reading it; once the client has it
+//!   all, its connection goes back to REQUEST (keep-alive, pipelined
+//!   requests in order) or closes.
 //!
 //! Sockets live in `transport::slab` slabs (one per kind of peer), their
 //! timeouts in `transport::deadlines`, at most one live entry per socket.
@@ -52,6 +56,7 @@ use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
 use crate::options::Config;
 use crate::relay::{RequestBody, ResponseBody};
+use crate::spill::Spill;
 use crate::watch::Watch;
 use transport::deadlines::Deadlines;
 use transport::slab::Slab;
@@ -70,9 +75,16 @@ mod upstream;
 /// that a slow body cannot hold a backend connection either; a longer one
 /// is streamed under `--body-timeout`.
 pub const PREBUFFER: u64 = 64 * 1024;
-/// Bytes buffered towards one peer before the director stops reading from
-/// the other (flow control: large bodies are streamed, not buffered).
+/// Bytes buffered in memory towards one peer before the director stops
+/// reading from the other (flow control), or, for a response, sends the
+/// rest to its temp file (`crate::spill`).
 const OUT_CAP: usize = 64 * 1024;
+/// Bytes of a response one turn of the loop writes to its temp file
+/// before other connections get theirs.
+const SPILL_PER_TURN: usize = 256 * 1024;
+/// One read of a response that goes to a temp file (fewer, larger reads:
+/// the bytes only pass through).
+const SPILL_READ_SIZE: usize = 64 * 1024;
 /// One read.
 const READ_SIZE: usize = 16 * 1024;
 /// Connections accepted per listener event (the rest on the next round).
@@ -255,6 +267,9 @@ struct Client {
     /// The director answered `100 Continue` to the request being read (it
     /// pre-buffers the body itself; RFC 9110 §10.1.1 lets a proxy do so).
     continued: bool,
+    /// The response's bytes beyond `out`, in a temp file, while the client
+    /// reads slower than its backend sent them (`--max-buffered-response`).
+    spill: Spill,
     ex: Option<Exchange>,
 }
 
@@ -316,6 +331,8 @@ struct Stats {
     /// Busy pages because the pending queue was full.
     queue_full: u64,
     body_timeouts: u64,
+    /// Responses that went partly through a temp file.
+    buffered_to_file: u64,
     /// Responses completed, by status.
     responses: BTreeMap<u16, u64>,
 }
@@ -357,11 +374,16 @@ enum Io {
 }
 
 fn read_some(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize) -> Io {
+    read_sized(stream, readable, buf, cap, READ_SIZE)
+}
+
+/// [`read_some`] with reads of up to `size` bytes.
+fn read_sized(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize, size: usize) -> Io {
     if !*readable || buf.len() >= cap {
         return Io::Blocked;
     }
     let start = buf.len();
-    buf.resize(start + READ_SIZE.min(cap - start), 0);
+    buf.resize(start + size.min(cap - start), 0);
     let r = stream.read(&mut buf[start..]);
     match r {
         Ok(0) => {
@@ -460,6 +482,9 @@ enum Step {
     Blocked,
     /// A request is ready for admission.
     Peek,
+    /// More to do, but other connections first: copying a fast backend's
+    /// response to a temp file could otherwise take a whole turn.
+    Yield,
     /// Close the connection now.
     Close,
 }

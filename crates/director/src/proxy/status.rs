@@ -100,6 +100,7 @@ impl Director {
             "connections_open": self.clients.len(),
             "connections": connections,
             "responses": responses,
+            "responses_buffered_to_file": s.buffered_to_file,
             "latency_us": summary(&self.latencies.request),
             "phases_us": {
                 "queue": summary(&self.latencies.queue),
