@@ -56,15 +56,17 @@ GIT_PROJECT_ROOT=$WORK/repos GIT_HTTP_EXPORT_ALL=1 exec $BACKEND
 EOF
 chmod +x "$WORK/cgi/git"
 
-# peak_rss PID: the largest VmHWM (kB) among PID and its modus descendants (the process models' children).
+# peak_rss PID: the largest VmHWM (kB) among PID and its descendants running the same program (the process
+# models' children; a CGI script is not the server).
 peak_rss() {
-    local pids=$1 more=$1 p peak=0 hwm
+    local pids=$1 more=$1 p peak=0 hwm comm
+    comm=$(cat /proc/"$1"/comm 2>/dev/null)
     while [ -n "$more" ]; do
         local next=
         for p in $more; do next="$next $(cat /proc/"$p"/task/*/children 2>/dev/null)"; done
         more=
         for p in $next; do
-            [ "$(cat /proc/"$p"/comm 2>/dev/null)" = modus ] && { pids="$pids $p"; more="$more $p"; }
+            [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$comm" ] && { pids="$pids $p"; more="$more $p"; }
         done
     done
     for p in $pids; do
