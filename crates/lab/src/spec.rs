@@ -231,7 +231,7 @@ fn default_x() -> String {
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 9] = [
+pub const BUILT_IN: [(&str, &str); 11] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
@@ -241,6 +241,8 @@ pub const BUILT_IN: [(&str, &str); 9] = [
     ("paper002-director", include_str!("../../../lab/paper002-director.toml")),
     ("paper003-surge", include_str!("../../../lab/paper003-surge.toml")),
     ("paper004-srpt", include_str!("../../../lab/paper004-srpt.toml")),
+    ("static", include_str!("../../../lab/static.toml")),
+    ("timing", include_str!("../../../lab/timing.toml")),
 ];
 
 /// The built-in experiments that rerun a paper's (`modus lab run papers`).
