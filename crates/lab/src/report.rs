@@ -343,13 +343,23 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     m.push_str(&ranking(spec, table));
     m.push_str("```\n\n");
     if !spec.claims.is_empty() {
-        m.push_str("| claim | verdict |\n|---|---|\n");
+        m.push_str("| claim | verdict | where: left vs right |\n|---|---|---|\n");
         for c in &spec.claims {
-            let word = match Claim::parse(&c.expr, &spec.server_names()) {
-                Ok(claim) => claim.judge(table).word,
-                Err(_) => "cannot be read",
+            let (word, points) = match Claim::parse(&c.expr, &spec.server_names()) {
+                Ok(claim) => {
+                    let v = claim.judge(table);
+                    let points: Vec<String> = v
+                        .points
+                        .iter()
+                        .map(|(x, l, r, ok)| {
+                            format!("{x}: {} vs {} {}", fmt(*l), fmt(*r), if *ok { "✓" } else { "✗" })
+                        })
+                        .collect();
+                    (v.word, points.join("; "))
+                }
+                Err(_) => ("cannot be read", String::new()),
             };
-            let _ = writeln!(m, "| {} (`{}`) | {word} |", c.text, c.expr);
+            let _ = writeln!(m, "| {} (`{}`) | {word} | {points} |", c.text, c.expr);
         }
         m.push('\n');
     }

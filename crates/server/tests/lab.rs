@@ -96,7 +96,7 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
     assert!(md.starts_with("### `modus lab run tiny`"), "{md}");
     assert!(md.contains(&format!("Command: `modus lab run tiny --quick --out {o}`, started 20")), "{md}");
     assert!(md.contains("rank server") && md.contains("peak req/s"), "{md}");
-    assert!(md.contains("| claim | verdict |"), "{md}");
+    assert!(md.contains("| claim | verdict | where: left vs right |"), "{md}");
     assert!(
         md.contains("| server | at | throughput (requests/s) | p99 (ms) | cpu_per_request (µs) |"),
         "{md}"
@@ -344,8 +344,8 @@ fn the_markdown_report_goes_into_a_files_block() {
     assert!(after.contains("| pool | connection=close | 1015 (1010–1020) |"), "{after}");
     assert!(after.contains("| nginx | connection=keep-alive | 2415 (2410–2420) |"), "{after}");
     assert!(
-        after.contains("| claim | verdict |")
-            && after.contains("`throughput(server=pool) >= 0.8 * throughput(server=nginx)`) | holds |"),
+        after.contains("`throughput(server=pool) >= 0.8 * throughput(server=nginx)`) | holds |")
+            && after.contains("connection=close: 1015 vs 652 ✓"),
         "{after}"
     );
     let r = run(BIN, report, LIMIT);
