@@ -816,6 +816,20 @@ mod tests {
     }
 
     #[test]
+    fn the_connection_axis_doubles_the_points_and_names_their_records() {
+        let mut spec = crate::spec::load("tiny").unwrap();
+        let plain: Vec<Coords> = schedule(&spec).iter().map(|p| p.coords(&spec)).collect();
+        assert!(plain.iter().all(|c| c.connection.is_empty()), "not swept: keep-alive, unnamed");
+        spec.sweep.connection = vec!["keep-alive".into(), "close".into()];
+        let plan = schedule(&spec);
+        assert_eq!(plan.len(), 2 * plain.len());
+        let close: Vec<&Planned> = plan.iter().filter(|p| p.coords(&spec).connection == "close").collect();
+        assert_eq!(close.len(), plain.len());
+        let raw = raw_path(Path::new("/r"), &spec, close[0]);
+        assert!(raw.to_str().unwrap().ends_with("-k1-r1.json"), "{}", raw.display());
+    }
+
+    #[test]
     fn a_measured_point_is_kept_for_resume() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.json");
