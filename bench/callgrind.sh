@@ -15,6 +15,10 @@
 # Environment knobs: MODEL [event]  REQUESTS [20000]  CONNS [10]  SIZE [500]  RUNS [3]
 #   MODUS_ARGS extra `modus serve` arguments [""] (the access log stays on, to a file)
 # Needs valgrind (apt-get install -y valgrind).
+#
+# Why this is not a lab spec: It counts instructions under valgrind; the lab starts `modus serve` only
+# under taskset, a memory cgroup or `ip netns exec` (run.rs: pinned_in) and measures time, CPU and
+# memory, so it has no way to run a server under a tool and no instruction-count metric.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 MODUS_BIN=${1:-$REPO/target/release/modus}

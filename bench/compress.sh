@@ -23,7 +23,7 @@
 #   SERVERS     which of the servers above               ["modus modus-identity nginx-static nginx-gzip"]
 #   MODUS_BIN   modus binary; unset = cargo build --release -p modus
 #   SERVER_CPU / LOAD_CPU   the servers' CPU and the generator's [0 / 1]
-#   NOISE_PCT / QUIET_TIMEOUT / RETRY_NOISY   the noise guard, as in bench/static.sh [5 / 60 / 2]
+#   NOISE_PCT / QUIET_TIMEOUT / RETRY_NOISY   the noise guard of bench/lib.sh [5 / 60 / 2]
 #   BENCH_MD    markdown file to update, "off" to skip    [<repo>/BENCHMARKS.md]
 #   RESULTS_DIR raw output directory                      [<repo>/bench/results/<timestamp>-compress]
 #
@@ -33,6 +33,11 @@
 # Before measuring, each server's answer is checked: the coding it says, and the body decoded back to the page (`gzip -d`, `brotli -d`: apt-get
 # install brotli).
 # Exit status: 0 on success, 1 if a run saw errors, 2 on a setup failure.
+#
+# Why this is not a lab spec: Its load sends `Accept-Encoding` and its figure includes the body bytes
+# each server sends, decoded and checked; the lab's `modus load` sends no extra headers (run.rs:
+# measure), it records no body size, and its nginx runs the lab's one configuration (peers.rs; `args`
+# are refused for peers), so nginx's gzip and gzip_static cannot be asked for.
 
 set -euo pipefail
 

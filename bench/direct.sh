@@ -49,6 +49,12 @@
 #
 # Needs curl, taskset, python3, apache2 (installed with apt-get when missing and running as root).
 # Exit status: 0 when the runs completed (whatever the checks say; they are reported), 2 on a setup failure.
+#
+# Why this is not a lab spec: Its latencies are those of the admitted requests only (status 200,
+# filtered from `modus load --timeline`, the fast 503 busy page left out), and it counts the director's
+# own 502/504 apart; the lab's p50/p99 are over every answer and its only answer classes are goodput
+# (2xx) and busy (503). `lab/paper002-director.toml` runs the same comparison (a backend alone, behind
+# `modus direct`, behind HAProxy) in open loop.
 
 set -euo pipefail
 

@@ -14,6 +14,9 @@
 # passes -Z flags). Seeds are fuzz/corpus/TARGET/seed-*; what a run adds to the corpus stays local
 # (.gitignore). A crash stops the script with exit status 1 and leaves the input in fuzz/artifacts/TARGET/:
 # turn it into a regression test of the crate it broke.
+#
+# Why this is not a lab spec: It fuzzes parsers with cargo-fuzz: no server runs and nothing is measured
+# per request.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO/fuzz"

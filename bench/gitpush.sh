@@ -14,6 +14,10 @@
 # Knobs: MODELS [all 9] SIZE [200] MODUS_BIN [target/release/modus, built if missing], BENCH_MD
 #        [<repo>/BENCHMARKS.md; off], TMPDIR (where modus spools bodies; a tmpfs counts as memory, but
 #        not the server's).
+#
+# Why this is not a lab spec: Its load is one `git push` through git http-backend (a chunked request
+# body) and its figure the server's peak resident memory (VmHWM); the lab's load is `modus load` (GET or
+# HEAD, no bodies) and it reads PSS after the run, not a peak.
 
 set -euo pipefail
 

@@ -83,7 +83,7 @@ fmt_2() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else pr
 fmt_1() { awk -v v="$1" 'BEGIN { if (v == "nan" || v == "") print "—"; else printf "%.1f", v }'; }
 
 # case_label CASE [short]: "500B/close" -> "500 B `Connection: close`" ("500 B close" with short),
-# "500B/keepalive" -> "500 B keep-alive"; static.sh and models.sh head their tables' rows and columns so.
+# "500B/keepalive" -> "500 B keep-alive"; models.sh heads its tables' rows and columns so.
 case_label() {
     local sz=${1%/*} mode=${1#*/}
     if [ "$mode" = close ]; then
@@ -93,7 +93,7 @@ case_label() {
 
 # ---------------------------------------------------------------- settings every measuring script shares
 
-# The run knobs bench/static.sh documents and bench/models.sh takes "as in bench/static.sh"
+# The run knobs of bench/models.sh (static.sh's, before it became lab/static.toml)
 file_run_defaults() {
     DURATION=${DURATION:-10s}
     WARMUP=${WARMUP:-1s}
@@ -103,8 +103,8 @@ file_run_defaults() {
     MODES=${MODES:-keepalive close}
 }
 
-# Pinning and noise-guard knobs with the defaults bench/static.sh documents (models.sh and timing.sh say
-# "as in bench/static.sh": one place keeps them equal), CLK_TCK, and the noise guard's counters at zero.
+# Pinning and noise-guard knobs with the defaults every measuring script shares (one place keeps them
+# equal), CLK_TCK, and the noise guard's counters at zero.
 # A script with other defaults (load.sh) sets those knobs before calling this.
 pin_and_noise_defaults() {
     SERVER_CPU=${SERVER_CPU:-0}
@@ -576,7 +576,7 @@ plan_runs() {
     log "measuring: $total_runs runs of $DURATION (+$WARMUP warm-up) — about $(( total_runs * (DUR_S + WARM_S + 1) / 60 + 1 )) min"
 }
 
-# measure_file_cases LINES_IN_LOG: the measured part of static.sh and models.sh — CASES = every SIZES ×
+# measure_file_cases LINES_IN_LOG: the measured part of models.sh — CASES = every SIZES ×
 # MODES, plan_runs, ROUNDS rounds of measure_round in round_order; sets ELAPSED
 measure_file_cases() {
     local sz m round

@@ -35,6 +35,10 @@
 #                                                              [1; SMOKE: 0]
 # The noise guard of bench/lib.sh applies: each run waits until other jobs use less than NOISE_PCT %
 # of a core and is measured again (RETRY_NOISY times) if they used more during it.
+#
+# Why this is not a lab spec: It compares two load generators, wrk and `modus load`, against one server;
+# the lab's generator is always `modus load` (run.rs: measure), so it cannot be one of the things
+# compared.
 set -euo pipefail
 
 BENCH_TAG=load

@@ -18,7 +18,7 @@
 # the three Apache MPMs (nginx and h2o run no CGI).
 #
 # Environment knobs (defaults in brackets):
-#   DURATION ROUNDS WARMUP CONNS SIZES MODES   as in bench/static.sh [10s 3 1s 50 "500B 50KB 115KB" "keepalive close"]
+#   DURATION ROUNDS WARMUP CONNS SIZES MODES   bench/lib.sh's file_run_defaults [10s 3 1s 50 "500B 50KB 115KB" "keepalive close"]
 #   PREWARM     keep-alive load on each server before the first measured run [6s]
 #   SERVERS     servers to run                         [all 14; idle: "event amped pool nginx lighttpd h2o"]
 #   MODUS_BIN   modus binary; unset = cargo build --release -p modus
@@ -26,7 +26,7 @@
 #   IDLE_CONNS  idle keep-alive connections (idle mode) [10000]
 #   CGI_CASES   CGI mode: SCRIPT/CONNECTIONS cases ["spin10/8 spin10/50 spin0/8 spin0/50"];
 #               spinN = the bundled cgi-spin computing N ms of CPU (the papers' CGI workload); spin0 = trivial
-#   SERVER_CPU LOAD_CPU NOISE_PCT QUIET_TIMEOUT RETRY_NOISY NOISE_BUDGET   as in bench/static.sh [0 1 5 60 2 900]
+#   SERVER_CPU LOAD_CPU NOISE_PCT QUIET_TIMEOUT RETRY_NOISY NOISE_BUDGET   bench/lib.sh's pin_and_noise_defaults [0 1 5 60 2 900]
 #   BENCH_MD    markdown file to update, "off" to skip  [<repo>/BENCHMARKS.md]
 #   RESULTS_DIR raw output directory                    [<repo>/bench/results/models-<timestamp>]
 #
@@ -38,6 +38,13 @@
 # (Debian's packages; the script starts none of their system services and writes its own configs.)
 # Exit status: 0 on success, 1 if a run saw socket errors / non-2xx answers (marked) or an idle run
 # could not hold its connections, 2 on a setup failure.
+#
+# Why this is not a lab spec: Every server writes an access log to a file (lighttpd at its leanest fair
+# setup: mod_accesslog and nothing else) and the load is wrk, with each core's utilisation read from
+# /proc/stat to show which side was saturated; the lab runs every server without an access log from its
+# own peer configurations, drives `modus load`, and has no per-core utilisation. Its `idle` mode (10,000
+# idle keep-alive connections held by a Python client) and `syscalls` mode (strace -c -f) have no lab
+# equivalent at all.
 
 set -euo pipefail
 

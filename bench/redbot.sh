@@ -20,6 +20,9 @@
 #
 # Exit status: 0 if REDbot warned of nothing, 1 if it warned, 2 on a setup failure (REDbot not installable:
 # no network to PyPI, say).
+#
+# Why this is not a lab spec: It lints responses with REDbot (a protocol check, GOOD/WARN/BAD notes),
+# under no load.
 
 set -euo pipefail
 

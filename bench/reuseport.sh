@@ -12,6 +12,11 @@
 # and the server's CPU µs per request. The server runs on SERVER_CPU (all its loops), `modus load` on
 # LOAD_CPU. Knobs: WORKERS [2] CONNS [50] DURATION [5s] ROUNDS [3] SERVER_CPU [0] LOAD_CPU [1]
 # MODUS_BIN, BENCH_MD [<repo>/BENCHMARKS.md, off to skip], RESULTS_DIR.
+#
+# Why this is not a lab spec: Its figure is how the requests spread over event's loops (each loop's
+# `served` in /status.json's scoreboard); the lab reads only the per-phase totals from /status.json
+# (probe.rs: Timing::from_status). The two servers (with and without `--reuseport`) and the connection
+# axis would fit a spec; a per-loop spread metric is what is missing.
 
 set -euo pipefail
 

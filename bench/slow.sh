@@ -35,6 +35,10 @@
 #
 # Needs python3, taskset, ss. Exit status 0 when the runs completed (the verdicts are reported), 2 on a
 # setup failure.
+#
+# Why this is not a lab spec: Its load is two at once: slow attackers (bench/slowclients.py, from
+# 127.0.0.2–250) and the measured client beside them; the lab runs one `modus load` per point and
+# nothing else.
 
 set -euo pipefail
 

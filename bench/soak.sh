@@ -17,6 +17,11 @@
 # The load is `modus load --mix` (the SURGE stream's 400 most requested documents, weighted by their
 # share of the stream, plus /cgi-bin/hello at CGI_SHARE %) at -R = 0.8 × the closed-loop rate a 10 s
 # calibration run (after 10 s of warm-up) measured with CONNS connections.
+#
+# Why this is not a lab spec: It runs each model for 30 minutes at 80 % of a capacity measured first,
+# sampling memory, descriptors and threads every SAMPLE seconds and judging their growth; the lab reads
+# a server once before and once after each point, and its open-loop rates are fixed in the spec, not
+# derived from an earlier measurement.
 
 set -euo pipefail
 

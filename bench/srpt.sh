@@ -43,6 +43,11 @@
 # Environment: RHOS ["0.5 0.7 0.8 0.9 0.95"]  ROUNDS [3]  DURATION [20] (s)
 #   LINK [100mbit]  MODEL [event]  FILES [2000]  OUT [bench/results/srpt-TIMESTAMP]
 #   SRPT_ARGS [""] more `modus serve` flags for the srpt runs (e.g. "--srpt-max-wait 500ms")
+#
+# Why this is not a lab spec: Its link shaping has one htb class per SRPT priority (SO_PRIORITY 0x10001
+# + k) and it reports slowdown and response time by size class from the timeline; the lab's netns
+# topology shapes each link with one htb class (netns.rs) and has no per-size metrics.
+# `lab/paper004-srpt.toml` runs the SURGE order comparison (fifo / srpt / srpt-group) on loopback.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RHOS=${RHOS:-"0.5 0.7 0.8 0.9 0.95"}

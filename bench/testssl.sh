@@ -13,6 +13,9 @@
 # certificate (self-signed: no chain of trust, no CRL or OCSP URI, a short validity) is listed apart.
 # The findings go to BENCHMARKS.md's "testssl" block (BENCH_MD=off to skip).
 # Exit status: 0 when nothing counts against modus, 1 otherwise, 2 on a setup failure.
+#
+# Why this is not a lab spec: It audits the HTTPS listener with testssl.sh: a protocol check under no
+# load.
 
 set -euo pipefail
 

@@ -28,6 +28,9 @@
 # server's process tree after − before the measured run) ÷ the responses it got. Every server has one
 # worker on SERVER_CPU: modus event with one loop, nginx worker_processes 1, h2o num-threads 1.
 # Exit status: 0 on success, 1 if a run saw errors, 2 on a setup failure.
+#
+# Why this is not a lab spec: It measures HTTPS (keep-alive over TLS, full handshakes per second); the
+# lab requests `http://` only (run.rs: measure) and its peer configurations have no TLS.
 
 set -euo pipefail
 

@@ -32,6 +32,11 @@
 #   of the 500 B keep-alive run is kept in RESULTS_DIR as the breakdown by call.
 # Needs perf, strace, taskset, python3.
 # Exit status: 0 on success, 1 if a run saw errors, 2 on a setup failure.
+#
+# Why this is not a lab spec: Its figures include system calls per request (perf stat on
+# raw_syscalls:sys_enter, strace) and a perf profile, and two of its variants are set by environment
+# variables (MODUS_URING_ZC_MIN, MODUS_URING_BATCH_US); the lab has no system-call metric and a server
+# in a spec is a model and its flags, with no environment.
 
 set -euo pipefail
 

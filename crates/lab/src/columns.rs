@@ -2,7 +2,7 @@
 //! each point, as specs, claims, tables and plots name them.
 
 /// The sweep's axes, as named in plots and claims.
-pub const AXES: [&str; 5] = ["clients", "rate", "path", "cpus", "memory"];
+pub const AXES: [&str; 6] = ["clients", "rate", "path", "cpus", "memory", "connection"];
 
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do

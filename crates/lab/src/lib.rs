@@ -82,6 +82,13 @@ pub enum LabCommand {
         /// BENCHMARKS.md or an issue, instead of the ranking
         #[arg(long)]
         markdown: bool,
+        /// With --markdown: write it into FILE between `<!-- NAME:begin -->`
+        /// and `<!-- NAME:end -->` (appended when missing) instead of printing it
+        #[arg(long, value_name = "FILE", requires_all = ["markdown", "block"])]
+        into: Option<PathBuf>,
+        /// The block of --into (`static` for BENCHMARKS.md's `<!-- static:begin -->`)
+        #[arg(long, value_name = "NAME", requires = "into")]
+        block: Option<String>,
     },
     /// Every model serves your site under a climbing load; ranked by peak throughput
     Compare {
@@ -183,7 +190,7 @@ fn lab(args: LabArgs) -> Result<()> {
             let out = out.unwrap_or_else(|| default_out(&spec.name));
             execute(&spec, &out, resume)
         }
-        LabCommand::Report { dir, markdown } if !dir.join("meta.json").exists() => {
+        LabCommand::Report { dir, markdown, into, block } if !dir.join("meta.json").exists() => {
             // A `papers` directory: an experiment in each subdirectory.
             let runs = reproduction::read(&dir)?;
             if runs.is_empty() {
@@ -194,14 +201,16 @@ fn lab(args: LabArgs) -> Result<()> {
             }
             let text = reproduction::markdown(&runs);
             std::fs::write(dir.join("REPRODUCTION.md"), &text)?;
-            if markdown {
+            if let (Some(file), Some(block)) = (&into, &block) {
+                write_into(file, block, &text)?;
+            } else if markdown {
                 print!("{text}");
             } else {
                 println!("reproduction: {}", dir.join("REPRODUCTION.md").display());
             }
             Ok(())
         }
-        LabCommand::Report { dir, markdown } => {
+        LabCommand::Report { dir, markdown, into, block } => {
             let meta: Value = serde_json::from_str(
                 &std::fs::read_to_string(dir.join("meta.json"))
                     .with_context(|| format!("{}: no meta.json", dir.display()))?,
@@ -209,6 +218,9 @@ fn lab(args: LabArgs) -> Result<()> {
             let spec = Spec::parse(meta["spec"].as_str().unwrap_or(""), "meta.json's spec")?;
             let table = results::Table::read(&dir.join("points.csv"))?;
             report::write(&dir, &spec, &table, &meta)?;
+            if let (Some(file), Some(block)) = (&into, &block) {
+                return write_into(file, block, &report::markdown(&spec, &table, &meta));
+            }
             if markdown {
                 print!("{}", report::markdown(&spec, &table, &meta));
                 return Ok(());
@@ -282,6 +294,7 @@ fn lab(args: LabArgs) -> Result<()> {
                     server_cpus: Vec::new(),
                     rates: Vec::new(),
                     memory: Vec::new(),
+                    connection: Vec::new(),
                 },
                 servers: chosen
                     .iter()
@@ -379,6 +392,32 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     Ok(())
 }
 
+/// Puts `markdown` into `file`'s block `name` (`report --into --block`).
+fn write_into(file: &Path, name: &str, markdown: &str) -> Result<()> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+    };
+    let text =
+        report::replace_block(&text, name, markdown).with_context(|| format!("in {}", file.display()))?;
+    std::fs::write(file, text).with_context(|| format!("writing {}", file.display()))?;
+    println!("{}: block {name} rewritten", file.display());
+    Ok(())
+}
+
+/// The command line that made a results directory, as people type it.
+fn command_line() -> String {
+    let words = std::env::args().skip(1).map(|a| {
+        if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        }
+    });
+    std::iter::once("modus".to_string()).chain(words).collect::<Vec<_>>().join(" ")
+}
+
 fn default_out(name: &str) -> PathBuf {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     PathBuf::from("lab-results").join(format!("{name}-{stamp}"))
@@ -405,6 +444,7 @@ fn meta(spec: &Spec, out: &Path) -> Result<Value> {
         "modus_version": env!("CARGO_PKG_VERSION"),
         "git_revision": git,
         "started": format!("{:?}", std::time::SystemTime::now()),
+        "command": command_line(),
         "machine": {
             "cpu": cpu,
             "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),

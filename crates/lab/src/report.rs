@@ -39,6 +39,7 @@ fn x_values(spec: &Spec, table: &Table, x: &str) -> Vec<String> {
     let listed = match x {
         "path" => spec.paths(),
         "cpus" => spec.cpu_sets(),
+        "connection" => spec.connections(),
         "memory" => {
             spec.memory_limits().iter().map(|m| m.map(|m| m.to_string()).unwrap_or_default()).collect()
         }
@@ -144,6 +145,7 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
             "rate" => "offered load (requests/s, open loop)".to_string(),
             "cpus" => "server CPUs".to_string(),
             "memory" => "the server's memory limit".to_string(),
+            "connection" => "connection (keep-alive, or one per request)".to_string(),
             other => other.to_string(),
         };
         let y_desc = format!("{} ({})", p.y, unit(matching(&p.y)[0]));
@@ -300,11 +302,20 @@ pub fn write(out: &Path, spec: &Spec, table: &Table, meta: &Value) -> Result<()>
 }
 
 /// The report as Markdown, for BENCHMARKS.md and issue threads: the
-/// command that reruns it, the machine, the ranking, the claims with their
-/// verdicts, and every point (mean over repeats, min–max beside it).
+/// command that made the results, the machine, the ranking, the claims
+/// with their verdicts, and every point (the median over repeats, min–max
+/// beside it).
 pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     let mut m = String::new();
     let _ = writeln!(m, "### `modus lab run {}` — {}\n", spec.name, spec.description.trim());
+    // Results of an earlier version did not keep their command line.
+    let command =
+        meta["command"].as_str().map_or_else(|| format!("modus lab run {}", spec.name), str::to_string);
+    let _ = writeln!(
+        m,
+        "Command: `{command}`{}.\n",
+        meta["started"].as_str().map(|s| format!(", started {}", started(s))).unwrap_or_default()
+    );
     let machine = &meta["machine"];
     let _ = writeln!(
         m,
@@ -332,13 +343,23 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     m.push_str(&ranking(spec, table));
     m.push_str("```\n\n");
     if !spec.claims.is_empty() {
-        m.push_str("| claim | verdict |\n|---|---|\n");
+        m.push_str("| claim | verdict | where: left vs right |\n|---|---|---|\n");
         for c in &spec.claims {
-            let word = match Claim::parse(&c.expr, &spec.server_names()) {
-                Ok(claim) => claim.judge(table).word,
-                Err(_) => "cannot be read",
+            let (word, points) = match Claim::parse(&c.expr, &spec.server_names()) {
+                Ok(claim) => {
+                    let v = claim.judge(table);
+                    let points: Vec<String> = v
+                        .points
+                        .iter()
+                        .map(|(x, l, r, ok)| {
+                            format!("{x}: {} vs {} {}", fmt(*l), fmt(*r), if *ok { "✓" } else { "✗" })
+                        })
+                        .collect();
+                    (v.word, points.join("; "))
+                }
+                Err(_) => ("cannot be read", String::new()),
             };
-            let _ = writeln!(m, "| {} (`{}`) | {word} |", c.text, c.expr);
+            let _ = writeln!(m, "| {} (`{}`) | {word} | {points} |", c.text, c.expr);
         }
         m.push('\n');
     }
@@ -346,6 +367,15 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
         .into_iter()
         .filter(|k| METRICS.iter().any(|(n, _)| n == k))
         .collect();
+    let _ = writeln!(
+        m,
+        "{} † marks a point where the load generator fell behind: the generator's limit, not the server's.\n",
+        if spec.repeats > 1 {
+            "Each cell: the median over the repeats, min–max in brackets."
+        } else {
+            "One repeat per point: no spread measured."
+        }
+    );
     let _ = write!(m, "| server | at |");
     for k in &metrics {
         let _ = write!(m, " {k} ({}) |", unit(k));
@@ -358,9 +388,10 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
             if table.mean(&s.name, &at, "throughput").is_none() {
                 continue;
             }
-            let _ = write!(m, "| {} | {} |", s.name, at.label(table));
+            let behind = table.mean(&s.name, &at, "fell_behind").unwrap_or(0.0) > 0.0;
+            let _ = write!(m, "| {}{} | {} |", s.name, if behind { " †" } else { "" }, at.label(table));
             for k in &metrics {
-                let cell = match (table.mean(&s.name, &at, k), table.spread(&s.name, &at, k)) {
+                let cell = match (table.median(&s.name, &at, k), table.spread(&s.name, &at, k)) {
                     (Some(v), Some((lo, hi))) if hi > lo => format!("{} ({}–{})", fmt(v), fmt(lo), fmt(hi)),
                     (Some(v), _) => fmt(v),
                     _ => "–".into(),
@@ -371,6 +402,73 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
         }
     }
     m
+}
+
+/// `meta.json`'s `started` (a `SystemTime` as Debug prints it) as a UTC
+/// date and time; as written when it is not one.
+fn started(text: &str) -> String {
+    let secs = text
+        .split("tv_sec: ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<i64>().ok());
+    let Some(secs) = secs else { return text.to_string() };
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year}-{month:02}-{day:02} {:02}:{:02} UTC", rest / 3600, rest % 3600 / 60)
+}
+
+/// `text` with what lies between the lines holding `<!-- NAME:begin -->`
+/// and `<!-- NAME:end -->` replaced by `body` (the marker lines kept); the
+/// markers are appended first when `text` has none — as bench/lib.sh's
+/// `replace_md_block` did, so BENCHMARKS.md's blocks come from results.
+pub fn replace_block(text: &str, name: &str, body: &str) -> Result<String> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        anyhow::bail!("block {name:?}: letters, digits, - and _ only");
+    }
+    let (begin, end) = (format!("<!-- {name}:begin -->"), format!("<!-- {name}:end -->"));
+    let mut text = text.to_string();
+    if !text.contains(&begin) {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        let _ = write!(text, "\n{begin}\n{end}\n");
+    }
+    let mut out = String::new();
+    let mut lines = text.split_inclusive('\n');
+    for line in lines.by_ref() {
+        out.push_str(line);
+        if line.contains(&begin) {
+            break;
+        }
+    }
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(body);
+    if !body.is_empty() && !body.ends_with('\n') {
+        out.push('\n');
+    }
+    let mut closed = false;
+    for line in lines {
+        closed |= line.contains(&end);
+        if closed {
+            out.push_str(line);
+        }
+    }
+    if !closed {
+        anyhow::bail!("{begin} has no {end} after it");
+    }
+    Ok(out)
 }
 
 fn esc(s: &str) -> String {
@@ -621,6 +719,56 @@ mod tests {
         let ranked = ranking(&spec, &table);
         let lines: Vec<&str> = ranked.lines().collect();
         assert!(lines[1].starts_with("1    event") && lines[2].starts_with("2    pool"), "{ranked}");
+    }
+
+    #[test]
+    fn a_block_is_replaced_between_its_markers_or_appended() {
+        let page = "# Benchmarks\n\n<!-- static:begin -->\nold\ntable\n<!-- static:end -->\nafter\n";
+        let new = replace_block(page, "static", "| new |\n").unwrap();
+        assert_eq!(new, "# Benchmarks\n\n<!-- static:begin -->\n| new |\n<!-- static:end -->\nafter\n");
+        assert_eq!(replace_block(&new, "static", "| new |").unwrap(), new, "again: the same page");
+        let appended = replace_block("# B\ntext", "timing", "t\n").unwrap();
+        assert_eq!(appended, "# B\ntext\n\n<!-- timing:begin -->\nt\n<!-- timing:end -->\n");
+        assert_eq!(
+            replace_block(&appended, "static", "").unwrap(),
+            format!("{appended}\n<!-- static:begin -->\n<!-- static:end -->\n")
+        );
+        let other = "<!-- a:begin -->\na\n<!-- a:end -->\n<!-- b:begin -->\nb\n<!-- b:end -->\n";
+        assert_eq!(
+            replace_block(other, "a", "A\n").unwrap(),
+            "<!-- a:begin -->\nA\n<!-- a:end -->\n<!-- b:begin -->\nb\n<!-- b:end -->\n",
+            "the other block untouched"
+        );
+        let e = replace_block("<!-- a:begin -->\nrest\n", "a", "x").unwrap_err().to_string();
+        assert!(e.contains("has no <!-- a:end -->"), "{e}");
+        assert!(replace_block("", "a b", "x").is_err());
+    }
+
+    #[test]
+    fn the_markdown_has_the_command_the_machine_and_medians() {
+        let mut spec = crate::spec::load("tiny").unwrap();
+        spec.repeats = 3;
+        let mut table = Table::default();
+        for (repeat, t) in [(1, 1000.0), (2, 1300.0), (3, 2000.0)] {
+            table.points.push(Point {
+                server: "pool".into(),
+                at: crate::results::at(8),
+                repeat,
+                values: crate::results::values(&[t, 0.2, 0.1, 0.5, 0.0, 12.0, 900.0, 0.0]),
+            });
+        }
+        let meta = serde_json::json!({
+            "command": "modus lab run tiny --out /tmp/t",
+            "started": "SystemTime { tv_sec: 1795000000, tv_nsec: 5 }",
+            "machine": {"cpus": 2, "cpu": "Xeon", "kernel": "6.18", "memory_mib": 4000},
+            "modus_version": "0.1.0", "git_revision": "abc1234",
+        });
+        let md = markdown(&spec, &table, &meta);
+        assert!(md.contains("Command: `modus lab run tiny --out /tmp/t`, started 2026-11-18 "), "{md}");
+        assert!(md.contains("2 × Xeon, kernel 6.18, 4000 MiB; 3 repeat(s)"), "{md}");
+        assert!(md.contains("| pool | clients=8 | 1300 (1000–2000) |"), "the median, not the mean: {md}");
+        let old = markdown(&spec, &table, &serde_json::json!({}));
+        assert!(old.contains("Command: `modus lab run tiny`."), "{old}");
     }
 
     /// `phase_*` stacked: a bar per server and point that has phases (a

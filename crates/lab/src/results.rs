@@ -1,6 +1,6 @@
 //! The results of a run: one row per measured point in `points.csv` — the
 //! server, the point's coordinates on the sweep's axes (clients, path,
-//! server CPUs, open-loop rate), the repeat, and the metrics of
+//! server CPUs, open-loop rate, memory limit, connection), the repeat, and the metrics of
 //! [`METRICS`]. Columns are read by name, so results written before an
 //! axis or a metric existed still read (a closed loop; NaN).
 
@@ -23,6 +23,9 @@ pub struct Coords {
     /// The servers' memory limit on the sweep's `memory` axis (`64MiB`);
     /// empty: none.
     pub memory: String,
+    /// `keep-alive` or `close` (a connection per request) on the sweep's
+    /// `connection` axis; empty: keep-alive, the axis not swept.
+    pub connection: String,
 }
 
 impl Coords {
@@ -33,6 +36,7 @@ impl Coords {
             "rate" => self.rate.to_string(),
             "path" => self.path.clone(),
             "memory" => self.memory.clone(),
+            "connection" => self.connection.clone(),
             _ => self.cpus.clone(),
         }
     }
@@ -47,6 +51,7 @@ impl Coords {
             "cpus" => c.cpus = value.to_string(),
             // As written in the spec or as shown: the same size.
             "memory" => c.memory = value.parse::<units::Size>().ok()?.to_string(),
+            "connection" => c.connection = value.to_string(),
             _ => return None,
         }
         Some(c)
@@ -93,7 +98,7 @@ pub struct Table {
 /// The header of `points.csv`.
 pub fn header() -> String {
     let metrics: Vec<&str> = METRICS.iter().map(|(m, _)| *m).collect();
-    format!("server,clients,path,cpus,rate,memory,repeat,{}", metrics.join(","))
+    format!("server,clients,path,cpus,rate,memory,connection,repeat,{}", metrics.join(","))
 }
 
 impl Table {
@@ -107,13 +112,14 @@ impl Table {
             let values: Vec<String> =
                 p.values.iter().map(|v| if v.is_nan() { String::new() } else { format!("{v}") }).collect();
             out.push_str(&format!(
-                "{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{}\n",
                 p.server,
                 p.at.clients,
                 p.at.path,
                 p.at.cpus.replace(',', "+"),
                 p.at.rate,
                 p.at.memory,
+                p.at.connection,
                 p.repeat,
                 values.join(",")
             ));
@@ -134,8 +140,8 @@ impl Table {
         else {
             bail!("{}: not a points table (no server, clients and repeat columns)", path.display());
         };
-        let (at_path, cpus, rate, memory) =
-            (column("path"), column("cpus"), column("rate"), column("memory"));
+        let (at_path, cpus, rate, memory, connection) =
+            (column("path"), column("cpus"), column("rate"), column("memory"), column("connection"));
         let metrics: Vec<Option<usize>> = METRICS.iter().map(|(m, _)| column(m)).collect();
         let mut points = Vec::new();
         for (i, line) in lines.enumerate() {
@@ -160,6 +166,7 @@ impl Table {
                     cpus: text_at(cpus).replace('+', ","),
                     rate: rate.map_or(Ok(0), |c| fields[c].parse()).map_err(|_| bad())?,
                     memory: text_at(memory),
+                    connection: text_at(connection),
                 },
                 repeat: fields[repeat].parse().map_err(|_| bad())?,
                 values: values.map_err(|_| bad())?,
@@ -211,6 +218,15 @@ impl Table {
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
+    /// The median over the repeats of a point (of an even count, the mean
+    /// of the middle two): one noisy repeat does not move it.
+    pub fn median(&self, server: &str, at: &Coords, metric: &str) -> Option<f64> {
+        let mut v: Vec<f64> = self.values(server, at, metric).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        (n > 0).then(|| if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    }
+
     /// The spread over the repeats of a point: (min, max).
     pub fn spread(&self, server: &str, at: &Coords, metric: &str) -> Option<(f64, f64)> {
         self.values(server, at, metric).fold(None, |acc, v| match acc {
@@ -227,7 +243,14 @@ fn memory_bytes(limit: &str) -> u64 {
 
 #[cfg(test)]
 pub(crate) fn at(clients: usize) -> Coords {
-    Coords { clients, path: "/500b.bin".into(), cpus: String::new(), rate: 0, memory: String::new() }
+    Coords {
+        clients,
+        path: "/500b.bin".into(),
+        cpus: String::new(),
+        rate: 0,
+        memory: String::new(),
+        connection: String::new(),
+    }
 }
 
 /// A point's values for tests: the first metrics given, the rest NaN.
@@ -250,6 +273,7 @@ mod tests {
             cpus: "0,1".into(),
             rate: 0,
             memory: "64MiB".into(),
+            connection: "close".into(),
         };
         let table = Table {
             points: vec![
@@ -284,10 +308,12 @@ mod tests {
         assert!(back.points[0].get("phase_read_us").unwrap().is_nan());
         assert_eq!(back.mean("pool", &at(4), "throughput"), Some(2.0));
         assert_eq!(back.spread("pool", &at(4), "throughput"), Some((1.5, 2.5)));
+        assert_eq!(back.median("pool", &at(4), "throughput"), Some(2.0), "of two: their mean");
         assert_eq!(back.mean("event", &at(4), "throughput"), None);
         assert_eq!(back.axis_values("path"), ["/500b.bin", "/50k.bin"]);
         assert_eq!(back.axis_values("cpus"), ["", "0,1"]);
-        assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1 memory=64MiB");
+        assert_eq!(pinned.label(&back), "path=/50k.bin cpus=0,1 memory=64MiB connection=close");
+        assert_eq!(back.axis_values("connection"), ["", "close"]);
         assert_eq!(back.axis_values("memory"), ["64MiB", ""], "sizes in order, no limit the most");
         assert_eq!(pinned.with("memory", "65536k").unwrap(), pinned, "a size as written or shown");
         std::fs::write(&path, "server,path\n").unwrap();

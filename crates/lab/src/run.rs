@@ -23,8 +23,9 @@ use crate::results::{Coords, Point, Table};
 use crate::spec::{ServerSpec, Spec};
 
 /// One point to measure: `spec.servers[server]` at `clients`, the
-/// `path`-th path, the `cpus`-th CPU set, the `rate`-th rate and the
-/// `memory`-th memory limit of the sweep, repeat `repeat`.
+/// `path`-th path, the `cpus`-th CPU set, the `rate`-th rate, the
+/// `memory`-th memory limit and the `connection`-th connection mode of the
+/// sweep, repeat `repeat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Planned {
     pub server: usize,
@@ -33,6 +34,7 @@ pub struct Planned {
     pub cpus: usize,
     pub rate: usize,
     pub memory: usize,
+    pub connection: usize,
     pub repeat: u32,
 }
 
@@ -45,6 +47,7 @@ impl Planned {
             cpus: spec.cpu_sets()[self.cpus].clone(),
             rate: spec.rates()[self.rate],
             memory: spec.memory_limits()[self.memory].map(|m| m.to_string()).unwrap_or_default(),
+            connection: spec.connections()[self.connection].clone(),
         }
     }
 
@@ -62,7 +65,7 @@ pub fn schedule(spec: &Spec) -> Vec<Planned> {
     let mut order = Vec::new();
     for repeat in 1..=spec.repeats {
         let (paths, cpus, rates) = (spec.paths().len(), spec.cpu_sets().len(), spec.rates().len());
-        let limits = spec.memory_limits().len();
+        let (limits, modes) = (spec.memory_limits().len(), spec.connections().len());
         let mut round = Vec::new();
         for server in 0..spec.servers.len() {
             for &clients in &spec.sweep.clients {
@@ -70,7 +73,18 @@ pub fn schedule(spec: &Spec) -> Vec<Planned> {
                     for cpus in 0..cpus {
                         for rate in 0..rates {
                             for memory in 0..limits {
-                                round.push(Planned { server, clients, path, cpus, rate, memory, repeat });
+                                for connection in 0..modes {
+                                    round.push(Planned {
+                                        server,
+                                        clients,
+                                        path,
+                                        cpus,
+                                        rate,
+                                        memory,
+                                        connection,
+                                        repeat,
+                                    });
+                                }
                             }
                         }
                     }
@@ -148,8 +162,9 @@ pub fn raw_path(out: &Path, spec: &Spec, p: &Planned) -> PathBuf {
     let name = spec.servers[p.server].name.as_str();
     let rate = if spec.sweep.rates.is_empty() { String::new() } else { format!("-q{}", p.rate) };
     let memory = if spec.sweep.memory.is_empty() { String::new() } else { format!("-m{}", p.memory) };
+    let mode = if spec.sweep.connection.is_empty() { String::new() } else { format!("-k{}", p.connection) };
     out.join("raw")
-        .join(format!("{name}-c{}-p{}-u{}{rate}{memory}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
+        .join(format!("{name}-c{}-p{}-u{}{rate}{memory}{mode}-r{}.json", p.clients, p.path, p.cpus, p.repeat))
 }
 
 /// How to run.
@@ -228,7 +243,7 @@ impl Runner {
             let eta =
                 if measured > 0 { started.elapsed() / measured as u32 * left as u32 } else { Duration::ZERO };
             progress(&format!(
-                "[{}/{}] {} c={}{} {}{}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
+                "[{}/{}] {} c={}{} {}{}{}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
                 i + 1,
                 plan.len(),
                 point.server,
@@ -240,6 +255,11 @@ impl Runner {
                     String::new()
                 } else {
                     format!(" memory={}", point.at.memory)
+                },
+                if point.at.connection.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", point.at.connection)
                 },
                 point.repeat,
                 point.get("throughput").unwrap_or(0.0),
@@ -471,6 +491,9 @@ impl Runner {
         if at.rate > 0 {
             load.args(["-R", &at.rate.to_string()]);
         }
+        if at.connection == "close" {
+            load.arg("--close");
+        }
         if let Some(name) = mix {
             load.arg("--mix").arg(self.out.join("mixes").join(format!("{name}.txt")));
         } else if let Some(mix) = &spec.mix {
@@ -530,7 +553,7 @@ impl Runner {
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
         let record = json!({
-            "point": named, "server": server.name, "clients": at.clients, "rate": at.rate, "path": at.path,
+            "point": named, "server": server.name, "clients": at.clients, "rate": at.rate, "path": at.path, "connection": at.connection,
             "server_cpus": at.cpus, "load_cpus": load_cpus, "front_cpus": server.front.as_ref().and(front_cpus),
             "memory_limit": server.memory.map(|m| m.0), "cgroups": cgroups,
             "disk_read_bytes": read_after.saturating_sub(read_before),
@@ -790,6 +813,20 @@ mod tests {
         assert_eq!(schedule(&spec), plan, "the same seed, the same order");
         spec.seed = 2;
         assert_ne!(schedule(&spec), plan, "another seed, another order");
+    }
+
+    #[test]
+    fn the_connection_axis_doubles_the_points_and_names_their_records() {
+        let mut spec = crate::spec::load("tiny").unwrap();
+        let plain: Vec<Coords> = schedule(&spec).iter().map(|p| p.coords(&spec)).collect();
+        assert!(plain.iter().all(|c| c.connection.is_empty()), "not swept: keep-alive, unnamed");
+        spec.sweep.connection = vec!["keep-alive".into(), "close".into()];
+        let plan = schedule(&spec);
+        assert_eq!(plan.len(), 2 * plain.len());
+        let close: Vec<&Planned> = plan.iter().filter(|p| p.coords(&spec).connection == "close").collect();
+        assert_eq!(close.len(), plain.len());
+        let raw = raw_path(Path::new("/r"), &spec, close[0]);
+        assert!(raw.to_str().unwrap().ends_with("-k1-r1.json"), "{}", raw.display());
     }
 
     #[test]

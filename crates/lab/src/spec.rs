@@ -108,6 +108,11 @@ pub struct Sweep {
     /// servers' own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory: Vec<Size>,
+    /// `keep-alive` (every client keeps its connection) and/or `close` (a
+    /// new connection per request: `modus load --close`, `Connection:
+    /// close`); none: keep-alive.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connection: Vec<String>,
 }
 
 /// A server under test: a modus model and its flags, or a peer.
@@ -218,12 +223,15 @@ fn is_one(n: &usize) -> bool {
 /// killed for its own memory rather than made to read its documents.
 const MIN_MEMORY: u64 = 16 << 20;
 
+/// The values of the sweep's `connection` axis.
+const CONNECTIONS: [&str; 2] = ["keep-alive", "close"];
+
 fn default_x() -> String {
     "clients".into()
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 9] = [
+pub const BUILT_IN: [(&str, &str); 11] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
@@ -233,6 +241,8 @@ pub const BUILT_IN: [(&str, &str); 9] = [
     ("paper002-director", include_str!("../../../lab/paper002-director.toml")),
     ("paper003-surge", include_str!("../../../lab/paper003-surge.toml")),
     ("paper004-srpt", include_str!("../../../lab/paper004-srpt.toml")),
+    ("static", include_str!("../../../lab/static.toml")),
+    ("timing", include_str!("../../../lab/timing.toml")),
 ];
 
 /// The built-in experiments that rerun a paper's (`modus lab run papers`).
@@ -317,6 +327,9 @@ impl Spec {
         }
         if self.sweep.memory.iter().any(|m| m.0 < MIN_MEMORY) {
             bail!("[sweep] memory: each at least {} (a server must fit)", Size(MIN_MEMORY));
+        }
+        if let Some(bad) = self.sweep.connection.iter().find(|c| !CONNECTIONS.contains(&c.as_str())) {
+            bail!("[sweep] connection: {bad:?} is neither `keep-alive` nor `close`");
         }
         if self.sweep.rates.contains(&0) {
             bail!("[sweep] rates: requests per second, each at least 1 (no rates: closed loop)");
@@ -417,6 +430,16 @@ impl Spec {
         }
     }
 
+    /// The connection modes, one per point of that axis ("": keep-alive,
+    /// the axis not swept).
+    pub fn connections(&self) -> Vec<String> {
+        if self.sweep.connection.is_empty() {
+            vec![String::new()]
+        } else {
+            self.sweep.connection.clone()
+        }
+    }
+
     /// Whether some point runs under a memory limit.
     pub fn limits_memory(&self) -> bool {
         !self.sweep.memory.is_empty() || self.servers.iter().any(|s| s.memory.is_some())
@@ -506,6 +529,10 @@ mod tests {
         assert_eq!(spec.memory_limits(), [Some(Size(64 << 20)), Some(Size(1 << 30))]);
         let e = format!("{:#}", Spec::parse(&format!("{axis}memory = \"64MiB\"\n"), "t").unwrap_err());
         assert!(e.contains("one or the other"), "{e}");
+        let modes = "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [1]\nconnection = [\"keep-alive\", \"close\"]\n[[server]]\nmodel = \"pool\"\n";
+        assert_eq!(Spec::parse(modes, "t").unwrap().connections(), ["keep-alive", "close"]);
+        let e = format!("{:#}", Spec::parse(&modes.replace("\"close\"", "\"closed\""), "t").unwrap_err());
+        assert!(e.contains("\"closed\" is neither `keep-alive` nor `close`"), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed*\"\n");
         assert!(e.contains("nor a prefix of some"), "{e}");
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");

@@ -11,7 +11,7 @@ use testkit::run;
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
 const LIMIT: Duration = Duration::from_secs(180);
 /// The header of `points.csv`.
-const HEADER: &str = "server,clients,path,cpus,rate,memory,repeat,throughput,mean,p50,p99,errors,\
+const HEADER: &str = "server,clients,path,cpus,rate,memory,connection,repeat,throughput,mean,p50,p99,errors,\
 cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
 phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
 phase_queue_us";
@@ -21,9 +21,9 @@ fn col(name: &str) -> usize {
     HEADER.split(',').position(|c| c == name).unwrap_or_else(|| panic!("no column {name}"))
 }
 
-const THROUGHPUT: usize = 7;
-const ERRORS: usize = 11;
-const GOODPUT: usize = 15;
+const THROUGHPUT: usize = 8;
+const ERRORS: usize = 12;
+const GOODPUT: usize = 16;
 
 /// Whether `program` is installed where the lab looks for it.
 fn installed(program: &str) -> bool {
@@ -94,8 +94,9 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
     assert!(r.status.success(), "{}", r.stderr);
     let md = &r.stdout;
     assert!(md.starts_with("### `modus lab run tiny`"), "{md}");
+    assert!(md.contains(&format!("Command: `modus lab run tiny --quick --out {o}`, started 20")), "{md}");
     assert!(md.contains("rank server") && md.contains("peak req/s"), "{md}");
-    assert!(md.contains("| claim | verdict |"), "{md}");
+    assert!(md.contains("| claim | verdict | where: left vs right |"), "{md}");
     assert!(
         md.contains("| server | at | throughput (requests/s) | p99 (ms) | cpu_per_request (µs) |"),
         "{md}"
@@ -245,6 +246,125 @@ fn list_and_bad_experiments() {
     let r = run(BIN, ["lab", "run", "nope"], LIMIT);
     assert_eq!(r.status.code(), Some(1));
     assert!(r.stderr.contains("no experiment \"nope\": the built-in ones are tiny"), "{}", r.stderr);
+}
+
+/// The `connection` axis: `close` opens a connection per request
+/// (`modus load --close`), `keep-alive` keeps each client's.
+#[test]
+fn a_connection_per_request_is_an_axis() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("modes.toml");
+    std::fs::write(
+        &spec,
+        "name = \"modes\"\ndescription = \"d\"\npath = \"/500b.bin\"\nduration = \"1s\"\nwarmup = \"200ms\"\n\
+         [sweep]\nclients = [2]\nconnection = [\"keep-alive\", \"close\"]\n\
+         [[server]]\nmodel = \"pool\"\nargs = [\"--max-keepalive-requests\", \"100000000\"]\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    let modes: Vec<&str> = rows.iter().map(|r| r[col("connection")].as_str()).collect();
+    assert!(modes.len() == 2 && modes.contains(&"keep-alive") && modes.contains(&"close"), "{rows:?}");
+    for (k, mode) in [(0, "keep-alive"), (1, "close")] {
+        let raw: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("raw/pool-c2-p0-u0-k{k}-r1.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(raw["connection"], mode);
+        let load = &raw["load"];
+        let (requests, opened) =
+            (load["requests"].as_f64().unwrap(), load["connections_opened"].as_f64().unwrap());
+        assert!(requests > 0.0 && load["errors"] == 0, "{load}");
+        if mode == "close" {
+            assert!(opened >= 0.9 * requests, "a connection per request: {opened} for {requests}");
+        } else {
+            assert!(opened < requests / 2.0, "connections kept: {opened} for {requests}");
+        }
+    }
+}
+
+/// `report --markdown --into FILE --block NAME` rewrites FILE's block from
+/// a results directory — here a made one: the static spec, two repeats of
+/// pool and nginx — and leaves the rest of FILE as it was.
+#[test]
+fn the_markdown_report_goes_into_a_files_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = include_str!("../../../lab/static.toml");
+    let meta = serde_json::json!({
+        "modus_version": "0.1.0", "git_revision": "abc1234",
+        "command": "modus lab run static --out /tmp/static",
+        "started": "SystemTime { tv_sec: 1795000000, tv_nsec: 0 }",
+        "machine": {"cpu": "Intel Xeon", "cpus": 2, "kernel": "6.18", "memory_mib": 3900},
+        "network": "loopback", "spec": spec,
+    });
+    std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
+    let mut csv = HEADER.to_string() + "\n";
+    let metrics = HEADER.split(',').count() - col("throughput");
+    for (server, base) in [("pool", 1000.0), ("nginx", 800.0)] {
+        for (mode, factor) in [("keep-alive", 3.0), ("close", 1.0)] {
+            for repeat in 1..=2 {
+                let throughput = base * factor + f64::from(repeat) * 10.0;
+                let cpu = if server == "pool" && mode == "close" { 70.0 } else { 40.0 };
+                let mut values = vec![String::new(); metrics];
+                values[0] = throughput.to_string();
+                values[col("p99") - col("throughput")] = "1.5".into();
+                values[col("cpu_per_request") - col("throughput")] = cpu.to_string();
+                values[col("fell_behind") - col("throughput")] = "0".into();
+                csv += &format!("{server},50,/500b.bin,0,0,,{mode},{repeat},{}\n", values.join(","));
+            }
+        }
+    }
+    std::fs::write(dir.join("points.csv"), csv).unwrap();
+    let page = tmp.path().join("BENCHMARKS.md");
+    let before = "# Benchmarks\n\nWords above.\n\n<!-- static:begin -->\nthe old table\n<!-- static:end -->\n\nWords below.\n";
+    std::fs::write(&page, before).unwrap();
+    let d = dir.to_str().unwrap();
+    let report = ["lab", "report", d, "--markdown", "--into", page.to_str().unwrap(), "--block", "static"];
+    let r = run(BIN, report, LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let after = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        after
+            .starts_with("# Benchmarks\n\nWords above.\n\n<!-- static:begin -->\n### `modus lab run static`"),
+        "{after}"
+    );
+    assert!(
+        after.ends_with("<!-- static:end -->\n\nWords below.\n") && !after.contains("the old table"),
+        "{after}"
+    );
+    assert!(
+        after.contains("Command: `modus lab run static --out /tmp/static`, started 2026-11-18 "),
+        "{after}"
+    );
+    assert!(after.contains("2 × Intel Xeon, kernel 6.18, 3900 MiB; 3 repeat(s)"), "{after}");
+    assert!(after.contains("| pool | connection=close | 1015 (1010–1020) |"), "{after}");
+    assert!(after.contains("| nginx | connection=keep-alive | 2415 (2410–2420) |"), "{after}");
+    assert!(
+        after.contains("`throughput(server=pool) >= 0.8 * throughput(server=nginx)`) | holds |")
+            && after.contains("connection=close: 1015 vs 652 ✓"),
+        "{after}"
+    );
+    let r = run(BIN, report, LIMIT);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&page).unwrap(), after, "again: the same page");
+
+    // A file without the block gets it at its end; --into wants --block.
+    std::fs::write(&page, "# Other\n").unwrap();
+    let r = run(BIN, report, LIMIT);
+    assert!(r.status.success(), "{}", r.stderr);
+    let appended = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        appended.starts_with("# Other\n\n<!-- static:begin -->\n### `modus lab run static`"),
+        "{appended}"
+    );
+    assert!(appended.ends_with("<!-- static:end -->\n"), "{appended}");
+    let r = run(BIN, ["lab", "report", d, "--markdown", "--into", page.to_str().unwrap()], LIMIT);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--block"), "{}", r.stderr);
 }
 
 /// An experiment with CGI: the lab writes one `cgi-bin/`, which a modus
