@@ -2,9 +2,10 @@
 //! its response (a [`Responder`]; a CGI script is the one there is): a
 //! chunked body collected first (the handler must know its length, RFC 3875
 //! §4.1.2; past [`SPOOL_AT`] bytes into an unnamed file, so its size costs
-//! disk, not memory — written from the loop's thread, as nginx does), the `100 Continue` probe, the responder driven, the request it
-//! answers instead (a local redirect), its timeout. What the responder runs
-//! is not this file's business.
+//! disk, not memory — written from the loop's thread, as nginx does), the
+//! `100 Continue` probe, the responder driven, the request it answers
+//! instead (a local redirect), its timeout. What the responder runs is not
+//! this file's business.
 
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
