@@ -1,5 +1,5 @@
-//! Other servers measured beside modus — nginx, lighttpd, h2o and Apache
-//! httpd's three MPMs — and the fronts a server can stand behind — `modus
+//! Other servers measured beside modus — nginx, lighttpd, h2o, Apache
+//! httpd's three MPMs and worker with mod_file_cache — and the fronts a server can stand behind — `modus
 //! direct` and HAProxy —, each peer from a configuration the lab writes
 //! (checked with the program's own check before use), on its own port and
 //! directory, in the foreground, stopped by PID. A peer that is not
@@ -18,7 +18,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 /// The web servers the lab can run beside the models.
-pub const PEERS: [&str; 6] = ["nginx", "lighttpd", "h2o", "apache-prefork", "apache-worker", "apache-event"];
+pub const PEERS: [&str; 7] =
+    ["nginx", "lighttpd", "h2o", "apache-prefork", "apache-worker", "apache-event", "apache-worker-cache"];
 
 /// What can stand in front of a server's backends: the director, or HAProxy.
 pub const FRONTS: [&str; 2] = ["direct", "haproxy"];
@@ -123,9 +124,11 @@ pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Resu
 /// Apache httpd with one MPM, from Debian's modules, everything it writes
 /// (pid file, error log, runtime files, its `mime.types`) in `dir`, its
 /// `ServerRoot`. CGI as Debian sets it up: mod_cgi under prefork, mod_cgid
-/// (a daemon that forks the scripts) under the threaded MPMs.
+/// (a daemon that forks the scripts) under the threaded MPMs. `-cache`
+/// after the MPM adds mod_file_cache over the docroot ([`file_cache`]).
 fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Result<String> {
     let mpm = peer.trim_start_matches("apache-");
+    let (mpm, cached) = mpm.strip_suffix("-cache").map_or((mpm, false), |m| (m, true));
     let sizing = match mpm {
         "prefork" => "StartServers 64\nMinSpareServers 10\nMaxSpareServers 64\nServerLimit 256\nMaxRequestWorkers 256\n",
         "worker" | "event" => {
@@ -157,7 +160,83 @@ fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Re
             cgi = cgi.display()
         );
     }
+    if cached {
+        let _ = write!(
+            c,
+            "LoadModule file_cache_module {modules}/mod_file_cache.so\n{}",
+            file_cache(site.docroot)?
+        );
+    }
     Ok(c)
+}
+
+/// What `apache-worker-cache` caches, as modus's cache holds files under
+/// paper 003's "2.0" (`--cache-size 256MiB`, the default
+/// `--max-cached-file 1MiB`): files up to 16 KiB as bytes — `MMapFile`,
+/// mapped at startup — and larger ones up to 1 MiB as open descriptors sent
+/// with `sendfile` — `CacheFile`, opened at startup —, within 256 MiB.
+///
+/// Why mod_file_cache and not mod_cache (with mod_cache_socache's shmcb
+/// or mod_cache_disk): paper 003's table 1 sets 1.3's "no cache" against
+/// 2.0's "file cache", and credits it with shrinking the "data read" phase
+/// (bringing the document into memory). Apache 2.0's module of that name
+/// is mod_file_cache, the heir of 1.3's optional mod_mmap_static; Apache's
+/// caching guide aims it at "improving the access time to local static
+/// files which do not change very often", and its two directives are the
+/// two ways modus's cache holds a file. mod_cache is an HTTP cache (RFC
+/// 9111) in front of the handler: a file's freshness is a heuristic from
+/// its `Last-Modified` (seconds, for a document set made just before the
+/// run) then revalidation, shmcb takes objects up to
+/// `CacheSocacheMaxSize` (100 KB by default) and copies each hit out of
+/// shared memory, and mod_cache_disk reads the disk again — caching what
+/// an HTTP response was, not what a file is. What mod_file_cache does not
+/// do: notice a change (a file is served as it was at startup; the lab
+/// writes the documents before starting the servers) or take files added
+/// later (the list is the docroot's regular files at configuration time).
+fn file_cache(docroot: &Path) -> Result<String> {
+    const MAP_MAX: u64 = 16 << 10;
+    const OPEN_MAX: u64 = 1 << 20;
+    const BUDGET: u64 = 256 << 20;
+    let mut files = Vec::new();
+    regular_files(docroot, &mut files).with_context(|| format!("listing {}", docroot.display()))?;
+    // Smallest first: a budget too small for them all holds the most files.
+    files.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    // The descriptors CacheFile opens stay open in every child, beside
+    // its connections: at most half of what a process may open.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    let (mut bytes, mut open, mut text) = (0, 0, String::new());
+    for (path, size) in files {
+        if size > OPEN_MAX || bytes + size > BUDGET {
+            break;
+        }
+        // A path Apache's configuration cannot quote is left uncached.
+        let Some(path) = path.to_str().filter(|p| !p.contains(['"', '\\', '\n'])) else { continue };
+        let directive = if size <= MAP_MAX {
+            "MMapFile"
+        } else if open < limit / 2 {
+            open += 1;
+            "CacheFile"
+        } else {
+            continue;
+        };
+        bytes += size;
+        let _ = writeln!(text, "{directive} \"{path}\"");
+    }
+    Ok(text)
+}
+
+/// The regular files under `dir` (symbolic links not followed), with their sizes.
+fn regular_files(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            regular_files(&entry.path(), out)?;
+        } else if kind.is_file() {
+            out.push((entry.path(), entry.metadata()?.len()));
+        }
+    }
+    Ok(())
 }
 
 /// Files a configuration refers to, written beside it (Apache's `mime.types`).
@@ -250,8 +329,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let docroot = dir.path().join("root");
         let cgi = dir.path().join("cgi-bin");
-        std::fs::create_dir_all(&docroot).unwrap();
+        std::fs::create_dir_all(docroot.join("sub")).unwrap();
         std::fs::create_dir_all(&cgi).unwrap();
+        // Kept as bytes, as a descriptor, and not at all by apache-worker-cache.
+        for (name, size) in [("small.html", 500), ("sub/mid.bin", 50_000), ("big.bin", 2 << 20)] {
+            std::fs::write(docroot.join(name), vec![b'x'; size]).unwrap();
+        }
         for peer in PEERS {
             for site in [Site { docroot: &docroot, cgi: None }, Site { docroot: &docroot, cgi: Some(&cgi) }] {
                 if site.cgi.is_some() && !runs_cgi(peer) {
@@ -263,6 +346,18 @@ mod tests {
                 assert!(text.contains("18999") && text.contains(&docroot.display().to_string()), "{text}");
                 if site.cgi.is_some() {
                     assert!(text.contains(&cgi.display().to_string()), "{text}");
+                }
+                let root = docroot.display();
+                if peer == "apache-worker-cache" {
+                    assert!(
+                        text.contains("mpm_worker_module") && text.contains("file_cache_module"),
+                        "{text}"
+                    );
+                    assert!(text.contains(&format!("MMapFile \"{root}/small.html\"\n")), "{text}");
+                    assert!(text.contains(&format!("CacheFile \"{root}/sub/mid.bin\"\n")), "{text}");
+                    assert!(!text.contains("big.bin"), "past 1 MiB, served from the file: {text}");
+                } else {
+                    assert!(!text.to_lowercase().contains("cache"), "{peer} caches nothing: {text}");
                 }
                 let Some(bin) = binary(peer) else {
                     eprintln!(

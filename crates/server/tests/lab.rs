@@ -217,6 +217,7 @@ fn peers_are_measured_or_said_to_be_missing() {
         ("apache-prefork", "apache2"),
         ("apache-worker", "apache2"),
         ("apache-event", "apache2"),
+        ("apache-worker-cache", "apache2"),
     ] {
         if installed(program) {
             let row =
@@ -414,6 +415,93 @@ peer = "nginx"
     } else {
         eprintln!("apache2 is not installed: checking that the report says so");
         assert!(report.contains("apache-event is not installed (apt-get install apache2)"), "{report}");
+    }
+}
+
+/// An Apache httpd the lab configured, run in the foreground in a process
+/// group of its own; stopped (SIGTERM to the group: the parent stops its
+/// children) and reaped on drop.
+struct Apache(std::process::Child);
+
+impl Apache {
+    fn start(peer: &str, dir: &Path, root: &Path, port: u16) -> Apache {
+        use std::os::unix::process::CommandExt;
+        let conf = dir.join(format!("{peer}.conf"));
+        let site = lab::peers::Site { docroot: root, cgi: None };
+        std::fs::write(&conf, lab::peers::config(peer, dir, site, "127.0.0.1", port).unwrap()).unwrap();
+        lab::peers::prepare(peer, dir).unwrap();
+        let bin = lab::peers::binary(peer).unwrap();
+        lab::peers::check(peer, &bin, dir, &conf, None).unwrap_or_else(|e| panic!("{e:#}"));
+        let child = std::process::Command::new(&bin)
+            .args(lab::peers::args(peer, dir, &conf))
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut apache = Apache(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(apache.0.try_wait().unwrap().is_none(), "{peer} exited: see {}/error.log", dir.display());
+            assert!(std::time::Instant::now() < deadline, "{peer} never listened on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        apache
+    }
+}
+
+impl Drop for Apache {
+    fn drop(&mut self) {
+        if let Some(group) = rustix::process::Pid::from_raw(self.0.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// `apache-worker-cache` really caches: mod_file_cache maps a small file
+/// and keeps a larger one's descriptor open at startup, so a file replaced
+/// on disk afterwards still comes back as it was — from the cache — while
+/// `apache-worker`, the same server without the cache, reads the new one.
+#[test]
+fn the_cached_apache_worker_answers_from_its_cache() {
+    if !installed("apache2") {
+        eprintln!("skipped: apache2 is not installed (apt-get install apache2)");
+        return;
+    }
+    let tmp = searchable_tempdir();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    // Mapped (up to 16 KiB), and kept open (up to 1 MiB).
+    let files = [("small.html", 600), ("mid.bin", 100_000)];
+    for peer in ["apache-worker-cache", "apache-worker"] {
+        for (name, size) in files {
+            std::fs::write(root.join(name), testkit::pseudo_random_bytes(size, 1)).unwrap();
+        }
+        let dir = tmp.path().join(peer);
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let _apache = Apache::start(peer, &dir, &root, port);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let mut client = testkit::Client::connect(addr);
+        for (name, size) in files {
+            let path = format!("/{name}");
+            let old = testkit::pseudo_random_bytes(size, 1);
+            let before = client.request("GET", &path, &[]);
+            before.assert_status(200);
+            testkit::assert_bytes_eq(&before.body, &old, &format!("{peer} {path} before"));
+            // Another file, longer and other bytes, renamed over it.
+            let new = testkit::pseudo_random_bytes(size + 7, 2);
+            let next = root.join(format!("{name}.next"));
+            std::fs::write(&next, &new).unwrap();
+            std::fs::rename(&next, root.join(name)).unwrap();
+            let after = client.request("GET", &path, &[]);
+            after.assert_status(200);
+            let (want, what) = if peer == "apache-worker-cache" {
+                (&old, "served from the cache, as it was at startup")
+            } else {
+                (&new, "read from the file")
+            };
+            testkit::assert_bytes_eq(&after.body, want, &format!("{peer} {path} after the rename: {what}"));
+        }
     }
 }
 
