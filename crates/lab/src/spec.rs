@@ -126,7 +126,8 @@ pub struct ServerSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
     /// A peer instead (`nginx`, `lighttpd`, `h2o`, `apache-prefork`,
-    /// `apache-worker`, `apache-event`), from a configuration the lab writes.
+    /// `apache-worker`, `apache-event`, `apache-worker-cache`), from a
+    /// configuration the lab writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<String>,
     /// More `modus serve` arguments.
