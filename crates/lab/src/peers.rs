@@ -184,9 +184,10 @@ fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Re
 /// caching guide aims it at "improving the access time to local static
 /// files which do not change very often", and its two directives are the
 /// two ways modus's cache holds a file. mod_cache is an HTTP cache (RFC
-/// 9111) in front of the handler: a file's freshness is a heuristic from
-/// its `Last-Modified` (seconds, for a document set made just before the
-/// run) then revalidation, shmcb takes objects up to
+/// 9111) in front of the handler: unless told otherwise a file stays fresh
+/// for a tenth of its age from `Last-Modified` (`CacheLastModifiedFactor`:
+/// under a second for documents made just before the run), then is
+/// revalidated through the handler; shmcb takes objects up to
 /// `CacheSocacheMaxSize` (100 KB by default) and copies each hit out of
 /// shared memory, and mod_cache_disk reads the disk again — caching what
 /// an HTTP response was, not what a file is. What mod_file_cache does not
