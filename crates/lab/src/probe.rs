@@ -36,18 +36,39 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(after.split(' ').map(str::to_string).collect())
 }
 
-/// CPU time (user + system, clock ticks) of the process tree, with the
+/// CPU time (user + system, nanoseconds) of the process tree, with the
 /// reaped children of each of its processes (finished CGI scripts, reaped
 /// by the root, a worker process or Apache's cgid daemon). A reaped child
 /// is no longer in the tree, so nothing is counted twice.
-pub fn tree_cpu_ticks(pid: u32) -> u64 {
-    let ticks = |p: u32| -> u64 {
+///
+/// `/proc/PID/stat` counts a process's time in clock ticks (10 ms here),
+/// rounded down per process: the 256 children of a prefork server that
+/// each did 5 ms of work in a point read as nothing. So a process's own
+/// time is its threads' `schedstat` run times (nanoseconds) where those
+/// cover it; a process whose exited threads took more (a thread per
+/// request) keeps the tick count, which includes them. Reaped children's
+/// times come as one sum, rounded once.
+pub fn tree_cpu_ns(pid: u32) -> u64 {
+    let tick_ns = 1_000_000_000 / rustix::param::clock_ticks_per_second();
+    let process_ns = |p: u32| -> u64 {
         let Some(f) = stat_fields(p) else { return 0 };
         // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
         let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        n(11) + n(12) + n(13) + n(14)
+        let own = (n(11) + n(12)) * tick_ns;
+        own.max(live_threads_ns(p)) + (n(13) + n(14)) * tick_ns
     };
-    tree(pid).into_iter().map(ticks).sum()
+    tree(pid).into_iter().map(process_ns).sum()
+}
+
+/// The time on a CPU of `pid`'s live threads (the first field of each
+/// thread's `schedstat`, nanoseconds).
+fn live_threads_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
 }
 
 /// Proportional set size of the process tree, KiB.
@@ -148,6 +169,51 @@ mod tests {
     use super::*;
     use std::process::Command;
 
+    /// Many processes that each did less than a clock tick of work (a
+    /// prefork server's children in a short point) are counted: a shell
+    /// starts 24 children that each spin 1.5–7.5 ms and then wait, the
+    /// tree is read, and the shell's `times` gives what they used once
+    /// they have exited (its children's total, rounded down once). They
+    /// wait on the test's pipe (fd 3: a background job's own stdin is
+    /// /dev/null), so they are alive when the tree is read.
+    #[test]
+    fn work_below_a_tick_per_process_is_counted() {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let script = "exec 3<&0; read go; n=3000; while [ $n -lt 15000 ]; do \
+            (i=0; while [ $i -lt $n ]; do i=$((i+1)); done; echo x; read y <&3) & n=$((n+500)); done; wait; times";
+        let mut shell = Command::new("sh")
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = shell.id();
+        let before = tree_cpu_ns(pid);
+        let mut stdin = shell.stdin.take().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        let mut out = BufReader::new(shell.stdout.take().unwrap());
+        let mut line = String::new();
+        for _ in 0..24 {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line, "x\n");
+        }
+        let during = tree_cpu_ns(pid) - before;
+        drop(stdin);
+        let times: Vec<String> = out.lines().map(Result::unwrap).collect();
+        shell.wait().unwrap();
+        // "0m0.110000s 0m0.010000s": the children's user and system time.
+        let seconds = |t: &str| -> f64 {
+            let (m, s) = t.trim_end_matches('s').split_once('m').unwrap();
+            m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+        };
+        let children: f64 = times[1].split(' ').map(seconds).sum();
+        assert!(children >= 0.03, "the children worked: {times:?}");
+        let during = during as f64 / 1e9;
+        assert!(during >= children - 0.005, "counted {during:.4} s while the children used {children:.4} s");
+    }
+
     #[test]
     fn the_process_tree_is_found() {
         let me = std::process::id();
@@ -156,7 +222,7 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(found.contains(&me) && found.contains(&child.id()), "{found:?}");
-        assert!(tree_cpu_ticks(me) > 0 || tree_pss_kib(me) > 0);
+        assert!(tree_cpu_ns(me) > 0 || tree_pss_kib(me) > 0);
     }
 
     #[test]

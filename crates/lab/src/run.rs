@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
 use crate::columns::{METRICS, PHASES};
-use crate::probe::{tree_cpu_ticks, tree_pss_kib, tree_read_bytes, Timing};
+use crate::probe::{tree_cpu_ns, tree_pss_kib, tree_read_bytes, Timing};
 use crate::results::{Coords, Point, Table};
 use crate::spec::{ServerSpec, Spec};
 
@@ -480,7 +480,7 @@ impl Runner {
         let mut running = self.start(spec, server, cpus, front_cpus.as_deref(), root)?;
         let mix = at.path.strip_prefix("mix:");
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
-        let before = running.cpu_ticks();
+        let before = running.cpu_ns();
         let read_before = running.read_bytes();
         let timing_before = running.timing();
         let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
@@ -509,7 +509,7 @@ impl Runner {
             &units::Dur(spec.warmup.0).to_string(),
         ]);
         let out = load.output().context("running modus load")?;
-        let after = running.cpu_ticks();
+        let after = running.cpu_ns();
         let read_after = running.read_bytes();
         let pss = running.pss_kib();
         let report: Result<Value> = serde_json::from_slice(&out.stdout).map_err(|e| {
@@ -527,14 +527,13 @@ impl Runner {
         let cgroups = running.cgroups();
         running.stop();
         let report = report?;
-        let hz = rustix::param::clock_ticks_per_second() as f64;
         let seconds = report["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
         let answered = |class: &dyn Fn(&str) -> bool| -> f64 {
             let status = report["status"].as_object().into_iter().flatten();
             status.filter(|(code, _)| class(code)).filter_map(|(_, n)| n.as_f64()).fold(0.0, |a, n| a + n)
                 / seconds
         };
-        let cpu_us = (after.saturating_sub(before)) as f64 / hz * 1e6;
+        let cpu_us = (after.saturating_sub(before)) as f64 / 1e3;
         let mut values = vec![
             report["throughput_rps"].as_f64().unwrap_or(0.0),
             report["latency_us"]["mean"].as_f64().unwrap_or(0.0) / 1e3,
@@ -624,8 +623,8 @@ struct Running {
 }
 
 impl Running {
-    fn cpu_ticks(&self) -> u64 {
-        self.servers.iter().map(|s| tree_cpu_ticks(s.pid())).sum()
+    fn cpu_ns(&self) -> u64 {
+        self.servers.iter().map(|s| tree_cpu_ns(s.pid())).sum()
     }
 
     fn pss_kib(&self) -> u64 {
