@@ -28,7 +28,7 @@
 //!   with 16-sample windows and the minimum, such a mix looked "twice
 //!   slower" in ~40 % of the windows and held an idle backend near 3. It is the default because it keeps holding the
 //!   latency near the backend's unloaded one under *sustained* overload,
-//!   the paper's case: measured with `bench/direct.sh` (before the windows
+//!   the paper's case: measured with `bench/direct.sh` (now `lab/direct.toml`; before the windows
 //!   grew from 16 to 64 exchanges; not re-measured yet) (modus prefork, one
 //!   core, 50 % CGI, 200 clients) it settled at 2–4 requests in flight with
 //!   the same throughput as 16, and a quarter of the backend latency.

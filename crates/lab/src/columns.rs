@@ -7,7 +7,7 @@ pub const AXES: [&str; 6] = ["clients", "rate", "path", "cpus", "memory", "conne
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do
 /// metrics a server does not have (a peer's phases): empty cells.
-pub const METRICS: [(&str, &str); 22] = [
+pub const METRICS: [(&str, &str); 27] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -37,6 +37,19 @@ pub const METRICS: [(&str, &str); 22] = [
     ("phase_write_us", "µs"),
     ("phase_log_us", "µs"),
     ("phase_queue_us", "µs"),
+    // The 2xx answers' latency alone (`modus load`'s `latency_2xx_us`): a
+    // front's fast busy page, or an error page, left out.
+    ("p50_2xx", "ms"),
+    ("p99_2xx", "ms"),
+    // 5xx answers other than the busy page (503): a director's own 502
+    // and 504, a backend's 500s.
+    ("other_5xx", "answers"),
+    // How evenly a modus server's workers (threads, event loops, processes:
+    // its `/status.json` scoreboard's lines) took the work during the
+    // point: the most any took over the least (`probe::Scoreboard`), and
+    // how many there were.
+    ("worker_spread", "max/min"),
+    ("workers", "lines"),
 ];
 
 /// The phases of `/status.json`'s `phases_us` within a request's time, in

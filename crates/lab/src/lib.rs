@@ -281,6 +281,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 mixes: Default::default(),
                 duration,
                 warmup: units::Dur(std::time::Duration::from_millis(500).min(duration.0)),
+                timeout: None,
                 repeats: 1,
                 seed: 1,
                 server_cpus,
@@ -331,6 +332,7 @@ fn lab(args: LabArgs) -> Result<()> {
                     })
                     .collect(),
                 claims: Vec::new(),
+                table: Vec::new(),
             };
             let spec = Spec::parse(&toml::to_string(&spec)?, "the compare experiment")?;
             execute(&spec, &out.unwrap_or_else(|| default_out("compare")), false)

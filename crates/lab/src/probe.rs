@@ -1,7 +1,9 @@
 //! What the lab reads from a running server around a measurement: from
 //! `/proc`, its process tree's CPU time, memory (PSS) and disk reads; from
-//! a modus server's `/status.json`, its own per-phase timing.
+//! a modus server's `/status.json`, its own per-phase timing and what each
+//! of its workers took.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::Duration;
 
@@ -164,6 +166,54 @@ impl Timing {
     }
 }
 
+/// What each worker on a server's scoreboard (`/status.json`'s
+/// `workers.scoreboard`) has taken so far, by its line's name: its
+/// `served` count — connections or requests for a thread or a process,
+/// turns with work for an event loop (what it accepted and served comes
+/// to it in those turns).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scoreboard(pub BTreeMap<String, u64>);
+
+impl Scoreboard {
+    /// The lines of several servers' `/status.json` (a front's backends),
+    /// each named by its server's place as well when there are several.
+    pub fn from_statuses(statuses: &[Value]) -> Scoreboard {
+        let mut lines = BTreeMap::new();
+        for (i, status) in statuses.iter().enumerate() {
+            for line in status["workers"]["scoreboard"].as_array().into_iter().flatten() {
+                let (Some(name), Some(served)) = (line["name"].as_str(), line["served"].as_u64()) else {
+                    continue;
+                };
+                let mut key = if statuses.len() > 1 { format!("{i}:{name}") } else { name.to_string() };
+                // Two lines of one name (unnamed threads) stay two workers.
+                while lines.contains_key(&key) {
+                    key.push('\'');
+                }
+                lines.insert(key, served);
+            }
+        }
+        Scoreboard(lines)
+    }
+
+    /// How evenly the workers took the work since `before`: (the number
+    /// of workers, the most any took over the least). Workers are the
+    /// lines here (one gone since is not counted; one new counts from
+    /// zero); one that took nothing counts as having taken one, as
+    /// bench/reuseport.sh counted, so the spread stays finite. NaN for the
+    /// spread when none took anything.
+    pub fn spread_since(&self, before: &Scoreboard) -> (f64, f64) {
+        let took: Vec<u64> = self
+            .0
+            .iter()
+            .map(|(name, served)| served.saturating_sub(before.0.get(name).copied().unwrap_or(0)))
+            .collect();
+        let (most, least) =
+            (took.iter().copied().max().unwrap_or(0), took.iter().copied().min().unwrap_or(0));
+        let spread = if most == 0 { f64::NAN } else { most as f64 / least.max(1) as f64 };
+        (took.len() as f64, spread)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,5 +316,30 @@ mod tests {
         let both = after.clone().plus(&after);
         assert_eq!((both.requests, both.phases_us[0]), (220.0, 440.0));
         assert_eq!(Timing::from_status(&serde_json::json!({ "timing": false })), None);
+    }
+
+    #[test]
+    fn the_workers_spread_comes_from_two_scoreboards() {
+        let status = |lines: &[(&str, u64)]| {
+            let board: Vec<Value> =
+                lines.iter().map(|(n, s)| serde_json::json!({ "name": n, "served": s })).collect();
+            serde_json::json!({ "workers": { "scoreboard": board } })
+        };
+        let before = Scoreboard::from_statuses(&[status(&[("event-0", 100), ("event-1", 40)])]);
+        let after = Scoreboard::from_statuses(&[status(&[("event-0", 400), ("event-1", 140)])]);
+        assert_eq!(after.spread_since(&before), (2.0, 3.0), "300 against 100");
+        assert_eq!(after.spread_since(&after).0, 2.0);
+        assert!(after.spread_since(&after).1.is_nan(), "nothing taken: no spread");
+        // A loop that took nothing counts as one; a line gone is not
+        // counted, a new one counts from zero.
+        let idle = Scoreboard::from_statuses(&[status(&[("event-0", 150), ("event-1", 40), ("new", 20)])]);
+        assert_eq!(idle.spread_since(&before), (3.0, 50.0));
+        // Two backends: their lines apart, even under one name.
+        let two = [status(&[("process", 5)]), status(&[("process", 9)])];
+        let both = Scoreboard::from_statuses(&two);
+        assert_eq!(both.spread_since(&Scoreboard::default()), (2.0, 1.8));
+        let same_name = Scoreboard::from_statuses(&[status(&[("conn", 2), ("conn", 6)])]);
+        assert_eq!(same_name.spread_since(&Scoreboard::default()), (2.0, 3.0));
+        assert_eq!(Scoreboard::from_statuses(&[serde_json::json!({})]).spread_since(&before).0, 0.0);
     }
 }

@@ -363,10 +363,7 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
         }
         m.push('\n');
     }
-    let metrics: Vec<&str> = ["throughput", "p99", "cpu_per_request"]
-        .into_iter()
-        .filter(|k| METRICS.iter().any(|(n, _)| n == k))
-        .collect();
+    let metrics = spec.table_metrics();
     let _ = writeln!(
         m,
         "{} † marks a point where the load generator fell behind: the generator's limit, not the server's.\n",

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
 use crate::columns::{METRICS, PHASES};
-use crate::probe::{tree_cpu_ns, tree_pss_kib, tree_read_bytes, Timing};
+use crate::probe::{tree_cpu_ns, tree_pss_kib, tree_read_bytes, Scoreboard, Timing};
 use crate::results::{Coords, Point, Table};
 use crate::spec::{ServerSpec, Spec};
 
@@ -482,7 +482,7 @@ impl Runner {
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
         let before = running.cpu_ns();
         let read_before = running.read_bytes();
-        let timing_before = running.timing();
+        let status_before = running.statuses();
         let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
         if self.network.is_some() {
@@ -493,6 +493,9 @@ impl Runner {
         }
         if at.connection == "close" {
             load.arg("--close");
+        }
+        if let Some(timeout) = spec.timeout {
+            load.args(["--timeout", &timeout.to_string()]);
         }
         if let Some(name) = mix {
             load.arg("--mix").arg(self.out.join("mixes").join(format!("{name}.txt")));
@@ -518,21 +521,23 @@ impl Runner {
         let requests = report.as_ref().map_or(0.0, |r| {
             r["requests"].as_f64().unwrap_or(0.0) + r["warmup_requests"].as_f64().unwrap_or(0.0)
         });
-        let phases = match timing_before {
-            Some(before) => {
-                running.timing_after(&before, requests).map(|after| after.per_request_since(&before))
-            }
-            None => None,
-        };
+        let statuses =
+            status_before.and_then(|before| Some((running.statuses_after(&before, requests)?, before)));
+        let phases = statuses
+            .as_ref()
+            .and_then(|(after, before)| Some(timing(after)?.per_request_since(&timing(before)?)));
+        let (workers, spread) = statuses.as_ref().map_or((f64::NAN, f64::NAN), |(after, before)| {
+            Scoreboard::from_statuses(after).spread_since(&Scoreboard::from_statuses(before))
+        });
         let cgroups = running.cgroups();
         running.stop();
         let report = report?;
         let seconds = report["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
-        let answered = |class: &dyn Fn(&str) -> bool| -> f64 {
+        let count = |class: &dyn Fn(&str) -> bool| -> f64 {
             let status = report["status"].as_object().into_iter().flatten();
             status.filter(|(code, _)| class(code)).filter_map(|(_, n)| n.as_f64()).fold(0.0, |a, n| a + n)
-                / seconds
         };
+        let answered = |class: &dyn Fn(&str) -> bool| count(class) / seconds;
         let cpu_us = (after.saturating_sub(before)) as f64 / 1e3;
         let mut values = vec![
             report["throughput_rps"].as_f64().unwrap_or(0.0),
@@ -548,6 +553,14 @@ impl Runner {
             if requests > 0.0 { read_after.saturating_sub(read_before) as f64 / requests } else { 0.0 },
         ];
         values.extend(phases.unwrap_or_else(|| vec![f64::NAN; 2 + PHASES.len()]));
+        let [p50_2xx, p99_2xx] = latency_2xx_ms(&report);
+        values.extend([
+            p50_2xx,
+            p99_2xx,
+            count(&|code| code.starts_with('5') && code != "503"),
+            spread,
+            workers,
+        ]);
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
@@ -560,6 +573,21 @@ impl Runner {
         });
         Ok((values, record))
     }
+}
+
+/// The median and 99th percentile (ms) of a `modus load` report's 2xx
+/// answers; NaN when none was 2xx, or the report is of a version before
+/// `latency_2xx_us`.
+fn latency_2xx_ms(report: &Value) -> [f64; 2] {
+    let ok = &report["latency_2xx_us"];
+    let measured = ok["max"].as_f64().is_some_and(|max| max > 0.0);
+    ["p50", "p99"].map(|q| ok[q].as_f64().filter(|_| measured).map_or(f64::NAN, |us| us / 1e3))
+}
+
+/// The backends' timing totals together; `None` when one takes no
+/// timestamps (`--no-timing`).
+fn timing(statuses: &[Value]) -> Option<Timing> {
+    statuses.iter().map(Timing::from_status).try_fold(Timing::default(), |sum, t| Some(sum.plus(&t?)))
 }
 
 /// The metrics of a point already measured, from its raw record.
@@ -635,22 +663,26 @@ impl Running {
         self.servers.iter().map(|s| tree_read_bytes(s.pid())).sum()
     }
 
-    /// The backends' timing totals together; `None` when one has none (a
-    /// peer, `--no-timing`) or cannot be asked.
-    fn timing(&self) -> Option<Timing> {
+    /// The backends' `/status.json`; `None` when one has none (a peer) or
+    /// cannot be asked.
+    fn statuses(&self) -> Option<Vec<Value>> {
         let backends = self.servers.iter().filter(|s| !s.front);
-        backends
-            .map(|s| Timing::from_status(&crate::probe::status(s.admin.as_deref()?).ok()?))
-            .try_fold(Timing::default(), |sum, t| Some(sum.plus(&t?)))
+        backends.map(|s| crate::probe::status(s.admin.as_deref()?).ok()).collect()
     }
 
-    /// The timing totals once the `requests` answered since `before` are
+    /// The statuses once the `requests` answered since `before` are
     /// counted: the process models' children publish theirs every 250 ms.
-    fn timing_after(&self, before: &Timing, requests: f64) -> Option<Timing> {
+    fn statuses_after(&self, before: &[Value], requests: f64) -> Option<Vec<Value>> {
+        // Timed requests where the server times them, else its request count.
+        let counted = |status: &Value| {
+            Timing::from_status(status)
+                .map_or(status["requests_total"].as_f64().unwrap_or(0.0), |t| t.requests)
+        };
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
-            let now = self.timing()?;
-            if now.requests - before.requests >= requests || Instant::now() > deadline {
+            let now = self.statuses()?;
+            let answered: f64 = now.iter().zip(before).map(|(a, b)| counted(a) - counted(b)).sum();
+            if answered >= requests || Instant::now() > deadline {
                 return Some(now);
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -826,6 +858,19 @@ mod tests {
         assert_eq!(close.len(), plain.len());
         let raw = raw_path(Path::new("/r"), &spec, close[0]);
         assert!(raw.to_str().unwrap().ends_with("-k1-r1.json"), "{}", raw.display());
+    }
+
+    #[test]
+    fn the_2xx_latency_leaves_the_other_answers_out() {
+        let report = json!({
+            "latency_us": { "p50": 300, "p99": 9000, "max": 9500 },
+            "latency_2xx_us": { "p50": 4000, "p99": 9000, "max": 9500 },
+        });
+        assert_eq!(latency_2xx_ms(&report), [4.0, 9.0]);
+        // Nothing 2xx (the empty histogram reads 0), or an older report.
+        let none = json!({ "latency_2xx_us": { "p50": 0, "p99": 0, "max": 0 } });
+        assert!(latency_2xx_ms(&none).iter().all(|v| v.is_nan()));
+        assert!(latency_2xx_ms(&json!({ "latency_us": { "p50": 1 } })).iter().all(|v| v.is_nan()));
     }
 
     #[test]

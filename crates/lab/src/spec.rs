@@ -31,6 +31,10 @@ pub struct Spec {
     /// Unmeasured time before it.
     #[serde(default = "default_warmup")]
     pub warmup: Dur,
+    /// How long the load generator waits for an answer before counting a
+    /// timeout (`modus load --timeout`) [default: its own, 10 s].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Dur>,
     /// Runs of every point; rounds are interleaved across servers.
     #[serde(default = "one")]
     pub repeats: u32,
@@ -44,7 +48,7 @@ pub struct Spec {
     pub load_cpus: Option<String>,
     /// CPUs of the fronts (`modus direct`, HAProxy) of servers that have
     /// one [default: the load generator's — on two cores the front shares
-    /// the generator's CPU, as bench/direct.sh ran it; paper 002 gave the
+    /// the generator's CPU, as lab/direct.toml runs it; paper 002 gave the
     /// director a host of its own].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub front_cpus: Option<String>,
@@ -84,6 +88,10 @@ pub struct Spec {
     /// Claims the report checks.
     #[serde(default, rename = "claim")]
     pub claims: Vec<ClaimSpec>,
+    /// The metrics in the Markdown report's table (`report --markdown`,
+    /// BENCHMARKS.md's blocks); none: throughput, p99 and cpu_per_request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub table: Vec<String>,
 }
 
 /// The points of the sweep: every combination of its axes.
@@ -232,7 +240,7 @@ fn default_x() -> String {
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 11] = [
+pub const BUILT_IN: [(&str, &str); 13] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
@@ -244,6 +252,8 @@ pub const BUILT_IN: [(&str, &str); 11] = [
     ("paper004-srpt", include_str!("../../../lab/paper004-srpt.toml")),
     ("static", include_str!("../../../lab/static.toml")),
     ("timing", include_str!("../../../lab/timing.toml")),
+    ("reuseport", include_str!("../../../lab/reuseport.toml")),
+    ("direct", include_str!("../../../lab/direct.toml")),
 ];
 
 /// The built-in experiments that rerun a paper's (`modus lab run papers`).
@@ -383,6 +393,9 @@ impl Spec {
                 bail!("plot {:?}: stacked bars have a linear y axis (no log-y)", p.name);
             }
         }
+        if let Some(bad) = self.table.iter().find(|m| matching(m) != [m.as_str()]) {
+            bail!("table: {bad:?} is not a metric ({})", metric_names());
+        }
         for c in &self.claims {
             crate::claims::Claim::parse(&c.expr, &self.server_names())
                 .with_context(|| format!("claim {:?}", c.expr))?;
@@ -438,6 +451,15 @@ impl Spec {
             vec![String::new()]
         } else {
             self.sweep.connection.clone()
+        }
+    }
+
+    /// The metrics of the Markdown report's table.
+    pub fn table_metrics(&self) -> Vec<&str> {
+        if self.table.is_empty() {
+            vec!["throughput", "p99", "cpu_per_request"]
+        } else {
+            self.table.iter().map(String::as_str).collect()
         }
     }
 
@@ -536,8 +558,39 @@ mod tests {
         assert!(e.contains("\"closed\" is neither `keep-alive` nor `close`"), "{e}");
         let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"speed*\"\n");
         assert!(e.contains("nor a prefix of some"), "{e}");
+        let text = format!("table = [\"throughput\", \"phase_*\"]\n{base}[[server]]\nmodel = \"pool\"\n");
+        let e = format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err());
+        assert!(e.contains("table: \"phase_*\" is not a metric"), "{e}");
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
         assert!(format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err()).contains("invalid duration"));
+    }
+
+    /// bench/reuseport.sh and bench/direct.sh as specs: what each kept of
+    /// its script.
+    #[test]
+    fn the_specs_that_replaced_scripts_keep_their_setup() {
+        let reuseport = load("reuseport").unwrap();
+        let flags: Vec<bool> =
+            reuseport.servers.iter().map(|s| s.args.iter().any(|a| a == "--reuseport")).collect();
+        assert_eq!(flags, [false, true], "shared listener, then one per loop");
+        assert!(reuseport
+            .servers
+            .iter()
+            .all(|s| s.model == "event" && s.args.join(" ").contains("--workers 2")));
+        assert_eq!(reuseport.connections(), ["keep-alive", "close"]);
+        assert!(reuseport.table_metrics().contains(&"worker_spread"));
+        let direct = load("direct").unwrap();
+        assert_eq!(direct.sweep.clients, [1, 10, 50, 100, 200, 500, 1000, 2000]);
+        assert_eq!(direct.timeout.map(|t| t.0), Some(std::time::Duration::from_secs(30)));
+        let fronted: Vec<&str> = direct
+            .servers
+            .iter()
+            .filter(|s| s.front.as_deref() == Some("direct"))
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(fronted, ["apache-prefork-direct", "prefork-direct"]);
+        assert!(["p50_2xx", "p99_2xx", "other_5xx"].iter().all(|m| direct.table_metrics().contains(m)));
+        assert_eq!(load("tiny").unwrap().table_metrics(), ["throughput", "p99", "cpu_per_request"]);
     }
 
     #[test]

@@ -277,6 +277,7 @@ pub fn load_main(a: LoadArgs) -> ExitCode {
 /// Runs the load and reports; returns the exit status ([`report::exit_status`]).
 fn load(a: &LoadArgs) -> Result<u8> {
     let cfg = config(a)?;
+    raise_open_file_limit();
     let progress = Arc::new(Progress::default());
     let stop = Arc::new(AtomicBool::new(false));
     // The first SIGINT or SIGTERM ends the run and still reports what ran
@@ -342,6 +343,18 @@ fn load(a: &LoadArgs) -> Result<u8> {
         eprintln!("modus load: {why} (exit status 1)");
     }
     Ok(status)
+}
+
+/// Lifts the soft limit on open descriptors to the hard one, as `modus
+/// serve` and `modus direct` do: every connection is a descriptor, and the
+/// usual soft default of 1024 would fail `-c 2000` (bench/direct.sh's
+/// `ulimit -n` did this for it).
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum });
+    }
 }
 
 /// `modus workload …`.

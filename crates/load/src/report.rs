@@ -224,6 +224,7 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> Value {
         "tls_handshakes": s.handshakes,
         "tls_handshakes_per_s": s.handshakes as f64 / d,
         "latency_us": pct(&s.latency),
+        "latency_2xx_us": pct(&s.latency_2xx),
         "service_us": pct(&s.service),
         "ttfb_us": pct(&s.ttfb),
         "send_lag_us": pct(&s.send_lag),

@@ -179,6 +179,10 @@ pub struct Stats {
     pub latency: Histogram<u64>,
     /// Latency from the actual send time (what an uncorrected tool reports).
     pub service: Histogram<u64>,
+    /// [`latency`](Self::latency) of the 2xx answers only: a front's fast
+    /// busy page (503) or an error page would flatter the percentiles of
+    /// the requests actually served.
+    pub latency_2xx: Histogram<u64>,
     /// Time to first byte, from the actual send.
     pub ttfb: Histogram<u64>,
     /// Send lag: actual minus intended send time.
@@ -244,6 +248,7 @@ impl Stats {
         Stats {
             latency: histogram(),
             service: histogram(),
+            latency_2xx: histogram(),
             ttfb: histogram(),
             send_lag: histogram(),
             classes: (0..classes).map(|_| ClassStats { latency: histogram(), bytes: 0, errors: 0 }).collect(),
@@ -299,6 +304,7 @@ impl Stats {
     pub fn merge(&mut self, o: Stats) {
         self.latency.add(&o.latency).expect("same bounds");
         self.service.add(&o.service).expect("same bounds");
+        self.latency_2xx.add(&o.latency_2xx).expect("same bounds");
         self.ttfb.add(&o.ttfb).expect("same bounds");
         self.send_lag.add(&o.send_lag).expect("same bounds");
         for (a, b) in self.classes.iter_mut().zip(o.classes) {
@@ -354,6 +360,7 @@ mod tests {
         let mut b = Stats::new(2);
         a.latency.record(100).unwrap();
         b.latency.record(300).unwrap();
+        b.latency_2xx.record(300).unwrap();
         b.classes[1].latency.record(7).unwrap();
         a.second(500_000).requests += 1;
         b.second(2_500_000).requests += 2;
@@ -361,6 +368,7 @@ mod tests {
         *b.status.entry(200).or_default() += 3;
         a.merge(b);
         assert_eq!(a.latency.len(), 2);
+        assert_eq!(a.latency_2xx.len(), 1);
         assert_eq!(a.classes[1].latency.len(), 1);
         assert_eq!(a.per_second.iter().map(|s| s.requests).collect::<Vec<_>>(), [1, 0, 2]);
         assert_eq!(a.total_errors(), 1);

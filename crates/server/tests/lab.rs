@@ -14,7 +14,7 @@ const LIMIT: Duration = Duration::from_secs(180);
 const HEADER: &str = "server,clients,path,cpus,rate,memory,connection,repeat,throughput,mean,p50,p99,errors,\
 cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
 phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
-phase_queue_us";
+phase_queue_us,p50_2xx,p99_2xx,other_5xx,worker_spread,workers";
 
 /// A column of `points.csv`, by name.
 fn col(name: &str) -> usize {
@@ -241,7 +241,7 @@ fn peers_are_measured_or_said_to_be_missing() {
 fn list_and_bad_experiments() {
     let r = run(BIN, ["lab", "list"], LIMIT);
     assert!(r.status.success());
-    for name in ["tiny", "models-500b", "paper000-file-size", "paper002-director"] {
+    for name in ["tiny", "models-500b", "paper000-file-size", "paper002-director", "reuseport", "direct"] {
         assert!(r.stdout.lines().any(|l| l.starts_with(name)), "{name} in\n{}", r.stdout);
     }
     let r = run(BIN, ["lab", "run", "nope"], LIMIT);
@@ -284,6 +284,33 @@ fn a_connection_per_request_is_an_axis() {
             assert!(opened < requests / 2.0, "connections kept: {opened} for {requests}");
         }
     }
+}
+
+/// The built-in reuseport spec (bench/reuseport.sh's experiment): how
+/// evenly event's two loops took the work, from their scoreboard lines
+/// before and after each point, shared listener and one per loop, both
+/// connection modes; and the Markdown table names the spread.
+#[test]
+fn the_reuseport_spec_measures_the_loops_spread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("reuseport");
+    let o = out.to_str().unwrap();
+    let r = run(BIN, ["lab", "run", "reuseport", "--quick", "--out", o], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    assert_eq!(rows.len(), 4, "2 servers × keep-alive and close: {rows:?}");
+    for row in &rows {
+        assert!(["shared", "reuseport"].contains(&row[0].as_str()), "{row:?}");
+        let spread: f64 = row[col("worker_spread")].parse().unwrap();
+        let workers: f64 = row[col("workers")].parse().unwrap();
+        assert!(spread >= 1.0, "max/min: {row:?}");
+        assert_eq!(workers, 2.0, "event --workers 2: two loops on the scoreboard: {row:?}");
+        assert!(row[col("p99_2xx")].parse::<f64>().unwrap() > 0.0, "every answer a 200: {row:?}");
+        assert_eq!(row[col("other_5xx")], "0", "{row:?}");
+    }
+    let r = run(BIN, ["lab", "report", o, "--markdown"], LIMIT);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(r.stdout.contains("| worker_spread (max/min) | workers (lines) |"), "{}", r.stdout);
 }
 
 /// `report --markdown --into FILE --block NAME` rewrites FILE's block from

@@ -303,6 +303,32 @@ fn errors_are_classified() {
     assert_eq!(r["connect_failures"]["connection refused (is the server running on that port?)"], 3, "{r}");
 }
 
+/// `latency_2xx_us` leaves the other answers out: here a slow 200 and a
+/// fast 503 alternate, and no 2xx percentile is below the 200's delay.
+#[test]
+fn latency_of_the_2xx_answers_is_reported_apart() {
+    let slow_ok = tiny_server(|mut s, _| {
+        let mut n = 0;
+        while read_head(&mut s) {
+            let answer: &[u8] = if n % 2 == 0 {
+                std::thread::sleep(Duration::from_millis(40));
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            } else {
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+            };
+            n += 1;
+            if s.write_all(answer).is_err() {
+                return;
+            }
+        }
+    });
+    let r = load_json(&[&format!("http://{slow_ok}/"), "-n", "10", "-c", "1"]);
+    assert_eq!((u(&r["status"]["200"]), u(&r["status"]["503"])), (5, 5), "{r}");
+    let ok = &r["latency_2xx_us"];
+    assert!(u(&ok["min"]) >= 40_000 && u(&ok["p50"]) >= 40_000, "503s left out: {ok}");
+    assert!(u(&r["latency_us"]["min"]) <= u(&ok["min"]), "every answer: {r}");
+}
+
 /// What a newcomer sees when the server is not running: the reason in
 /// words, no table of 0 µs latencies, and a failing exit status.
 #[test]

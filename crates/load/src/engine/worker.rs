@@ -548,6 +548,9 @@ impl<'a> Worker<'a> {
             }
             *self.st.status.entry(status).or_default() += 1;
             let _ = self.st.latency.record(latency);
+            if (200..300).contains(&status) {
+                let _ = self.st.latency_2xx.record(latency);
+            }
             let _ = self.st.service.record(us_between(req.actual, now).max(1));
             if let Some(fb) = req.first_byte {
                 let _ = self.st.ttfb.record(us_between(req.actual, fb).max(1));
