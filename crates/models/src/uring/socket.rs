@@ -442,7 +442,19 @@ impl RingSocket {
                     take
                 }
                 Chunk::File { file, offset, .. } if self.file_pieces => {
-                    let n = take.min(room) as usize;
+                    let mut n = take.min(room);
+                    // A piece cut by the window ends at a page boundary, so
+                    // the next one starts at one and fills a pipe whole (a
+                    // pipe holds a page per slot).
+                    let (start, page) = (offset + sent, rustix::param::page_size() as u64);
+                    if n < take {
+                        let end = (start + n) / page * page;
+                        if end <= start {
+                            return Ok(Progress::Blocked);
+                        }
+                        n = end - start;
+                    }
+                    let n = n as usize;
                     if !io.queue_file(file, offset + sent, n) {
                         return Ok(Progress::Blocked);
                     }
@@ -705,6 +717,56 @@ mod tests {
         assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Done);
         assert_eq!(sent_bytes(&s.take_batch().unwrap()).len(), 11, "the file's rest");
         assert_eq!(out.bytes_sent(), SEND_WINDOW as u64 + 11);
+    }
+
+    #[test]
+    fn a_file_piece_is_queued_unread_cut_at_a_page_and_ends_its_batch() {
+        let (s, _c) = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            (RingSocket::new(l.accept().unwrap().0, true), client)
+        };
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Owned(b"HEAD ".to_vec())));
+        out.push(Chunk::File { file: file.clone(), offset: 0, len: 1 << 20 });
+        out.push(Chunk::Bytes(Data::Static(b"tail")));
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        // Not read (the file is empty): queued by reference, to the last
+        // page boundary the window allows.
+        let page = rustix::param::page_size();
+        let piece = (SEND_WINDOW - 5) / page * page;
+        assert_eq!(out.bytes_sent(), 5 + piece as u64);
+        let batch = s.take_batch().unwrap();
+        assert_eq!((sent_bytes(&batch), batch.left()), (b"HEAD ".to_vec(), 5));
+        assert!(batch.file.is_some(), "the piece ends the batch");
+        s.sent(5 + piece);
+        drop(batch);
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(out.bytes_sent(), 5 + piece as u64 + SEND_WINDOW as u64, "a whole window, from a page");
+        let batch = s.take_batch().unwrap();
+        assert_eq!(batch.left(), 0, "nothing in memory before the second piece");
+        s.sent(SEND_WINDOW);
+        drop(batch);
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        // Pieces of a window each, then the last, then the tail in a batch of its own.
+        loop {
+            let progress = Wire::send(&s, &mut out, u64::MAX).unwrap();
+            let batch = s.take_batch().unwrap();
+            assert!(batch.file.is_some() && batch.left() == 0);
+            s.sent(SEND_WINDOW);
+            if progress == Progress::Done {
+                break;
+            }
+        }
+        assert_eq!(sent_bytes(&s.take_batch().unwrap()), b"tail");
+        assert_eq!(out.bytes_sent(), 5 + (1 << 20) + 4);
+        // A range that does not continue the piece queued waits for it to go.
+        let mut out = Outbound::new();
+        out.push(Chunk::File { file: file.clone(), offset: 0, len: 10 });
+        out.push(Chunk::File { file, offset: 0, len: 10 });
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(out.bytes_sent(), 10);
     }
 
     #[test]

@@ -320,6 +320,11 @@ fn a_client_that_leaves_mid_file_leaks_no_pipe_and_the_next_gets_clean_bytes() {
         // bytes left in the pipe.
         let mut some = vec![0; 300 << 10];
         c.read_exact(&mut some).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while h.lent() == 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(h.lent(), 1, "the file goes through a pipe");
         socket2_linger_zero(&c);
         drop(c);
         h.wait_for_pipes_back();
@@ -379,6 +384,11 @@ fn a_file_that_shrinks_mid_send_ends_the_connection_after_its_remaining_bytes() 
         rest.len()
     );
     h.wait_for_pipes_back();
+    // Its pipe was emptied and serves the next response.
+    let mut c = h.client();
+    c.write_all(get("/huge.bin").as_bytes()).unwrap();
+    assert!(response(&mut c).1 == body[..cut as usize]);
+    assert_eq!(h.open_pipes(), 1, "the one pipe, taken back and reused");
     h.stop();
 }
 
