@@ -23,6 +23,13 @@
 //!   flight, so the bytes stay in order. A shutdown waits for it. Sends of
 //!   at least `MODUS_URING_ZC_MIN` bytes (unset: never) use `SENDMSG_ZC`,
 //!   the buffers held until the kernel's notification.
+//! * **Files** (`uring/files.rs`): a file chunk is not read but queued as a
+//!   file piece, which ends its batch and leaves file → pipe → socket as
+//!   two linked `IORING_OP_SPLICE`s per pipeful (the kernel runs them on
+//!   io-wq workers), or by the loop's own `sendfile`, or is read and copied
+//!   after all (`MODUS_URING_FILES=splice|sendfile|copy`; splice unless
+//!   set). On the first two the server keeps files only up to 16 KiB as
+//!   bytes, as for `event`.
 //! * **Batching**: every submission of a turn and the wait for the next
 //!   completions are one `io_uring_enter`; the ring defers its task work to
 //!   that call (`DEFER_TASKRUN`), so completions arrive in batches.
@@ -32,13 +39,15 @@
 //!   `Connection::waiting` after every drive.
 //! * **Closing**: a connection leaves its slot only when the kernel has
 //!   finished with everything it lent it: its receive cancelled and
-//!   completed, its send completed (or cancelled at the send timeout).
+//!   completed, its send — every operation of it — completed (or cancelled
+//!   at the send timeout).
 //!
 //! TLS runs over the same socket: `transport::tls::TlsStream` is generic
 //! over its `Carrier`, and the ring socket is one.
 
 mod bufring;
 mod files;
+mod send;
 mod socket;
 
 use std::io;
@@ -693,98 +702,6 @@ impl Loop {
             self.cancel(user_data(OP_RECV, token));
         } else if resume {
             self.arm_recv(token);
-        }
-    }
-
-    /// Starts the next operation of the batch in flight: a send of its
-    /// bytes in memory not yet sent, else a step of its file piece.
-    fn send_batch(&mut self, token: u64) {
-        let zc_min = self.knobs.zc_min;
-        let Some(c) = self.conns.get_mut(token) else { return };
-        let Some(batch) = c.batch.as_mut() else { return };
-        if batch.left() == 0 {
-            return self.send_file(token);
-        }
-        let slot = types::Fixed(token as u32);
-        let msg = batch.msg();
-        let mut flags = libc::MSG_NOSIGNAL | libc::MSG_WAITALL;
-        if batch.file.is_some() {
-            // The head waits for the file's first bytes, as in `event`.
-            flags |= libc::MSG_MORE;
-        }
-        let send = if batch.left() >= zc_min {
-            opcode::SendMsgZc::new(slot, msg).flags(flags as u32).build()
-        } else {
-            opcode::SendMsg::new(slot, msg).flags(flags as u32).build()
-        };
-        c.sending += 1;
-        // SAFETY: the message and every byte it names live in the boxed
-        // batch, which the connection keeps — and does not leave its slot
-        // without — until the send's completion (and zero-copy
-        // notification) arrives.
-        unsafe { self.push(&[send.user_data(user_data(OP_SEND, token))]) };
-    }
-
-    fn sent(&mut self, token: u64, result: i32, flags: u32) {
-        let Some(c) = self.conns.get_mut(token) else { return };
-        if cqueue::notif(flags) {
-            // A zero-copy send's buffers are free.
-            c.notifs -= 1;
-        } else {
-            c.sending -= 1;
-            if cqueue::more(flags) {
-                c.notifs += 1;
-            }
-            let socket = c.link.socket();
-            let batch = c.batch.as_mut().expect("a send completes for the batch in flight");
-            if result < 0 {
-                socket.send_failed(-result);
-            } else {
-                socket.sent(result as usize);
-                // What MSG_WAITALL did not finish (interrupted) goes next.
-                if !batch.advance(result as usize) && result == 0 {
-                    socket.send_failed(libc::EPIPE);
-                }
-            }
-        }
-        self.batch_moved(token);
-    }
-
-    /// After the batch in flight moved: its next operation, or its end,
-    /// once the kernel holds nothing of it.
-    fn batch_moved(&mut self, token: u64) {
-        let Some(c) = self.conns.get_mut(token) else { return };
-        if c.sending > 0 {
-            return;
-        }
-        let more = |b: &Batch| b.left() > 0 || b.file.as_ref().is_some_and(files::FileSend::more);
-        if !c.link.socket().failed() && c.batch.as_deref().is_some_and(more) {
-            self.send_batch(token);
-        }
-        let Some(c) = self.conns.get_mut(token) else { return };
-        if c.sending > 0 || c.notifs > 0 {
-            return;
-        }
-        let Some(mut batch) = c.batch.take() else { return };
-        let shrank = batch.file.take().is_some_and(|piece| self.file_done(piece));
-        batch.recycle();
-        if shrank {
-            // As `event` does when `sendfile` finds nothing: what was sent
-            // stays short, and the connection ends.
-            if let Some(c) = self.conns.get_mut(token) {
-                c.link.socket().send_failed(libc::EIO);
-            }
-            self.close(token);
-        }
-        let Some(c) = self.conns.get_mut(token) else { return };
-        if c.closing {
-            self.pump(token);
-            self.finish_close(token);
-            return;
-        }
-        match c.waits {
-            Waits::Write | Waits::Pipes => self.drive(token),
-            _ => self.pump(token),
         }
     }
 

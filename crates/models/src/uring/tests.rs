@@ -236,7 +236,7 @@ const HUGE: usize = 10 << 20;
 /// A 10 MiB file whose every byte depends on its position (a byte from
 /// the wrong place, or a stale one, shows).
 fn huge() -> Vec<u8> {
-    (0..HUGE as u32).map(|i| (i % 251 ^ i >> 12) as u8).collect()
+    (0..HUGE as u32).map(|i| ((i % 251) ^ (i >> 12)) as u8).collect()
 }
 
 impl Harness {
