@@ -124,12 +124,13 @@ impl Pipes {
 
     /// Takes a pipe back: kept if it is empty and the pool has room, else closed.
     fn put(&mut self, pipe: Pipe, empty: bool) {
-        self.count.lent.fetch_sub(1, Ordering::Relaxed);
         if empty && self.idle.len() < PIPES_KEPT {
             self.idle.push(pipe);
         } else {
+            drop(pipe);
             self.count.open.fetch_sub(1, Ordering::Relaxed);
         }
+        self.count.lent.fetch_sub(1, Ordering::Relaxed);
     }
 
     #[cfg(test)]
@@ -140,7 +141,8 @@ impl Pipes {
 
 impl Drop for Pipes {
     fn drop(&mut self) {
-        self.count.open.fetch_sub(self.idle.len(), Ordering::Relaxed);
+        let idle = std::mem::take(&mut self.idle).len();
+        self.count.open.fetch_sub(idle, Ordering::Relaxed);
     }
 }
 

@@ -8,6 +8,10 @@ use pipeline::accesslog::LogTarget;
 use pipeline::{AccessLog, ErrorLog, Settings, Site};
 use std::io::{Read, Write};
 
+/// Some tests count the process's pipes of the loops' size, so the loops
+/// of this module's tests run one at a time.
+static LOOPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Harness {
     addr: SocketAddr,
     shutdown: Shutdown,
@@ -15,6 +19,8 @@ struct Harness {
     root: tempfile::TempDir,
     /// The loop's pipes for splicing files.
     pipes: Arc<files::PipeCount>,
+    /// Tests that count the process's pipes see only their own loop's.
+    _one: std::sync::MutexGuard<'static, ()>,
 }
 
 /// A loop over a docroot with `small.txt` (cached) and `big.bin` (larger
@@ -29,6 +35,7 @@ fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harn
         eprintln!("skipped: {e}");
         return None;
     }
+    let one = LOOPS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("small.txt"), "small").unwrap();
     std::fs::write(dir.path().join("big.bin"), big()).unwrap();
@@ -47,7 +54,7 @@ fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harn
         lp.run()
     });
     let Ok(pipes) = rx.recv() else { panic!("the loop did not start: {:?}", thread.join()) };
-    Some(Harness { addr, shutdown, thread, root: dir, pipes })
+    Some(Harness { addr, shutdown, thread, root: dir, pipes, _one: one })
 }
 
 fn big() -> Vec<u8> {
@@ -211,10 +218,6 @@ fn an_unavailable_ring_is_explained() {
     assert!(e.contains("no io_uring"), "{e}");
 }
 
-/// The splicing tests count the process's pipes of the loop's size, so
-/// they run one at a time.
-static PIPE_COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Open pipe descriptors of the size the loops ask for (other pipes in the
 /// test process keep the default size).
 fn loop_pipe_fds() -> usize {
@@ -270,7 +273,6 @@ fn splice_knobs() -> Knobs {
 
 #[test]
 fn a_10_mib_file_is_spliced_whole_and_byte_exact_twice_on_one_connection() {
-    let _one = PIPE_COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
     let body = h.write_huge();
     let mut c = h.client();
@@ -290,7 +292,6 @@ fn a_10_mib_file_is_spliced_whole_and_byte_exact_twice_on_one_connection() {
 
 #[test]
 fn a_range_in_the_middle_of_a_large_file_is_spliced_from_its_offset() {
-    let _one = PIPE_COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
     let body = h.write_huge();
     // Starts inside a page and spans several pipefuls.
@@ -309,9 +310,8 @@ fn a_range_in_the_middle_of_a_large_file_is_spliced_from_its_offset() {
 
 #[test]
 fn a_client_that_leaves_mid_file_leaks_no_pipe_and_the_next_gets_clean_bytes() {
-    let _one = PIPE_COUNTING.lock().unwrap_or_else(|e| e.into_inner());
-    let before = loop_pipe_fds();
     let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
+    let before = loop_pipe_fds();
     let body = h.write_huge();
     for _ in 0..3 {
         let mut c = h.client();
@@ -357,7 +357,6 @@ fn socket2_linger_zero(c: &TcpStream) {
 
 #[test]
 fn a_file_that_shrinks_mid_send_ends_the_connection_after_its_remaining_bytes() {
-    let _one = PIPE_COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
     let body = h.write_huge();
     let mut c = h.client();
@@ -407,4 +406,34 @@ fn sendfile_and_copy_paths_send_the_same_bytes() {
         assert_eq!(h.open_pipes(), 0, "{files:?} takes no pipe");
         h.stop();
     }
+}
+
+/// A peer that stops reading: at the send timeout the splice the kernel's
+/// worker is blocked in is cancelled, the connection closes, and its pipe
+/// (holding bytes) is closed rather than kept.
+#[test]
+fn a_splice_to_a_peer_that_stops_reading_is_cancelled_at_the_send_timeout() {
+    let settings = Settings { send_timeout: Duration::from_millis(300), ..Settings::default() };
+    let Some(h) = start_with(settings, 64, splice_knobs()) else { return };
+    let before = loop_pipe_fds();
+    h.write_huge();
+    let mut c = h.client();
+    c.write_all(get("/huge.bin").as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.lent() == 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(h.lent(), 1, "the file goes through a pipe");
+    h.wait_for_pipes_back();
+    assert_eq!(h.open_pipes(), 0, "the pipe held bytes: closed, not kept");
+    assert_eq!(loop_pipe_fds(), before);
+    // The connection was given up: what arrived, then the end.
+    let mut all = Vec::new();
+    let _ = c.read_to_end(&mut all);
+    assert!(all.len() < HUGE, "{} bytes", all.len());
+    // And the loop serves the next one.
+    let mut c = h.client();
+    c.write_all(get("/small.txt").as_bytes()).unwrap();
+    assert_eq!(response(&mut c).1, b"small");
+    h.stop();
 }
