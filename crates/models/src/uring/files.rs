@@ -52,11 +52,15 @@ pub(super) enum FilePath {
 impl FilePath {
     /// `MODUS_URING_FILES`: `copy`, `splice` or `sendfile`; unset: splice.
     pub(super) fn from_env() -> io::Result<FilePath> {
-        match std::env::var("MODUS_URING_FILES").as_deref() {
-            Err(_) | Ok("") | Ok("splice") => Ok(FilePath::Splice),
-            Ok("copy") => Ok(FilePath::Copy),
-            Ok("sendfile") => Ok(FilePath::Sendfile),
-            Ok(other) => Err(io::Error::new(
+        FilePath::parse(std::env::var("MODUS_URING_FILES").ok().as_deref())
+    }
+
+    fn parse(value: Option<&str>) -> io::Result<FilePath> {
+        match value {
+            None | Some("" | "splice") => Ok(FilePath::Splice),
+            Some("copy") => Ok(FilePath::Copy),
+            Some("sendfile") => Ok(FilePath::Sendfile),
+            Some(other) => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("MODUS_URING_FILES={other:?}: the file paths are copy, splice and sendfile"),
             )),
@@ -283,5 +287,35 @@ impl Loop {
             self.pipes.put(pipe, piece.in_pipe == 0);
         }
         piece.ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_path_is_splice_unless_set_and_a_misspelt_one_is_refused() {
+        assert_eq!(FilePath::parse(None).unwrap(), FilePath::Splice);
+        assert_eq!(FilePath::parse(Some("sendfile")).unwrap(), FilePath::Sendfile);
+        assert_eq!(FilePath::parse(Some("copy")).unwrap(), FilePath::Copy);
+        let e = FilePath::parse(Some("zerocopy")).unwrap_err().to_string();
+        assert!(e.contains("MODUS_URING_FILES") && e.contains("splice"), "{e}");
+    }
+
+    #[test]
+    fn a_pipe_goes_back_to_the_pool_only_empty() {
+        let mut pipes = Pipes::default();
+        let count = pipes.count();
+        let pipe = pipes.take().unwrap();
+        assert!(pipe.size >= 4096);
+        assert_eq!((count.open.load(Ordering::Relaxed), count.lent.load(Ordering::Relaxed)), (1, 1));
+        pipes.put(pipe, true);
+        assert_eq!((count.open.load(Ordering::Relaxed), count.lent.load(Ordering::Relaxed)), (1, 0));
+        let pipe = pipes.take().unwrap();
+        assert_eq!(count.open.load(Ordering::Relaxed), 1, "the idle one, again");
+        pipes.put(pipe, false);
+        assert_eq!((count.open.load(Ordering::Relaxed), count.lent.load(Ordering::Relaxed)), (0, 0));
+        assert!(pipes.idle.is_empty(), "one holding bytes is closed");
     }
 }
