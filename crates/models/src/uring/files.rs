@@ -11,7 +11,11 @@
 //!   io-wq worker thread (`io_uring/splice.c` marks it `REQ_F_FORCE_ASYNC`;
 //!   on this kernel the server shows `iou-wrk-*` threads while it sends a
 //!   file), so each pipeful costs two hand-offs to a worker, and a worker
-//!   waits as long as a slow peer's socket is full.
+//!   waits as long as a slow peer's socket is full: a thread per such peer
+//!   until the send timeout cancels its splice (io-wq's unbound workers are
+//!   bounded only by `RLIMIT_NPROC`; capping them with
+//!   `IORING_REGISTER_IOWQ_MAX_WORKERS` would queue every other
+//!   connection's splices behind the slow ones).
 //! * **sendfile**: the loop calls `sendfile` itself on the socket (which is
 //!   then non-blocking); when the socket is full, a one-shot `POLLOUT` poll
 //!   says when to go on. No worker threads, but a system call per piece
@@ -223,13 +227,41 @@ impl Loop {
             unsafe { self.push(&[poll.user_data(user_data(OP_DRAIN, token))]) };
             return;
         }
+        let entries = self.splices(token);
+        if let Some(c) = self.conns.get_mut(token) {
+            c.sending += entries.len() as u32;
+        }
+        // SAFETY: a splice names descriptors, no memory: the file and the
+        // pipe stay in the batch, and the socket's slot stays its own,
+        // until every completion has arrived.
+        unsafe { self.push(&entries) };
+    }
+
+    /// Whether the batch's file piece goes through a pipe and has not
+    /// started: its first fill and drain may be linked after the batch's
+    /// `sendmsg`.
+    pub(super) fn splice_follows(&self, token: u64) -> bool {
+        let piece = self.conns.get(token).and_then(|c| c.batch.as_ref()?.file.as_ref());
+        self.knobs.files == super::FilePath::Splice && piece.is_some_and(|p| p.in_pipe == 0 && p.unread > 0)
+    }
+
+    /// The splices that move the file piece on (a drain of what is in the
+    /// pipe, or a fill linked to its drain), for the caller to push and count;
+    /// none if no pipe can be had (the send then fails).
+    pub(super) fn splices(&mut self, token: u64) -> Vec<squeue::Entry> {
+        let Some(c) = self.conns.get_mut(token) else { return Vec::new() };
+        let socket = c.link.socket();
+        let Some(piece) = c.batch.as_mut().and_then(|b| b.file.as_mut()) else { return Vec::new() };
         let pipe = match piece.pipe.take().map_or_else(|| self.pipes.take(), Ok) {
             Ok(pipe) => piece.pipe.insert(pipe),
-            Err(e) => return socket.send_failed(e.raw_os_error().unwrap_or(libc::EMFILE)),
+            Err(e) => {
+                socket.send_failed(e.raw_os_error().unwrap_or(libc::EMFILE));
+                return Vec::new();
+            }
         };
         let socket_slot = types::Fixed(token as u32);
         let (read, write) = (types::Fd(pipe.read.as_raw_fd()), types::Fd(pipe.write.as_raw_fd()));
-        let entries = if piece.in_pipe > 0 {
+        if piece.in_pipe > 0 {
             let more = if piece.unread > 0 { libc::SPLICE_F_MORE } else { 0 };
             let drain = opcode::Splice::new(read, -1, socket_slot, -1, piece.in_pipe as u32).flags(more);
             vec![drain.build().user_data(user_data(OP_DRAIN, token))]
@@ -245,12 +277,7 @@ impl Loop {
                 fill.build().flags(squeue::Flags::IO_LINK).user_data(user_data(OP_FILL, token)),
                 drain.build().user_data(user_data(OP_DRAIN, token)),
             ]
-        };
-        c.sending += entries.len() as u32;
-        // SAFETY: a splice names descriptors, no memory: the file and the
-        // pipe stay in the batch, and the socket's slot stays its own,
-        // until both completions have arrived.
-        unsafe { self.push(&entries) };
+        }
     }
 
     /// A fill, a drain or (sendfile) a poll of the batch's file piece completed.

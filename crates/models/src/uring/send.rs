@@ -3,7 +3,7 @@
 //! it comes short), then the file piece that may end it (`files.rs`), then
 //! its end, once the kernel holds nothing of it.
 
-use io_uring::{cqueue, opcode, types};
+use io_uring::{cqueue, opcode, squeue, types};
 
 use super::socket::Batch;
 use super::{files, user_data, Loop, Waits, OP_SEND};
@@ -30,12 +30,27 @@ impl Loop {
         } else {
             opcode::SendMsg::new(slot, msg).flags(flags as u32).build()
         };
-        c.sending += 1;
+        let mut entries = vec![send.user_data(user_data(OP_SEND, token))];
+        if self.splice_follows(token) {
+            // The file's first pipeful follows the head in the same
+            // submission, linked: it starts only once the head is sent
+            // whole (a short or failed send cancels it).
+            let splices = self.splices(token);
+            if !splices.is_empty() {
+                entries[0] = entries[0].clone().flags(squeue::Flags::IO_LINK);
+                entries.extend(splices);
+            }
+        }
+        if let Some(c) = self.conns.get_mut(token) {
+            c.sending += entries.len() as u32;
+        }
         // SAFETY: the message and every byte it names live in the boxed
         // batch, which the connection keeps — and does not leave its slot
         // without — until the send's completion (and zero-copy
-        // notification) arrives.
-        unsafe { self.push(&[send.user_data(user_data(OP_SEND, token))]) };
+        // notification) arrives; the splices name only descriptors, which
+        // the batch keeps as long. One push: a link must not span two
+        // submissions.
+        unsafe { self.push(&entries) };
     }
 
     pub(super) fn sent(&mut self, token: u64, result: i32, flags: u32) {
