@@ -164,7 +164,7 @@ pub(super) struct FileSend {
     pipe: Option<Pipe>,
     /// Bytes in the pipe, not yet sent.
     in_pipe: usize,
-    /// The file ended before the piece did.
+    /// The file ended (or could not be read) before the piece did.
     ended: bool,
 }
 
@@ -287,8 +287,11 @@ impl Loop {
         let socket = c.link.socket();
         let Some(piece) = c.batch.as_mut().and_then(|b| b.file.as_mut()) else { return };
         match (op, result) {
-            // The fill was short, so its drain never ran.
+            // Cancelled: by a link (the head's send or the fill came
+            // short, and this did not run) or by the send timeout.
             (_, e) if e == -libc::ECANCELED => {}
+            // The file could not be read: the connection ends, as when it shrank.
+            (OP_FILL, e) if e < 0 => piece.ended = true,
             (_, e) if e < 0 => socket.send_failed(-e),
             (OP_FILL, 0) => piece.ended = true,
             (OP_FILL, n) => {

@@ -94,9 +94,9 @@ impl Loop {
             return;
         }
         let Some(mut batch) = c.batch.take() else { return };
-        let shrank = batch.file.take().is_some_and(|piece| self.file_done(piece));
+        let cut_short = batch.file.take().is_some_and(|piece| self.file_done(piece));
         batch.recycle();
-        if shrank {
+        if cut_short {
             // As `event` does when `sendfile` finds nothing: what was sent
             // stays short, and the connection ends.
             if let Some(c) = self.conns.get_mut(token) {
