@@ -8,13 +8,19 @@
 #   ROUNDS=1 DURATION=2s bench/uring.sh          # smoke run
 #   MODELS='event uring' MODUS_ARGS='--workers 1' bench/uring.sh
 #   MODELS='event uring uring-zc uring-batch' bench/uring.sh   # and uring's two experiments (below)
+#   CASES='50KB-keepalive 115KB-keepalive 1MB-keepalive' MODELS='event uring-copy uring-splice uring-sendfile' \
+#       bench/uring.sh                           # uring's file paths (MODUS_URING_FILES) against event's sendfile
 #   bench/uring.sh profile                       # perf record -g of each model at 500 B keep-alive
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS DURATION CONNS      rounds, measured time per run, closed-loop connections [3 5s 50]
 #   SYSCALL_REQUESTS           requests counted per system-call measurement [20000]
 #   MODELS                     models compared [event uring]; also `uring-zc`: uring with
-#                              MODUS_URING_ZC_MIN=ZC_MIN, and `uring-batch`: MODUS_URING_BATCH_US=BATCH_US
+#                              MODUS_URING_ZC_MIN=ZC_MIN, `uring-batch`: MODUS_URING_BATCH_US=BATCH_US, and
+#                              `uring-copy`, `uring-splice`, `uring-sendfile`: MODUS_URING_FILES=copy|splice|sendfile
+#                              (how files past 16 KiB go out; plain `uring` is its default, splice)
+#   CASES                      FILE-keepalive or FILE-close, FILE one of 500B 50KB 115KB 1MB
+#                              [500B-keepalive 115KB-keepalive 500B-close]
 #   ZC_MIN                     smallest send made zero-copy by `uring-zc` [65536]
 #   BATCH_US                   how long `uring-batch`'s waits go on for more completions [50]
 #   MODUS_BIN                  modus binary; unset = cargo build --release -p modus
@@ -24,7 +30,8 @@
 #
 # Method: each server runs under `taskset -c SERVER_CPU` (all its threads, io_uring's workers included),
 # `modus load` under `taskset -c LOAD_CPU`, both on loopback.
-# * CPU µs/request = (utime+stime of the server process, /proc/PID/stat, after − before) ÷ requests
+# * CPU µs/request = (utime+stime of the server process, /proc/PID/stat, after − before — every thread,
+#   io_uring's io-wq workers included, which run uring-splice's splices) ÷ requests
 #   `modus load` completed in the run; req/s = those requests ÷ DURATION. Median of the rounds.
 # * System calls per request = `perf stat -e raw_syscalls:sys_enter -p PID` (every thread of the server)
 #   over a run of SYSCALL_REQUESTS requests, ÷ those requests; and the same without `newfstatat`, the one
@@ -34,9 +41,9 @@
 # Exit status: 0 on success, 1 if a run saw errors, 2 on a setup failure.
 #
 # Why this is not a lab spec: Its figures include system calls per request (perf stat on
-# raw_syscalls:sys_enter, strace) and a perf profile, and two of its variants are set by environment
-# variables (MODUS_URING_ZC_MIN, MODUS_URING_BATCH_US); the lab has no system-call metric and a server
-# in a spec is a model and its flags, with no environment.
+# raw_syscalls:sys_enter, strace) and a perf profile, and its variants are set by environment variables
+# (MODUS_URING_ZC_MIN, MODUS_URING_BATCH_US, MODUS_URING_FILES); the lab has no system-call metric and a
+# server in a spec is a model and its flags, with no environment.
 
 set -euo pipefail
 
@@ -75,7 +82,9 @@ WORK=$(mktemp -d)
 DOCROOT=$WORK/root
 mkdir -p "$DOCROOT"
 head -c 500 /dev/urandom >"$DOCROOT/500B.bin"
+head -c $((50 * 1000)) /dev/urandom >"$DOCROOT/50KB.bin"
 head -c $((115 * 1024)) /dev/urandom >"$DOCROOT/115KB.bin"
+head -c $((1024 * 1024)) /dev/urandom >"$DOCROOT/1MB.bin"
 
 declare -A PID_OF PORT_OF
 STARTED=()
@@ -91,6 +100,7 @@ start_server() {
     case $model in
         uring-zc) base=uring env_args=("MODUS_URING_ZC_MIN=$ZC_MIN") ;;
         uring-batch) base=uring env_args=("MODUS_URING_BATCH_US=$BATCH_US") ;;
+        uring-copy | uring-splice | uring-sendfile) base=uring env_args=("MODUS_URING_FILES=${model#uring-}") ;;
     esac
     # shellcheck disable=SC2086  # MODUS_ARGS: word splitting intended
     env "${env_args[@]}" taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "$base" --listen 127.0.0.1:0 \
@@ -122,7 +132,7 @@ load() {
 
 json_field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 
-CASES="500B-keepalive 115KB-keepalive 500B-close"
+CASES=${CASES:-500B-keepalive 115KB-keepalive 500B-close}
 for model in $MODELS; do start_server "$model"; done
 log "servers: $(for m in $MODELS; do printf '%s pid %s port %s; ' "$m" "${PID_OF[$m]}" "${PORT_OF[$m]}"; done)"
 for model in $MODELS; do

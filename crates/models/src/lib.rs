@@ -53,7 +53,8 @@ pub struct Caps {
     /// (every model orders the outgoing link through socket priorities).
     pub srpt_loop: bool,
     /// Writes to the socket itself, so a file goes out with `sendfile`
-    /// (`uring` reads a file into its own buffers to send it).
+    /// (`uring` chooses its file path at run time: see
+    /// [`ModelInfo::sends_files`]).
     pub sendfile: bool,
 }
 
@@ -215,6 +216,16 @@ pub struct ModelInfo {
     pub caps: Caps,
     /// Serves until `env.shutdown` fires.
     pub run: fn(ModelEnv) -> io::Result<()>,
+}
+
+impl ModelInfo {
+    /// Whether a file goes out from the file rather than from memory:
+    /// [`Caps::sendfile`], or `uring` on a zero-copy file path (its
+    /// `MODUS_URING_FILES` experiment knob, splice unless set). The server
+    /// then keeps fewer files as bytes.
+    pub fn sends_files(&self) -> bool {
+        self.caps.sendfile || self.name == uring::MODEL.name && uring::sends_files()
+    }
 }
 
 /// The one list of models.

@@ -23,6 +23,13 @@
 //!   flight, so the bytes stay in order. A shutdown waits for it. Sends of
 //!   at least `MODUS_URING_ZC_MIN` bytes (unset: never) use `SENDMSG_ZC`,
 //!   the buffers held until the kernel's notification.
+//! * **Files** (`uring/files.rs`): a file chunk is not read but queued as a
+//!   file piece, which ends its batch and leaves file → pipe → socket as
+//!   two linked `IORING_OP_SPLICE`s per pipeful (the kernel runs them on
+//!   io-wq workers), or by the loop's own `sendfile`, or is read and copied
+//!   after all (`MODUS_URING_FILES=splice|sendfile|copy`; splice unless
+//!   set). On the first two the server keeps files only up to 16 KiB as
+//!   bytes, as for `event`.
 //! * **Batching**: every submission of a turn and the wait for the next
 //!   completions are one `io_uring_enter`; the ring defers its task work to
 //!   that call (`DEFER_TASKRUN`), so completions arrive in batches.
@@ -32,12 +39,15 @@
 //!   `Connection::waiting` after every drive.
 //! * **Closing**: a connection leaves its slot only when the kernel has
 //!   finished with everything it lent it: its receive cancelled and
-//!   completed, its send completed (or cancelled at the send timeout).
+//!   completed, its send — every operation of it — completed (or cancelled
+//!   at the send timeout).
 //!
 //! TLS runs over the same socket: `transport::tls::TlsStream` is generic
 //! over its `Carrier`, and the ring socket is one.
 
 mod bufring;
+mod files;
+mod send;
 mod socket;
 
 use std::io;
@@ -57,6 +67,8 @@ use transport::{Shutdown, Wire};
 use crate::helpers::{HelperPool, Helpers};
 use crate::{Caps, ModelEnv, ModelInfo};
 use bufring::BufRing;
+pub(crate) use files::sends_files;
+use files::{FilePath, Pipes};
 use socket::{Batch, Link, RingSocket};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -91,6 +103,10 @@ const OP_SEND: u64 = 2;
 const OP_POLL: u64 = 3;
 /// Results nobody waits for (registering, closing, shutting, cancelling).
 const OP_QUIET: u64 = 4;
+/// A file piece's splice into its pipe, and out of it to the socket (or,
+/// for `sendfile`, the poll for room).
+const OP_FILL: u64 = 5;
+const OP_DRAIN: u64 = 6;
 const ACCEPT: u64 = 1;
 const STOP: u64 = 2;
 const WAKER: u64 = 3;
@@ -108,7 +124,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
     // Say why at once, before any loop starts: a kernel without io_uring,
     // a sysctl that disables it, a seccomp filter that refuses it.
     probe()?;
-    let knobs = Knobs::from_env();
+    let knobs = Knobs::from_env()?;
     let loops = env.tuning.workers.max(1);
     let mut spawners = match env.pipeline.settings.cgi {
         Some(_) => Some(HelperPool::start(&env.pipeline, loops, loops, "cgi-spawner", "cgi-spawners")?),
@@ -145,10 +161,13 @@ pub(crate) fn unavailable(e: &io::Error) -> String {
     format!("--model uring: {why}; use --model event instead")
 }
 
-/// Two experiments' switches, from the environment (BENCHMARKS.md,
-/// "io_uring"): both off unless set, since neither paid on loopback.
+/// Experiments' switches, from the environment (BENCHMARKS.md,
+/// "io_uring"): zero-copy sends and batching waits are off unless set,
+/// since neither paid on loopback.
 #[derive(Clone, Copy, Debug)]
 struct Knobs {
+    /// `MODUS_URING_FILES`: how file chunks are sent (`uring/files.rs`).
+    files: FilePath,
     /// `MODUS_URING_ZC_MIN`: sends of at least this many bytes use `SENDMSG_ZC`.
     zc_min: usize,
     /// `MODUS_URING_BATCH_US`: a wait that found a completion goes on up to
@@ -161,14 +180,15 @@ struct Knobs {
 const BATCH: usize = 32;
 
 impl Knobs {
-    fn from_env() -> Knobs {
+    fn from_env() -> io::Result<Knobs> {
         fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
             std::env::var(name).ok().and_then(|v| v.parse().ok())
         }
-        Knobs {
+        Ok(Knobs {
+            files: FilePath::from_env()?,
             zc_min: var("MODUS_URING_ZC_MIN").unwrap_or(usize::MAX),
             batch_wait_us: var("MODUS_URING_BATCH_US").unwrap_or(0),
-        }
+        })
     }
 }
 
@@ -249,7 +269,8 @@ struct Conn {
     recv: Shot,
     /// The send the kernel holds (in flight, or awaiting its zero-copy notification).
     batch: Option<Box<Batch>>,
-    sending: bool,
+    /// Its operations in flight.
+    sending: u32,
     notifs: u32,
     /// Closed by the connection; waits for the kernel to give its buffers back.
     closing: bool,
@@ -286,6 +307,8 @@ struct Loop {
     helpers: Option<Box<dyn Helpers>>,
     mode: Mode,
     conns: Slab<Conn>,
+    /// Empty pipes for splicing files (`uring/files.rs`).
+    pipes: Pipes,
     /// Armed pipe polls: the connection's token and the descriptor.
     polls: Slab<(u64, RawFd)>,
     /// The fixed-file table's values, by slot: the kernel reads a
@@ -332,6 +355,7 @@ impl Loop {
             helpers,
             mode,
             conns: Slab::new(0),
+            pipes: Pipes::default(),
             polls: Slab::new(0),
             fixed: vec![-1; max_conns].into_boxed_slice(),
             timers: Deadlines::default(),
@@ -465,6 +489,7 @@ impl Loop {
         match data >> OP_SHIFT {
             OP_RECV => self.received(token, result, flags),
             OP_SEND => self.sent(token, result, flags),
+            OP_FILL | OP_DRAIN => self.file_moved(token, data >> OP_SHIFT, result),
             OP_POLL => self.pipe_ready(token, result),
             OP_LOOP => match token {
                 ACCEPT => self.accepted(result, flags),
@@ -542,7 +567,14 @@ impl Loop {
         let Ok(slot) = self.pipeline.admit(peer.ip()) else {
             return pipeline::refuse_at_capacity(stream, &self.pipeline, 429);
         };
-        let socket = RingSocket::new(stream);
+        let files = self.knobs.files;
+        // Under TLS a file is read into records, whatever the path.
+        let file_pieces = files != FilePath::Copy && self.pipeline.tls.is_none();
+        // The loop's own `sendfile` must not wait for the peer.
+        if file_pieces && files == FilePath::Sendfile && stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        let socket = RingSocket::new(stream, file_pieces);
         let fd = socket.fd();
         let link = match &self.pipeline.tls {
             None => Link::Plain(socket),
@@ -560,7 +592,7 @@ impl Loop {
             armed: None,
             recv: Shot::Armed,
             batch: None,
-            sending: false,
+            sending: 0,
             notifs: 0,
             closing: false,
             sealed: true,
@@ -640,29 +672,16 @@ impl Loop {
     /// queued bytes as a send, a shutdown once they are gone, its receive
     /// paused or resumed with its unread input.
     fn pump(&mut self, token: u64) {
-        let zc_min = self.knobs.zc_min;
         let Some(c) = self.conns.get_mut(token) else { return };
         // A TLS session's records that found the socket's queue full: they
         // move as it drains, whether or not the connection drives again
         // (the tail of a response, the close_notify of a closing one).
         c.sealed = c.link.flush_pending().unwrap_or(true);
         let socket = c.link.socket();
-        let slot = types::Fixed(token as u32);
         if c.batch.is_none() {
-            if let Some(mut batch) = socket.take_batch() {
-                let msg = batch.msg();
-                let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
-                let send = if batch.left() >= zc_min {
-                    opcode::SendMsgZc::new(slot, msg).flags(flags).build()
-                } else {
-                    opcode::SendMsg::new(slot, msg).flags(flags).build()
-                };
-                (c.batch, c.sending) = (Some(batch), true);
-                // SAFETY: the message and every byte it names live in the
-                // boxed batch, which the connection keeps — and does not
-                // leave its slot without — until the send's completion
-                // (and zero-copy notification) arrives.
-                unsafe { self.push(&[send.user_data(user_data(OP_SEND, token))]) };
+            if let Some(batch) = socket.take_batch() {
+                c.batch = Some(batch);
+                self.batch_moved(token);
                 return;
             }
         }
@@ -683,55 +702,6 @@ impl Loop {
             self.cancel(user_data(OP_RECV, token));
         } else if resume {
             self.arm_recv(token);
-        }
-    }
-
-    fn sent(&mut self, token: u64, result: i32, flags: u32) {
-        let Some(c) = self.conns.get_mut(token) else { return };
-        if cqueue::notif(flags) {
-            // A zero-copy send's buffers are free.
-            c.notifs -= 1;
-        } else {
-            c.sending = false;
-            if cqueue::more(flags) {
-                c.notifs += 1;
-            }
-            let socket = c.link.socket();
-            let batch = c.batch.as_mut().expect("a send completes for the batch in flight");
-            if result < 0 {
-                socket.send_failed(-result);
-            } else {
-                socket.sent(result as usize);
-                let done = batch.advance(result as usize);
-                if !done && result > 0 {
-                    // What MSG_WAITALL did not finish (interrupted): the rest.
-                    let msg = batch.msg();
-                    let flags = (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32;
-                    let send = opcode::SendMsg::new(types::Fixed(token as u32), msg).flags(flags).build();
-                    c.sending = true;
-                    // SAFETY: as in `pump`: the batch stays until this completes.
-                    unsafe { self.push(&[send.user_data(user_data(OP_SEND, token))]) };
-                    return;
-                } else if !done {
-                    socket.send_failed(libc::EPIPE);
-                }
-            }
-        }
-        let Some(c) = self.conns.get_mut(token) else { return };
-        if c.sending || c.notifs > 0 {
-            return;
-        }
-        if let Some(batch) = c.batch.take() {
-            batch.recycle();
-        }
-        if c.closing {
-            self.pump(token);
-            self.finish_close(token);
-            return;
-        }
-        match c.waits {
-            Waits::Write | Waits::Pipes => self.drive(token),
-            _ => self.pump(token),
         }
     }
 
@@ -900,8 +870,10 @@ impl Loop {
                 // Its last bytes found no taker in time: give them up.
                 c.link.socket().send_failed(libc::ETIMEDOUT);
                 c.sealed = true;
-                if c.sending {
-                    self.cancel(user_data(OP_SEND, token));
+                if c.sending > 0 {
+                    for op in [OP_SEND, OP_FILL, OP_DRAIN] {
+                        self.cancel(user_data(op, token));
+                    }
                 }
                 self.finish_close(token);
                 continue;

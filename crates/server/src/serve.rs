@@ -139,7 +139,7 @@ impl Server {
         options.compression().map_err(|e| anyhow!("compress: {e}"))?;
         options.error_pages().map_err(|e| anyhow!("error-page: {e}"))?;
         let mut settings = options.settings();
-        if tls.is_some() || !model.caps.sendfile {
+        if tls.is_some() || !model.sends_files() {
             // Files would be read to be sent: keep more of them as bytes.
             settings.inline_max = pipeline::INLINE_MAX_COPY;
         }

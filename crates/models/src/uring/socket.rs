@@ -16,15 +16,20 @@
 //!   queue takes at most [`SEND_WINDOW`] bytes (queued plus in flight), so
 //!   a large file is read a piece at a time as the peer takes it, and a
 //!   `Done` from [`Wire::send`] means what it means for a socket: handed
-//!   to the kernel, not yet received.
+//!   to the kernel, not yet received. Where the loop sends files zero-copy
+//!   (`uring/files.rs`), a file chunk is queued as a [`FilePiece`] instead
+//!   of being read: the batch that takes it ends with it, and what was
+//!   queued after it waits for the next batch.
 //!
 //! Everything is behind a `RefCell`: the `Wire` methods take `&self`, and a
 //! loop thread owns the socket.
 
 use std::cell::RefCell;
+use std::fs::File;
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use transport::tls::{Carrier, TlsStream};
 use transport::{Chunk, Data, Outbound, Progress, Wire};
@@ -67,9 +72,18 @@ fn give_back(mut buf: Vec<u8>) {
     }
 }
 
+/// A range of a file to send without reading it into memory.
+#[derive(Debug)]
+pub(super) struct FilePiece {
+    pub(super) file: Arc<File>,
+    pub(super) offset: u64,
+    pub(super) len: usize,
+}
+
 /// The bytes of one `sendmsg` on their way: they stay here, at the
 /// addresses the kernel was given, until the completion (and, for a
 /// zero-copy send, its notification) says the kernel is done with them.
+/// A file piece, if any, follows them (`uring/files.rs` sends it).
 pub(super) struct Batch {
     pieces: Vec<Data>,
     iov: Vec<libc::iovec>,
@@ -77,6 +91,7 @@ pub(super) struct Batch {
     /// The first iovec not wholly sent.
     at: usize,
     left: usize,
+    pub(super) file: Option<super::files::FileSend>,
 }
 
 impl Batch {
@@ -91,6 +106,7 @@ impl Batch {
                 msg: unsafe { std::mem::zeroed() },
                 at: 0,
                 left: 0,
+                file: None,
             })
         });
         std::mem::swap(&mut batch.pieces, pieces);
@@ -121,6 +137,7 @@ impl Batch {
         }
         self.iov.clear();
         (self.at, self.left) = (0, 0);
+        self.file = None;
     }
 
     /// Bytes not yet sent.
@@ -169,6 +186,8 @@ struct Io {
     end: Option<i32>,
     /// Queued for the next send, in order.
     outbox: Vec<Data>,
+    /// A file piece queued after the first `.1` pieces of `outbox`.
+    file: Option<(FilePiece, usize)>,
     /// Whether the last piece of `outbox` is a copy that may grow.
     open_tail: bool,
     queued: usize,
@@ -206,6 +225,30 @@ impl Io {
     fn copy_in(&mut self, bytes: &[u8]) {
         self.copy_target(bytes.len()).extend_from_slice(bytes);
         self.queued += bytes.len();
+    }
+
+    /// Queues `len` bytes of `file` from `offset` to be sent from the
+    /// file; `false` when another file piece is queued that this one does
+    /// not continue (it waits for that one to go).
+    fn queue_file(&mut self, file: &Arc<File>, offset: u64, len: usize) -> bool {
+        match &mut self.file {
+            Some((piece, at))
+                if *at == self.outbox.len()
+                    && Arc::ptr_eq(&piece.file, file)
+                    && piece.offset + piece.len as u64 == offset =>
+            {
+                piece.len += len
+            }
+            Some(_) => return false,
+            None => {
+                let piece = FilePiece { file: file.clone(), offset, len };
+                self.file = Some((piece, self.outbox.len()));
+            }
+        }
+        // What is queued after it must not join a piece before it.
+        self.open_tail = false;
+        self.queued += len;
+        true
     }
 
     fn share(&mut self, data: Data) {
@@ -254,15 +297,22 @@ impl Io {
 pub(super) struct RingSocket {
     sock: TcpStream,
     io: RefCell<Io>,
+    /// File chunks are queued as file pieces, not read.
+    file_pieces: bool,
 }
 
 impl RingSocket {
-    pub(super) fn new(sock: TcpStream) -> RingSocket {
-        RingSocket { sock, io: RefCell::new(Io::default()) }
+    pub(super) fn new(sock: TcpStream, file_pieces: bool) -> RingSocket {
+        RingSocket { sock, io: RefCell::new(Io::default()), file_pieces }
     }
 
     pub(super) fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// The socket itself, for `sendfile`.
+    pub(super) fn stream(&self) -> &TcpStream {
+        &self.sock
     }
 
     /// Gives up the descriptor, for the loop to close it with a ring operation.
@@ -296,16 +346,31 @@ impl RingSocket {
         io.inbox.len() - io.read_at
     }
 
-    /// The queued bytes as one send, counted in flight from now on.
+    /// The queued bytes as one send, counted in flight from now on: all
+    /// of them, or those up to and including a queued file piece.
     pub(super) fn take_batch(&self) -> Option<Box<Batch>> {
         let mut io = self.io.borrow_mut();
-        if io.outbox.is_empty() {
-            return None;
-        }
-        io.open_tail = false;
-        io.in_flight += io.queued;
-        io.queued = 0;
-        Some(Batch::new(&mut io.outbox))
+        let Some((piece, at)) = io.file.take() else {
+            if io.outbox.is_empty() {
+                return None;
+            }
+            io.open_tail = false;
+            io.in_flight += io.queued;
+            io.queued = 0;
+            return Some(Batch::new(&mut io.outbox));
+        };
+        let mut before: Vec<Data> = io.outbox.drain(..at).collect();
+        let taken = before.iter().map(|d| d.as_slice().len()).sum::<usize>() + piece.len;
+        io.in_flight += taken;
+        io.queued -= taken;
+        let mut batch = Batch::new(&mut before);
+        batch.file = Some(super::files::FileSend::new(piece));
+        Some(batch)
+    }
+
+    /// Whether a send failed (nothing more will go).
+    pub(super) fn failed(&self) -> bool {
+        self.io.borrow().send_error.is_some()
     }
 
     /// The kernel took `n` bytes of the send in flight.
@@ -322,6 +387,7 @@ impl RingSocket {
         io.in_flight = 0;
         io.queued = 0;
         io.open_tail = false;
+        io.file = None;
         for piece in io.outbox.drain(..) {
             if let Data::Owned(buf) = piece {
                 give_back(buf);
@@ -374,6 +440,25 @@ impl RingSocket {
                         Data::Owned(_) => unreachable!("matched above"),
                     });
                     take
+                }
+                Chunk::File { file, offset, .. } if self.file_pieces => {
+                    let mut n = take.min(room);
+                    // A piece cut by the window ends at a page boundary, so
+                    // the next one starts at one and fills a pipe whole (a
+                    // pipe holds a page per slot).
+                    let (start, page) = (offset + sent, rustix::param::page_size() as u64);
+                    if n < take {
+                        let end = (start + n) / page * page;
+                        if end <= start {
+                            return Ok(Progress::Blocked);
+                        }
+                        n = end - start;
+                    }
+                    let n = n as usize;
+                    if !io.queue_file(file, offset + sent, n) {
+                        return Ok(Progress::Blocked);
+                    }
+                    n as u64
                 }
                 Chunk::File { file, offset, .. } => {
                     let n = take.min(room).min(FILE_PIECE as u64) as usize;
@@ -580,7 +665,7 @@ mod tests {
     fn socket() -> (RingSocket, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        (RingSocket::new(l.accept().unwrap().0), client)
+        (RingSocket::new(l.accept().unwrap().0, false), client)
     }
 
     fn sent_bytes(batch: &Batch) -> Vec<u8> {
@@ -632,6 +717,56 @@ mod tests {
         assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Done);
         assert_eq!(sent_bytes(&s.take_batch().unwrap()).len(), 11, "the file's rest");
         assert_eq!(out.bytes_sent(), SEND_WINDOW as u64 + 11);
+    }
+
+    #[test]
+    fn a_file_piece_is_queued_unread_cut_at_a_page_and_ends_its_batch() {
+        let (s, _c) = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            (RingSocket::new(l.accept().unwrap().0, true), client)
+        };
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Owned(b"HEAD ".to_vec())));
+        out.push(Chunk::File { file: file.clone(), offset: 0, len: 1 << 20 });
+        out.push(Chunk::Bytes(Data::Static(b"tail")));
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        // Not read (the file is empty): queued by reference, to the last
+        // page boundary the window allows.
+        let page = rustix::param::page_size();
+        let piece = (SEND_WINDOW - 5) / page * page;
+        assert_eq!(out.bytes_sent(), 5 + piece as u64);
+        let batch = s.take_batch().unwrap();
+        assert_eq!((sent_bytes(&batch), batch.left()), (b"HEAD ".to_vec(), 5));
+        assert!(batch.file.is_some(), "the piece ends the batch");
+        s.sent(5 + piece);
+        drop(batch);
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(out.bytes_sent(), 5 + piece as u64 + SEND_WINDOW as u64, "a whole window, from a page");
+        let batch = s.take_batch().unwrap();
+        assert_eq!(batch.left(), 0, "nothing in memory before the second piece");
+        s.sent(SEND_WINDOW);
+        drop(batch);
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        // Pieces of a window each, then the last, then the tail in a batch of its own.
+        loop {
+            let progress = Wire::send(&s, &mut out, u64::MAX).unwrap();
+            let batch = s.take_batch().unwrap();
+            assert!(batch.file.is_some() && batch.left() == 0);
+            s.sent(SEND_WINDOW);
+            if progress == Progress::Done {
+                break;
+            }
+        }
+        assert_eq!(sent_bytes(&s.take_batch().unwrap()), b"tail");
+        assert_eq!(out.bytes_sent(), 5 + (1 << 20) + 4);
+        // A range that does not continue the piece queued waits for it to go.
+        let mut out = Outbound::new();
+        out.push(Chunk::File { file: file.clone(), offset: 0, len: 10 });
+        out.push(Chunk::File { file, offset: 0, len: 10 });
+        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(out.bytes_sent(), 10);
     }
 
     #[test]

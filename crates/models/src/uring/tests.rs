@@ -8,18 +8,26 @@ use pipeline::accesslog::LogTarget;
 use pipeline::{AccessLog, ErrorLog, Settings, Site};
 use std::io::{Read, Write};
 
+/// Some tests count the process's pipes of the loops' size, so the loops
+/// of this module's tests run one at a time.
+static LOOPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Harness {
     addr: SocketAddr,
     shutdown: Shutdown,
     thread: thread::JoinHandle<io::Result<()>>,
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
+    /// The loop's pipes for splicing files.
+    pipes: Arc<files::PipeCount>,
+    /// Tests that count the process's pipes see only their own loop's.
+    _one: std::sync::MutexGuard<'static, ()>,
 }
 
 /// A loop over a docroot with `small.txt` (cached) and `big.bin` (larger
 /// than the send window and the cache: sent from the file in pieces), or
 /// `None` where io_uring is unavailable.
 fn start(settings: Settings, max_conns: usize) -> Option<Harness> {
-    start_with(settings, max_conns, Knobs { zc_min: usize::MAX, batch_wait_us: 0 })
+    start_with(settings, max_conns, Knobs { files: FilePath::Splice, zc_min: usize::MAX, batch_wait_us: 0 })
 }
 
 fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harness> {
@@ -27,6 +35,7 @@ fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harn
         eprintln!("skipped: {e}");
         return None;
     }
+    let one = LOOPS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("small.txt"), "small").unwrap();
     std::fs::write(dir.path().join("big.bin"), big()).unwrap();
@@ -38,8 +47,14 @@ fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harn
     let shutdown = Shutdown::new().unwrap();
     let stop = shutdown.clone();
     let listener = Arc::new(listener);
-    let thread = thread::spawn(move || Loop::new(listener, p, stop, None, max_conns, knobs)?.run());
-    Some(Harness { addr, shutdown, thread, _root: dir })
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = thread::spawn(move || {
+        let mut lp = Loop::new(listener, p, stop, None, max_conns, knobs)?;
+        let _ = tx.send(lp.pipes.count());
+        lp.run()
+    });
+    let Ok(pipes) = rx.recv() else { panic!("the loop did not start: {:?}", thread.join()) };
+    Some(Harness { addr, shutdown, thread, root: dir, pipes, _one: one })
 }
 
 fn big() -> Vec<u8> {
@@ -111,7 +126,7 @@ fn keep_alive_pipelined_and_large_responses_arrive_whole_and_in_order() {
 /// and every wait a batching one: the same bytes arrive.
 #[test]
 fn zero_copy_sends_and_batching_waits_deliver_the_same_bytes() {
-    let knobs = Knobs { zc_min: 0, batch_wait_us: 200 };
+    let knobs = Knobs { files: FilePath::Splice, zc_min: 0, batch_wait_us: 200 };
     let Some(h) = start_with(Settings::default(), 64, knobs) else { return };
     let clients: Vec<_> = (0..4)
         .map(|_| {
@@ -201,4 +216,224 @@ fn an_unavailable_ring_is_explained() {
     );
     let e = unavailable(&io::Error::from_raw_os_error(libc::ENOSYS));
     assert!(e.contains("no io_uring"), "{e}");
+}
+
+/// Open pipe descriptors of the size the loops ask for (other pipes in the
+/// test process keep the default size).
+fn loop_pipe_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&fd| {
+            std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                .is_ok_and(|target| target.to_string_lossy().starts_with("pipe:"))
+                // SAFETY: F_GETPIPE_SZ reads a number about the descriptor
+                // and changes nothing; a descriptor closed meanwhile fails.
+                && unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) } == socket::SEND_WINDOW as i32
+        })
+        .count()
+}
+
+const HUGE: usize = 10 << 20;
+
+/// A 10 MiB file whose every byte depends on its position (a byte from
+/// the wrong place, or a stale one, shows).
+fn huge() -> Vec<u8> {
+    (0..HUGE as u32).map(|i| ((i % 251) ^ (i >> 12)) as u8).collect()
+}
+
+impl Harness {
+    fn write_huge(&self) -> Vec<u8> {
+        let body = huge();
+        std::fs::write(self.root.path().join("huge.bin"), &body).unwrap();
+        body
+    }
+
+    fn lent(&self) -> usize {
+        self.pipes.lent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn open_pipes(&self) -> usize {
+        self.pipes.open.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits (a bounded while) for the loop to have given every pipe back.
+    fn wait_for_pipes_back(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.lent() > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(self.lent(), 0, "a pipe is still lent");
+    }
+}
+
+fn splice_knobs() -> Knobs {
+    Knobs { files: FilePath::Splice, zc_min: usize::MAX, batch_wait_us: 0 }
+}
+
+#[test]
+fn a_10_mib_file_is_spliced_whole_and_byte_exact_twice_on_one_connection() {
+    let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
+    let body = h.write_huge();
+    let mut c = h.client();
+    c.write_all(format!("{}{}{}", get("/huge.bin"), get("/small.txt"), get("/huge.bin")).as_bytes()).unwrap();
+    let (head, got) = response(&mut c);
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert!(got == body, "the 10 MiB file arrives whole and byte-exact");
+    assert_eq!(response(&mut c).1, b"small");
+    let (_, got) = response(&mut c);
+    assert!(got == body, "again, through a pipe taken back clean");
+    h.wait_for_pipes_back();
+    assert_eq!(h.open_pipes(), 1, "one connection, one pipe, reused");
+    assert_eq!(loop_pipe_fds(), 2, "its two ends are the loop's only pipe descriptors");
+    h.stop();
+    assert_eq!(loop_pipe_fds(), 0, "closed with the loop");
+}
+
+#[test]
+fn a_range_in_the_middle_of_a_large_file_is_spliced_from_its_offset() {
+    let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
+    let body = h.write_huge();
+    // Starts inside a page and spans several pipefuls.
+    let (first, last) = (3_000_001usize, 3_000_001 + 1_000_000 - 1);
+    let mut c = h.client();
+    c.write_all(
+        format!("GET /huge.bin HTTP/1.1\r\nHost: x\r\nRange: bytes={first}-{last}\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let (head, got) = response(&mut c);
+    assert!(head.starts_with("HTTP/1.1 206 "), "{head}");
+    assert!(got == body[first..=last], "the range's bytes, from its offset");
+    assert!(h.open_pipes() > 0, "spliced, not read");
+    h.stop();
+}
+
+#[test]
+fn a_client_that_leaves_mid_file_leaks_no_pipe_and_the_next_gets_clean_bytes() {
+    let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
+    let before = loop_pipe_fds();
+    let body = h.write_huge();
+    for _ in 0..3 {
+        let mut c = h.client();
+        c.write_all(get("/huge.bin").as_bytes()).unwrap();
+        // Some of the body, then a reset: the socket splice fails with
+        // bytes left in the pipe.
+        let mut some = vec![0; 300 << 10];
+        c.read_exact(&mut some).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while h.lent() == 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(h.lent(), 1, "the file goes through a pipe");
+        socket2_linger_zero(&c);
+        drop(c);
+        h.wait_for_pipes_back();
+    }
+    assert!(h.open_pipes() <= 1, "{} pipes open", h.open_pipes());
+    assert_eq!(loop_pipe_fds(), before + 2 * h.open_pipes(), "no pipe descriptor leaked");
+    // A pipe that held bytes was not reused: the next response is exact.
+    let mut c = h.client();
+    c.write_all(get("/huge.bin").as_bytes()).unwrap();
+    assert!(response(&mut c).1 == body, "no stale bytes from an earlier pipe");
+    h.stop();
+    assert_eq!(loop_pipe_fds(), before, "every pipe closed with the loop");
+}
+
+/// Closes with a reset rather than a FIN, so the server's next send fails.
+fn socket2_linger_zero(c: &TcpStream) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads `linger` for the call's duration only.
+    let rc = unsafe {
+        libc::setsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+#[test]
+fn a_file_that_shrinks_mid_send_ends_the_connection_after_its_remaining_bytes() {
+    let Some(h) = start_with(Settings::default(), 64, splice_knobs()) else { return };
+    let body = h.write_huge();
+    let mut c = h.client();
+    c.write_all(format!("{}{}", get("/huge.bin"), get("/small.txt")).as_bytes()).unwrap();
+    // The head, then nothing read: what is in flight stays below the cut.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let cut = 8 << 20;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(h.root.path().join("huge.bin"))
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).expect("the connection ends rather than wait for the missing bytes");
+    assert!(
+        rest == body[..cut as usize],
+        "every byte the file still has, then the end ({} bytes)",
+        rest.len()
+    );
+    h.wait_for_pipes_back();
+    // Its pipe was emptied and serves the next response.
+    let mut c = h.client();
+    c.write_all(get("/huge.bin").as_bytes()).unwrap();
+    assert!(response(&mut c).1 == body[..cut as usize]);
+    assert_eq!(h.open_pipes(), 1, "the one pipe, taken back and reused");
+    h.stop();
+}
+
+#[test]
+fn sendfile_and_copy_paths_send_the_same_bytes() {
+    for files in [FilePath::Sendfile, FilePath::Copy] {
+        let knobs = Knobs { files, zc_min: usize::MAX, batch_wait_us: 0 };
+        let Some(h) = start_with(Settings::default(), 64, knobs) else { return };
+        let body = h.write_huge();
+        let mut c = h.client();
+        c.write_all(format!("{}{}{}", get("/huge.bin"), get("/small.txt"), get("/big.bin")).as_bytes())
+            .unwrap();
+        assert!(response(&mut c).1 == body, "{files:?}: the 10 MiB file");
+        assert_eq!(response(&mut c).1, b"small");
+        assert!(response(&mut c).1 == big(), "{files:?}: the file past the window");
+        assert_eq!(h.open_pipes(), 0, "{files:?} takes no pipe");
+        h.stop();
+    }
+}
+
+/// A peer that stops reading: at the send timeout the splice the kernel's
+/// worker is blocked in is cancelled, the connection closes, and its pipe
+/// (holding bytes) is closed rather than kept.
+#[test]
+fn a_splice_to_a_peer_that_stops_reading_is_cancelled_at_the_send_timeout() {
+    let settings = Settings { send_timeout: Duration::from_millis(300), ..Settings::default() };
+    let Some(h) = start_with(settings, 64, splice_knobs()) else { return };
+    let before = loop_pipe_fds();
+    h.write_huge();
+    let mut c = h.client();
+    c.write_all(get("/huge.bin").as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.lent() == 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(h.lent(), 1, "the file goes through a pipe");
+    h.wait_for_pipes_back();
+    assert_eq!(h.open_pipes(), 0, "the pipe held bytes: closed, not kept");
+    assert_eq!(loop_pipe_fds(), before);
+    // The connection was given up: what arrived, then the end.
+    let mut all = Vec::new();
+    let _ = c.read_to_end(&mut all);
+    assert!(all.len() < HUGE, "{} bytes", all.len());
+    // And the loop serves the next one.
+    let mut c = h.client();
+    c.write_all(get("/small.txt").as_bytes()).unwrap();
+    assert_eq!(response(&mut c).1, b"small");
+    h.stop();
 }
