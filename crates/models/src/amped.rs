@@ -43,7 +43,7 @@
 use std::io;
 
 use crate::event;
-use crate::helpers::{HelperPool, SendAway};
+use crate::helpers::{HelperPool, SendAway, WarmAhead};
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -55,12 +55,13 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
 };
 
 fn run(env: ModelEnv) -> io::Result<()> {
-    let mut pool = HelperPool::start(
+    let mut pool = HelperPool::start_warming(
         &env.pipeline,
         env.tuning.workers.max(1),
         env.tuning.helpers.max(1),
         "helper",
         "helpers",
+        WarmAhead::from_env(),
     )?;
     let result = event::serve(env, SendAway::All, |worker| Ok(pool.take(worker)));
     pool.join();
