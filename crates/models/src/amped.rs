@@ -34,11 +34,29 @@
 //! exactly as `event` does (non-blocking, in the loop's epoll set).
 //!
 //! **Large files** (too big for the cache) go out with `sendfile` from the
-//! loop. Like Flash's helpers, which faulted pages in before the loop sent
-//! them, a helper reads ahead the first `WARM_LIMIT` bytes the reply will
-//! send (`Outbound::warm_file_pages`: a non-blocking residency probe per
-//! 128 KiB, a read of the blocks not cached). Beyond that, a cold page can
-//! still make the loop's `sendfile` wait for the disk.
+//! loop, which must never wait for the disk; Flash's helpers faulted pages
+//! in before the loop sent them, and so do these, a window at a time
+//! ("warm as you send"). The helper that answers a request reads in the
+//! reply's first window (`FilePages::warm`: a non-blocking residency probe
+//! per 128 KiB, a read of the blocks not cached). The connection
+//! (`Connection::set_warm_ahead`) sends no further than the pages known to
+//! be in memory: at the edge it probes the next window from the loop, and
+//! if a block is cold it stops with `Want::Warm` — the loop hands those
+//! pages to a helper, leaves the socket alone as for a request, and drives
+//! the connection on when the helper says they are in. A hot file thus
+//! costs a probe per 128 KiB and no hand-off, under FIFO as under SRPT.
+//!
+//! The window is small (256 KiB, four SRPT quanta) because every
+//! connection in the middle of a large file holds up to a window of pages
+//! it has not sent: under SRPT the large responses wait long, and a window
+//! of 8 MiB (the read-ahead before this scheme), 64 connections over, did
+//! not fit in paper 004's memory limit — pages evicted before they were
+//! sent were read again by the loop's `sendfile` (BENCHMARKS.md, "SRPT and
+//! same-document grouping on the disk"). The experiment's knobs
+//! (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES` sets the window (0: no
+//! warming at all), `MODUS_AMPED_WARM_AHEAD=0` warms the first window only,
+//! as before. The helpers' windows after the first are the `warm-ahead`
+//! queue in the statistics.
 
 use std::io;
 
