@@ -507,6 +507,30 @@ mod tests {
         assert!(out.file_pages(64 << 10).warm().unwrap() <= WARM_BLOCK);
     }
 
+    /// The pages of the next bytes to send: past what was sent, memory
+    /// counted but not listed, across chunks, ending at the length asked.
+    #[test]
+    fn file_pages_follow_what_is_left_to_send() {
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Static(b"head")));
+        out.push(Chunk::File { file: file.clone(), offset: 1000, len: 500 });
+        out.push(Chunk::Bytes(Data::Static(b"--")));
+        out.push(Chunk::File { file, offset: 0, len: 300 });
+        let spans = |out: &Outbound, len| -> Vec<(u64, u64)> {
+            out.file_pages(len).spans.iter().map(|(_, at, n)| (*at, *n)).collect()
+        };
+        assert_eq!(spans(&out, 3), []);
+        assert_eq!(spans(&out, 104), [(1000, 100)]);
+        assert_eq!(spans(&out, 10_000), [(1000, 500), (0, 300)]);
+        out.consume(4 + 450);
+        assert_eq!(spans(&out, 60), [(1450, 50), (0, 8)]);
+        out.consume(50 + 2 + 100);
+        assert_eq!(spans(&out, 1000), [(100, 200)]);
+        out.consume(200);
+        assert!(out.file_pages(1000).is_empty());
+    }
+
     #[test]
     fn head_memory_and_file_ranges_arrive_in_order() {
         let mut f = tempfile::tempfile().unwrap();
