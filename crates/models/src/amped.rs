@@ -55,7 +55,12 @@
 //! same-document grouping on the disk"). The experiment's knobs
 //! (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES` sets the window (0: no
 //! warming at all), `MODUS_AMPED_WARM_AHEAD=0` warms the first window only,
-//! as before. The helpers' windows after the first are the `warm-ahead`
+//! as before, and `MODUS_AMPED_READAHEAD=0` turns the kernel's own
+//! read-ahead off for the files warmed (`POSIX_FADV_RANDOM`): left on, a
+//! sequential read — the helper's, or the loop's `sendfile` passing a
+//! read-ahead mark — may read up to the device's `read_ahead_kb` beyond
+//! the window (8 MiB on this machine's disk), which the window alone does
+//! not bound. The helpers' windows after the first are the `warm-ahead`
 //! queue in the statistics.
 
 use std::io;

@@ -52,24 +52,32 @@ pub(crate) trait Helpers: Send {
 ///   the step by which the loop's connection asks for more;
 /// * `MODUS_AMPED_WARM_AHEAD=0`: only the first window of a reply is
 ///   warmed, the rest is `sendfile`d as it is (cold pages stall the loop):
-///   the behaviour before warm-ahead, for comparison.
+///   the behaviour before warm-ahead, for comparison;
+/// * `MODUS_AMPED_READAHEAD=0`: the kernel's own read-ahead is off for the
+///   files the helpers warm (`FilePages::without_readahead`), so the
+///   windows are all that is read ahead. With it on (the default) a
+///   sequential read or `sendfile` may read up to the device's
+///   `read_ahead_kb` (8 MiB on some virtual disks) past it, per file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WarmAhead {
     /// Bytes warmed per window; 0: none.
     pub(crate) window: u64,
     /// The loop asks for every window, not only the first.
     pub(crate) as_sent: bool,
+    /// The kernel reads ahead too.
+    pub(crate) readahead: bool,
 }
 
 impl WarmAhead {
     /// No warming (the spawners of scripts, whose replies send no files).
-    pub(crate) const OFF: WarmAhead = WarmAhead { window: 0, as_sent: false };
+    pub(crate) const OFF: WarmAhead = WarmAhead { window: 0, as_sent: false, readahead: true };
 
     pub(crate) fn from_env() -> WarmAhead {
         let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
         WarmAhead {
             window: var("MODUS_AMPED_WARM").unwrap_or(WARM_WINDOW),
             as_sent: var("MODUS_AMPED_WARM_AHEAD") != Some(0),
+            readahead: var("MODUS_AMPED_READAHEAD") != Some(0),
         }
     }
 }
@@ -188,7 +196,7 @@ impl HelperPool {
                             Work::Request(request) => {
                                 waiting.pop(queued.elapsed());
                                 me.busy();
-                                let reply = run(&pipeline, &request, warm.window);
+                                let reply = run(&pipeline, &request, warm);
                                 // A send fails only when that loop has exited (after an error).
                                 if mailbox.replies.send((token, reply)).is_ok() {
                                     mailbox.waker.wake();
@@ -238,16 +246,20 @@ impl HelperPool {
     }
 }
 
-/// Runs the pipeline for `request` and reads in the first `window` bytes
-/// of the reply's file pages, which the loop will `sendfile`, so that it
-/// does not wait for the disk; `None` if the pipeline panicked.
-fn run(pipeline: &Pipeline, request: &Request, window: u64) -> Option<Reply> {
+/// Runs the pipeline for `request` and reads in the first window of the
+/// reply's file pages, which the loop will `sendfile`, so that it does not
+/// wait for the disk; `None` if the pipeline panicked.
+fn run(pipeline: &Pipeline, request: &Request, warm: WarmAhead) -> Option<Reply> {
     // The loop cannot answer a request whose helper died, so a panic (a
     // bug) costs that connection only.
     let reply = catch_unwind(AssertUnwindSafe(|| pipeline.handle_request(request)));
     match &reply {
-        Ok(Reply::Response(response)) if window > 0 => {
-            if let Err(e) = response.out.file_pages(window).warm() {
+        Ok(Reply::Response(response)) if warm.window > 0 => {
+            let pages = response.out.file_pages(warm.window);
+            if !warm.readahead {
+                pages.without_readahead();
+            }
+            if let Err(e) = pages.warm() {
                 pipeline.error_log.warn(format_args!("helper: reading ahead: {e}"));
             }
         }

@@ -109,6 +109,17 @@ impl FilePages {
         })
     }
 
+    /// Turns the kernel's read-ahead off for their files (`POSIX_FADV_RANDOM`,
+    /// which holds for the open file, so for every later send of it): a
+    /// cold read then reads what was asked and no more, so what a helper
+    /// [`warm`](Self::warm)s is all that is read — and a `sendfile` over a
+    /// read-ahead mark starts no read of its own.
+    pub fn without_readahead(&self) {
+        for (file, _, _) in &self.spans {
+            let _ = rustix::fs::fadvise(&**file, 0, None, rustix::fs::Advice::Random);
+        }
+    }
+
     /// Brings them into the page cache and returns how many bytes had to be
     /// read from the disk. Residency is probed per [`WARM_BLOCK`], so a hot
     /// file costs a few cheap calls; a cold block is read whole, which
