@@ -48,12 +48,15 @@
 //!
 //! The window is small (256 KiB, four SRPT quanta) because every
 //! connection in the middle of a large file holds up to a window of pages
-//! it has not sent: under SRPT the large responses wait long, and a window
-//! of 8 MiB (the read-ahead before this scheme), 64 connections over, did
-//! not fit in paper 004's memory limit — pages evicted before they were
-//! sent were read again by the loop's `sendfile` (BENCHMARKS.md, "SRPT and
-//! same-document grouping on the disk"). The experiment's knobs
-//! (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES` sets the window (0: no
+//! it has not sent, and under SRPT the large responses wait long: a window
+//! of 8 MiB (the read-ahead before this scheme), 64 connections over, was
+//! more than paper 004's memory limit, and pages evicted before they are
+//! sent are read again by the loop's `sendfile` — the suspected reason why
+//! SRPT read 18-23× more from the disk than FIFO there (BENCHMARKS.md,
+//! "SRPT and same-document grouping on the disk"; not yet measured).
+//!
+//! The experiment's knobs (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES`
+//! sets the window (0: no
 //! warming at all), `MODUS_AMPED_WARM_AHEAD=0` warms the first window only,
 //! as before, and `MODUS_AMPED_READAHEAD=0` turns the kernel's own
 //! read-ahead off for the files warmed (`POSIX_FADV_RANDOM`): left on, a

@@ -89,9 +89,10 @@ const STACK_SIZE: usize = 256 << 10;
 /// How much of a large file a helper reads in at a time, by default: four
 /// of SRPT's 64 KiB quanta. Every connection sending a large file holds
 /// up to a window of pages the loop has not sent yet, so the windows of
-/// all connections must fit in memory beside the cache; the old 8 MiB of
-/// read-ahead, 64 connections over, did not in paper 004's disk case, and
-/// pages evicted before they were sent were read again by the loop.
+/// all connections must fit in memory beside the cache. The old 8 MiB,
+/// 64 connections over, was more than paper 004's disk case allows (issue
+/// 15: whether that is why SRPT read 18-23× more from the disk there is
+/// what `MODUS_AMPED_WARM` measures).
 const WARM_WINDOW: u64 = 256 << 10;
 
 /// Work on its way to a helper, with the loop to answer.
