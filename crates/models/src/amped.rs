@@ -56,9 +56,8 @@
 //! "SRPT and same-document grouping on the disk"; not yet measured).
 //!
 //! The experiment's knobs (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES`
-//! sets the window (0: no
-//! warming at all), `MODUS_AMPED_WARM_AHEAD=0` warms the first window only,
-//! as before, and `MODUS_AMPED_READAHEAD=0` turns the kernel's own
+//! sets the window (0: no warming at all), `MODUS_AMPED_WARM_AHEAD=0`
+//! warms the first window only, as before, and `MODUS_AMPED_READAHEAD=0` turns the kernel's own
 //! read-ahead off for the files warmed (`POSIX_FADV_RANDOM`): left on, a
 //! sequential read — the helper's, or the loop's `sendfile` passing a
 //! read-ahead mark — may read up to the device's `read_ahead_kb` beyond
