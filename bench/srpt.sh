@@ -36,6 +36,14 @@
 # (`/proc/PID/io` read_bytes of the server), requests/s, mean and p99
 # response time. The documents' pages are dropped (`POSIX_FADV_DONTNEED`)
 # before every run. Needs root and the memory cgroup.
+# amped's warm-ahead (crates/models/src/amped.rs, "Large files"): WARM=BYTES
+# sets the window its helpers read ahead of the loop's `sendfile`
+# (MODUS_AMPED_WARM, default 262144), WARM_AHEAD=0 warms only a reply's first
+# window, as before warm-ahead (MODUS_AMPED_WARM_AHEAD), READAHEAD=0 turns the
+# kernel's own read-ahead off for the files the helpers warm
+# (MODUS_AMPED_READAHEAD; it reads up to read_ahead_kb per file past any read,
+# see /sys/block/*/queue/read_ahead_kb). All are recorded in disk-setup.txt.
+# E.g. the pre-warm-ahead behaviour: WARM=8388608 WARM_AHEAD=0.
 #
 # Usage: bench/srpt.sh                 # as root
 #        bench/srpt.sh loop
@@ -43,6 +51,8 @@
 # Environment: RHOS ["0.5 0.7 0.8 0.9 0.95"]  ROUNDS [3]  DURATION [20] (s)
 #   LINK [100mbit]  MODEL [event]  FILES [2000]  OUT [bench/results/srpt-TIMESTAMP]
 #   SRPT_ARGS [""] more `modus serve` flags for the srpt runs (e.g. "--srpt-max-wait 500ms")
+#   disk only: DISK_FILES [6000]  MEMORY [a quarter of the document set] (bytes)
+#     DISK_SCHEDULES ["fifo srpt srpt-group"]  WARM, WARM_AHEAD, READAHEAD (above)
 #
 # Why this is not a lab spec: Its link shaping has one htb class per SRPT priority (SO_PRIORITY 0x10001
 # + k) and it reports slowdown and response time by size class from the timeline; the lab's netns
@@ -109,7 +119,14 @@ if [[ ${1:-} == disk ]]; then
     log "document set $docset bytes; the server's memory limit $MEMORY bytes"
     mkdir -p "$CG"
     echo "$MEMORY" > "$CG/memory.limit_in_bytes"
-    echo "docset_bytes=$docset memory_limit=$MEMORY files=$DISK_FILES" > "$OUT/disk-setup.txt"
+    [[ -n ${WARM:-} ]] && export MODUS_AMPED_WARM=$WARM
+    [[ -n ${WARM_AHEAD:-} ]] && export MODUS_AMPED_WARM_AHEAD=$WARM_AHEAD
+    [[ -n ${READAHEAD:-} ]] && export MODUS_AMPED_READAHEAD=$READAHEAD
+    echo "docset_bytes=$docset memory_limit=$MEMORY files=$DISK_FILES" \
+        "warm=${MODUS_AMPED_WARM:-default} warm_ahead=${MODUS_AMPED_WARM_AHEAD:-default}" \
+        "readahead=${MODUS_AMPED_READAHEAD:-default}" \
+        "read_ahead_kb=$(cat /sys/block/*/queue/read_ahead_kb 2>/dev/null | sort -u | tr '\n' ' ')" \
+        > "$OUT/disk-setup.txt"
     echo "round,schedule,requests,rps,mean_us,p99_us,errors,read_bytes,read_bytes_per_request" > "$OUT/disk.csv"
     for round in $(seq 1 "$ROUNDS"); do
         for schedule in ${DISK_SCHEDULES:-fifo srpt srpt-group}; do

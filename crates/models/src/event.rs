@@ -519,6 +519,9 @@ impl Loop {
         if self.srpt {
             conn.set_yielding();
         }
+        if let Some(helpers) = &self.helpers {
+            conn.set_warm_ahead(helpers.warm_window());
+        }
         if !read_now {
             conn.await_readable();
         }
@@ -680,6 +683,18 @@ impl Loop {
                 // Closing the descriptor also removes it from epoll.
                 self.conns.remove(token);
             }
+            Want::Warm => {
+                // Only connections with a warm-ahead window ask this, so helpers exist.
+                c.waits = Waits::Helper;
+                let submitted = match (c.conn.take_cold_pages(), self.helpers.as_mut()) {
+                    (Some(pages), Some(helpers)) => helpers.warm(token, pages),
+                    _ => false,
+                };
+                if !submitted {
+                    self.pipeline.error_log.error(format_args!("no helper left to read ahead"));
+                    self.conns.remove(token);
+                }
+            }
             Want::Process => {
                 // Only split mode asks this, so helpers exist.
                 let request = parked;
@@ -709,11 +724,21 @@ impl Loop {
                 Some(reply) if c.waits == Waits::Helper => {
                     c.conn.set_now(self.now);
                     c.conn.deliver(reply, &self.pipeline);
+                    // The helper read in the reply's first window.
+                    c.conn.pages_warmed();
                     self.drive(token);
                 }
                 _ => {
                     self.conns.remove(token);
                 }
+            }
+        }
+        while let Some(token) = self.helpers.as_mut().and_then(|h| h.warmed()) {
+            // None: the client left while the helper read.
+            let Some(c) = self.conns.get_mut(token) else { continue };
+            if c.waits == Waits::Helper {
+                c.conn.pages_warmed();
+                self.drive(token);
             }
         }
     }
@@ -811,6 +836,16 @@ mod tests {
         }
         fn finished(&mut self) -> Option<(u64, Option<Reply>)> {
             self.finished.try_recv().ok()
+        }
+        // Files are sent as they are (no warm-ahead).
+        fn warm_window(&self) -> u64 {
+            0
+        }
+        fn warm(&mut self, _: u64, _: transport::FilePages) -> bool {
+            false
+        }
+        fn warmed(&mut self) -> Option<u64> {
+            None
         }
     }
 

@@ -337,7 +337,7 @@ impl Shared {
             // Back to read, which routes both: a request to its stage, a
             // running script to the cgi stage.
             Want::Process | Want::Pipes(_) => Park::Now(c),
-            Want::Again => unreachable!("staged's connections do not yield"),
+            Want::Again | Want::Warm => unreachable!("staged's connections neither yield nor warm ahead"),
         };
         // Fails only if the parking thread died; the connection then closes.
         if self.park.send(parcel).is_ok() {

@@ -737,6 +737,7 @@ impl Loop {
                 self.close(token);
                 return;
             }
+            Want::Warm => unreachable!("uring's connections do not warm ahead"),
             Want::Process => {
                 c.waits = Waits::Helper;
                 let submitted = match (c.conn.take_request(), self.helpers.as_mut()) {

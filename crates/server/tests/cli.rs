@@ -532,7 +532,8 @@ fn user_gives_up_root_once_the_port_is_bound() {
     // Without --user, root is told what it risks.
     let srv = Server::start(BIN, "pool", root.path(), &[]);
     assert_eq!(srv.client().request("GET", "/secret.txt", &[]).status, 200);
-    assert!(srv.stderr().contains("running as root"), "{}", srv.stderr());
+    let log = srv.stderr_once_it_says("running as root");
+    assert!(log.contains("running as root"), "{log}");
 }
 
 #[test]

@@ -66,7 +66,8 @@ fn reload_applies_and_refuses(model: &str) {
     // blocked in accept() looks at it every 250 ms), a connection may still
     // be theirs: then every one is the new generation's.
     assert!(poll(|| (0..20).all(|_| body(&srv) == "B")), "{model}: still the old root\n{}", srv.stderr());
-    assert!(srv.stderr().contains("SIGHUP: configuration reloaded"), "{}", srv.stderr());
+    let log = srv.stderr_once_it_says("SIGHUP: configuration reloaded");
+    assert!(log.contains("SIGHUP: configuration reloaded"), "{log}");
 
     // A file that does not read leaves the configuration in force.
     write_config(&config, &a, "cach-size = \"1MiB\"\n");

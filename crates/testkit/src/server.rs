@@ -393,6 +393,20 @@ impl Server {
         self.stderr_buf.lock().unwrap().clone()
     }
 
+    /// stderr once it holds `needle`, or as it is after 10 s: a line the
+    /// server wrote before its response may still be on its way through
+    /// the pipe and the reader thread when the response is read.
+    pub fn stderr_once_it_says(&self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.stderr();
+            if text.contains(needle) || std::time::Instant::now() >= deadline {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The stdout lines after the first one, so far (access-log lines when
     /// the access log is `-`).
     pub fn stdout_lines(&self) -> Vec<String> {

@@ -28,7 +28,7 @@ pub mod systemd;
 pub mod tls;
 mod wire;
 
-pub use outbound::{Chunk, Data, Outbound, Progress};
+pub use outbound::{Chunk, Data, FilePages, Outbound, Progress};
 pub use shutdown::{Shutdown, Wake};
 pub use stream::Stream;
 pub use wire::{not_now, Wire};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rustix::net::SendFlags;
 
-/// The residency probe's granularity in [`Outbound::warm_file_pages`]: the
+/// The residency probe's granularity in [`FilePages`]: the
 /// kernel reads ahead at least this much around a faulted page, so one probe
 /// per block sees a block as cached or not.
 pub const WARM_BLOCK: u64 = 128 << 10;
@@ -48,6 +48,106 @@ fn read_block(file: &File, scratch: &mut Vec<u8>, at: u64, len: u64) -> io::Resu
         }
     }
     Ok(done as u64)
+}
+
+/// What a residency probe found out about a block.
+#[derive(Debug, PartialEq, Eq)]
+enum Residency {
+    Cached,
+    Cold,
+    /// The file system cannot answer without blocking (`RWF_NOWAIT`
+    /// unsupported: older tmpfs, NFS, FUSE).
+    Unknown,
+}
+
+/// Whether the block of `file` at `at` is in the page cache: a one-byte
+/// `RWF_NOWAIT` read, which fails instead of waiting for the disk.
+fn probe(file: &File, at: u64) -> Residency {
+    let mut byte = [0u8; 1];
+    let flags = rustix::io::ReadWriteFlags::NOWAIT;
+    match rustix::io::preadv2(file, &mut [io::IoSliceMut::new(&mut byte)], at, flags) {
+        Err(rustix::io::Errno::AGAIN) => Residency::Cold,
+        Ok(_) | Err(rustix::io::Errno::INTR) => Residency::Cached,
+        Err(_) => Residency::Unknown,
+    }
+}
+
+/// File ranges a response is about to `sendfile` ([`Outbound::file_pages`]).
+///
+/// An event loop's `sendfile` blocks the whole loop while it waits for a
+/// page that is not in memory; Flash's helpers touched the pages first so
+/// the loop's send never waits for the disk. The loop asks [`cached`]
+/// (cheap: a probe per [`WARM_BLOCK`]), and only when a block is cold does
+/// a helper thread [`warm`] them.
+///
+/// [`cached`]: FilePages::cached
+/// [`warm`]: FilePages::warm
+#[derive(Debug, Default)]
+pub struct FilePages {
+    /// (file, offset, length)
+    spans: Vec<(Arc<File>, u64, u64)>,
+}
+
+impl FilePages {
+    /// True when no file bytes are among them.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Whether every block is in the page cache, as far as a non-blocking
+    /// probe per [`WARM_BLOCK`] can tell (never waits; `false` if it cannot tell).
+    pub fn cached(&self) -> bool {
+        self.spans.iter().all(|(file, offset, len)| {
+            let mut at = *offset;
+            while at < offset + len {
+                if probe(file, at) != Residency::Cached {
+                    return false;
+                }
+                at += WARM_BLOCK;
+            }
+            true
+        })
+    }
+
+    /// Turns the kernel's read-ahead off for their files (`POSIX_FADV_RANDOM`,
+    /// which holds for the open file, so for every later send of it): a
+    /// cold read then reads what was asked and no more, so what a helper
+    /// [`warm`](Self::warm)s is all that is read — and a `sendfile` over a
+    /// read-ahead mark starts no read of its own.
+    pub fn without_readahead(&self) {
+        for (file, _, _) in &self.spans {
+            let _ = rustix::fs::fadvise(&**file, 0, None, rustix::fs::Advice::Random);
+        }
+    }
+
+    /// Brings them into the page cache and returns how many bytes had to be
+    /// read from the disk. Residency is probed per [`WARM_BLOCK`], so a hot
+    /// file costs a few cheap calls; a cold block is read whole, which
+    /// blocks the calling (helper) thread.
+    pub fn warm(&self) -> io::Result<u64> {
+        let mut read_from_disk = 0;
+        let mut scratch = Vec::new();
+        for (file, offset, len) in &self.spans {
+            let end = offset + len;
+            let mut at = *offset;
+            while at < end {
+                let block = (end - at).min(WARM_BLOCK);
+                match probe(file, at) {
+                    Residency::Cold => read_from_disk += read_block(file, &mut scratch, at, block)?,
+                    Residency::Cached => {}
+                    // Ask for asynchronous read-ahead of the rest rather
+                    // than read every block, hot or cold, on every reply.
+                    Residency::Unknown => {
+                        let rest = std::num::NonZeroU64::new(end - at);
+                        let _ = rustix::fs::fadvise(&**file, at, rest, rustix::fs::Advice::WillNeed);
+                        break;
+                    }
+                }
+                at += block;
+            }
+        }
+        Ok(read_from_disk)
+    }
 }
 
 /// One piece of a response body.
@@ -151,55 +251,25 @@ impl Outbound {
         self.chunks.is_empty()
     }
 
-    /// Brings into the page cache the file pages this response will send with
-    /// `sendfile`, up to `limit` bytes, and returns how many bytes had to be
-    /// read from the disk.
-    ///
-    /// An event loop's `sendfile` blocks the whole loop while it waits for a
-    /// page that is not in memory; Flash's helpers touched the pages first so
-    /// the loop's send never waits for the disk. Residency is probed with a
-    /// one-byte `RWF_NOWAIT` read per [`WARM_BLOCK`] (it fails instead of
-    /// waiting when the page is not cached), so a hot file costs a few cheap
-    /// calls; a cold block is read whole, which blocks this (helper) thread.
-    /// Blocks past `limit` are left to the sender: warming a huge file first
-    /// would delay its first byte by the whole read and could evict its
-    /// beginning before it is sent.
-    pub fn warm_file_pages(&self, limit: u64) -> io::Result<u64> {
-        let mut budget = limit;
-        let mut read_from_disk = 0;
-        let mut scratch = Vec::new();
+    /// The file pages among the next `len` bytes still to send (bytes in
+    /// memory count towards `len` but have no pages): what a helper warms
+    /// before an event loop `sendfile`s them ([`FilePages`]).
+    pub fn file_pages(&self, len: u64) -> FilePages {
+        let mut spans = Vec::new();
+        let mut budget = len;
+        let mut skip = self.front_sent;
         for chunk in &self.chunks {
-            let Chunk::File { file, offset, len } = chunk else { continue };
-            let end = offset + (*len).min(budget);
-            budget -= end - offset;
-            let mut at = *offset;
-            while at < end {
-                let block = (end - at).min(WARM_BLOCK);
-                let mut probe = [0u8; 1];
-                let flags = rustix::io::ReadWriteFlags::NOWAIT;
-                match rustix::io::preadv2(&**file, &mut [io::IoSliceMut::new(&mut probe)], at, flags) {
-                    // Only EAGAIN means "not in memory": read the block.
-                    Err(rustix::io::Errno::AGAIN) => {
-                        read_from_disk += read_block(file, &mut scratch, at, block)?;
-                    }
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    // The file system cannot answer without blocking
-                    // (RWF_NOWAIT unsupported: older tmpfs, NFS, FUSE): ask
-                    // for asynchronous read-ahead of the rest rather than
-                    // read every block, hot or cold, on every reply.
-                    Err(_) => {
-                        let rest = std::num::NonZeroU64::new(end - at);
-                        let _ = rustix::fs::fadvise(&**file, at, rest, rustix::fs::Advice::WillNeed);
-                        break;
-                    }
-                }
-                at += block;
-            }
             if budget == 0 {
                 break;
             }
+            let take = (chunk.len() - skip).min(budget);
+            if let Chunk::File { file, offset, .. } = chunk {
+                spans.push((file.clone(), offset + skip, take));
+            }
+            budget -= take;
+            skip = 0;
         }
-        Ok(read_from_disk)
+        FilePages { spans }
     }
 
     /// Writes as much as the socket takes. Errors other than `WouldBlock`,
@@ -401,7 +471,9 @@ mod tests {
         let mut out = Outbound::new();
         out.push(Chunk::Bytes(Data::Static(b"head")));
         out.push(Chunk::File { file: file.clone(), offset: 1000, len: data.len() as u64 - 1000 });
-        let read = out.warm_file_pages(u64::MAX).unwrap();
+        assert!(!evicted || !out.file_pages(u64::MAX).cached(), "cold pages pass for cached");
+        let read = out.file_pages(u64::MAX).warm().unwrap();
+        assert!(out.file_pages(u64::MAX).cached());
         assert!(read <= data.len() as u64, "{read}");
         if evicted {
             assert!(read > 0, "cold pages were not read");
@@ -441,9 +513,33 @@ mod tests {
         let mut out = Outbound::new();
         out.push(Chunk::File { file: file.clone(), offset: 0, len: 1 << 20 });
         out.push(Chunk::File { file, offset: 1 << 20, len: 1 << 20 });
-        assert_eq!(out.warm_file_pages(0).unwrap(), 0, "no budget, no reads");
+        assert!(out.file_pages(0).is_empty(), "no budget, no pages");
         // The limit ends the walk inside the first range: at most one block is read.
-        assert!(out.warm_file_pages(64 << 10).unwrap() <= WARM_BLOCK);
+        assert!(out.file_pages(64 << 10).warm().unwrap() <= WARM_BLOCK);
+    }
+
+    /// The pages of the next bytes to send: past what was sent, memory
+    /// counted but not listed, across chunks, ending at the length asked.
+    #[test]
+    fn file_pages_follow_what_is_left_to_send() {
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let mut out = Outbound::new();
+        out.push(Chunk::Bytes(Data::Static(b"head")));
+        out.push(Chunk::File { file: file.clone(), offset: 1000, len: 500 });
+        out.push(Chunk::Bytes(Data::Static(b"--")));
+        out.push(Chunk::File { file, offset: 0, len: 300 });
+        let spans = |out: &Outbound, len| -> Vec<(u64, u64)> {
+            out.file_pages(len).spans.iter().map(|(_, at, n)| (*at, *n)).collect()
+        };
+        assert_eq!(spans(&out, 3), []);
+        assert_eq!(spans(&out, 104), [(1000, 100)]);
+        assert_eq!(spans(&out, 10_000), [(1000, 500), (0, 300)]);
+        out.consume(4 + 450);
+        assert_eq!(spans(&out, 60), [(1450, 50), (0, 8)]);
+        out.consume(50 + 2 + 100);
+        assert_eq!(spans(&out, 1000), [(100, 200)]);
+        out.consume(200);
+        assert!(out.file_pages(1000).is_empty());
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
             }
             Want::Process => unreachable!("drive runs the pipeline inline"),
             Want::Again => unreachable!("a blocking thread's connection does not yield"),
+            Want::Warm => unreachable!("a blocking thread's connection does not warm ahead"),
         };
         if Instant::now() >= deadline && !conn.timed_out(p) {
             return;
@@ -147,8 +148,8 @@ impl Client {
             Want::Read(deadline) => Gated::Read(deadline),
             Want::Write(deadline) => Gated::Write(deadline),
             Want::Close => Gated::Close,
-            // Only a running request streams or yields, and none runs here.
-            Want::Pipes(_) | Want::Again => Gated::Close,
+            // Only a running request streams, yields or warms ahead, and none runs here.
+            Want::Pipes(_) | Want::Again | Want::Warm => Gated::Close,
         }
     }
 
@@ -207,7 +208,9 @@ pub fn serve_ready(mut client: Client, p: &Pipeline, stop: &Shutdown) -> Option<
                 conn.wait_blocking(stream, deadline.min(Instant::now() + BLOCKING_TICK));
                 deadline
             }
-            Want::Process | Want::Again => unreachable!("drive runs the pipeline inline and does not yield"),
+            Want::Process | Want::Again | Want::Warm => {
+                unreachable!("drive runs the pipeline inline and neither yields nor warms ahead")
+            }
         };
         if Instant::now() >= deadline && !conn.timed_out(p) {
             return None;

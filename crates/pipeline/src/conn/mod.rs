@@ -80,6 +80,12 @@ pub enum Want {
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
     Process,
+    /// ([`Connection::set_warm_ahead`]) the response's next pages are not
+    /// in memory and sending them would wait for the disk: take them with
+    /// [`Connection::take_cold_pages`], read them in anywhere
+    /// ([`FilePages::warm`](transport::FilePages::warm)), then call
+    /// [`Connection::pages_warmed`] and drive again.
+    Warm,
     /// A responder streams the response (a CGI script runs): call `drive` again when the
     /// socket or one of its pipes is ready — [`Connection::waiting`] says
     /// exactly which and how, [`Connection::new_pipes`] hands out the pipes
@@ -203,6 +209,8 @@ pub struct Connection {
     class: u8,
     /// Stop after each quantum of a response ([`Want::Again`]).
     yielding: bool,
+    /// The warm-ahead window ([`Connection::set_warm_ahead`]); 0: off.
+    warm_ahead: u64,
     served: u32,
     /// When the head being received must be complete: a total deadline,
     /// not an idle timer, so dribbling one byte at a time does not help.
@@ -330,6 +338,7 @@ impl Connection {
             mode,
             class: UNSCHEDULED,
             yielding: false,
+            warm_ahead: 0,
             served: 0,
             head_deadline: now + pipeline.settings.header_timeout,
             idle_deadline: now + pipeline.settings.header_timeout,
@@ -447,6 +456,34 @@ impl Connection {
     /// ones wait (the event loops).
     pub fn set_yielding(&mut self) {
         self.yielding = true;
+    }
+
+    /// Declares that the driver must never send a file page that is not in
+    /// memory (an event loop, which a disk read would stall, with helper
+    /// threads to read for it: `amped`). `drive` then sends a large file
+    /// `window` bytes at a time: before each window it probes the pages
+    /// (without blocking) and, when one is cold, stops with [`Want::Warm`]
+    /// for the driver to have them read in. A hot file costs a probe per
+    /// 128 KiB and no hand-off; the first window of a reply the driver's
+    /// helper made was warmed by that helper already.
+    pub fn set_warm_ahead(&mut self, window: u64) {
+        self.warm_ahead = window;
+    }
+
+    /// The cold pages announced by [`Want::Warm`].
+    pub fn take_cold_pages(&mut self) -> Option<transport::FilePages> {
+        match &mut self.state {
+            State::Write(pending) => pending.cold.take(),
+            _ => None,
+        }
+    }
+
+    /// The pages taken with [`take_cold_pages`](Self::take_cold_pages) are
+    /// in memory now: the next window may be sent.
+    pub fn pages_warmed(&mut self) {
+        if let State::Write(pending) = &mut self.state {
+            pending.warm_edge = pending.reply.out.bytes_sent() + self.warm_ahead;
+        }
     }
 
     /// What `srpt` orders a loop's turn by: [`Srpt::size`] of the response
@@ -761,6 +798,13 @@ impl Connection {
                             }
                             srpt.quantum
                         }
+                    };
+                    let limit = match self.warm_ahead {
+                        0 => limit,
+                        window => match pending.warm_allowance(window) {
+                            Some(allowed) => limit.min(allowed),
+                            None => return Want::Warm,
+                        },
                     };
                     match sock.send(&mut pending.reply.out, limit) {
                         // A quantum went out: look at the class again, after

@@ -44,6 +44,33 @@ pub(super) struct Pending {
     pub(super) deadline: Instant,
     /// When the write began (for SRPT's starvation bound).
     pub(super) started: Instant,
+    /// (Warm-ahead) bytes sent when the pages up to here were last seen in memory.
+    pub(super) warm_edge: u64,
+    /// (Warm-ahead) the next window's pages, cold, until the driver takes them.
+    pub(super) cold: Option<transport::FilePages>,
+}
+
+impl Pending {
+    /// (Warm-ahead, `window` bytes) how much may be sent before pages not
+    /// known to be in memory, `u64::MAX` when all the rest is; `None` when
+    /// the next window holds a cold page (now in `cold`), which the driver
+    /// must have read in first.
+    pub(super) fn warm_allowance(&mut self, window: u64) -> Option<u64> {
+        let out = &self.reply.out;
+        let sent = out.bytes_sent();
+        if sent >= self.warm_edge {
+            let next = out.file_pages(window);
+            if !next.is_empty() && !next.cached() {
+                self.cold = Some(next);
+                return None;
+            }
+            self.warm_edge = sent + window;
+        }
+        // Unbounded when the edge is past the end: a response sent in one
+        // go keeps the unbounded write.
+        let allowed = self.warm_edge - sent;
+        Some(if allowed >= out.remaining() { u64::MAX } else { allowed })
+    }
 }
 
 impl Connection {
@@ -134,7 +161,17 @@ impl Connection {
         self.set_state(ConnState::Writing);
         let started = self.deadline_base(self.tm.write_start.get());
         let deadline = started + p.settings.send_timeout;
-        let pending = Pending { reply, log, discard, linger, sent_mark: 0, deadline, started };
+        let pending = Pending {
+            reply,
+            log,
+            discard,
+            linger,
+            sent_mark: 0,
+            deadline,
+            started,
+            warm_edge: 0,
+            cold: None,
+        };
         self.state = State::Write(match spares::take(&SPARE_PENDINGS) {
             Some(mut spare) => {
                 *spare = pending;

@@ -104,7 +104,7 @@ impl Connection {
                 ConnState::KeepAlive
             }
             Want::Read(_) => ConnState::Reading,
-            Want::Write(_) | Want::Again | Want::Pipes(_) | Want::Process => ConnState::Writing,
+            Want::Write(_) | Want::Again | Want::Pipes(_) | Want::Process | Want::Warm => ConnState::Writing,
         };
         self.set_state(state);
     }

@@ -13,6 +13,7 @@ mod cgi;
 mod core;
 mod schedule;
 mod slow;
+mod warm;
 mod wire;
 
 use wire::MemoryWire;
