@@ -38,12 +38,12 @@
 # before every run. Needs root and the memory cgroup.
 # amped's warm-ahead (crates/models/src/amped.rs, "Large files"): WARM=BYTES
 # sets the window its helpers read ahead of the loop's `sendfile`
-# (MODUS_AMPED_WARM, default 262144), WARM_AHEAD=0 warms only a reply's first
-# window, as before warm-ahead (MODUS_AMPED_WARM_AHEAD), READAHEAD=0 turns the
+# (MODUS_AMPED_WARM, default 8388608), WARM_AHEAD=1 warms every window as the
+# reply is sent, not only the first (MODUS_AMPED_WARM_AHEAD), READAHEAD=0 turns the
 # kernel's own read-ahead off for the files the helpers warm
 # (MODUS_AMPED_READAHEAD; it reads up to read_ahead_kb per file past any read,
 # see /sys/block/*/queue/read_ahead_kb). All are recorded in disk-setup.txt.
-# E.g. the pre-warm-ahead behaviour: WARM=8388608 WARM_AHEAD=0.
+# E.g. warm as you send in 256 KiB windows: WARM=262144 WARM_AHEAD=1.
 #
 # Usage: bench/srpt.sh                 # as root
 #        bench/srpt.sh loop

@@ -34,36 +34,33 @@
 //! exactly as `event` does (non-blocking, in the loop's epoll set).
 //!
 //! **Large files** (too big for the cache) go out with `sendfile` from the
-//! loop, which must never wait for the disk; Flash's helpers faulted pages
-//! in before the loop sent them, and so do these, a window at a time
-//! ("warm as you send"). The helper that answers a request reads in the
-//! reply's first window (`FilePages::warm`: a non-blocking residency probe
-//! per 128 KiB, a read of the blocks not cached). The connection
-//! (`Connection::set_warm_ahead`) sends no further than the pages known to
-//! be in memory: at the edge it probes the next window from the loop, and
-//! if a block is cold it stops with `Want::Warm` — the loop hands those
-//! pages to a helper, leaves the socket alone as for a request, and drives
-//! the connection on when the helper says they are in. A hot file thus
-//! costs a probe per 128 KiB and no hand-off, under FIFO as under SRPT.
+//! loop, which should not wait for the disk; Flash's helpers faulted pages
+//! in before the loop sent them, and so do these: the helper that answers
+//! a request reads in the reply's first window (8 MiB; `FilePages::warm`:
+//! a non-blocking residency probe per 128 KiB, a read of the blocks not
+//! cached). Beyond it a cold page can still make the loop's `sendfile`
+//! wait.
 //!
-//! The window is small (256 KiB, four SRPT quanta) because every
-//! connection in the middle of a large file holds up to a window of pages
-//! it has not sent, and under SRPT the large responses wait long: a window
-//! of 8 MiB (the read-ahead before this scheme), 64 connections over, was
-//! more than paper 004's memory limit, and pages evicted before they are
-//! sent are read again by the loop's `sendfile` — the suspected reason why
-//! SRPT read 18-23× more from the disk than FIFO there (BENCHMARKS.md,
-//! "SRPT and same-document grouping on the disk"; not yet measured).
+//! **Warm as you send** (an experiment, `MODUS_AMPED_WARM_AHEAD=1`): the
+//! connection (`Connection::set_warm_ahead`) sends no further than the
+//! pages known to be in memory; at the window's edge it probes the next
+//! window from the loop, and if a block is cold it stops with `Want::Warm`
+//! — the loop hands those pages to a helper, leaves the socket alone as
+//! for a request, and drives the connection on when the helper says they
+//! are in. It was built to test whether SRPT read 18-23× more from the
+//! disk than FIFO in paper 004's case because 8 MiB windows, 64
+//! connections over, were evicted before being sent: with 256 KiB windows
+//! it read as much (BENCHMARKS.md, "SRPT and same-document grouping on the
+//! disk"), and a hot 1 MB file cost 1.19× the CPU for its probes, so it is
+//! off by default. What did cut SRPT's disk reads there (3.5×, at 20 % of
+//! its throughput) is the kernel's own read-ahead turned off for the files
+//! the helpers warm: `MODUS_AMPED_READAHEAD=0` (`POSIX_FADV_RANDOM`; the
+//! device's `read_ahead_kb` is 8 MiB on this machine's disk).
 //!
-//! The experiment's knobs (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES`
-//! sets the window (0: no warming at all), `MODUS_AMPED_WARM_AHEAD=0`
-//! warms the first window only, as before, and `MODUS_AMPED_READAHEAD=0` turns the kernel's own
-//! read-ahead off for the files warmed (`POSIX_FADV_RANDOM`): left on, a
-//! sequential read — the helper's, or the loop's `sendfile` passing a
-//! read-ahead mark — may read up to the device's `read_ahead_kb` beyond
-//! the window (8 MiB on this machine's disk), which the window alone does
-//! not bound. The helpers' windows after the first are the `warm-ahead`
-//! queue in the statistics.
+//! The knobs (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES` the window
+//! (0: no warming at all), `MODUS_AMPED_WARM_AHEAD=1`,
+//! `MODUS_AMPED_READAHEAD=0`. The helpers' windows after the first are the
+//! `warm-ahead` queue in the statistics.
 
 use std::io;
 

@@ -50,9 +50,13 @@ pub(crate) trait Helpers: Send {
 /// * `MODUS_AMPED_WARM` (bytes, default [`WARM_WINDOW`]): the window — how
 ///   much of a large file a helper reads in before the loop sends it, and
 ///   the step by which the loop's connection asks for more;
-/// * `MODUS_AMPED_WARM_AHEAD=0`: only the first window of a reply is
-///   warmed, the rest is `sendfile`d as it is (cold pages stall the loop):
-///   the behaviour before warm-ahead, for comparison;
+/// * `MODUS_AMPED_WARM_AHEAD=1`: every window is warmed as the reply is
+///   sent ("warm as you send"); by default only the first window of a
+///   reply is, and the rest is `sendfile`d as it is (a cold page stalls
+///   the loop). Off by default: on paper 004's disk case it did not read
+///   less from the disk under SRPT, and a hot 1 MB file costs 1.19× the
+///   CPU for its probes (BENCHMARKS.md, "SRPT and same-document grouping
+///   on the disk");
 /// * `MODUS_AMPED_READAHEAD=0`: the kernel's own read-ahead is off for the
 ///   files the helpers warm (`FilePages::without_readahead`), so the
 ///   windows are all that is read ahead. With it on (the default) a
@@ -76,7 +80,7 @@ impl WarmAhead {
         let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
         WarmAhead {
             window: var("MODUS_AMPED_WARM").unwrap_or(WARM_WINDOW),
-            as_sent: var("MODUS_AMPED_WARM_AHEAD") != Some(0),
+            as_sent: var("MODUS_AMPED_WARM_AHEAD") == Some(1),
             readahead: var("MODUS_AMPED_READAHEAD") != Some(0),
         }
     }
@@ -86,14 +90,12 @@ impl WarmAhead {
 /// suffices (as in `pool`).
 const STACK_SIZE: usize = 256 << 10;
 
-/// How much of a large file a helper reads in at a time, by default: four
-/// of SRPT's 64 KiB quanta. Every connection sending a large file holds
-/// up to a window of pages the loop has not sent yet, so the windows of
-/// all connections must fit in memory beside the cache. The old 8 MiB,
-/// 64 connections over, was more than paper 004's disk case allows (issue
-/// 15: whether that is why SRPT read 18-23× more from the disk there is
-/// what `MODUS_AMPED_WARM` measures).
-const WARM_WINDOW: u64 = 256 << 10;
+/// How much of a large file a helper reads in before the loop sends it, by
+/// default: the first few seconds of a slow client's download, and a few
+/// socket buffers' worth for a fast one. A smaller window (256 KiB, with
+/// warm-ahead on) did not change what SRPT read from the disk in paper
+/// 004's case (issue 15), so the window was not why it read more.
+const WARM_WINDOW: u64 = 8 << 20;
 
 /// Work on its way to a helper, with the loop to answer.
 struct Job {

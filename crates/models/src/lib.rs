@@ -221,7 +221,7 @@ pub struct ModelInfo {
 impl ModelInfo {
     /// Whether a file goes out from the file rather than from memory:
     /// [`Caps::sendfile`], or `uring` on a zero-copy file path (its
-    /// `MODUS_URING_FILES` experiment knob, splice unless set). The server
+    /// `MODUS_URING_FILES` experiment knob, sendfile unless set). The server
     /// then keeps fewer files as bytes.
     pub fn sends_files(&self) -> bool {
         self.caps.sendfile || self.name == uring::MODEL.name && uring::sends_files()

@@ -488,6 +488,7 @@ fn amped_warms_as_it_sends(schedule: &str) {
         .root(root.path())
         .args(["--admin", "127.0.0.1:0", "--schedule", schedule, "--workers", "1"])
         .env("MODUS_AMPED_WARM", (256u32 << 10).to_string())
+        .env("MODUS_AMPED_WARM_AHEAD", "1")
         // Without the kernel's read-ahead (up to `read_ahead_kb` per file, 8
         // MiB here) what the test drops stays dropped: no read in flight
         // brings it back, so the windows after the drop are certainly cold.

@@ -4,7 +4,7 @@
 //! * **copy**: the socket reads the file into its send queue (`pread`) and
 //!   the bytes go out in a `sendmsg`, like a cached body; the cache keeps
 //!   files up to `INLINE_MAX_COPY` as bytes.
-//! * **splice** (the default): a file piece goes file → pipe → socket as
+//! * **splice**: a file piece goes file → pipe → socket as
 //!   two linked `IORING_OP_SPLICE`s, through a pipe of the loop's
 //!   [`Pipes`], one pipeful at a time; the page cache's pages are lent to
 //!   the socket, never copied. The kernel runs every ring splice on an
@@ -16,10 +16,13 @@
 //!   bounded only by `RLIMIT_NPROC`; capping them with
 //!   `IORING_REGISTER_IOWQ_MAX_WORKERS` would queue every other
 //!   connection's splices behind the slow ones).
-//! * **sendfile**: the loop calls `sendfile` itself on the socket (which is
-//!   then non-blocking); when the socket is full, a one-shot `POLLOUT` poll
-//!   says when to go on. No worker threads, but a system call per piece
-//!   outside the ring's batches.
+//! * **sendfile** (the default): the loop calls `sendfile` itself on the
+//!   socket (which is then non-blocking); when the socket is full, a
+//!   one-shot `POLLOUT` poll says when to go on. No worker threads, but a
+//!   system call per piece outside the ring's batches. Measured here
+//!   (`bench/uring.sh`, BENCHMARKS.md "io_uring: how files go out") it is
+//!   the cheapest of the three at 50 KB and 115 KB; at 1 MB all three cost
+//!   more than `event`.
 //!
 //! With splice or sendfile the server keeps cached files only up to
 //! `INLINE_MAX_SENDFILE` as bytes (as for `event`), so larger ones reach
@@ -54,16 +57,16 @@ pub(super) enum FilePath {
 }
 
 impl FilePath {
-    /// `MODUS_URING_FILES`: `copy`, `splice` or `sendfile`; unset: splice.
+    /// `MODUS_URING_FILES`: `copy`, `splice` or `sendfile`; unset: sendfile.
     pub(super) fn from_env() -> io::Result<FilePath> {
         FilePath::parse(std::env::var("MODUS_URING_FILES").ok().as_deref())
     }
 
     fn parse(value: Option<&str>) -> io::Result<FilePath> {
         match value {
-            None | Some("" | "splice") => Ok(FilePath::Splice),
+            None | Some("" | "sendfile") => Ok(FilePath::Sendfile),
             Some("copy") => Ok(FilePath::Copy),
-            Some("sendfile") => Ok(FilePath::Sendfile),
+            Some("splice") => Ok(FilePath::Splice),
             Some(other) => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("MODUS_URING_FILES={other:?}: the file paths are copy, splice and sendfile"),
@@ -325,9 +328,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_file_path_is_splice_unless_set_and_a_misspelt_one_is_refused() {
-        assert_eq!(FilePath::parse(None).unwrap(), FilePath::Splice);
-        assert_eq!(FilePath::parse(Some("sendfile")).unwrap(), FilePath::Sendfile);
+    fn the_file_path_is_sendfile_unless_set_and_a_misspelt_one_is_refused() {
+        assert_eq!(FilePath::parse(None).unwrap(), FilePath::Sendfile);
+        assert_eq!(FilePath::parse(Some("splice")).unwrap(), FilePath::Splice);
         assert_eq!(FilePath::parse(Some("copy")).unwrap(), FilePath::Copy);
         let e = FilePath::parse(Some("zerocopy")).unwrap_err().to_string();
         assert!(e.contains("MODUS_URING_FILES") && e.contains("splice"), "{e}");
