@@ -31,7 +31,12 @@
 # documents do not fit in memory (paper 004's own case): `amped` with a
 # memory cgroup (v1) limit of MEMORY on the server, so its page cache holds a
 # quarter of the SURGE document set, and `--cache-size` well below it; a
-# closed loop of 64 connections replays the SURGE stream on loopback.
+# closed loop of 64 connections replays the whole SURGE stream on loopback,
+# so every schedule serves the same requests: the stream is not stationary
+# (its stack model leaves the rarely requested documents to its end: the
+# first 45 % of the requests touch 313 of the 6,000 documents, 26 MB, the
+# whole stream all of them, 404 MB), so runs of a fixed duration at different
+# throughputs would compare different document sets, and did.
 # Reported for fifo and srpt-group: bytes read from the disk per request
 # (`/proc/PID/io` read_bytes of the server), requests/s, mean and p99
 # response time. The documents' pages are dropped (`POSIX_FADV_DONTNEED`)
@@ -52,6 +57,8 @@
 #   LINK [100mbit]  MODEL [event]  FILES [2000]  OUT [bench/results/srpt-TIMESTAMP]
 #   SRPT_ARGS [""] more `modus serve` flags for the srpt runs (e.g. "--srpt-max-wait 500ms")
 #   disk only: DISK_FILES [6000]  MEMORY [a quarter of the document set] (bytes)
+#     DISK_REQUESTS [400000] (the stream's length; every run replays all of it)
+#     CACHE [4MiB] the server's --cache-size
 #     DISK_SCHEDULES ["fifo srpt srpt-group"]  WARM, WARM_AHEAD, READAHEAD (above)
 #
 # Why this is not a lab spec: Its link shaping has one htb class per SRPT priority (SO_PRIORITY 0x10001
@@ -113,7 +120,7 @@ if [[ ${1:-} == disk ]]; then
     WORK=$(mktemp -d)
     DISK_FILES=${DISK_FILES:-6000}
     trap 'rmdir "$CG" 2>/dev/null; rm -rf "$WORK"' EXIT
-    "$MODUS" workload surge --out "$WORK/w" --files "$DISK_FILES" --requests 400000 > /dev/null
+    "$MODUS" workload surge --out "$WORK/w" --files "$DISK_FILES" --requests "${DISK_REQUESTS:-400000}" > /dev/null
     docset=$(du -sb "$WORK/w/docs" | cut -f1)
     MEMORY=${MEMORY:-$((docset / 4))}
     log "document set $docset bytes; the server's memory limit $MEMORY bytes"
@@ -124,7 +131,8 @@ if [[ ${1:-} == disk ]]; then
     [[ -n ${READAHEAD:-} ]] && export MODUS_AMPED_READAHEAD=$READAHEAD
     echo "docset_bytes=$docset memory_limit=$MEMORY files=$DISK_FILES" \
         "warm=${MODUS_AMPED_WARM:-default} warm_ahead=${MODUS_AMPED_WARM_AHEAD:-default}" \
-        "readahead=${MODUS_AMPED_READAHEAD:-default}" \
+        "readahead=${MODUS_AMPED_READAHEAD:-default}" "cache_size=${CACHE:-4MiB}" \
+        "requests=${DISK_REQUESTS:-400000} floor_bytes_per_request=$((docset / ${DISK_REQUESTS:-400000}))" \
         "read_ahead_kb=$(cat /sys/block/*/queue/read_ahead_kb 2>/dev/null | sort -u | tr '\n' ' ')" \
         > "$OUT/disk-setup.txt"
     echo "round,schedule,requests,rps,mean_us,p99_us,errors,read_bytes,read_bytes_per_request" > "$OUT/disk.csv"
@@ -143,14 +151,14 @@ for base, _, files in os.walk(sys.argv[1]):
 PY
             # shellcheck disable=SC2046 # SRPT_ARGS is a list of flags
             taskset -c 0 "$MODUS" serve "$WORK/w/docs" --model amped --workers 1 --helpers 8 \
-                --listen 127.0.0.1:0 --access-log off --cache-size 4MiB --schedule "$schedule" \
+                --listen 127.0.0.1:0 --access-log off --cache-size "${CACHE:-4MiB}" --schedule "$schedule" \
                 $([[ $schedule != fifo ]] && echo "${SRPT_ARGS:-}") > "$WORK/server.out" 2>/dev/null &
             pid=$!
             echo "$pid" > "$CG/cgroup.procs"
             for _ in $(seq 1 100); do grep -q '^listening on ' "$WORK/server.out" && break; sleep 0.05; done
             addr=$(sed -n 's/^listening on \([^ ]*\).*/\1/p' "$WORK/server.out")
             before=$(awk '/^read_bytes/ { print $2 }' "/proc/$pid/io")
-            taskset -c 1 "$MODUS" load "http://$addr/" --workload "$WORK/w" -c 64 -d "${DURATION}s" \
+            taskset -c 1 "$MODUS" load "http://$addr/" --workload "$WORK/w" -c 64 \
                 --json > "$WORK/load.json" 2>/dev/null || true
             after=$(awk '/^read_bytes/ { print $2 }' "/proc/$pid/io")
             kill -TERM "$pid"; wait "$pid" || true

@@ -53,8 +53,8 @@ pub(crate) trait Helpers: Send {
 /// * `MODUS_AMPED_WARM_AHEAD=1`: every window is warmed as the reply is
 ///   sent ("warm as you send"); by default only the first window of a
 ///   reply is, and the rest is `sendfile`d as it is (a cold page stalls
-///   the loop). Off by default: on paper 004's disk case it did not read
-///   less from the disk under SRPT, and a hot 1 MB file costs 1.19× the
+///   the loop). Off by default: on paper 004's disk case it read no less
+///   from the disk, and a hot 1 MB file costs 1.19× the
 ///   CPU for its probes (BENCHMARKS.md, "SRPT and same-document grouping
 ///   on the disk");
 /// * `MODUS_AMPED_READAHEAD=0`: the kernel's own read-ahead is off for the
