@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pipeline::schedule::Schedule;
+use pipeline::schedule::{self, Due, Schedule};
 use pipeline::{refuse_at_capacity, ConnInfo, Connection, IpSlot, Mode, Pipeline, Want};
 use rustix::io::Errno;
 use rustix::net::SocketFlags;
@@ -291,8 +291,8 @@ struct Loop {
     srpt: bool,
     /// This turn's connections due a drive (SRPT only).
     turn: Vec<u64>,
-    /// The turn in SRPT's order: (size, token); kept to reuse its allocation.
-    order: Vec<(u64, u64)>,
+    /// The turn in SRPT's order (`schedule::order_turn`); kept to reuse its allocation.
+    order: Vec<Due>,
     /// Connections that yielded after a quantum, for the next turn.
     again: Vec<u64>,
     conns: Slab<Conn>,
@@ -597,7 +597,8 @@ impl Loop {
     /// SRPT on the loop's CPU: the turn's ready connections, and those that
     /// yielded last turn, each driven once, fewest bytes left first (ties
     /// in token order), so small responses are not stuck behind a large
-    /// one's writes; a large one moves a quantum per turn.
+    /// one's writes; a large one moves a quantum per turn. `srpt-group`
+    /// drives the connections sending one file back to back.
     fn serve_turn(&mut self) {
         let pipeline = self.pipeline.clone();
         let Schedule::Srpt(srpt) = &pipeline.settings.schedule else { return };
@@ -605,12 +606,11 @@ impl Loop {
         let now = self.now;
         for token in self.turn.drain(..).chain(self.again.drain(..)) {
             if let Some(c) = self.conns.get(token) {
-                order.push((c.conn.remaining(srpt, now), token));
+                order.push(Due::new(c.conn.remaining(srpt, now), c.conn.document(), token));
             }
         }
-        order.sort_unstable();
-        order.dedup_by_key(|&mut (_, token)| token);
-        for &(_, token) in &order {
+        schedule::order_turn(&mut order, srpt.group);
+        for &Due { token, .. } in &order {
             // An earlier drive this turn may have closed or moved it on.
             let still_due = self.conns.get(token).is_some_and(|c| match c.waits {
                 Waits::Pipes => true,

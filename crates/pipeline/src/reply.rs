@@ -342,7 +342,9 @@ fn respond(
         }
     };
     let body = chunk.into_iter().chain(parts).filter(|_| !is_head);
-    Some(finish(status, head, body, keep_alive))
+    let mut response = finish(status, head, body, keep_alive);
+    response.document = (!is_head).then(|| rep.document());
+    Some(response)
 }
 
 /// How a file is answered, by its `Accept-Encoding` (or `None`: that
@@ -519,6 +521,16 @@ impl Chosen<'_> {
             .header("Accept-Ranges", "bytes");
         if self.vary {
             head.header("Vary", "Accept-Encoding");
+        }
+    }
+
+    /// The file whose bytes go out: the precompressed sibling if that is
+    /// the answer, else the file (an encoding made by the server is kept
+    /// with it).
+    fn document(&self) -> crate::schedule::Document {
+        match &self.form {
+            Form::Sibling(_, sibling) => sibling.document(),
+            Form::Identity | Form::Encoded(_) => self.res.document(),
         }
     }
 

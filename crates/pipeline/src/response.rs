@@ -22,6 +22,8 @@ pub struct Response {
     pub close: bool,
     /// How the pipeline got the answer, and how long it took (timing on).
     pub(crate) data: DataPhase,
+    /// The file it sends, for same-document grouping (`--schedule srpt-group`).
+    pub document: Option<crate::schedule::Document>,
 }
 
 /// The data phase of a reply, for the per-phase statistics.
@@ -64,7 +66,7 @@ pub(crate) fn finish(
     for chunk in body {
         out.push(chunk);
     }
-    Response { status, out, head_len, close: !keep_alive, data: DataPhase::default() }
+    Response { status, out, head_len, close: !keep_alive, data: DataPhase::default(), document: None }
 }
 
 /// The allocations of sent replies, per thread, for the next ones: a head

@@ -111,6 +111,60 @@ impl Default for Srpt {
     }
 }
 
+/// The document a response sends (the file's device and inode), for
+/// same-document grouping: responses that name one are served back to back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Document {
+    /// `st_dev`, or 0 for an embedded file.
+    pub dev: u64,
+    /// `st_ino`, or an embedded file's content hash.
+    pub ino: u64,
+}
+
+/// A connection due a drive in a loop's turn, as [`order_turn`] sorts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Due {
+    /// Where its group goes: the fewest bytes any connection sending the
+    /// same document has left (its own remaining bytes when ungrouped).
+    lead: u64,
+    document: Option<Document>,
+    remaining: u64,
+    /// The loop's name for the connection.
+    pub token: u64,
+}
+
+impl Due {
+    /// `remaining` as [`Srpt::size`] gives it; `document` what the response sends, if a file.
+    pub fn new(remaining: u64, document: Option<Document>, token: u64) -> Due {
+        Due { lead: remaining, document, remaining, token }
+    }
+}
+
+/// Orders a loop's turn for SRPT: fewest bytes left first, ties by token,
+/// each token once. With `group` (`--schedule srpt-group`, paper 004's
+/// same-document grouping), the connections sending one document are
+/// served back to back, where the one of them with the fewest bytes left
+/// would be: the document's pages are read once and sent to each while
+/// they are in memory.
+pub fn order_turn(due: &mut Vec<Due>, group: bool) {
+    if group {
+        due.sort_unstable_by_key(|d| (d.document, d.remaining));
+        let mut start = 0;
+        while start < due.len() {
+            let (document, lead) = (due[start].document, due[start].remaining);
+            let end = start + due[start..].iter().take_while(|d| d.document == document).count();
+            if document.is_some() {
+                due[start..end].iter_mut().for_each(|d| d.lead = lead);
+            }
+            start = end;
+        }
+        due.sort_unstable();
+    } else {
+        due.sort_unstable_by_key(|d| (d.remaining, d.token));
+    }
+    due.dedup_by_key(|d| d.token);
+}
+
 /// Checks class cutoffs as `--srpt-classes` gives them: ascending, at most
 /// [`Srpt::MAX_CLASSES`]` - 1`.
 pub fn check_cutoffs(cutoffs: &[u64]) -> Result<(), String> {
@@ -159,6 +213,58 @@ mod tests {
             .map(|&n| srpt.class(n, Duration::ZERO))
             .collect();
         assert_eq!(classes, [0, 1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    fn tokens(due: &[Due]) -> Vec<u64> {
+        due.iter().map(|d| d.token).collect()
+    }
+
+    #[test]
+    fn a_turn_goes_fewest_bytes_first_each_connection_once() {
+        let a = Some(Document { dev: 1, ino: 10 });
+        let b = Some(Document { dev: 1, ino: 20 });
+        // Token 3 is due twice: readable this turn, and yielded last turn.
+        let turn = [Due::new(500, a, 3), Due::new(0, None, 7), Due::new(90_000, b, 1), Due::new(500, a, 3)];
+        let mut due = turn.to_vec();
+        order_turn(&mut due, false);
+        assert_eq!(tokens(&due), [7, 3, 1]);
+        // Equal remaining bytes: token order, whatever the documents.
+        let mut due = vec![Due::new(500, b, 9), Due::new(500, a, 4), Due::new(500, None, 6)];
+        order_turn(&mut due, false);
+        assert_eq!(tokens(&due), [4, 6, 9]);
+    }
+
+    #[test]
+    fn grouping_serves_one_documents_connections_back_to_back() {
+        let big = Some(Document { dev: 1, ino: 10 });
+        let small = Some(Document { dev: 1, ino: 20 });
+        let other_dev = Some(Document { dev: 2, ino: 10 });
+        let mut due = vec![
+            Due::new(800_000, big, 1),
+            Due::new(2_000, small, 2),
+            Due::new(40_000, None, 3),
+            Due::new(30_000, big, 4),
+            Due::new(500_000, other_dev, 5),
+            Due::new(0, None, 6),
+            Due::new(2_000, small, 2),
+            Due::new(120_000, big, 7),
+        ];
+        order_turn(&mut due, true);
+        // `big`'s three go together where its 30,000-byte one would go (after
+        // the reading connection 6, `small`'s 2 once, before 3's 40,000),
+        // fewest left first among them; the same inode on another device is
+        // another document.
+        assert_eq!(tokens(&due), [6, 2, 4, 7, 1, 3, 5]);
+        // Without grouping the same turn is plain SRPT.
+        order_turn(&mut due, false);
+        assert_eq!(tokens(&due), [6, 2, 4, 3, 7, 5, 1]);
+    }
+
+    #[test]
+    fn grouping_leaves_responses_without_a_document_alone() {
+        let mut due = vec![Due::new(300, None, 1), Due::new(200, None, 2), Due::new(100, None, 3)];
+        order_turn(&mut due, true);
+        assert_eq!(tokens(&due), [3, 2, 1]);
     }
 
     #[test]

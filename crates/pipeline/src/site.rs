@@ -63,6 +63,15 @@ impl Resource {
         }
     }
 
+    /// Which file it is (device and inode), whatever the path it was found by.
+    pub fn document(&self) -> crate::schedule::Document {
+        let identity = match self {
+            Resource::Cached(e) => &e.identity,
+            Resource::File { identity, .. } => identity,
+        };
+        crate::schedule::Document { dev: identity.dev, ino: identity.ino }
+    }
+
     pub fn modified(&self) -> SystemTime {
         match self {
             Resource::Cached(e) => e.identity.modified,

@@ -366,7 +366,8 @@ pub struct ServeOptions {
     /// the socket's priority follows the class of the bytes a response has
     /// left (needs a priority qdisc: README, "Scheduling the outgoing link");
     /// srpt-group also reads a document once for all the requests that miss
-    /// on it together [default: fifo]
+    /// on it together, and an event loop sends one file's responses back to
+    /// back [default: fifo]
     #[arg(long, value_name = "fifo|srpt|srpt-group", help_heading = "Scheduling")]
     pub schedule: Option<ScheduleName>,
 

@@ -498,6 +498,15 @@ impl Connection {
         }
     }
 
+    /// The file the response being written sends, if any: what
+    /// `srpt-group` groups a loop's turn by.
+    pub fn document(&self) -> Option<crate::schedule::Document> {
+        match &self.state {
+            State::Write(pending) => pending.reply.document,
+            _ => None,
+        }
+    }
+
     /// Reads nothing until the next [`readable`](Self::readable): for a
     /// connection accepted later in a turn than the wait that reported
     /// its listener, whose request may have been sent after a file changed

@@ -151,3 +151,31 @@ fn a_real_socket_ends_at_the_top_class() {
     assert!(seen.len() >= 2, "the priority changed on the way: {seen:?}");
     assert_eq!(sock.tcp_notsent_lowat().unwrap(), Srpt::UNSENT_LIMIT);
 }
+
+/// What `srpt-group` groups a turn by: the file a response is sending —
+/// one document for every request of one file, another for another file,
+/// nothing for a reply without a file's bytes (HEAD, an error) or once it
+/// is written.
+#[test]
+fn a_response_names_the_document_it_sends() {
+    let sending = |request: &[u8]| {
+        let mut h = srpt(&[10_000, 50_000], 30_000);
+        h.conn.set_yielding();
+        h.send(request);
+        let document = h.conn.document();
+        while let Want::Again = h.drive() {}
+        assert_eq!(h.conn.document(), None, "written");
+        document
+    };
+    let big = sending(GET_BIG).expect("a GET of a file names it");
+    assert_eq!(sending(GET_BIG), Some(big), "every request of one file: one document");
+    assert_eq!(sending(b"GET /big.bin?v=2 HTTP/1.1\r\nHost: x\r\n\r\n"), Some(big), "by file, not by target");
+    assert_eq!(sending(b"HEAD /big.bin HTTP/1.1\r\nHost: x\r\n\r\n"), None, "no body");
+    assert_eq!(sending(b"GET /missing HTTP/1.1\r\nHost: x\r\n\r\n"), None, "an error page");
+    // A small file is written in one drive; its document is another.
+    let mut h = srpt(&[10_000, 50_000], 30_000);
+    h.wire.send_room(10);
+    h.send(GET);
+    let small = h.conn.document().expect("still writing");
+    assert_ne!(small, big);
+}
