@@ -56,8 +56,8 @@
 //! 1 MB file costs 1.19× the CPU for its probes, so it is off by default.
 //! `MODUS_AMPED_READAHEAD=0` turns the kernel's own read-ahead off for the
 //! files the helpers warm (`POSIX_FADV_RANDOM`; the device's
-//! `read_ahead_kb` is 8 MiB on this machine's disk): 3 % fewer disk bytes
-//! under FIFO, 19 % under `srpt-group` there.
+//! `read_ahead_kb` is 8 MiB on this machine's disk): 7 % fewer disk bytes
+//! under FIFO, 12 % under `srpt-group` there.
 //!
 //! The knobs (`helpers::WarmAhead`): `MODUS_AMPED_WARM=BYTES` the window
 //! (0: no warming at all), `MODUS_AMPED_WARM_AHEAD=1`,
