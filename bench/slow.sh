@@ -23,6 +23,7 @@
 #   REPEAT         runs per case; the best is reported (the machine is shared: a run that another
 #                  process's burst of CPU hit says little about the server) [2; smoke: 1]
 #   SERVE_ARGS     extra `modus serve` flags for every case     [none]
+#   DIRECT_ARGS    extra `modus direct` flags for prefork+direct [none]
 #   SERVER_CPU / LOAD_CPU   pinning (the attacker shares LOAD_CPU with the load generator) [1 / 0]
 #   MODUS_BIN      modus binary; unset = cargo build --release -p modus
 #   BENCH_MD       markdown file to update, "off" to skip      [<repo>/BENCHMARKS.md; smoke: off]
@@ -117,7 +118,7 @@ case_run() {
     port=$LAST_PORT
     target_port=$port
     if [ "$server" = prefork+direct ]; then
-        start "$server-$attack-$run-director" direct --listen 127.0.0.1:0 --backend "127.0.0.1:$port"
+        start "$server-$attack-$run-director" direct --listen 127.0.0.1:0 --backend "127.0.0.1:$port" ${DIRECT_ARGS:-}
         target_port=$LAST_PORT
     fi
     local path=/500b.html

@@ -417,19 +417,30 @@ impl Backend {
         self.monitor_limit(max).min(self.limiter.limit())
     }
 
-    /// Whether a new request may be sent here now.
-    pub fn has_room(&self, max: usize) -> bool {
-        self.up && self.inflight < self.limit(max)
+    /// Whether a new request may be sent here now. A `large` one (its
+    /// target answered [`LARGE`] bytes or more last time) leaves a quarter of
+    /// the slots to the others: a flood of large downloads then cannot hold
+    /// every slot, which would make each small request wait for one of them
+    /// to end (they share the backend, so they all end late together).
+    pub fn has_room(&self, max: usize, large: bool) -> bool {
+        let limit = self.limit(max);
+        let kept_for_small = if large { limit / 4 } else { 0 };
+        self.up && self.inflight + kept_for_small < limit
     }
 }
 
-/// The backend with room and the fewest requests in flight; ties go
-/// round-robin from `start`.
-pub fn pick(backends: &[Backend], max: usize, start: usize) -> Option<usize> {
+/// From this many response bytes a request counts as large for
+/// [`Backend::has_room`]: ten times SURGE's mean response.
+pub const LARGE: u64 = 1 << 20;
+
+/// The backend with room (for a `large` request, room beyond the slots kept
+/// for small ones) and the fewest requests in flight; ties go round-robin
+/// from `start`.
+pub fn pick(backends: &[Backend], max: usize, start: usize, large: bool) -> Option<usize> {
     let n = backends.len();
     (0..n)
         .map(|i| (start + i) % n)
-        .filter(|&i| backends[i].has_room(max))
+        .filter(|&i| backends[i].has_room(max, large))
         .min_by_key(|&i| backends[i].inflight)
 }
 
@@ -457,11 +468,11 @@ mod tests {
     #[test]
     fn least_outstanding_with_round_robin_ties() {
         let bs = backends(&[3, 1, 2]);
-        assert_eq!(pick(&bs, 10, 0), Some(1));
+        assert_eq!(pick(&bs, 10, 0, false), Some(1));
         let bs = backends(&[1, 1, 1]);
-        assert_eq!(pick(&bs, 10, 0), Some(0));
-        assert_eq!(pick(&bs, 10, 1), Some(1));
-        assert_eq!(pick(&bs, 10, 5), Some(2));
+        assert_eq!(pick(&bs, 10, 0, false), Some(0));
+        assert_eq!(pick(&bs, 10, 1, false), Some(1));
+        assert_eq!(pick(&bs, 10, 5, false), Some(2));
     }
 
     #[test]
@@ -469,11 +480,23 @@ mod tests {
         let mut bs = backends(&[2, 0, 0]);
         bs[1].up = false;
         bs[2].monitor = MonitorState::Overloaded;
-        assert_eq!(pick(&bs, 2, 0), None, "b0 full, b1 down, b2 overloaded");
-        assert_eq!(pick(&bs, 3, 0), Some(0));
+        assert_eq!(pick(&bs, 2, 0, false), None, "b0 full, b1 down, b2 overloaded");
+        assert_eq!(pick(&bs, 3, 0, false), Some(0));
         bs[2].monitor = MonitorState::Unknown;
         assert_eq!(bs[2].limit(3), 2, "unknown: half the limit, rounded up");
-        assert_eq!(pick(&bs, 3, 0), Some(2));
+        assert_eq!(pick(&bs, 3, 0, false), Some(2));
+    }
+
+    #[test]
+    fn large_requests_leave_a_quarter_of_the_slots_to_small_ones() {
+        let bs = backends(&[7, 7]);
+        assert_eq!(pick(&bs, 8, 0, true), None, "6 of 8 is as far as a large one goes");
+        assert_eq!(pick(&bs, 8, 0, false), Some(0));
+        let bs = backends(&[5, 6]);
+        assert_eq!(pick(&bs, 8, 0, true), Some(0));
+        // One slot is not split: a large request may take it.
+        assert_eq!(pick(&backends(&[0]), 1, 0, true), Some(0));
+        assert_eq!(pick(&backends(&[2]), 3, 0, true), Some(0), "a quarter of 3 keeps none back");
     }
 
     fn window(l: &Limiter) -> u32 {

@@ -53,6 +53,12 @@ pub struct DirectOptions {
     #[arg(long, default_value = "2s", value_name = "DURATION")]
     pub queue_timeout: Dur,
 
+    /// The pending queue's order: srpt serves first the request whose
+    /// target answered the fewest bytes last time (a flood of large
+    /// downloads waits behind small requests), fifo as they came
+    #[arg(long, default_value = "srpt", value_name = "fifo|srpt")]
+    pub queue_order: crate::proxy::QueueOrder,
+
     /// HTML page sent with 503 when a request cannot be admitted
     #[arg(long, value_name = "FILE")]
     pub busy_page: Option<PathBuf>,
@@ -179,6 +185,8 @@ pub struct Config {
     pub queue: usize,
     /// Pending queue wait limit.
     pub queue_timeout: Duration,
+    /// Pending queue order.
+    pub queue_order: crate::proxy::QueueOrder,
     /// Busy page body.
     pub busy_page: Vec<u8>,
     /// Retry-After seconds.
@@ -288,6 +296,7 @@ impl DirectOptions {
             max_backend_conns: self.max_backend_conns,
             queue: self.queue,
             queue_timeout: self.queue_timeout.0,
+            queue_order: self.queue_order,
             busy_page,
             retry_after: self.retry_after,
             max_conns_per_ip: self.max_conns_per_ip,

@@ -470,6 +470,68 @@ fn a_queued_request_gets_the_next_free_slot() {
     assert_eq!(backend.shared.max_active.load(Ordering::SeqCst), 1);
 }
 
+/// The order the backend saw the queued requests in, after `/slow` held
+/// its only slot while `/big`, `/big` and `/small` queued (in that order),
+/// with `/big` known to answer 100,000 bytes and `/small` 2.
+fn queued_order(order: &str) -> Vec<String> {
+    let backend = TestBackend::start(|head, _| {
+        if head.starts_with("GET /big") {
+            let mut r = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n".to_vec();
+            r.resize(r.len() + 100_000, b'x');
+            r
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+        }
+    });
+    let d = director(
+        &[backend.addr],
+        &[
+            "--max-backend-conns",
+            "1",
+            "--queue-timeout",
+            "30s",
+            "--queue-order",
+            order,
+            "--status-path",
+            "/.director",
+        ],
+    );
+    let mut c = d.client();
+    for target in ["/big", "/small"] {
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n"));
+        c.read_response("GET").assert_status(200);
+    }
+    backend.close_gate();
+    let mut slow = d.client();
+    slow.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    backend.wait_requests(3);
+    let mut queued = Vec::new();
+    for (i, target) in ["/big", "/big", "/small"].iter().enumerate() {
+        let mut q = d.client();
+        q.send(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n"));
+        wait_status(&d, "the request queued", |s| s.contains(&format!("\nqueued: {}\n", i + 1)));
+        queued.push(q);
+    }
+    backend.open_gate();
+    slow.read_response("GET").assert_status(200);
+    for q in &mut queued {
+        q.read_response("GET").assert_status(200);
+    }
+    let lines: Vec<String> =
+        backend.requests().iter().map(|r| r.lines().next().unwrap_or_default().to_string()).collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    lines[3..].to_vec()
+}
+
+/// `--queue-order srpt` (the default): the queued request whose target
+/// answered the fewest bytes last time goes first, so small requests are not
+/// stuck behind a flood of large downloads; `fifo` keeps arrival order.
+#[test]
+fn the_queue_serves_the_smallest_expected_answer_first() {
+    assert_eq!(queued_order("srpt"), ["GET /small HTTP/1.1", "GET /big HTTP/1.1", "GET /big HTTP/1.1"]);
+    assert_eq!(queued_order("fifo"), ["GET /big HTTP/1.1", "GET /big HTTP/1.1", "GET /small HTTP/1.1"]);
+}
+
 #[test]
 fn per_ip_connection_cap() {
     let backend = TestBackend::ok();

@@ -169,6 +169,7 @@ impl Director {
                             } else {
                                 request_head(&head, c.peer, cfg.tls.is_some(), backend_name)
                             },
+                            target: (head.method != h1::Method::Head).then(|| head.target().into()),
                             head_request: head.method == h1::Method::Head,
                             client_11: head.version == h1::Version::Http11,
                             keep_alive: head.keep_alive && self.stopping.is_none(),
@@ -226,7 +227,8 @@ impl Director {
             respond_local(c, 502, "text/plain", &error_page(502, "no backend available"), &[], keep, false);
             return;
         }
-        if let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr) {
+        let large = self.queue.expected(ex.target.as_deref()) >= crate::backend::LARGE;
+        if let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, large) {
             self.rr = self.rr.wrapping_add(1);
             self.attach(token, b);
             return;
@@ -236,7 +238,7 @@ impl Director {
             ex.stage = Stage::Queued(now);
             c.deadline = Some(now + self.cfg.queue_timeout);
             self.stats.queued_total += 1;
-            self.queue.push_back(token);
+            self.queue.push(token, ex.target.as_deref());
             return;
         }
         self.stats.queue_full += 1;
@@ -396,6 +398,11 @@ impl Director {
                         else {
                             unreachable!("RECEIVE is attached");
                         };
+                        if let (Some(target), &crate::response::Framing::Length(bytes)) =
+                            (ex.target.as_deref(), &head.framing)
+                        {
+                            self.queue.learn(target, bytes);
+                        }
                         let body = ResponseBody::new(head.framing, to_client, head.backend_close);
                         ex.stage = Stage::Relaying(attachment, body);
                         c.state = ClientState::Response;
@@ -630,7 +637,7 @@ impl Director {
         }
         if let Some(c) = self.clients.remove(token) {
             if c.ex.as_ref().is_some_and(Exchange::is_queued) {
-                self.queue.retain(|&t| t != token);
+                self.queue.remove(token);
             }
             let ip = c.peer.ip();
             if let Some(n) = self.per_ip.get_mut(&ip) {
@@ -643,24 +650,25 @@ impl Director {
         self.dispatch_queue();
     }
 
-    /// Serves queued requests while backends have room (FIFO); answers
-    /// them all at once if no backend is up.
+    /// Serves queued requests while backends have room, in the queue's
+    /// order (`--queue-order`); answers them all at once if no backend is up.
     pub(super) fn dispatch_queue(&mut self) {
-        while let Some(&token) = self.queue.front() {
+        while let Some(token) = self.queue.peek() {
             let queued =
                 self.clients.get(token).is_some_and(|c| c.ex.as_ref().is_some_and(Exchange::is_queued));
             if !queued {
-                self.queue.pop_front();
+                self.queue.pop();
                 continue;
             }
             if !self.backends.iter().any(|b| b.up) {
-                self.queue.pop_front();
+                self.queue.pop();
                 self.unqueue_and_admit(token);
                 continue;
             }
-            let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr) else { return };
+            let large = self.queue.next_is_large();
+            let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, large) else { return };
             self.rr = self.rr.wrapping_add(1);
-            self.queue.pop_front();
+            self.queue.pop();
             self.attach(token, b);
         }
     }

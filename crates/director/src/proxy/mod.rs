@@ -10,9 +10,10 @@
 //!   Nothing reaches a backend before this state is done, so a malformed or
 //!   slow request never holds a backend connection.
 //! * **PEEK** — admission ([`Director::admit`]): pick the backend with room
-//!   and the fewest requests in flight; none with room → wait in the FIFO
-//!   pending queue (bounded by `--queue`) for up to `--queue-timeout`, then
-//!   the busy page; no backend up → 502 at once.
+//!   and the fewest requests in flight; none with room → wait in the
+//!   pending queue (bounded by `--queue`, served smallest expected answer
+//!   first or FIFO, `queue.rs`) for up to `--queue-timeout`, then the busy
+//!   page; no backend up → 502 at once.
 //! * **RECEIVE** — send the re-serialised request (and body) on a pooled
 //!   keep-alive connection and read the backend's response head, validated
 //!   before anything goes to the client (bad → 502, none in time → 504).
@@ -66,9 +67,13 @@ mod admin_listener;
 mod client;
 mod health;
 mod monitors;
+mod queue;
 mod status;
 mod tick;
 mod upstream;
+
+use queue::PendingQueue;
+pub use queue::QueueOrder;
 
 /// A `Content-Length` body up to this size, or this much of a chunked body
 /// (all of it if it is shorter), is read in REQUEST, before admission, so
@@ -152,6 +157,9 @@ impl ClientState {
 #[derive(Debug)]
 struct Exchange {
     fwd_head: Vec<u8>,
+    /// The request's target, for what the pending queue learns of its
+    /// answer's size; `None` for a HEAD (no body to expect).
+    target: Option<Box<str>>,
     head_request: bool,
     client_11: bool,
     keep_alive: bool,
@@ -509,7 +517,7 @@ pub struct Director {
     /// (when, requests answered) at recent ticks, for requests/s.
     rate_samples: VecDeque<(Instant, u64)>,
     backends: Vec<Backend>,
-    queue: VecDeque<u64>,
+    queue: PendingQueue,
     timers: Deadlines,
     ready: VecDeque<u64>,
     per_ip: HashMap<IpAddr, usize>,
@@ -561,6 +569,7 @@ impl Director {
         let n = backends.len();
         let now = Instant::now();
         let watch = Watch::new(&backends);
+        let queue = PendingQueue::new(cfg.queue_order);
         Ok(Director {
             cfg,
             poller,
@@ -583,7 +592,7 @@ impl Director {
             },
             rate_samples: VecDeque::new(),
             backends,
-            queue: VecDeque::new(),
+            queue,
             timers: Deadlines::default(),
             ready: VecDeque::new(),
             per_ip: HashMap::new(),
@@ -675,6 +684,7 @@ fn respond_local(
     c.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
     let ex = c.ex.get_or_insert_with(|| Exchange {
         fwd_head: Vec::new(),
+        target: None,
         head_request: false,
         client_11: true,
         keep_alive: false,
@@ -724,6 +734,7 @@ mod tests {
     fn exchange(stage: Stage) -> Exchange {
         Exchange {
             fwd_head: b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            target: Some("/".into()),
             head_request: false,
             client_11: true,
             keep_alive: true,

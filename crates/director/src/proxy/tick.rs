@@ -87,7 +87,7 @@ impl Director {
                 if let Some(ex) = c.ex.as_mut() {
                     ex.stage = Stage::Parsed;
                 }
-                self.queue.retain(|&t| t != token);
+                self.queue.remove(token);
                 self.busy_page(token, "queue_timeout");
             }
             ClientState::Receive => {

@@ -1,0 +1,191 @@
+//! The pending queue: requests waiting for a backend with room.
+//!
+//! `--queue-order fifo` serves them as they came. `srpt` (the default)
+//! serves first the request expected to answer the fewest bytes, by what
+//! its target answered last time: paper 004's shortest-remaining-first,
+//! applied where the director decides. Under overload a flood of large
+//! downloads then waits behind the small requests instead of in front of
+//! them, and each backend slot is turned over as fast as it can be. A target
+//! never answered yet counts as small; ties go in arrival order; the queue
+//! timeout bounds every wait either way.
+
+use std::collections::{HashMap, VecDeque};
+use std::str::FromStr;
+
+/// `--queue-order`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// First come, first served.
+    Fifo,
+    /// Fewest expected response bytes first.
+    Srpt,
+}
+
+impl FromStr for QueueOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<QueueOrder, String> {
+        match s {
+            "fifo" => Ok(QueueOrder::Fifo),
+            "srpt" => Ok(QueueOrder::Srpt),
+            _ => Err(format!("{s:?}: expected fifo or srpt")),
+        }
+    }
+}
+
+/// Targets whose last response length is remembered; past it the oldest
+/// half is forgotten (they are learned again on their next response).
+const SIZES_KEPT: usize = 4096;
+
+/// The waiting requests, and what each target answered last.
+#[derive(Debug)]
+pub(super) struct PendingQueue {
+    order: QueueOrder,
+    /// (expected response bytes, client token), in arrival order.
+    waiting: VecDeque<(u64, u64)>,
+    /// Last response length per target, and when it was learned (a count).
+    sizes: HashMap<Box<str>, (u64, u64)>,
+    learned: u64,
+}
+
+impl PendingQueue {
+    pub(super) fn new(order: QueueOrder) -> PendingQueue {
+        PendingQueue { order, waiting: VecDeque::new(), sizes: HashMap::new(), learned: 0 }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// The body bytes `target` answered last time; 0 if not known (`None`:
+    /// nothing to expect, e.g. a HEAD, which answers no body).
+    pub(super) fn expected(&self, target: Option<&str>) -> u64 {
+        target.and_then(|t| self.sizes.get(t)).map_or(0, |&(bytes, _)| bytes)
+    }
+
+    /// Queues the client `token`, whose request names `target`.
+    pub(super) fn push(&mut self, token: u64, target: Option<&str>) {
+        self.waiting.push_back((self.expected(target), token));
+    }
+
+    /// Whether the request [`peek`](Self::peek) names is expected to be
+    /// large ([`LARGE`](crate::backend::LARGE)).
+    pub(super) fn next_is_large(&self) -> bool {
+        self.next().is_some_and(|i| self.waiting[i].0 >= crate::backend::LARGE)
+    }
+
+    /// Takes `token` out (its client left, or its wait timed out).
+    pub(super) fn remove(&mut self, token: u64) {
+        self.waiting.retain(|&(_, t)| t != token);
+    }
+
+    /// The request to serve next, without taking it.
+    pub(super) fn peek(&self) -> Option<u64> {
+        self.next().map(|i| self.waiting[i].1)
+    }
+
+    /// Takes the request [`peek`](Self::peek) names.
+    pub(super) fn pop(&mut self) -> Option<u64> {
+        let i = self.next()?;
+        self.waiting.remove(i).map(|(_, token)| token)
+    }
+
+    fn next(&self) -> Option<usize> {
+        match self.order {
+            QueueOrder::Fifo => (!self.waiting.is_empty()).then_some(0),
+            // The first of the smallest: `min_by_key` keeps the first minimum.
+            QueueOrder::Srpt => {
+                self.waiting.iter().enumerate().min_by_key(|&(_, &(expected, _))| expected).map(|(i, _)| i)
+            }
+        }
+    }
+
+    /// `target` answered a body of `bytes`.
+    pub(super) fn learn(&mut self, target: &str, bytes: u64) {
+        if self.order == QueueOrder::Fifo {
+            return;
+        }
+        self.learned += 1;
+        if let Some(entry) = self.sizes.get_mut(target) {
+            *entry = (bytes, self.learned);
+            return;
+        }
+        if self.sizes.len() >= SIZES_KEPT {
+            let mut ages: Vec<u64> = self.sizes.values().map(|&(_, at)| at).collect();
+            let (_, &mut median, _) = ages.select_nth_unstable(SIZES_KEPT / 2);
+            self.sizes.retain(|_, &mut (_, at)| at > median);
+        }
+        self.sizes.insert(target.into(), (bytes, self.learned));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(q: &mut PendingQueue) -> Vec<u64> {
+        std::iter::from_fn(|| q.pop()).collect()
+    }
+
+    #[test]
+    fn fifo_serves_in_arrival_order_whatever_was_learned() {
+        let mut q = PendingQueue::new(QueueOrder::Fifo);
+        q.learn("/big", 10 << 20);
+        q.push(1, Some("/big"));
+        q.push(2, Some("/small"));
+        q.push(3, Some("/big"));
+        assert_eq!(q.peek(), Some(1));
+        assert_eq!(drain(&mut q), [1, 2, 3]);
+    }
+
+    #[test]
+    fn srpt_serves_the_smallest_expected_answer_first_ties_in_arrival_order() {
+        let mut q = PendingQueue::new(QueueOrder::Srpt);
+        q.learn("/big", 10 << 20);
+        q.learn("/mid", 50_000);
+        q.learn("/small", 500);
+        for (token, target) in
+            [(1, "/big"), (2, "/mid"), (3, "/big"), (4, "/small"), (5, "/new"), (6, "/small")]
+        {
+            q.push(token, Some(target));
+        }
+        q.push(7, None);
+        // Never answered and HEAD count as nothing to send.
+        assert_eq!(q.peek(), Some(5));
+        assert_eq!(drain(&mut q), [5, 7, 4, 6, 2, 1, 3]);
+    }
+
+    #[test]
+    fn what_was_learned_last_counts() {
+        let mut q = PendingQueue::new(QueueOrder::Srpt);
+        q.learn("/page", 500);
+        q.learn("/other", 1_000);
+        q.learn("/page", 2_000);
+        q.push(1, Some("/page"));
+        q.push(2, Some("/other"));
+        assert_eq!(drain(&mut q), [2, 1]);
+    }
+
+    #[test]
+    fn a_request_taken_out_is_not_served() {
+        let mut q = PendingQueue::new(QueueOrder::Srpt);
+        for token in 1..=3 {
+            q.push(token, Some("/x"));
+        }
+        q.remove(2);
+        assert_eq!(q.len(), 2);
+        assert_eq!(drain(&mut q), [1, 3]);
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn the_sizes_kept_are_bounded_and_the_recent_ones_stay() {
+        let mut q = PendingQueue::new(QueueOrder::Srpt);
+        for i in 0..SIZES_KEPT as u64 * 3 {
+            q.learn(&format!("/f{i}"), i);
+        }
+        assert!(q.sizes.len() <= SIZES_KEPT, "{}", q.sizes.len());
+        let last = SIZES_KEPT as u64 * 3 - 1;
+        assert_eq!(q.sizes.get(format!("/f{last}").as_str()), Some(&(last, last + 1)));
+        assert!(!q.sizes.contains_key("/f0"), "the oldest are forgotten");
+    }
+}
