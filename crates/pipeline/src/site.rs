@@ -56,27 +56,25 @@ pub(crate) enum Resource {
 }
 
 impl Resource {
-    pub fn len(&self) -> u64 {
+    fn identity(&self) -> &Identity {
         match self {
-            Resource::Cached(e) => e.identity.len,
-            Resource::File { identity, .. } => identity.len,
+            Resource::Cached(e) => &e.identity,
+            Resource::File { identity, .. } => identity,
         }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.identity().len
     }
 
     /// Which file it is (device and inode), whatever the path it was found by.
     pub fn document(&self) -> crate::schedule::Document {
-        let identity = match self {
-            Resource::Cached(e) => &e.identity,
-            Resource::File { identity, .. } => identity,
-        };
+        let identity = self.identity();
         crate::schedule::Document { dev: identity.dev, ino: identity.ino }
     }
 
     pub fn modified(&self) -> SystemTime {
-        match self {
-            Resource::Cached(e) => e.identity.modified,
-            Resource::File { identity, .. } => identity.modified,
-        }
+        self.identity().modified
     }
 
     pub fn etag(&self) -> &str {

@@ -169,7 +169,9 @@ impl Director {
                             } else {
                                 request_head(&head, c.peer, cfg.tls.is_some(), backend_name)
                             },
-                            target: (head.method != h1::Method::Head).then(|| head.target().into()),
+                            // Only the size-ordered queue reads it: FIFO keeps no copy.
+                            target: (cfg.queue_order == QueueOrder::Srpt && head.method != h1::Method::Head)
+                                .then(|| head.target().into()),
                             head_request: head.method == h1::Method::Head,
                             client_11: head.version == h1::Version::Http11,
                             keep_alive: head.keep_alive && self.stopping.is_none(),

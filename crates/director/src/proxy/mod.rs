@@ -158,7 +158,8 @@ impl ClientState {
 struct Exchange {
     fwd_head: Vec<u8>,
     /// The request's target, for what the pending queue learns of its
-    /// answer's size; `None` for a HEAD (no body to expect).
+    /// answer's size; `None` for a HEAD (no body to expect) and with
+    /// `--queue-order fifo` (nothing is learned).
     target: Option<Box<str>>,
     head_request: bool,
     client_11: bool,

@@ -101,9 +101,6 @@ impl PendingQueue {
 
     /// `target` answered a body of `bytes`.
     pub(super) fn learn(&mut self, target: &str, bytes: u64) {
-        if self.order == QueueOrder::Fifo {
-            return;
-        }
         self.learned += 1;
         if let Some(entry) = self.sizes.get_mut(target) {
             *entry = (bytes, self.learned);
