@@ -2,10 +2,13 @@
 # bench/soak.sh — each model for a long run at 80 % of its measured capacity (issue 16, item 7): a SURGE
 # document set with a CGI script in the mix, open-loop load, and the server's resident memory, open
 # descriptors and threads (processes for the process models) sampled every SAMPLE seconds. Passes when
-# no request failed, the memory each thread holds (PSS of the tree ÷ its threads, so that the children a
-# process model adds under load are not taken for a leak) grew less than 5 % after the warm-up (the first
-# WARM share of the run), and the descriptors per thread stayed flat (within what the load's own
-# connections can add).
+# no request failed, the memory each thread holds outside the file cache (PSS of the tree less what the
+# caches hold in memory, ÷ its threads, so that the children a process model adds under load are not
+# taken for a leak) grew less than 5 % after the warm-up (the first WARM share of the run), and the
+# descriptors per thread other than the files the caches hold open stayed flat (within what the load's
+# own connections can add). The caches' own numbers come from the server's /status.json (`--admin`):
+# they are bounded by `--cache-size` per process, and a prefork server has one per child, each seeing a
+# share of the stream, so they fill for most of the run.
 #
 # Usage:
 #   bench/soak.sh                                   # every model, 30 minutes each (4 hours)
@@ -76,23 +79,28 @@ for url, n in top:
 print(f"{cgi * 10000:.2f} /cgi-bin/hello?soak")
 EOF
 
-# sample PID: "PSS_KB FDS TASKS" of the server's process tree (tasks: threads of every process; PSS, not
-# RSS, so pages the process models' children share are counted once)
+# sample PID ADMIN: "PSS_KB FDS TASKS CACHE_MEMORY_KB CACHE_FILES" of the server's process tree (tasks:
+# threads of every process; PSS, not RSS, so pages the process models' children share are counted once)
+# and of its caches, summed over the processes, from the admin listener ADMIN's /status.json
 sample() {
-    local pid fds=0 tasks=0 n
+    local pid fds=0 tasks=0 n cache
     for pid in $(pid_tree "$1"); do
         n=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l) && fds=$((fds + n))
         n=$(awk '/^Threads:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0) && tasks=$((tasks + ${n:-0}))
     done
-    echo "$(tree_pss_kb "$1") $fds $tasks"
+    cache=$(python3 -c 'import json, sys, urllib.request
+c = json.load(urllib.request.urlopen(f"http://{sys.argv[1]}/status.json", timeout=5))["cache"]
+print(c["memory_bytes"] // 1024, c["open_files"])' "$2")
+    echo "$(tree_pss_kb "$1") $fds $tasks $cache"
 }
 
 soak() {
-    local model=$1 port out err line rate report samples t=0
+    local model=$1 port admin out err line rate report samples t=0
     port=$(free_port 18500)
+    admin=127.0.0.1:$(free_port $((port + 1)))
     out=$RESULTS_DIR/$model.server.out err=$RESULTS_DIR/$model.server.err
     taskset -c "$SERVER_CPU" "$MODUS_BIN" serve "$WORK/surge/docs" --model "$model" --listen "127.0.0.1:$port" \
-        --cgi-dir "$WORK/cgi" --cache-size "$CACHE" --access-log "$RESULTS_DIR/$model.access.log" >"$out" 2>"$err" &
+        --cgi-dir "$WORK/cgi" --cache-size "$CACHE" --admin "$admin" --access-log "$RESULTS_DIR/$model.access.log" >"$out" 2>"$err" &
     SPID=$!
     line=$(wait_modus_listening "$SPID" "$out" "$err")
     log "$model: $line"
@@ -103,7 +111,7 @@ soak() {
         "$RESULTS_DIR/$model.calibration.json")
     log "$model: capacity $((rate * 10 / 8)) req/s, soaking at $rate req/s for $DURATION"
     samples=$RESULTS_DIR/$model.samples.csv
-    echo "t_s,pss_kb,fds,tasks" >"$samples"
+    echo "t_s,pss_kb,fds,tasks,cache_memory_kb,cache_files" >"$samples"
     report=$RESULTS_DIR/$model.load.json
     taskset -c "$LOAD_CPU" "$MODUS_BIN" load "http://127.0.0.1:$port/" --mix "$WORK/mix.txt" -c "$CONNS" \
         -R "$rate" -d "$DURATION" --json >"$report" 2>"$RESULTS_DIR/$model.load.err" &
@@ -111,7 +119,7 @@ soak() {
     local all0 ours0 all1 ours1 others_pct
     all0=$(all_user_ticks) ours0=$(tree_ticks $$)
     while kill -0 "$lpid" 2>/dev/null; do
-        echo "$t,$(sample "$SPID" | tr ' ' ',')" >>"$samples"
+        echo "$t,$(sample "$SPID" "$admin" | tr ' ' ',')" >>"$samples"
         sleep "$SAMPLE"
         t=$((t + SAMPLE))
     done
@@ -125,19 +133,30 @@ soak() {
     SPID=
     python3 - "$model" "$report" "$samples" "$WARM" "$rate" "$CONNS" "$others_pct" "$NOISE_PCT" \
         >>"$RESULTS_DIR/rows.md" <<'EOF'
-import csv, json, sys
+import csv, json, statistics, sys
 model, report, samples, warm, rate, conns, others_pct, noise_pct = sys.argv[1:]
 r = json.load(open(report))
 rows = [{k: int(v) for k, v in row.items()} for row in csv.DictReader(open(samples))]
 after = [row for row in rows if row["t_s"] >= float(warm) * rows[-1]["t_s"]] or rows
+# The caches are left out: they are bounded (`--cache-size` per process), and in a process model each
+# child's fills with its share of the stream for most of the run.
+for row in rows:
+    row["pss_outside_kb"] = row["pss_kb"] - row["cache_memory_kb"]
+    row["fds_outside"] = row["fds"] - row["cache_files"]
 # Per task (thread), so that workers the model adds under load (a process model's children) are not
 # taken for a leak: a leak grows what each worker holds.
 per = lambda row, k: row[k] / max(row["tasks"], 1)
-pss0, pss1 = per(after[0], "pss_kb"), per(after[-1], "pss_kb")
+# The medians of the first and the last few samples, so that one sample taken while a CGI script ran or
+# the load's connections closed does not decide.
+k = max(1, min(5, len(after) // 4))
+pss0 = statistics.median(per(row, "pss_outside_kb") for row in after[:k])
+pss1 = statistics.median(per(row, "pss_outside_kb") for row in after[-k:])
 growth = (pss1 - pss0) / pss0 * 100 if pss0 else 0.0
-fds = [row["fds"] for row in after]
-fds_per = [per(row, "fds") for row in after]
+fds = [row["fds_outside"] for row in after]
+fds_per = [per(row, "fds_outside") for row in after]
 tasks = [row["tasks"] for row in after]
+cache_mb = [row["cache_memory_kb"] / 1024 for row in after]
+cache_files = [row["cache_files"] for row in after]
 # Flat: what each task holds varies by no more than the load's connections could spread over the fewest tasks.
 flat = max(fds_per) - min(fds_per) <= 1 + 2 * int(conns) / max(min(tasks), 1)
 ok = r["errors"] == 0 and growth < 5 and flat
@@ -151,7 +170,10 @@ elif busy and behind and growth < 5 and flat and r["errors"] == r.get("dropped",
     verdict = f"inconclusive: fell behind its rate while other jobs took {others_pct} % of a core"
 else:
     verdict = "**fail**"
-print(f"| {model} | {rate} | {r['requests']:,} | {r['errors']} | {after[0]['pss_kb']:,} → {after[-1]['pss_kb']:,} "
+tot0 = statistics.median(row["pss_kb"] for row in after[:k])
+tot1 = statistics.median(row["pss_kb"] for row in after[-k:])
+print(f"| {model} | {rate} | {r['requests']:,} | {r['errors']} | {tot0:,.0f} → {tot1:,.0f} "
+      f"| {cache_mb[0]:.1f} → {cache_mb[-1]:.1f} MiB, {min(cache_files)}–{max(cache_files)} files "
       f"| {pss0:,.0f} → {pss1:,.0f} ({growth:+.1f} %) | {min(fds)}–{max(fds)} ({'flat' if flat else 'growing'}) "
       f"| {min(tasks)}–{max(tasks)} | {others_pct} % | {verdict} |")
 EOF
@@ -165,10 +187,10 @@ done
 
 summary=$RESULTS_DIR/summary.tmp
 {
-    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU (\`--cache-size $CACHE\`) serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s, compared after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run."
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU (\`--cache-size $CACHE\`) serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s; after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run, the medians of the first and the last 5 samples are compared."
     echo
-    echo "| model | rate (req/s) | requests | errors | PSS after warm-up → end (kB) | PSS per thread (kB) | open fds | threads | other jobs' CPU | verdict |"
-    echo "|---|---:|---:|---:|---|---|---|---|---:|---|"
+    echo "| model | rate (req/s) | requests | errors | PSS after warm-up → end (kB) | caches: memory, open files | PSS outside the caches per thread (kB) | fds outside the caches | threads | other jobs' CPU | verdict |"
+    echo "|---|---:|---:|---:|---|---|---|---|---|---:|---|"
     cat "$RESULTS_DIR/rows.md"
 } >"$summary"
 publish_block "$summary" soak

@@ -41,7 +41,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
-use pipeline::stats::Snapshot;
+use pipeline::stats::{CacheSnap, Snapshot};
 
 /// Bytes of a slot's sequence number, before its two halves.
 const SLOT_SEQ: usize = 8;
@@ -71,7 +71,7 @@ enum SlotRead {
     /// Never written.
     Empty,
     /// Its owner's tag and last snapshot.
-    Written(u64, Snapshot),
+    Written(u64, Box<Snapshot>),
     /// Overwritten under every retry, or unreadable.
     Unreadable,
 }
@@ -212,7 +212,7 @@ impl Board {
             match read_seq() {
                 Some(again) if whole && again <= 2 * version + 2 => {
                     return match Snapshot::decode(&body, now) {
-                        Some(snap) => SlotRead::Written(word(&head, 0), snap),
+                        Some(snap) => SlotRead::Written(word(&head, 0), Box::new(snap)),
                         None => SlotRead::Unreadable,
                     };
                 }
@@ -263,7 +263,8 @@ impl Board {
             if found == tag {
                 // Gauges end with the process.
                 last.conns = [0; 4];
-                last.cache.bytes = 0;
+                last.cache =
+                    CacheSnap { hits: last.cache.hits, misses: last.cache.misses, ..CacheSnap::default() };
                 last.cgi_running = 0;
                 last.workers.clear();
                 for q in &mut last.queues {
@@ -294,8 +295,8 @@ impl Board {
             match self.read_slot(i, now) {
                 SlotRead::Empty => last.slots[i] = None,
                 SlotRead::Written(tag, snap) => {
-                    last.slots[i] = Some((tag, snap.clone()));
-                    live.push((i, tag, snap));
+                    last.slots[i] = Some((tag, (*snap).clone()));
+                    live.push((i, tag, *snap));
                 }
                 SlotRead::Unreadable => {
                     if let Some((tag, mut snap)) = last.slots[i].clone() {

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use crate::compress::Coding;
 use crate::errorlog::ErrorLog;
+use crate::stats::CacheSnap;
 use crate::watch::{Stale, Ticket, Watch};
 
 /// What identifies one version of a file on disk. A change to any field —
@@ -129,6 +130,15 @@ impl Entry {
         self.identity.len + self.variant_bytes.load(Ordering::Relaxed)
     }
 
+    /// What it holds: budget bytes, bytes in memory, open descriptors.
+    fn held(&self) -> [u64; 3] {
+        let variants = self.variant_bytes.load(Ordering::Relaxed);
+        match self.body {
+            Body::Bytes(_) => [self.size(), self.identity.len + variants, 0],
+            Body::File(_) => [self.size(), variants, 1],
+        }
+    }
+
     /// The variant in `coding` if it was made already: `None` if not yet,
     /// `Some(None)` if it is not worth sending.
     pub fn variant_made(&self, coding: Coding) -> Option<Option<&Variant>> {
@@ -194,7 +204,9 @@ pub struct Cache {
     max_file: u64,
     /// Files up to this size are held as bytes ([`Settings::inline_max`](crate::Settings::inline_max)).
     inline_max: u64,
-    bytes: AtomicU64,
+    /// Budget bytes, bytes in memory and open descriptors of the entries
+    /// held ([`Entry::held`]), each kept under the entries' write lock.
+    held: [AtomicU64; 3],
     hits: AtomicU64,
     misses: AtomicU64,
     /// Misses being read now, for `--schedule srpt-group`'s coalescing.
@@ -226,7 +238,7 @@ impl Cache {
             budget,
             max_file: max_file.min(budget),
             inline_max: INLINE_MAX_SENDFILE,
-            bytes: AtomicU64::new(0),
+            held: Default::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             flights: crate::flights::Flights::default(),
@@ -278,23 +290,23 @@ impl Cache {
             return;
         }
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        let mut freed = 0;
         for change in stale {
             match change {
                 Stale::Everything => {
-                    freed += entries.values().map(|e| e.size()).sum::<u64>();
-                    entries.clear();
+                    for (_, old) in entries.drain() {
+                        self.release(&old);
+                    }
                 }
                 Stale::Path { key, beneath } => {
                     if let Some(old) = entries.remove(&key) {
-                        freed += old.size();
+                        self.release(&old);
                     }
                     if beneath {
                         let under = format!("{key}/");
                         entries.retain(|k, e| {
                             let keep = !k.starts_with(&under);
                             if !keep {
-                                freed += e.size();
+                                self.release(e);
                             }
                             keep
                         });
@@ -302,7 +314,21 @@ impl Cache {
                 }
             }
         }
-        self.bytes.fetch_sub(freed, Ordering::Relaxed);
+    }
+
+    /// Counts an entry's [`Entry::held`] as held (under the entries' write
+    /// lock); returns the budget bytes now held.
+    fn hold(&self, [bytes, memory, files]: [u64; 3]) -> u64 {
+        self.held[1].fetch_add(memory, Ordering::Relaxed);
+        self.held[2].fetch_add(files, Ordering::Relaxed);
+        self.held[0].fetch_add(bytes, Ordering::Relaxed) + bytes
+    }
+
+    /// Counts `entry` as no longer held (under the entries' write lock).
+    fn release(&self, entry: &Entry) {
+        for (counter, n) in self.held.iter().zip(entry.held()) {
+            counter.fetch_sub(n, Ordering::Relaxed);
+        }
     }
 
     /// Before a file is read for the cache: watches its directories (when
@@ -399,12 +425,11 @@ impl Cache {
         if let (Some(ticket), Some(watch)) = (ticket, self.watch.get()) {
             entry.watched.store(ticket.watched && ticket.epoch == watch.epoch(), Ordering::Relaxed);
         }
-        let size = entry.size();
+        let held = entry.held();
         if let Some(old) = entries.insert(key.to_owned(), entry) {
-            self.bytes.fetch_sub(old.size(), Ordering::Relaxed);
+            self.release(&old);
         }
-        let total = self.bytes.fetch_add(size, Ordering::Relaxed) + size;
-        if total > self.budget {
+        if self.hold(held) > self.budget {
             self.evict(&mut entries, self.budget / 10 * 9);
         }
     }
@@ -421,34 +446,35 @@ impl Cache {
         }
         // Just used: the variant's own eviction must not take it.
         entry.last_used.store(self.clock.fetch_add(2, Ordering::Relaxed) + 1, Ordering::Relaxed);
-        let total = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
-        if total > self.budget {
+        if self.hold([len, len, 0]) > self.budget {
             self.evict(&mut entries, self.budget / 10 * 9);
         }
     }
 
     fn evict(&self, entries: &mut HashMap<String, Arc<Entry>>, target: u64) {
-        let mut by_age: Vec<(u64, String, u64)> =
-            entries.iter().map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone(), e.size())).collect();
+        let mut by_age: Vec<(u64, String)> =
+            entries.iter().map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone())).collect();
         by_age.sort_unstable();
-        let mut total = self.bytes.load(Ordering::Relaxed);
-        for (_, key, len) in by_age {
-            if total <= target {
+        for (_, key) in by_age {
+            if self.held[0].load(Ordering::Relaxed) <= target {
                 break;
             }
-            entries.remove(&key);
-            total -= len;
+            if let Some(old) = entries.remove(&key) {
+                self.release(&old);
+            }
         }
-        self.bytes.store(total, Ordering::Relaxed);
     }
 
-    /// (hits, misses, bytes held) since start.
-    pub fn stats(&self) -> (u64, u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-            self.bytes.load(Ordering::Relaxed),
-        )
+    /// Hits and misses since start, and what is held now.
+    pub fn stats(&self) -> CacheSnap {
+        let [bytes, memory, open_files] = self.held.each_ref().map(|n| n.load(Ordering::Relaxed));
+        CacheSnap {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            bytes,
+            memory,
+            open_files,
+        }
     }
 }
 
@@ -470,7 +496,7 @@ mod tests {
         assert!(cache.get("/a", &id).is_some());
         let changed = Identity { len: 11, ..id };
         assert!(cache.get("/a", &changed).is_none());
-        assert_eq!(cache.stats().0, 1);
+        assert_eq!(cache.stats().hits, 1);
     }
 
     #[test]
@@ -482,7 +508,7 @@ mod tests {
         cache.insert("/b", entry(2, 40), None);
         assert!(cache.get("/a", &ida).is_some()); // /b is now the oldest
         cache.insert("/c", entry(3, 40), None);
-        assert!(cache.stats().2 <= 100);
+        assert!(cache.stats().bytes <= 100);
         let entries = cache.entries.read().unwrap();
         assert!(entries.contains_key("/a") && entries.contains_key("/c") && !entries.contains_key("/b"));
     }
@@ -516,26 +542,65 @@ mod tests {
         let made = a.variant(Coding::Gzip, &cache, "/a").expect("smaller once encoded");
         assert_eq!(made.etag, "\"t-gzip\"");
         let encoded = made.bytes.len() as u64;
-        assert_eq!(cache.stats().2, text.len() as u64 + encoded);
+        assert_eq!(cache.stats().bytes, text.len() as u64 + encoded);
         let again = a.variant(Coding::Gzip, &cache, "/a").unwrap();
         assert!(Arc::ptr_eq(&again.bytes, &made.bytes), "made once");
-        assert_eq!(cache.stats().2, text.len() as u64 + encoded, "counted once");
+        assert_eq!(cache.stats().bytes, text.len() as u64 + encoded, "counted once");
         // Not cached under that key: made, not counted.
         let b =
             Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
         b.variant(Coding::Br, &cache, "/b").unwrap();
-        assert_eq!(cache.stats().2, text.len() as u64 + encoded);
+        assert_eq!(cache.stats().bytes, text.len() as u64 + encoded);
         // Evicted with its variants: the budget holds only what is cached.
         cache.insert("/big", entry(2, 4_900), None);
         cache.insert("/big2", entry(3, 4_900), None);
         let held: u64 = cache.entries.read().unwrap().values().map(|e| e.size()).sum();
-        assert_eq!(cache.stats().2, held);
+        assert_eq!(cache.stats().bytes, held);
+    }
+
+    /// What the status page shows of the cache: bytes in memory and open
+    /// descriptors, apart, through inserts, replacements, variants,
+    /// evictions and changes on disk.
+    #[test]
+    fn memory_and_open_files_are_counted_apart() {
+        let file = |ino: u64, len: u64| {
+            let id = Identity { dev: 1, ino, len, modified: SystemTime::UNIX_EPOCH };
+            let fd = std::fs::File::open("/dev/null").expect("/dev/null");
+            Arc::new(Entry::new(id, Body::File(Arc::new(fd)), String::new(), String::new()))
+        };
+        let held = |c: &Cache| {
+            let s = c.stats();
+            (s.bytes, s.memory, s.open_files)
+        };
+        let cache = Cache::new(100_000, 50_000);
+        cache.insert("/small", entry(1, 1_000), None);
+        cache.insert("/large", file(2, 40_000), None);
+        assert_eq!(held(&cache), (41_000, 1_000, 1));
+        cache.insert("/large", file(3, 30_000), None);
+        assert_eq!(held(&cache), (31_000, 1_000, 1), "a replaced entry is given back");
+        let text: Vec<u8> = b"compressible text, ".repeat(50);
+        let id = Identity { dev: 1, ino: 4, len: text.len() as u64, modified: SystemTime::UNIX_EPOCH };
+        let t = Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), String::new(), String::new()));
+        cache.insert("/t", t.clone(), None);
+        let encoded = t.variant(Coding::Gzip, &cache, "/t").expect("smaller").bytes.len() as u64;
+        let text_len = text.len() as u64;
+        assert_eq!(held(&cache), (31_000 + text_len + encoded, 1_000 + text_len + encoded, 1));
+        // Two more large files go over the budget: the oldest go.
+        cache.insert("/large2", file(5, 45_000), None);
+        cache.insert("/large3", file(6, 45_000), None);
+        let entries: Vec<Arc<Entry>> = cache.entries.read().unwrap().values().cloned().collect();
+        let sum = |f: fn(&Entry) -> u64| entries.iter().map(|e| f(e)).sum::<u64>();
+        let expected = (sum(|e| e.held()[0]), sum(|e| e.held()[1]), sum(|e| e.held()[2]));
+        assert_eq!(held(&cache), expected);
+        assert!(expected.2 < 3 && expected.0 <= 100_000, "{expected:?}");
+        cache.drop_stale(vec![Stale::Everything]);
+        assert_eq!(held(&cache), (0, 0, 0));
     }
 
     #[test]
     fn refuses_files_over_the_limit() {
         let cache = Cache::new(1000, 10);
         cache.insert("/big", entry(1, 11), None);
-        assert_eq!(cache.stats().2, 0);
+        assert_eq!(cache.stats().bytes, 0);
     }
 }

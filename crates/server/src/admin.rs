@@ -208,7 +208,13 @@ pub fn json_status(info: &Info, snap: &Snapshot, rates: (f64, f64)) -> Value {
         "phases_us": phases,
         "queues": queues,
         "workers": { "busy": busy, "idle": snap.workers.len() - busy, "scoreboard": scoreboard },
-        "cache": { "hits": snap.cache.hits, "misses": snap.cache.misses, "bytes": snap.cache.bytes },
+        "cache": {
+            "hits": snap.cache.hits,
+            "misses": snap.cache.misses,
+            "bytes": snap.cache.bytes,
+            "memory_bytes": snap.cache.memory,
+            "open_files": snap.cache.open_files,
+        },
         "cgi": { "running": snap.cgi_running },
         "log_lines_dropped": snap.log_lines_dropped,
     })
@@ -368,8 +374,20 @@ impl Collector for Exposition {
         )?)?;
         ConstGauge::new(cache.bytes as i64).encode(e.encode_descriptor(
             "cache",
-            "Bytes of files held by the cache.",
+            "Bytes of files held by the cache (in memory or as open files).",
             Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?)?;
+        ConstGauge::new(cache.memory as i64).encode(e.encode_descriptor(
+            "cache_memory",
+            "Bytes the cache holds in memory (small files, compressed variants).",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?)?;
+        ConstGauge::new(cache.open_files as i64).encode(e.encode_descriptor(
+            "cache_open_files",
+            "Files the cache holds open.",
+            None,
             MetricType::Gauge,
         )?)?;
         ConstGauge::new(snap.cgi_running as i64).encode(e.encode_descriptor(
@@ -524,8 +542,11 @@ td,th{{text-align:right;padding:.2em .5em;border-bottom:1px solid #e3e3e3}}td:fi
     let _ = write!(
         h,
         "<div class=\"card\">cache hit rate<b>{rate:.1}%</b></div><div class=\"card\">cache hits / misses<b>{hits} / {misses}</b></div>\
-<div class=\"card\">cache holds<b>{}</b></div><div class=\"card\">CGI running<b>{}</b></div></div>",
+<div class=\"card\">cache holds<b>{}</b></div><div class=\"card\">of which in memory<b>{}</b></div>\
+<div class=\"card\">cache's open files<b>{}</b></div><div class=\"card\">CGI running<b>{}</b></div></div>",
         fmt_bytes(bytes as f64),
+        fmt_bytes(snap.cache.memory as f64),
+        snap.cache.open_files,
         snap.cgi_running
     );
 

@@ -93,6 +93,8 @@ fn json_counts_after_known_requests(model: &str) {
     assert_eq!(v["cache"]["hits"], 3);
     assert!(v["cache"]["misses"].as_u64().unwrap() >= 1);
     assert!(v["cache"]["bytes"].as_u64().unwrap() >= 14);
+    assert_eq!(v["cache"]["memory_bytes"], v["cache"]["bytes"], "small files are held in memory: {v:#}");
+    assert_eq!(v["cache"]["open_files"], 0);
     // The client's connection is still open, idle between requests.
     assert_eq!(v["connections_open"], 1, "{v:#}");
     assert_eq!(v["connections"]["keepalive"], 1, "{v:#}");
@@ -102,6 +104,35 @@ fn json_counts_after_known_requests(model: &str) {
     // keep-alive connection waits in the gate with none.
     assert!(busy + idle >= 1 || model == "per-request", "{v:#}");
     assert!(v["workers"]["scoreboard"].as_array().unwrap().len() as u64 == busy + idle);
+}
+
+/// A small file is held in memory, a larger one (sent with `sendfile`, or
+/// spliced by `uring`) as an open descriptor: the status page says which,
+/// summed over processes.
+fn cache_says_what_it_holds_in_memory_and_open(model: &str) {
+    let root = Docroot::new();
+    root.file("small.txt", "s".repeat(100));
+    root.file("large.bin", vec![7u8; 100 << 10]);
+    let srv = start(model, &root, &["--cache-size", "1MiB"]);
+    let admin = srv.announced("admin");
+    let mut c: Client = srv.client();
+    for _ in 0..2 {
+        c.request("GET", "/small.txt", &[]).assert_status(200);
+        c.request("GET", "/large.bin", &[]).assert_status(200);
+    }
+    let v = status_after(admin, 4);
+    let cache = &v["cache"];
+    assert_eq!(cache["bytes"], 100 + (100 << 10), "{v:#}");
+    let held = (cache["memory_bytes"].as_u64().unwrap(), cache["open_files"].as_u64().unwrap());
+    assert_eq!(held, (100, 1), "{v:#}");
+    let (status, _, body) = get_once(admin, "/metrics");
+    assert_eq!(status, 200);
+    let gauge = |name: &str| -> u64 {
+        let line =
+            body.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!((gauge("modus_cache_memory_bytes"), gauge("modus_cache_open_files")), held);
 }
 
 fn metrics_parse(model: &str) {
@@ -218,6 +249,10 @@ macro_rules! every_model {
             #[test]
             fn metrics_parse() { super::metrics_parse($name) }
             #[test]
+            fn cache_says_what_it_holds_in_memory_and_open() {
+                super::cache_says_what_it_holds_in_memory_and_open($name)
+            }
+            #[test]
             fn status_page() { super::status_page($name) }
             #[test]
             fn trace_rows() { super::trace_rows($name) }
@@ -256,8 +291,12 @@ fn pool_accept_queue_is_measured() {
     let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
-    assert_eq!(v["queues"]["accept"]["items"], 1, "{v:#}");
-    assert_eq!(v["phases_us"]["queue"]["count"], 1, "{v:#}");
+    // Once, unless a next request came later than a thread waits for it
+    // (a loaded machine) and the connection went back through the gate:
+    // every trip is one item and one queue wait.
+    let items = v["queues"]["accept"]["items"].as_u64().unwrap();
+    assert!((1..=6).contains(&items), "{v:#}");
+    assert_eq!(v["phases_us"]["queue"]["count"], items, "{v:#}");
 }
 
 /// The process id in a scoreboard line named `pid/worker`.
@@ -394,9 +433,11 @@ fn worker_handoff_queue_is_measured() {
     let admin = srv.announced("admin");
     let _client = known_requests(&srv);
     let v = status_after(admin, 6);
-    assert_eq!(v["queues"]["handoff"]["items"], 1, "{v:#}");
+    // As in `pool_accept_queue_is_measured`.
+    let items = v["queues"]["handoff"]["items"].as_u64().unwrap();
+    assert!((1..=6).contains(&items), "{v:#}");
     assert!(v["queues"]["handoff"]["p99_wait_us"].is_number(), "{v:#}");
-    assert_eq!(v["phases_us"]["queue"]["count"], 1, "{v:#}");
+    assert_eq!(v["phases_us"]["queue"]["count"], items, "{v:#}");
 }
 
 /// A chunked upload with `Expect: 100-continue` to a script: its

@@ -437,8 +437,7 @@ impl Stats {
     /// knows: its cache and its running CGI scripts.
     pub fn of_pipeline(p: &crate::Pipeline) -> Snapshot {
         let mut snap = p.stats.snapshot();
-        let (hits, misses, bytes) = p.cache.stats();
-        snap.cache = CacheSnap { hits, misses, bytes };
+        snap.cache = p.cache.stats();
         snap.cgi_running = p.cgi_running() as u64;
         snap.log_lines_dropped = p.access_log.lost_lines();
         snap

@@ -14,8 +14,14 @@ pub struct CacheSnap {
     pub hits: u64,
     /// Lookups that went to the disk.
     pub misses: u64,
-    /// Bytes of files held.
+    /// Bytes of files held (the budget `--cache-size` bounds): in memory
+    /// or behind an open descriptor.
     pub bytes: u64,
+    /// Bytes held in memory: small files' contents and every compressed
+    /// variant.
+    pub memory: u64,
+    /// Files held as open descriptors (they count against `ulimit -n`).
+    pub open_files: u64,
 }
 
 /// Everything, added up, at one moment.
@@ -116,6 +122,8 @@ impl Snapshot {
         self.cache.hits += other.cache.hits;
         self.cache.misses += other.cache.misses;
         self.cache.bytes += other.cache.bytes;
+        self.cache.memory += other.cache.memory;
+        self.cache.open_files += other.cache.open_files;
         self.cgi_running += other.cgi_running;
         self.log_lines_dropped += other.log_lines_dropped;
     }

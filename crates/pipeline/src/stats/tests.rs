@@ -54,7 +54,8 @@ fn wire_form_round_trips_and_merges() {
     q.pop(Duration::from_micros(40));
     let w = s.worker("1234/worker-0".into());
     w.busy();
-    let snap = s.snapshot();
+    let mut snap = s.snapshot();
+    snap.cache = CacheSnap { hits: 9, misses: 2, bytes: 70_000, memory: 4_000, open_files: 3 };
     let mut wire = Vec::new();
     snap.encode(8, &mut wire);
     assert!(wire.len() <= Snapshot::wire_len(8));
@@ -66,6 +67,7 @@ fn wire_form_round_trips_and_merges() {
     assert_eq!(back.queues[0].waits.count(), 1);
     assert_eq!(back.workers[0].name, "1234/worker-0");
     assert!(back.workers[0].busy);
+    assert_eq!(back.cache, snap.cache);
     assert!(Snapshot::decode(&wire[..wire.len() - 1], snap.uptime).is_none(), "short input");
 
     let mut total = back.clone();
@@ -78,6 +80,7 @@ fn wire_form_round_trips_and_merges() {
     assert_eq!(total.queues[0].threads, 8);
     assert_eq!(total.workers.len(), 2);
     assert_eq!(total.phase(Phase::Parse).count(), 2);
+    assert_eq!(total.cache, CacheSnap { hits: 18, misses: 4, bytes: 140_000, memory: 8_000, open_files: 6 });
 }
 
 #[test]

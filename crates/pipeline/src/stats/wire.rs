@@ -18,7 +18,7 @@ impl Snapshot {
             + CODES * 8
             + 8
             + 4 * 8
-            + 5 * 8
+            + 7 * 8
             + 4
             + MAX_WIRE_QUEUES * (WIRE_NAME + 4 * 8 + hist)
             + 4
@@ -58,9 +58,11 @@ impl Snapshot {
         for c in self.conns {
             put(out, c as u64);
         }
-        for v in
-            [self.cache.hits, self.cache.misses, self.cache.bytes, self.cgi_running, self.log_lines_dropped]
-        {
+        let cache = self.cache;
+        for v in [cache.hits, cache.misses, cache.bytes, cache.memory, cache.open_files] {
+            put(out, v);
+        }
+        for v in [self.cgi_running, self.log_lines_dropped] {
             put(out, v);
         }
         let queues = &self.queues[..self.queues.len().min(MAX_WIRE_QUEUES)];
@@ -101,7 +103,13 @@ impl Snapshot {
         for c in snap.conns.iter_mut() {
             *c = r.u64()? as i64;
         }
-        snap.cache = CacheSnap { hits: r.u64()?, misses: r.u64()?, bytes: r.u64()? };
+        snap.cache = CacheSnap {
+            hits: r.u64()?,
+            misses: r.u64()?,
+            bytes: r.u64()?,
+            memory: r.u64()?,
+            open_files: r.u64()?,
+        };
         snap.cgi_running = r.u64()?;
         snap.log_lines_dropped = r.u64()?;
         for _ in 0..r.u32()? {
