@@ -357,8 +357,6 @@ pub struct Backend {
     pub monitor_detail: String,
     /// Requests attached to a connection of this backend.
     pub inflight: usize,
-    /// Those of them expected to be [`LARGE`].
-    pub inflight_large: usize,
     /// Connected, unused keep-alive connections (tokens), most recent last.
     pub idle: Vec<u64>,
     /// Open or opening connections, idle or busy.
@@ -393,7 +391,6 @@ impl Backend {
             monitor_valid: Duration::from_secs(1),
             monitor_detail: String::new(),
             inflight: 0,
-            inflight_large: 0,
             idle: Vec::new(),
             conns: 0,
             connecting: 0,
@@ -424,36 +421,11 @@ impl Backend {
     /// target answered [`LARGE`] bytes or more last time) leaves a quarter of
     /// the slots to the others: a flood of large downloads then cannot hold
     /// every slot, which would make each small request wait for one of them
-    /// to end (they share the backend, so they all end late together). The
-    /// quarter is the small requests' whatever is in flight: when the limit
-    /// falls below the large transfers already under way (the limiter cut
-    /// it while they ran), small ones still get their quarter of the new
-    /// limit beside them instead of waiting for enough of them to end,
-    /// within `--max-backend-conns` all told.
+    /// to end (they share the backend, so they all end late together).
     pub fn has_room(&self, max: usize, large: bool) -> bool {
         let limit = self.limit(max);
-        if !self.up {
-            return false;
-        }
-        if large {
-            return self.inflight + limit / 4 < limit;
-        }
-        let small = self.inflight - self.inflight_large;
-        self.inflight < limit || (small < limit.div_ceil(4) && self.inflight < max)
-    }
-
-    /// A request attached to one of its connections; returns the requests
-    /// now in flight.
-    pub fn begin(&mut self, large: bool) -> usize {
-        self.inflight += 1;
-        self.inflight_large += usize::from(large);
-        self.inflight
-    }
-
-    /// A request detached from its connection (answered, failed or dropped).
-    pub fn end(&mut self, large: bool) {
-        self.inflight -= 1;
-        self.inflight_large -= usize::from(large);
+        let kept_for_small = if large { limit / 4 } else { 0 };
+        self.up && self.inflight + kept_for_small < limit
     }
 }
 
@@ -525,35 +497,6 @@ mod tests {
         // One slot is not split: a large request may take it.
         assert_eq!(pick(&backends(&[0]), 1, 0, true), Some(0));
         assert_eq!(pick(&backends(&[2]), 3, 0, true), Some(0), "a quarter of 3 keeps none back");
-    }
-
-    #[test]
-    fn small_requests_keep_their_quarter_when_the_limit_falls_below_large_transfers() {
-        // 12 large downloads went out under a limit of 16; the limiter has
-        // since cut it to 4 (`--max-backend-conns 16`).
-        let addr = SocketAddr::from(([127, 0, 0, 1], 8000));
-        let mut b = Backend::new("b".into(), addr, false, Limiter::new(Adaptive::Off, 4));
-        for _ in 0..12 {
-            b.begin(true);
-        }
-        assert!(!b.has_room(16, true), "no large one beyond the cut limit");
-        assert!(b.has_room(16, false), "a small one gets the quarter of 4 beside them");
-        assert_eq!(b.begin(false), 13);
-        assert!(!b.has_room(16, false), "the quarter of 4 is one request");
-        b.end(false);
-        for _ in 0..3 {
-            b.end(true);
-        }
-        assert_eq!((b.inflight, b.inflight_large), (9, 9));
-        // `--max-backend-conns` bounds everything in flight.
-        for _ in 0..7 {
-            b.begin(true);
-        }
-        assert!(!b.has_room(16, false), "16 of 16 in flight");
-        // An overloaded monitor leaves no room at all.
-        let mut b = Backend::new("b".into(), addr, false, Limiter::new(Adaptive::Off, 4));
-        b.monitor = MonitorState::Overloaded;
-        assert!(!b.has_room(16, false));
     }
 
     fn window(l: &Limiter) -> u32 {

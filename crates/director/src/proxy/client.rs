@@ -232,7 +232,7 @@ impl Director {
         let large = self.queue.expected(ex.target.as_deref()) >= crate::backend::LARGE;
         if let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, large) {
             self.rr = self.rr.wrapping_add(1);
-            self.attach(token, b, large);
+            self.attach(token, b);
             return;
         }
         if !ex.is_queued() && self.queue.len() < self.cfg.queue {
@@ -257,8 +257,8 @@ impl Director {
     }
 
     /// Attaches the client's request to a connection of backend `b`: an
-    /// idle pooled one, or a new one; `large` as for [`pick`].
-    pub(super) fn attach(&mut self, token: u64, b: usize, large: bool) {
+    /// idle pooled one, or a new one.
+    pub(super) fn attach(&mut self, token: u64, b: usize) {
         let btoken = loop {
             match self.backends[b].idle.pop() {
                 Some(t) if self.bconns.get(t).is_some() => break Some(t),
@@ -275,9 +275,9 @@ impl Director {
             self.ready.push_back(token);
             return;
         };
-        let inflight = self.backends[b].begin(large);
+        self.backends[b].inflight += 1;
         let now = Instant::now();
-        let attachment = Attachment { backend: (b, btoken), inflight, large, sent: None };
+        let attachment = Attachment { backend: (b, btoken), inflight: self.backends[b].inflight, sent: None };
         if let Stage::Queued(queued) = std::mem::replace(&mut ex.stage, Stage::Attached(attachment)) {
             let waited = now.duration_since(queued);
             record(&mut self.latencies.queue, waited);
@@ -552,9 +552,9 @@ impl Director {
     /// lets a queued request have the slot.
     pub(super) fn release(&mut self, token: u64, reuse: bool) {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return };
-        let Some(Attachment { backend: (b, btoken), large, .. }) = ex.detach() else { return };
+        let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() else { return };
         let backend = &mut self.backends[b];
-        backend.end(large);
+        backend.inflight -= 1;
         backend.served += 1;
         if let Some(bc) = self.bconns.get_mut(btoken) {
             bc.client = None;
@@ -574,8 +574,8 @@ impl Director {
     /// race on a reused connection, request without body), or 502.
     pub(super) fn backend_failed(&mut self, token: u64, retry: bool, reason: &str) -> Step {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return Step::Close };
-        if let Some(Attachment { backend: (b, btoken), inflight, large, sent }) = ex.detach() {
-            self.backends[b].end(large);
+        if let Some(Attachment { backend: (b, btoken), inflight, sent }) = ex.detach() {
+            self.backends[b].inflight -= 1;
             self.close_bconn(btoken);
             if !retry {
                 // Not a keep-alive race: the backend failed this request.
@@ -606,8 +606,8 @@ impl Director {
         if ex.head_sent() {
             return self.abort(token, true);
         }
-        if let Some(Attachment { backend: (b, btoken), large, .. }) = ex.detach() {
-            self.backends[b].end(large);
+        if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
+            self.backends[b].inflight -= 1;
             self.close_bconn(btoken);
             self.dispatch_queue();
         }
@@ -621,8 +621,8 @@ impl Director {
     /// client more than that).
     pub(super) fn abort(&mut self, token: u64, _backend_fault: bool) -> Step {
         if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
-            if let Some(Attachment { backend: (b, btoken), large, .. }) = ex.detach() {
-                self.backends[b].end(large);
+            if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
+                self.backends[b].inflight -= 1;
                 self.close_bconn(btoken);
                 self.dispatch_queue();
             }
@@ -632,8 +632,8 @@ impl Director {
 
     pub(super) fn close_client(&mut self, token: u64) {
         if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
-            if let Some(Attachment { backend: (b, btoken), large, .. }) = ex.detach() {
-                self.backends[b].end(large);
+            if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
+                self.backends[b].inflight -= 1;
                 self.close_bconn(btoken);
             }
         }
@@ -671,7 +671,7 @@ impl Director {
             let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, large) else { return };
             self.rr = self.rr.wrapping_add(1);
             self.queue.pop();
-            self.attach(token, b, large);
+            self.attach(token, b);
         }
     }
 

@@ -206,8 +206,6 @@ struct Attachment {
     backend: (usize, u64),
     /// The backend's requests in flight when this one was attached.
     inflight: usize,
-    /// Expected to be [`LARGE`](crate::backend::LARGE) (`Backend::has_room`).
-    large: bool,
     /// When the whole request (head and body) had been written to the
     /// backend: the limiter's latency clock starts there, so a client's
     /// slow upload is not the backend's latency. `None` before (an early
@@ -753,7 +751,7 @@ mod tests {
     }
 
     fn attachment() -> Attachment {
-        Attachment { backend: (1, 42), inflight: 3, large: false, sent: None }
+        Attachment { backend: (1, 42), inflight: 3, sent: None }
     }
 
     /// Letting go of a backend sends an attached exchange back to PEEK's

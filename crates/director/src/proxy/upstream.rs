@@ -147,9 +147,9 @@ impl Director {
             // served by another backend (or get a quick 502).
             if let Some(c) = self.clients.get_mut(client) {
                 if let Some(ex) = c.ex.as_mut() {
-                    let large = ex.detach().is_some_and(|a| a.large);
+                    ex.detach();
                     ex.attempts += 1;
-                    self.backends[b].end(large);
+                    self.backends[b].inflight -= 1;
                     c.state = ClientState::Peek;
                     self.ready.push_back(client);
                 }
