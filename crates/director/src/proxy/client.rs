@@ -23,6 +23,11 @@ impl Director {
                 }
                 Step::Peek => self.admit(token),
                 Step::Yield => break,
+                Step::Starved => {
+                    self.starved.push(token);
+                    self.arm_client(token);
+                    return;
+                }
                 Step::Close => {
                     self.close_client(token);
                     return;
@@ -444,6 +449,9 @@ impl Director {
                 if spilled >= SPILL_PER_TURN {
                     return Step::Yield;
                 }
+                if self.spill_budget == 0 {
+                    return Step::Starved;
+                }
                 if !c.spill.has_room(cfg.max_buffered_response) {
                     break;
                 }
@@ -482,6 +490,7 @@ impl Director {
                             self.metrics.buffered_to_file.inc();
                         }
                         spilled += c.out.len() - start;
+                        self.spill_budget = self.spill_budget.saturating_sub(c.out.len() - start);
                         c.out.truncate(start);
                     }
                     // The file is empty, so the bytes may stay in memory,

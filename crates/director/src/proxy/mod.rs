@@ -87,6 +87,12 @@ const OUT_CAP: usize = 64 * 1024;
 /// Bytes of a response one turn of the loop writes to its temp file
 /// before other connections get theirs.
 const SPILL_PER_TURN: usize = 256 * 1024;
+/// Bytes all responses together write to temp files in one turn of the
+/// loop. Copying into the page cache is the costliest thing the director
+/// does (a flood of slow readers of a large file has it copy gigabytes);
+/// bounded per turn, the copying goes on over many short turns, and the
+/// small exchanges between them wait one short turn, not a long one.
+const SPILL_PER_LOOP: usize = 1024 * 1024;
 /// One read of a response that goes to a temp file (fewer, larger reads:
 /// the bytes only pass through).
 const SPILL_READ_SIZE: usize = 64 * 1024;
@@ -494,6 +500,9 @@ enum Step {
     /// More to do, but other connections first: copying a fast backend's
     /// response to a temp file could otherwise take a whole turn.
     Yield,
+    /// More to copy to the temp file, but this turn's [`SPILL_PER_LOOP`]
+    /// is spent: first in line next turn.
+    Starved,
     /// Close the connection now.
     Close,
 }
@@ -521,6 +530,10 @@ pub struct Director {
     queue: PendingQueue,
     timers: Deadlines,
     ready: VecDeque<u64>,
+    /// What this turn may still write to temp files ([`SPILL_PER_LOOP`]).
+    spill_budget: usize,
+    /// Connections that found it spent, in the order they came.
+    starved: Vec<u64>,
     per_ip: HashMap<IpAddr, usize>,
     rr: usize,
     stats: Stats,
@@ -596,6 +609,8 @@ impl Director {
             queue,
             timers: Deadlines::default(),
             ready: VecDeque::new(),
+            spill_budget: SPILL_PER_LOOP,
+            starved: Vec::new(),
             per_ip: HashMap::new(),
             rr: 0,
             stats: Stats::default(),
@@ -614,6 +629,10 @@ impl Director {
             self.replenish(b);
         }
         loop {
+            self.spill_budget = SPILL_PER_LOOP;
+            for token in self.starved.drain(..).rev() {
+                self.ready.push_front(token);
+            }
             let now = Instant::now();
             let mut wake = self.next_tick.saturating_duration_since(now);
             if let Some(next) = self.timers.next_in(now) {

@@ -5,6 +5,7 @@
 //! director relaying at the client's pace cannot have finished it.
 
 use super::*;
+use std::time::Instant;
 
 const BIG: usize = 16 << 20;
 
@@ -163,4 +164,32 @@ fn without_a_temp_file_the_response_is_streamed_and_the_log_says_why() {
     assert_eq!(small_request(&d), 503, "streamed: the slot is still held");
     read_whole(&mut slow, &body, "streamed body");
     assert_eq!(admin_json(d.announced("admin"))["responses_buffered_to_file"], 0);
+}
+
+/// More responses going to temp files at once than one turn of the loop
+/// copies (each turn writes at most 1 MiB in all, 256 KiB per response):
+/// the ones left out of a turn go first in the next, so every one is read
+/// from its backend in full and every client gets every byte, in order;
+/// a small request meanwhile is served.
+#[test]
+fn many_responses_copied_to_temp_files_at_once_all_finish() {
+    let (backend, body) = big_backend();
+    let d = director(
+        &[backend.addr],
+        &["--max-backend-conns", "16", "--queue-timeout", "30s", "--admin", "127.0.0.1:0"],
+    );
+    let mut slow: Vec<(Client, &str)> =
+        (0..9).map(|i| BIG_PATHS[i % 3]).map(|path| (unread_request(&d, path), path)).collect();
+    assert_eq!(small_request(&d), 200);
+    // No client reads yet, so each answer, larger than the sockets hold,
+    // goes to a file of its own.
+    let admin = d.announced("admin");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin_json(admin)["responses_buffered_to_file"] != 9 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(admin_json(admin)["responses_buffered_to_file"], 9);
+    for (c, path) in &mut slow {
+        read_whole(c, &body, path);
+    }
 }
