@@ -15,7 +15,7 @@
 #   MODELS='event pool' DURATION=5m bench/soak.sh
 #
 # Knobs: MODELS [all 8] DURATION [30m] SAMPLE [10] WARM [0.2 of the run] CONNS [64] CGI_SHARE [5 (%)]
-#        CACHE [4MiB: --cache-size, so that each process's cache is full within the warm-up]
+#        CACHE [4MiB: --cache-size, so that the caches turn over]
 #        SERVER_CPU [0] LOAD_CPU [1] MODUS_BIN, BENCH_MD [<repo>/BENCHMARKS.md; off], RESULTS_DIR,
 #        NOISE_PCT [5: other jobs' share of a core over the run from which a run that fell behind its
 #        rate (the generator dropped requests) is reported as inconclusive rather than failed].
@@ -42,8 +42,8 @@ SAMPLE=${SAMPLE:-10}
 WARM=${WARM:-0.2}
 CONNS=${CONNS:-64}
 CGI_SHARE=${CGI_SHARE:-5}
-# Small, so that every process's own cache (a prefork child has one each) is full within the warm-up: what
-# grows after it is not the cache filling.
+# Small, so that the caches turn over for the whole run (a prefork child has one each); the verdict leaves
+# out what they hold, which /status.json reports.
 CACHE=${CACHE:-4MiB}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
@@ -187,7 +187,7 @@ done
 
 summary=$RESULTS_DIR/summary.tmp
 {
-    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU (\`--cache-size $CACHE\`) serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s; after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run, the medians of the first and the last 5 samples are compared."
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU (\`--cache-size $CACHE --admin\`) serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s; after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run, the medians of the first and the last 5 samples are compared."
     echo
     echo "| model | rate (req/s) | requests | errors | PSS after warm-up → end (kB) | caches: memory, open files | PSS outside the caches per thread (kB) | fds outside the caches | threads | other jobs' CPU | verdict |"
     echo "|---|---:|---:|---:|---|---|---|---|---|---:|---|"
