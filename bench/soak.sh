@@ -88,9 +88,19 @@ sample() {
         n=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l) && fds=$((fds + n))
         n=$(awk '/^Threads:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0) && tasks=$((tasks + ${n:-0}))
     done
-    cache=$(python3 -c 'import json, sys, urllib.request
-c = json.load(urllib.request.urlopen(f"http://{sys.argv[1]}/status.json", timeout=5))["cache"]
-print(c["memory_bytes"] // 1024, c["open_files"])' "$2")
+    # A scrape that fails is tried twice more; a sample still without the caches' numbers is left out
+    # of the verdict, and the row says how many were.
+    cache=$(python3 -c 'import json, sys, time, urllib.request
+for attempt in range(3):
+    try:
+        c = json.load(urllib.request.urlopen(f"http://{sys.argv[1]}/status.json", timeout=5))["cache"]
+        print(c["memory_bytes"] // 1024, c["open_files"])
+        break
+    except Exception as e:
+        print(f"soak.sh: /status.json: {e!r}", file=sys.stderr)
+        time.sleep(0.2)
+else:
+    print("-1 -1")' "$2")
     echo "$(tree_pss_kb "$1") $fds $tasks $cache"
 }
 
@@ -137,6 +147,9 @@ import csv, json, statistics, sys
 model, report, samples, warm, rate, conns, others_pct, noise_pct = sys.argv[1:]
 r = json.load(open(report))
 rows = [{k: int(v) for k, v in row.items()} for row in csv.DictReader(open(samples))]
+# Samples whose /status.json scrape failed three times (cache numbers -1).
+unscraped = sum(1 for row in rows if row["cache_files"] < 0)
+rows = [row for row in rows if row["cache_files"] >= 0]
 after = [row for row in rows if row["t_s"] >= float(warm) * rows[-1]["t_s"]] or rows
 # The caches are left out: they are bounded (`--cache-size` per process), and in a process model each
 # child's fills with its share of the stream for most of the run.
@@ -170,12 +183,15 @@ elif busy and behind and growth < 5 and flat and r["errors"] == r.get("dropped",
     verdict = f"inconclusive: fell behind its rate while other jobs took {others_pct} % of a core"
 else:
     verdict = "**fail**"
+if unscraped:
+    verdict += f" ({unscraped} samples without /status.json)"
 tot0 = statistics.median(row["pss_kb"] for row in after[:k])
 tot1 = statistics.median(row["pss_kb"] for row in after[-k:])
 print(f"| {model} | {rate} | {r['requests']:,} | {r['errors']} | {tot0:,.0f} → {tot1:,.0f} "
       f"| {cache_mb[0]:.1f} → {cache_mb[-1]:.1f} MiB, {min(cache_files)}–{max(cache_files)} files "
       f"| {pss0:,.0f} → {pss1:,.0f} ({growth:+.1f} %) | {min(fds)}–{max(fds)} ({'flat' if flat else 'growing'}) "
       f"| {min(tasks)}–{max(tasks)} | {others_pct} % | {verdict} |")
+
 EOF
     tail -n 1 "$RESULTS_DIR/rows.md" >&2
 }
