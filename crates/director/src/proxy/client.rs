@@ -6,7 +6,7 @@ use h1::{BodyFraming, ChunkedDecoder, Parsed};
 
 use super::*;
 use crate::admin::label;
-use crate::backend::pick;
+use crate::backend::{pick, LARGE};
 use crate::forward::request_head;
 use crate::relay::{RequestBody, ResponseBody};
 use crate::response::{client_head, parse_response, HeadParse, MAX_RESPONSE_HEAD};
@@ -176,7 +176,7 @@ impl Director {
                             },
                             // Only the size-ordered queue reads it: FIFO keeps no copy.
                             target: (cfg.queue_order == QueueOrder::Srpt && head.method != h1::Method::Head)
-                                .then(|| head.target().into()),
+                                .then(|| Target::of(head.target())),
                             head_request: head.method == h1::Method::Head,
                             client_11: head.version == h1::Version::Http11,
                             keep_alive: head.keep_alive && self.stopping.is_none(),
@@ -234,8 +234,8 @@ impl Director {
             respond_local(c, 502, "text/plain", &error_page(502, "no backend available"), &[], keep, false);
             return;
         }
-        let large = self.queue.expected(ex.target.as_deref()) >= crate::backend::LARGE;
-        if let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, large) {
+        let expected = self.queue.expected(ex.target);
+        if let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, expected >= LARGE) {
             self.rr = self.rr.wrapping_add(1);
             self.attach(token, b);
             return;
@@ -245,7 +245,7 @@ impl Director {
             ex.stage = Stage::Queued(now);
             c.deadline = Some(now + self.cfg.queue_timeout);
             self.stats.queued_total += 1;
-            self.queue.push(token, ex.target.as_deref());
+            self.queue.push(token, expected);
             return;
         }
         self.stats.queue_full += 1;
@@ -406,7 +406,7 @@ impl Director {
                             unreachable!("RECEIVE is attached");
                         };
                         if let (Some(target), &crate::response::Framing::Length(bytes)) =
-                            (ex.target.as_deref(), &head.framing)
+                            (ex.target, &head.framing)
                         {
                             self.queue.learn(target, bytes);
                         }
@@ -664,22 +664,24 @@ impl Director {
     /// Serves queued requests while backends have room, in the queue's
     /// order (`--queue-order`); answers them all at once if no backend is up.
     pub(super) fn dispatch_queue(&mut self) {
-        while let Some(token) = self.queue.peek() {
+        while let Some(next) = self.queue.next() {
+            let token = next.token;
             let queued =
                 self.clients.get(token).is_some_and(|c| c.ex.as_ref().is_some_and(Exchange::is_queued));
             if !queued {
-                self.queue.pop();
+                self.queue.take(next);
                 continue;
             }
             if !self.backends.iter().any(|b| b.up) {
-                self.queue.pop();
+                self.queue.take(next);
                 self.unqueue_and_admit(token);
                 continue;
             }
-            let large = self.queue.next_is_large();
-            let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, large) else { return };
+            let Some(b) = pick(&self.backends, self.cfg.max_backend_conns, self.rr, next.large) else {
+                return;
+            };
             self.rr = self.rr.wrapping_add(1);
-            self.queue.pop();
+            self.queue.take(next);
             self.attach(token, b);
         }
     }

@@ -72,8 +72,8 @@ mod status;
 mod tick;
 mod upstream;
 
-use queue::PendingQueue;
 pub use queue::QueueOrder;
+use queue::{PendingQueue, Target};
 
 /// A `Content-Length` body up to this size, or this much of a chunked body
 /// (all of it if it is shorter), is read in REQUEST, before admission, so
@@ -166,7 +166,7 @@ struct Exchange {
     /// The request's target, for what the pending queue learns of its
     /// answer's size; `None` for a HEAD (no body to expect) and with
     /// `--queue-order fifo` (nothing is learned).
-    target: Option<Box<str>>,
+    target: Option<Target>,
     head_request: bool,
     client_11: bool,
     keep_alive: bool,
@@ -754,7 +754,7 @@ mod tests {
     fn exchange(stage: Stage) -> Exchange {
         Exchange {
             fwd_head: b"GET / HTTP/1.1\r\n\r\n".to_vec(),
-            target: Some("/".into()),
+            target: Some(Target::of("/")),
             head_request: false,
             client_11: true,
             keep_alive: true,
