@@ -93,8 +93,14 @@ fn answer(stream: TcpStream, source: &dyn Fn() -> Snapshot, info: &Info, rates: 
     let mut len = 0;
     let head = loop {
         match (&stream).read(&mut buf[len..]) {
-            Ok(0) | Err(_) => return,
+            Ok(0) => return,
             Ok(n) => len += n,
+            // A socket with a receive timeout is not restarted after a
+            // signal, even one nobody handles: the SIGCHLD of a CGI script
+            // that exited while the thread that started it had every
+            // signal blocked (inside `posix_spawn`) comes here as EINTR.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
         }
         match h1::parse_request(&buf[..len], &h1::Limits::default()) {
             Ok(h1::Parsed::Complete { head, .. }) => break head,
@@ -119,7 +125,13 @@ fn send(mut stream: &TcpStream, out: &[u8]) {
     let _ = stream.write_all(out);
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let mut sink = [0u8; 1024];
-    while matches!(stream.read(&mut sink), Ok(1..)) {}
+    loop {
+        match stream.read(&mut sink) {
+            Ok(1..) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break,
+        }
+    }
 }
 
 fn us(d: Duration) -> f64 {
