@@ -1,8 +1,10 @@
 //! Requests as the director forwards them: re-serialised from the parsed
 //! head (bad-input note M1: never the client's raw framing), hop-by-hop
 //! fields removed (RFC 9110 §7.6.1, including those `Connection` names),
-//! `X-Forwarded-For` and `Forwarded` appended, `X-Forwarded-Proto` set,
-//! `Via` added.
+//! `X-Forwarded-For`, `Forwarded` and `Via` extended, `X-Forwarded-Proto`
+//! set. Each of the four is one field line however many the client sent, so
+//! what the director adds is four lines at most, and [`over_limits`] holds
+//! the result to the limits the director holds clients to.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -36,6 +38,7 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, https: bool, backend: 
     let connection: Vec<&[u8]> = head.headers_named("connection").collect();
     let mut xff: Option<Vec<u8>> = None;
     let mut forwarded: Option<Vec<u8>> = None;
+    let mut via: Option<Vec<u8>> = None;
     for h in head.headers() {
         let name = h.name;
         if name.eq_ignore_ascii_case("host")
@@ -54,6 +57,10 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, https: bool, backend: 
         }
         if name.eq_ignore_ascii_case("forwarded") {
             append_list(&mut forwarded, h.value);
+            continue;
+        }
+        if name.eq_ignore_ascii_case("via") {
+            append_list(&mut via, h.value);
             continue;
         }
         // The scheme is the director's to say: a client's claim is dropped.
@@ -77,7 +84,8 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, https: bool, backend: 
     }
     append_list(&mut forwarded, element.as_bytes());
     field(&mut out, "Forwarded", forwarded.as_deref().unwrap_or_default());
-    field(&mut out, "Via", if head.version == h1::Version::Http10 { b"1.0 modus" } else { b"1.1 modus" });
+    append_list(&mut via, if head.version == h1::Version::Http10 { b"1.0 modus" } else { b"1.1 modus" });
+    field(&mut out, "Via", via.as_deref().unwrap_or_default());
     match head.framing {
         BodyFraming::None => {}
         BodyFraming::Length(n) => field(&mut out, "Content-Length", n.to_string().as_bytes()),
@@ -85,6 +93,41 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, https: bool, backend: 
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+/// Why `fwd`, a head [`request_head`] made, breaks `limits` — those the
+/// director holds clients to, which are `modus serve`'s, so a modus
+/// backend's — or `None` if it does not. A client's head within the limits
+/// can break them once forwarded (the fields the director adds, a chain it
+/// extended): it is refused here with a 431 that says why, rather than by
+/// the backend.
+pub fn over_limits(fwd: &[u8], limits: &h1::Limits) -> Option<String> {
+    let mut lines = fwd.split(|&b| b == b'\n').skip(1).filter(|l| l.len() > 1);
+    let fields = lines.clone().count();
+    if fields > limits.max_headers {
+        return Some(format!(
+            "with the director's own fields (X-Forwarded-For, X-Forwarded-Proto, Forwarded, Via) the request \
+             would have {fields} header fields, more than the {} a backend takes",
+            limits.max_headers
+        ));
+    }
+    if let Some(long) = lines.find(|l| l.len() - 1 > limits.max_field_size) {
+        let name = long.split(|&b| b == b':').next().unwrap_or_default();
+        return Some(format!(
+            "the {} field the director would forward is {} bytes long, more than the {} a backend takes",
+            String::from_utf8_lossy(name),
+            long.len() - 1,
+            limits.max_field_size
+        ));
+    }
+    if fwd.len() > limits.max_header_bytes {
+        return Some(format!(
+            "with the director's own fields the request head would be {} bytes, more than the {} a backend takes",
+            fwd.len(),
+            limits.max_header_bytes
+        ));
+    }
+    None
 }
 
 fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
@@ -183,6 +226,53 @@ mod tests {
         assert!(out.starts_with("GET / HTTP/1.1\r\nHost: 10.0.0.1:80\r\n"), "{out}");
         assert!(out.contains("Via: 1.0 modus"), "{out}");
         assert!(forwarded("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n").starts_with("OPTIONS * HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn via_is_one_line_the_director_extends() {
+        let out = forwarded("GET / HTTP/1.1\r\nHost: h\r\nVia: 1.1 a\r\nVia: 1.0 b, 1.1 c\r\n\r\n");
+        assert_eq!(out.matches("Via:").count(), 1, "{out}");
+        assert!(out.contains("\r\nVia: 1.1 a, 1.0 b, 1.1 c, 1.1 modus\r\n"), "{out}");
+    }
+
+    /// A head of `n` fields: Host, then `X-N` fields up to `n`.
+    fn head_of(n: usize) -> String {
+        let mut raw = String::from("GET / HTTP/1.1\r\nHost: h\r\n");
+        for i in 1..n {
+            raw.push_str(&format!("X-{i}: v\r\n"));
+        }
+        raw + "\r\n"
+    }
+
+    #[test]
+    fn the_fields_the_director_adds_count_against_the_limit() {
+        let limits = h1::Limits::default();
+        // 96 of the client's fields + the 4 the director adds = 100: taken.
+        let fwd = forwarded(&head_of(96));
+        assert_eq!(fwd.matches("\r\n").count() - 2, 100, "{fwd}");
+        assert_eq!(over_limits(fwd.as_bytes(), &limits), None);
+        // 97 are within the client's limit but not once forwarded.
+        let why = over_limits(forwarded(&head_of(97)).as_bytes(), &limits).expect("over");
+        assert!(why.contains("101 header fields, more than the 100"), "{why}");
+        // The client's own forwarding fields are folded into the director's, so they cost nothing.
+        let raw = head_of(94).replace("Host: h\r\n", "Host: h\r\nVia: 1.1 a\r\nX-Forwarded-For: 1.1.1.1\r\n");
+        assert_eq!(over_limits(forwarded(&raw).as_bytes(), &limits), None);
+    }
+
+    #[test]
+    fn a_chain_extended_past_the_field_size_is_refused() {
+        let limits = h1::Limits::default();
+        let chain = vec!["203.0.113.77"; 400].join(", ");
+        assert!(chain.len() < limits.max_field_size);
+        let raw = format!(
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: {chain}\r\nX-Forwarded-For: {chain}\r\n\r\n"
+        );
+        let why = over_limits(forwarded(&raw).as_bytes(), &limits).expect("over");
+        assert!(why.starts_with("the X-Forwarded-For field"), "{why}");
+        let small = h1::Limits { max_header_bytes: 120, ..h1::Limits::default() };
+        let why =
+            over_limits(forwarded("GET / HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes(), &small).expect("over");
+        assert!(why.contains("bytes, more than the 120"), "{why}");
     }
 
     #[test]

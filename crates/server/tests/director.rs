@@ -334,6 +334,45 @@ fn requests_are_reserialised_with_forwarding_fields() {
     assert!(!reqs[2].contains("ext=1") && !reqs[2].contains("X-T"), "re-encoded, not copied: {}", reqs[2]);
 }
 
+/// The fields the director adds (X-Forwarded-For, X-Forwarded-Proto,
+/// Forwarded, Via) count against the limit it holds clients to, which is a
+/// modus backend's: a head the director admits is one its backend takes,
+/// and one it cannot forward whole gets the director's own 431 saying why,
+/// not the backend's. A client's forwarding fields are folded into the
+/// director's, however many lines they came in.
+#[test]
+fn forwarded_heads_stay_within_the_backends_field_limit() {
+    let root = Docroot::standard();
+    let backend = Server::start(BIN, "pool", root.path(), &["--access-log", "off"]);
+    let d = director(&[backend.addr()], &[]);
+    // `n` fields: Host, then X-N fields.
+    let head = |n: usize, extra: &str| {
+        let fields: String = (1..n).map(|i| format!("X-{i}: v\r\n")).collect();
+        format!("GET /hello.txt HTTP/1.1\r\nHost: h\r\n{extra}{fields}\r\n")
+    };
+    let mut c = d.client();
+    c.send(head(96, ""));
+    c.read_response("GET").assert_status(200);
+    // 99 fields of the client's, three of them Via and X-Forwarded-For lines: the director's
+    // fields take their place, so 100 go to the backend.
+    c.send(head(96, "Via: 1.1 a\r\nX-Forwarded-For: 192.0.2.1\r\nVia: 1.0 b\r\n"));
+    c.read_response("GET").assert_status(200);
+    let mut c = d.client();
+    c.send(head(97, ""));
+    let r = c.read_response("GET");
+    r.assert_status(431);
+    assert!(
+        r.body_str().contains("101 header fields, more than the 100 a backend takes"),
+        "{}",
+        r.describe()
+    );
+    assert!(c.is_closed());
+    // The same head straight to the backend is taken: it is the director's fields that do not fit.
+    let mut straight = backend.client();
+    straight.send(head(97, ""));
+    straight.read_response("GET").assert_status(200);
+}
+
 // ----- response validation and re-framing -----------------------------------
 
 fn shaped_backend() -> TestBackend {

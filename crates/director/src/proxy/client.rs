@@ -7,7 +7,7 @@ use h1::{BodyFraming, ChunkedDecoder, Parsed};
 use super::*;
 use crate::admin::label;
 use crate::backend::{pick, LARGE};
-use crate::forward::request_head;
+use crate::forward::{over_limits, request_head};
 use crate::relay::{RequestBody, ResponseBody};
 use crate::response::{client_head, parse_response, HeadParse, MAX_RESPONSE_HEAD};
 use crate::spill::SpillError;
@@ -156,24 +156,30 @@ impl Director {
                         return Step::Again;
                     }
                     if c.inbuf.len() >= len + small {
+                        let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
+                        let backend_name = &cfg.backends[0].0;
+                        let fwd_head = if is_status {
+                            Vec::new()
+                        } else {
+                            request_head(&head, c.peer, cfg.tls.is_some(), backend_name)
+                        };
+                        if let Some(why) = over_limits(&fwd_head, &cfg.limits) {
+                            self.stats.bad_requests += 1;
+                            respond_local(c, 431, "text/plain", &error_page(431, &why), &[], false, true);
+                            return Step::Again;
+                        }
                         c.inbuf.drain(..len);
                         c.chunk_scan = None;
                         let continued = std::mem::take(&mut c.continued);
                         self.stats.requests += 1;
-                        let backend_name = &cfg.backends[0].0;
                         let body = match head.framing {
                             BodyFraming::None | BodyFraming::Length(0) => RequestBody::Done,
                             BodyFraming::Length(n) => RequestBody::Length(n),
                             BodyFraming::Chunked => RequestBody::chunked(cfg.max_body),
                         };
                         let retryable = body.is_done();
-                        let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
                         c.ex = Some(Exchange {
-                            fwd_head: if is_status {
-                                Vec::new()
-                            } else {
-                                request_head(&head, c.peer, cfg.tls.is_some(), backend_name)
-                            },
+                            fwd_head,
                             // Only the size-ordered queue reads it: FIFO keeps no copy.
                             target: (cfg.queue_order == QueueOrder::Srpt && head.method != h1::Method::Head)
                                 .then(|| Target::of(head.target())),

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# bench/reload.sh — SIGHUP reloads under load (issue 16, item 2): each model serves from a config file
+# while `modus load -c CONNS` runs open loop at 80 % of the capacity a calibration run measured, and
+# RELOADS SIGHUPs arrive one a second, each after the config file was rewritten to the other of two
+# document roots (same files, so every answer stays 200 while the configuration really changes). Passes
+# when no request failed, the error log confirms every reload, and the access log has a line for every
+# response the generator counted (none lost across the generations' log handovers).
+#
+# Usage:
+#   bench/reload.sh                                 # every model
+#   MODELS='event prefork' RELOADS=20 bench/reload.sh
+#
+# Knobs: MODELS [all 9] RELOADS [10] CONNS [50] SHARE [0.8 of capacity] SIZE [500B]
+#        SERVER_CPU [0] LOAD_CPU [1] MODUS_BIN, BENCH_MD [<repo>/BENCHMARKS.md; off], RESULTS_DIR.
+# The calibration (3 s warm-up, 5 s measured, closed loop) asks for /SIZE.txt?calibrate and the measured
+# run for /SIZE.txt, so the access-log lines of the measured run are told apart by their target.
+#
+# Why this is not a lab spec: the lab measures steady states; this sends signals on a schedule during a
+# run and judges the server's own logs against the generator's count.
+
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$SCRIPT_DIR/.." && pwd)
+BENCH_TAG=reload.sh
+# shellcheck source=bench/lib.sh
+source "$SCRIPT_DIR/lib.sh"
+
+MODELS=${MODELS:-per-request pool staged prefork worker perchild event amped uring}
+RELOADS=${RELOADS:-10}
+CONNS=${CONNS:-50}
+SHARE=${SHARE:-0.8}
+SIZE=${SIZE:-500B}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
+RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/reload-$(date -u +%Y%m%dT%H%M%SZ)}
+
+make_workdir reload
+SPID=
+trap 'stop_pid "$SPID" modus; rm -rf "$WORK"' EXIT
+ensure_modus_bin
+declare -A FILE_OF
+make_docroot "$WORK/a" "$SIZE"
+make_docroot "$WORK/b" "$SIZE"
+FILE=${FILE_OF[$SIZE]}
+
+# config ROOT: the config file, pointing at ROOT
+config() { printf 'root = "%s"\n' "$1" >"$WORK/modus.toml"; }
+
+ROWS=$WORK/rows.md
+: >"$ROWS"
+for model in $MODELS; do
+    port=$(free_port 18600)
+    out=$RESULTS_DIR/$model.server.out err=$RESULTS_DIR/$model.server.err alog=$RESULTS_DIR/$model.access.log
+    rm -f "$alog"
+    config "$WORK/a"
+    taskset -c "$SERVER_CPU" "$MODUS_BIN" serve --model "$model" --config "$WORK/modus.toml" \
+        --listen "127.0.0.1:$port" --access-log "$alog" >"$out" 2>"$err" &
+    SPID=$!
+    log "$model: $(wait_modus_listening "$SPID" "$out" "$err")"
+    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "http://127.0.0.1:$port/$FILE?calibrate" -c "$CONNS" -d 5s \
+        --warmup 3s --json >"$RESULTS_DIR/$model.calibration.json" 2>/dev/null
+    rate=$(python3 -c "import json,sys; print(int($SHARE * json.load(open(sys.argv[1]))['throughput_rps']))" \
+        "$RESULTS_DIR/$model.calibration.json")
+    log "$model: $RELOADS reloads under $rate req/s ($SHARE of capacity), $CONNS connections"
+    report=$RESULTS_DIR/$model.load.json
+    taskset -c "$LOAD_CPU" "$MODUS_BIN" load "http://127.0.0.1:$port/$FILE" -c "$CONNS" -R "$rate" \
+        -d "$((RELOADS + 2))s" --json >"$report" 2>"$RESULTS_DIR/$model.load.err" &
+    lpid=$!
+    sleep 1
+    for i in $(seq 1 "$RELOADS"); do
+        if [ $((i % 2)) -eq 1 ]; then config "$WORK/b"; else config "$WORK/a"; fi
+        kill -HUP "$SPID"
+        sleep 1
+    done
+    wait "$lpid" || true
+    # SIGTERM: in-flight requests finish and every generation's log buffer is flushed before exit.
+    stop_pid "$SPID" modus
+    SPID=
+    reloaded=$(grep -c "SIGHUP: configuration reloaded" "$err" || true)
+    lines=$(grep -c "GET /$FILE HTTP" "$alog" || true)
+    read -r requests errors unfinished < <(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(r["requests"], r["errors"], r.get("unfinished") or 0)' "$report")
+    # A response the generator stopped waiting for at the end may still have its line: that is not lost.
+    lost=$((requests > lines ? requests - lines : 0))
+    verdict=pass
+    if [ "$errors" -ne 0 ] || [ "$reloaded" -ne "$RELOADS" ] || [ "$lost" -ne 0 ] \
+        || [ "$lines" -gt $((requests + unfinished)) ]; then
+        verdict=fail
+    fi
+    log "$model: $requests responses, $errors failed, $reloaded of $RELOADS reloads confirmed, $lines log lines: $verdict"
+    printf '| %s | %s | %s | %s | %s / %s | %s | %s | %s |\n' "$model" "$rate" "$(fmt_int "$requests")" "$errors" \
+        "$reloaded" "$RELOADS" "$lines" "$lost" "$verdict" >>"$ROWS"
+done
+
+BLOCK=$WORK/block.md
+{
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label):"
+    echo "\`MODELS='$MODELS' RELOADS=$RELOADS CONNS=$CONNS bench/reload.sh\` — each model on CPU $SERVER_CPU from a"
+    echo "config file, \`modus load -c $CONNS\` on CPU $LOAD_CPU open loop at $SHARE of the closed-loop rate, /$FILE;"
+    echo "$RELOADS SIGHUPs one a second, the config's root switched between two copies of the site before each."
+    echo
+    echo "| model | rate (req/s) | responses | failed | reloads confirmed | access-log lines | lines lost | verdict |"
+    echo "|---|---:|---:|---:|---|---:|---:|---|"
+    cat "$ROWS"
+} >"$BLOCK"
+publish_block "$BLOCK" reload
