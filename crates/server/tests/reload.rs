@@ -163,4 +163,5 @@ per_model! {
     perchild => "perchild",
     event => "event",
     amped => "amped",
+    uring => "uring",
 }
