@@ -2,13 +2,15 @@
 # bench/soak.sh — each model for a long run at 80 % of its measured capacity (issue 16, item 7): a SURGE
 # document set with a CGI script in the mix, open-loop load, and the server's resident memory, open
 # descriptors and threads (processes for the process models) sampled every SAMPLE seconds. Passes when
-# no request failed, the memory each thread holds outside the file cache (PSS of the tree less what the
-# caches hold in memory, ÷ its threads, so that the children a process model adds under load are not
-# taken for a leak) grew less than 5 % after the warm-up (the first WARM share of the run), and the
-# descriptors per thread other than the files the caches hold open stayed flat (within what the load's
-# own connections can add). The caches' own numbers come from the server's /status.json (`--admin`):
-# they are bounded by `--cache-size` per process, and a prefork server has one per child, each seeing a
-# share of the stream, so they fill for most of the run.
+# no request failed, the memory outside the file caches (PSS of the tree less what the caches hold in
+# memory) shows a growth over time of less than 5 % after the warm-up (the first WARM share of the run),
+# and the descriptors per thread other than the files the caches hold open stayed flat (within what the
+# load's own connections can add). The growth is the time term of a least-squares fit of that memory on
+# time and on the number of threads, over every sample after the warm-up, relative to the fitted level
+# at the warm-up's end: the thread term takes what the workers a model adds or retires under load hold
+# (a process model's children; `per-request`'s threads, one per request in flight), so they are not
+# taken for a leak, and all samples count, so one sample taken while a script ran does not decide. The
+# caches' own numbers come from the server's /status.json (`--admin`):
 #
 # Usage:
 #   bench/soak.sh                                   # every model, 30 minutes each (4 hours)
@@ -156,15 +158,36 @@ after = [row for row in rows if row["t_s"] >= float(warm) * rows[-1]["t_s"]] or 
 for row in rows:
     row["pss_outside_kb"] = row["pss_kb"] - row["cache_memory_kb"]
     row["fds_outside"] = row["fds"] - row["cache_files"]
-# Per task (thread), so that workers the model adds under load (a process model's children) are not
-# taken for a leak: a leak grows what each worker holds.
+# Per task (thread) for the descriptors, so that workers the model adds under load are not taken for a
+# leak.
 per = lambda row, k: row[k] / max(row["tasks"], 1)
-# The medians of the first and the last few samples, so that one sample taken while a CGI script ran or
-# the load's connections closed does not decide.
-k = max(1, min(5, len(after) // 4))
-pss0 = statistics.median(per(row, "pss_outside_kb") for row in after[:k])
-pss1 = statistics.median(per(row, "pss_outside_kb") for row in after[-k:])
-growth = (pss1 - pss0) / pss0 * 100 if pss0 else 0.0
+
+
+def least_squares(xs, ys):
+    """Coefficients of y ~ xs (rows of regressors, the first 1), by the normal equations."""
+    n = len(xs[0])
+    m = [[sum(x[i] * x[j] for x in xs) for j in range(n)] + [sum(x[i] * y for x, y in zip(xs, ys))] for i in range(n)]
+    for i in range(n):
+        p = max(range(i, n), key=lambda r: abs(m[r][i]))
+        m[i], m[p] = m[p], m[i]
+        for r in range(n):
+            if r != i:
+                f = m[r][i] / m[i][i]
+                m[r] = [a - f * b for a, b in zip(m[r], m[i])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+# Memory: its growth over time with the thread count held at its mean (see the header).
+ys = [row["pss_outside_kb"] for row in after]
+t_first, t_last = after[0]["t_s"], after[-1]["t_s"]
+mean_tasks = statistics.mean(row["tasks"] for row in after)
+if len({row["tasks"] for row in after}) > 1:
+    base, per_task, per_s = least_squares([[1, row["tasks"], row["t_s"]] for row in after], ys)
+else:
+    (base, per_s), per_task = least_squares([[1, row["t_s"]] for row in after], ys), 0.0
+level = base + per_task * mean_tasks + per_s * t_first
+trend_kb = per_s * (t_last - t_first)
+growth = trend_kb / level * 100 if level else 0.0
 fds = [row["fds_outside"] for row in after]
 fds_per = [per(row, "fds_outside") for row in after]
 tasks = [row["tasks"] for row in after]
@@ -185,11 +208,13 @@ else:
     verdict = "**fail**"
 if unscraped:
     verdict += f" ({unscraped} samples without /status.json)"
+# The tree's PSS for the row: the medians of the first and the last few samples.
+k = max(1, min(5, len(after) // 4))
 tot0 = statistics.median(row["pss_kb"] for row in after[:k])
 tot1 = statistics.median(row["pss_kb"] for row in after[-k:])
 print(f"| {model} | {rate} | {r['requests']:,} | {r['errors']} | {tot0:,.0f} → {tot1:,.0f} "
       f"| {cache_mb[0]:.1f} → {cache_mb[-1]:.1f} MiB, {min(cache_files)}–{max(cache_files)} files "
-      f"| {pss0:,.0f} → {pss1:,.0f} ({growth:+.1f} %) | {min(fds)}–{max(fds)} ({'flat' if flat else 'growing'}) "
+      f"| {growth:+.1f} % ({trend_kb:+,.0f} kB of {level:,.0f}) | {min(fds)}–{max(fds)} ({'flat' if flat else 'growing'}) "
       f"| {min(tasks)}–{max(tasks)} | {others_pct} % | {verdict} |")
 
 EOF
@@ -203,9 +228,9 @@ done
 
 summary=$RESULTS_DIR/summary.tmp
 {
-    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU (\`--cache-size $CACHE --admin\`) serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s; after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run, the medians of the first and the last 5 samples are compared."
+    echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), modus git $(git_rev_label), $(machine_label): \`MODELS='$MODELS' DURATION=$DURATION bench/soak.sh\` — each model on CPU $SERVER_CPU (\`--cache-size $CACHE --admin\`) serving a SURGE set (2,000 files up to 1 MiB) with a CGI script, \`modus load --mix\` (the 400 most requested documents by their stream share, /cgi-bin/hello at $CGI_SHARE %) open loop at 80 % of the closed-loop rate measured with $CONNS connections, on CPU $LOAD_CPU; samples every ${SAMPLE} s; after the first $(python3 -c "print(int(float('$WARM') * 100))") % of the run, the growth of the memory outside the caches is fitted on time and threads over every sample, and the descriptors per thread must stay within what the load's connections can add."
     echo
-    echo "| model | rate (req/s) | requests | errors | PSS after warm-up → end (kB) | caches: memory, open files | PSS outside the caches per thread (kB) | fds outside the caches | threads | other jobs' CPU | verdict |"
+    echo "| model | rate (req/s) | requests | errors | PSS after warm-up → end (kB) | caches: memory, open files | PSS outside the caches: growth after warm-up | fds outside the caches | threads | other jobs' CPU | verdict |"
     echo "|---|---:|---:|---:|---|---|---|---|---|---:|---|"
     cat "$RESULTS_DIR/rows.md"
 } >"$summary"
