@@ -37,6 +37,12 @@
 //!   wakeup; the stop pipe and the CGI spawners' waker are polled by the
 //!   ring; a running script's pipes get one-shot polls, armed from
 //!   `Connection::waiting` after every drive.
+//! * **Stopping** (SIGTERM, or a reload's old generation): after the batch
+//!   the stop arrived in, every connection is driven as stopping, but one
+//!   whose bytes still wait in the kernel (a receive has not taken them:
+//!   `FIONREAD`) is not taken for silent, and connections the multishot
+//!   accept delivers while it is being cancelled are served, not dropped —
+//!   a completion-driven loop must not close a request it has not seen.
 //! * **Closing**: a connection leaves its slot only when the kernel has
 //!   finished with everything it lent it: its receive cancelled and
 //!   completed, its send — every operation of it — completed (or cancelled
@@ -303,6 +309,8 @@ struct Loop {
     max_conns: usize,
     shutdown: Shutdown,
     stopping: bool,
+    /// The stop's completion arrived in the batch being handled.
+    stop_asked: bool,
     pipeline: Arc<Pipeline>,
     helpers: Option<Box<dyn Helpers>>,
     mode: Mode,
@@ -351,6 +359,7 @@ impl Loop {
             max_conns,
             shutdown,
             stopping: false,
+            stop_asked: false,
             pipeline,
             helpers,
             mode,
@@ -448,6 +457,9 @@ impl Loop {
             for &(data, result, flags) in &completions {
                 self.complete(data, result, flags);
             }
+            if self.stop_asked {
+                self.begin_stop();
+            }
             completions.clear();
             self.completions = completions;
             self.bufs.publish();
@@ -493,7 +505,10 @@ impl Loop {
             OP_POLL => self.pipe_ready(token, result),
             OP_LOOP => match token {
                 ACCEPT => self.accepted(result, flags),
-                STOP => self.begin_stop(),
+                // After the batch: a receive completed in it may hold a
+                // request for a connection the stop would otherwise find
+                // silent.
+                STOP => self.stop_asked = true,
                 WAKER => {
                     self.collect_replies();
                     if !cqueue::more(flags) {
@@ -516,9 +531,12 @@ impl Loop {
             // SAFETY: a successful accept's result is a new descriptor that nothing else owns.
             let stream = TcpStream::from(unsafe { OwnedFd::from_raw_fd(result) });
             match stream.peer_addr() {
-                Ok(peer) if !self.stopping && self.conns.len() < self.max_conns => self.open(stream, peer),
-                // Accepted just after the cap or the stop (the multishot
-                // was being cancelled), or the peer already left: refused.
+                // Also after the stop, while the multishot is being
+                // cancelled: the kernel took the connection off the shared
+                // queue for this loop, so no other generation or loop can
+                // answer it (dropping it would close it under a request).
+                Ok(peer) if self.conns.len() < self.max_conns => self.open(stream, peer),
+                // Accepted just after the cap, or the peer already left: refused.
                 _ => {}
             }
             return;
@@ -711,7 +729,11 @@ impl Loop {
         if c.closing {
             return;
         }
-        let (p, stopping) = (&*self.pipeline, self.stopping);
+        // A connection whose bytes the kernel holds is not silent, though
+        // no receive has handed them over yet: a stop must answer it, not
+        // close it under its request.
+        let stopping = self.stopping && !c.link.socket().unread_in_kernel();
+        let p = &*self.pipeline;
         c.conn.set_now(self.now);
         match c.conn.drive(&c.link, p, stopping) {
             Want::Read(deadline) => {

@@ -310,6 +310,14 @@ impl RingSocket {
         self.sock.as_raw_fd()
     }
 
+    /// Whether the peer's bytes wait in the kernel, not yet taken by a
+    /// receive (`FIONREAD`). Under `DEFER_TASKRUN` a receive takes them
+    /// only while the loop is in `io_uring_enter`, so between two entries
+    /// this is exact: what arrived is here or in a completion already seen.
+    pub(super) fn unread_in_kernel(&self) -> bool {
+        rustix::io::ioctl_fionread(&self.sock).is_ok_and(|n| n > 0)
+    }
+
     /// The socket itself, for `sendfile`.
     pub(super) fn stream(&self) -> &TcpStream {
         &self.sock
