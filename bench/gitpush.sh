@@ -27,7 +27,7 @@ BENCH_TAG=gitpush.sh
 # shellcheck source=bench/lib.sh
 source "$SCRIPT_DIR/lib.sh"
 
-MODELS=${MODELS:-per-request pool staged prefork worker perchild event amped uring}
+MODELS=${MODELS:-$ALL_MODELS}
 SIZE=${SIZE:-200}
 BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
 MODUS=${MODUS_BIN:-$REPO/target/release/modus}

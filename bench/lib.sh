@@ -12,6 +12,9 @@
 
 BENCH_TAG=${BENCH_TAG:-bench}
 
+# Every model of `modus serve --model` (`modus models`), in the order the tables list them.
+ALL_MODELS="per-request pool staged prefork worker perchild event amped uring"
+
 log() { printf '[%s] %s\n' "$BENCH_TAG" "$*" >&2; }
 die() { log "error: $*"; exit 2; }
 

@@ -57,7 +57,7 @@ source "$SCRIPT_DIR/lib.sh"
 ACTION=${1:-bench}
 case $ACTION in bench|idle|syscalls|cgi) ;; *) die "unknown action '$ACTION' (bench, idle, syscalls, cgi)";; esac
 
-MODUS_MODELS="per-request pool staged prefork worker perchild event amped uring"
+MODUS_MODELS=$ALL_MODELS
 PEERS="nginx lighttpd h2o apache-prefork apache-worker apache-event"
 file_run_defaults
 # load on every server once before the first measured run: modus prefork grows from --min-spare 10 children

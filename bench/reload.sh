@@ -28,13 +28,12 @@ BENCH_TAG=reload.sh
 # shellcheck source=bench/lib.sh
 source "$SCRIPT_DIR/lib.sh"
 
-MODELS=${MODELS:-per-request pool staged prefork worker perchild event amped uring}
+MODELS=${MODELS:-$ALL_MODELS}
 RELOADS=${RELOADS:-10}
 CONNS=${CONNS:-50}
 SHARE=${SHARE:-0.8}
 SIZE=${SIZE:-500B}
-SERVER_CPU=${SERVER_CPU:-0}
-LOAD_CPU=${LOAD_CPU:-1}
+pin_and_noise_defaults
 BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/reload-$(date -u +%Y%m%dT%H%M%SZ)}
 

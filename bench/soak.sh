@@ -13,10 +13,10 @@
 # caches' own numbers come from the server's /status.json (`--admin`):
 #
 # Usage:
-#   bench/soak.sh                                   # every model, 30 minutes each (4 hours)
+#   bench/soak.sh                                   # every model, 30 minutes each (4.5 hours)
 #   MODELS='event pool' DURATION=5m bench/soak.sh
 #
-# Knobs: MODELS [all 8] DURATION [30m] SAMPLE [10] WARM [0.2 of the run] CONNS [64] CGI_SHARE [5 (%)]
+# Knobs: MODELS [all 9] DURATION [30m] SAMPLE [10] WARM [0.2 of the run] CONNS [64] CGI_SHARE [5 (%)]
 #        CACHE [4MiB: --cache-size, so that the caches turn over]
 #        SERVER_CPU [0] LOAD_CPU [1] MODUS_BIN, BENCH_MD [<repo>/BENCHMARKS.md; off], RESULTS_DIR,
 #        NOISE_PCT [5: other jobs' share of a core over the run from which a run that fell behind its
@@ -38,7 +38,7 @@ BENCH_TAG=soak.sh
 # shellcheck source=bench/lib.sh
 source "$SCRIPT_DIR/lib.sh"
 
-MODELS=${MODELS:-per-request pool staged prefork worker perchild event amped}
+MODELS=${MODELS:-$ALL_MODELS}
 DURATION=${DURATION:-30m}
 SAMPLE=${SAMPLE:-10}
 WARM=${WARM:-0.2}
@@ -47,10 +47,7 @@ CGI_SHARE=${CGI_SHARE:-5}
 # Small, so that the caches turn over for the whole run (a prefork child has one each); the verdict leaves
 # out what they hold, which /status.json reports.
 CACHE=${CACHE:-4MiB}
-SERVER_CPU=${SERVER_CPU:-0}
-LOAD_CPU=${LOAD_CPU:-1}
-NOISE_PCT=${NOISE_PCT:-5}
-CLK_TCK=$(getconf CLK_TCK)
+pin_and_noise_defaults
 BENCH_MD=${BENCH_MD:-$REPO/BENCHMARKS.md}
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results/soak-$(date -u +%Y%m%dT%H%M%SZ)}
 DUR_S=$(to_seconds "$DURATION")

@@ -102,8 +102,14 @@ pub fn request_head(head: &RequestHead, peer: SocketAddr, https: bool, backend: 
 /// extended): it is refused here with a 431 that says why, rather than by
 /// the backend.
 pub fn over_limits(fwd: &[u8], limits: &h1::Limits) -> Option<String> {
-    let mut lines = fwd.split(|&b| b == b'\n').skip(1).filter(|l| l.len() > 1);
-    let fields = lines.clone().count();
+    // Field lines without their LF (the CR stays): the request line and the final empty line left out.
+    let (mut fields, mut too_long) = (0, None);
+    for line in fwd.split(|&b| b == b'\n').skip(1).filter(|l| l.len() > 1) {
+        fields += 1;
+        if too_long.is_none() && line.len() - 1 > limits.max_field_size {
+            too_long = Some(line);
+        }
+    }
     if fields > limits.max_headers {
         return Some(format!(
             "with the director's own fields (X-Forwarded-For, X-Forwarded-Proto, Forwarded, Via) the request \
@@ -111,7 +117,7 @@ pub fn over_limits(fwd: &[u8], limits: &h1::Limits) -> Option<String> {
             limits.max_headers
         ));
     }
-    if let Some(long) = lines.find(|l| l.len() - 1 > limits.max_field_size) {
+    if let Some(long) = too_long {
         let name = long.split(|&b| b == b':').next().unwrap_or_default();
         return Some(format!(
             "the {} field the director would forward is {} bytes long, more than the {} a backend takes",
