@@ -61,10 +61,20 @@
 #     CACHE [4MiB] the server's --cache-size
 #     DISK_SCHEDULES ["fifo srpt srpt-group"]  WARM, WARM_AHEAD, READAHEAD (above)
 #
-# Why this is not a lab spec: Its link shaping has one htb class per SRPT priority (SO_PRIORITY 0x10001
-# + k) and it reports slowdown and response time by size class from the timeline; the lab's netns
-# topology shapes each link with one htb class (netns.rs) and has no per-size metrics.
-# `lab/paper004-srpt.toml` runs the SURGE order comparison (fifo / srpt / srpt-group) on loopback.
+# What the lab does instead, and what stays here. The lab now runs the link and the memory cases as
+# experiments that `modus lab run papers` includes: `lab/paper004-link.toml` (the same link: network
+# namespaces, htb at 100 Mbit/s with this script's class per SRPT priority — netns.rs builds it so —
+# fifo against srpt, open-loop SURGE at ρ 0.5 … 0.95; mean, p99, throughput, link use) and
+# `lab/paper004-srpt.toml` (amped in a memory cgroup below the SURGE documents, fifo / srpt /
+# srpt-group, SURGE users with OFF times across 210; mean, p99, disk bytes per request). Run those for
+# the mean response time and the verdicts. This script stays for what the lab cannot measure:
+# - the link case's response time BY SIZE CLASS (smallest 50 %, next 40 %, next 9 %, largest 1 %) and
+#   the mean SLOWDOWN, computed from `modus load --timeline` per request: the lab keeps per-point
+#   aggregates only, so it cannot show that SRPT's gain on the small responses costs the largest little;
+# - the disk case's replay of the WHOLE stream (a fixed number of requests, so every schedule serves
+#   the same documents: the SURGE stream is not stationary, and the lab's points last a fixed time)
+#   and amped's warm-ahead knobs (MODUS_AMPED_WARM*, READAHEAD), which are environment, not flags;
+# - the loop case's mean response time per size (500 B and 115 KB apart).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RHOS=${RHOS:-"0.5 0.7 0.8 0.9 0.95"}

@@ -196,7 +196,7 @@ fn lab(args: LabArgs) -> Result<()> {
             if runs.is_empty() {
                 bail!("{}: no meta.json, and no experiment's results below it", dir.display());
             }
-            for run in &runs {
+            for run in runs.iter().filter(|r| r.meta["skipped"].is_null()) {
                 report::write(&dir.join(&run.name), &run.spec, &run.table, &run.meta)?;
             }
             let text = reproduction::markdown(&runs);
@@ -308,6 +308,7 @@ fn lab(args: LabArgs) -> Result<()> {
                         front_args: Vec::new(),
                         backends: 1,
                         memory: None,
+                        max_clients: None,
                     })
                     .chain(chosen_peers.iter().map(|p| ServerSpec {
                         name: p.to_string(),
@@ -318,6 +319,7 @@ fn lab(args: LabArgs) -> Result<()> {
                         front_args: Vec::new(),
                         backends: 1,
                         memory: None,
+                        max_clients: None,
                     }))
                     .collect(),
                 plots: ["throughput", "p99", "cpu_per_request"]
@@ -360,6 +362,23 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
                     net.rate.as_ref().map(|r| format!("; each link shaped to {r} (htb)")).unwrap_or_default()
                 );
                 network = Some(n);
+            }
+            Err(e) if net.rate.is_some() => {
+                // A shaped link is the experiment (paper 004's bottleneck):
+                // on loopback it would measure something else. Skipped, and
+                // said so where the results would be.
+                let why = format!(
+                    "skipped: it needs a link shaped to {} between network namespaces, not permitted here ({e:#})",
+                    net.rate.as_deref().unwrap_or("")
+                );
+                eprintln!("modus lab: {}: {why}", spec.name);
+                let mut meta = meta(spec, out)?;
+                meta["network"] = json!("none");
+                meta["skipped"] = json!(why);
+                std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
+                std::fs::write(out.join("points.csv"), format!("{}\n", results::header()))?;
+                std::fs::write(out.join("report.md"), format!("# {}\n\n{}: {why}.\n", spec.name, spec.name))?;
+                return Ok(());
             }
             Err(e) => {
                 placement =

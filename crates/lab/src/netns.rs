@@ -5,7 +5,9 @@
 //! front of backends (paper 002) crosses a real network path rather than
 //! loopback. The recipe is bench/srpt.sh's (veth + htb; this machine has
 //! no netem). Where it is not permitted (not root, no `ip netns`) the
-//! experiment runs over loopback and the report says why.
+//! experiment runs over loopback and the report says why — unless it
+//! shapes a link (`rate`, paper 004's bottleneck): then it is skipped, with
+//! the reason, as loopback would measure something else (lib.rs).
 
 use std::process::Command;
 
@@ -77,13 +79,25 @@ impl Network {
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
             ip(&["-n", &ns, "link", "set", &inside, "up"])?;
             if let Some(rate) = rate {
+                // bench/srpt.sh's link: the whole rate in 1:100, under it one
+                // leaf per SRPT class — `--schedule srpt` sets SO_PRIORITY
+                // 0x10001 + k, which htb maps to leaf 1:(k+1), served at
+                // prio k — and 1:1, the top class, the default (handshakes,
+                // ACKs, every unscheduled socket: FIFO has the whole link).
                 tc(&[
                     "-n", &ns, "qdisc", "add", "dev", &inside, "root", "handle", "1:", "htb", "default", "1",
                 ])?;
                 tc(&[
-                    "-n", &ns, "class", "add", "dev", &inside, "parent", "1:", "classid", "1:1", "htb",
-                    "rate", rate, "ceil", rate,
+                    "-n", &ns, "class", "add", "dev", &inside, "parent", "1:", "classid", "1:100", "htb",
+                    "rate", rate, "ceil", rate, "quantum", "60000",
                 ])?;
+                for k in 0..8 {
+                    let (leaf, prio) = (format!("1:{}", k + 1), k.to_string());
+                    tc(&[
+                        "-n", &ns, "class", "add", "dev", &inside, "parent", "1:100", "classid", &leaf,
+                        "htb", "rate", "1mbit", "ceil", rate, "prio", &prio,
+                    ])?;
+                }
             }
         }
         Ok(net)
@@ -157,7 +171,9 @@ mod tests {
         let shaped =
             Command::new("tc").args(["-n", &backend.ns, "class", "show", "dev", &link]).output().unwrap();
         let shaped = String::from_utf8_lossy(&shaped.stdout);
-        assert!(shaped.contains("htb 1:1") && shaped.contains("100Mbit"), "{shaped}");
+        assert!(shaped.contains("htb 1:1 ") && shaped.contains("100Mbit"), "{shaped}");
+        // One leaf per SRPT class, served in priority order (bench/srpt.sh's recipe).
+        assert!(shaped.contains("htb 1:100 ") && shaped.contains("htb 1:8 parent 1:100 prio 7"), "{shaped}");
         let namespaces = [client.ns.clone(), backend.ns.clone()];
         drop(net);
         let list =

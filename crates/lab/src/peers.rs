@@ -29,6 +29,8 @@ pub const FRONTS: [&str; 2] = ["direct", "haproxy"];
 pub struct Site<'a> {
     pub docroot: &'a Path,
     pub cgi: Option<&'a Path>,
+    /// The server's `max-clients` (Apache: MaxRequestWorkers), if the spec sets one.
+    pub max_clients: Option<usize>,
 }
 
 /// The program a peer runs (Apache's MPMs are one binary).
@@ -129,12 +131,35 @@ pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Resu
 fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Result<String> {
     let mpm = peer.trim_start_matches("apache-");
     let (mpm, cached) = mpm.strip_suffix("-cache").map_or((mpm, false), |m| (m, true));
-    let sizing = match mpm {
-        "prefork" => "StartServers 64\nMinSpareServers 10\nMaxSpareServers 64\nServerLimit 256\nMaxRequestWorkers 256\n",
-        "worker" | "event" => {
-            "StartServers 3\nThreadsPerChild 25\nMinSpareThreads 25\nMaxSpareThreads 75\nThreadLimit 64\nMaxRequestWorkers 150\n"
+    let sizing = match (mpm, site.max_clients) {
+        ("prefork", None) => {
+            "StartServers 64\nMinSpareServers 10\nMaxSpareServers 64\nServerLimit 256\nMaxRequestWorkers 256\n".into()
         }
-        other => bail!("no Apache MPM {other:?} (prefork, worker, event)"),
+        ("worker" | "event", None) => {
+            "StartServers 3\nThreadsPerChild 25\nMinSpareThreads 25\nMaxSpareThreads 75\nThreadLimit 64\nMaxRequestWorkers 150\n"
+                .into()
+        }
+        // The spec's `max-clients` (paper 001's MaxClients 80).
+        ("prefork", Some(n)) => {
+            let start = n.min(64);
+            format!(
+                "StartServers {start}\nMinSpareServers {}\nMaxSpareServers {start}\nServerLimit {n}\nMaxRequestWorkers {n}\n",
+                start.min(10)
+            )
+        }
+        ("worker" | "event", Some(n)) => {
+            // MaxRequestWorkers must be a multiple of ThreadsPerChild:
+            // the largest divisor of n up to Debian's 25 (80: 20 × 4).
+            let per_child = (1..=n.min(25)).rev().find(|d| n % d == 0).unwrap_or(1);
+            format!(
+                "StartServers {}\nServerLimit {}\nThreadsPerChild {per_child}\nMinSpareThreads {per_child}\n\
+                 MaxSpareThreads {}\nThreadLimit 64\nMaxRequestWorkers {n}\n",
+                (n / per_child).min(3),
+                n / per_child,
+                3 * per_child
+            )
+        }
+        (other, _) => bail!("no Apache MPM {other:?} (prefork, worker, event)"),
     };
     let modules = "/usr/lib/apache2/modules";
     // Apache refuses to serve as root; Debian's user then.
@@ -337,7 +362,10 @@ mod tests {
             std::fs::write(docroot.join(name), vec![b'x'; size]).unwrap();
         }
         for peer in PEERS {
-            for site in [Site { docroot: &docroot, cgi: None }, Site { docroot: &docroot, cgi: Some(&cgi) }] {
+            for site in [
+                Site { docroot: &docroot, cgi: None, max_clients: None },
+                Site { docroot: &docroot, cgi: Some(&cgi), max_clients: Some(80) },
+            ] {
                 if site.cgi.is_some() && !runs_cgi(peer) {
                     continue;
                 }
@@ -347,6 +375,9 @@ mod tests {
                 assert!(text.contains("18999") && text.contains(&docroot.display().to_string()), "{text}");
                 if site.cgi.is_some() {
                     assert!(text.contains(&cgi.display().to_string()), "{text}");
+                }
+                if peer.starts_with("apache-") && site.max_clients.is_some() {
+                    assert!(text.contains("MaxRequestWorkers 80\n"), "paper 001's MaxClients 80: {text}");
                 }
                 let root = docroot.display();
                 if peer == "apache-worker-cache" {
@@ -373,7 +404,7 @@ mod tests {
                 check(peer, &bin, &work, &conf, None).unwrap_or_else(|e| panic!("{e:#}"));
             }
         }
-        let docroot_only = Site { docroot: &docroot, cgi: None };
+        let docroot_only = Site { docroot: &docroot, cgi: None, max_clients: None };
         assert!(config("caddy", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
         assert!(config("apache-perchild", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
     }

@@ -443,6 +443,9 @@ impl Runner {
             if !server.args.iter().any(|a| a == "--admin" || a.starts_with("--admin=")) {
                 serve.args(["--admin", &listen]);
             }
+            if let Some(n) = server.max_clients {
+                serve.args(["--max-clients", &n.to_string()]);
+            }
             serve.args(&server.args);
             return Server::start(serve).map(|s| s.in_cgroup(cgroup));
         };
@@ -452,7 +455,7 @@ impl Runner {
         std::fs::create_dir_all(&dir)?;
         let port = free_port()?;
         let conf = dir.join(format!("{peer}.conf"));
-        let site = crate::peers::Site { docroot: root, cgi: cgi.as_deref() };
+        let site = crate::peers::Site { docroot: root, cgi: cgi.as_deref(), max_clients: server.max_clients };
         std::fs::write(&conf, crate::peers::config(peer, &dir, site, at.ip, port)?)?;
         crate::peers::prepare(peer, &dir)?;
         crate::peers::check(peer, &bin, &dir, &conf, at.ns)?;

@@ -158,6 +158,11 @@ pub struct ServerSpec {
     /// every point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Size>,
+    /// At most this many clients served at once: `--max-clients N` for a
+    /// modus model (the process models' cap), MaxRequestWorkers (and
+    /// ServerLimit) N for an Apache peer — paper 001's MaxClients 80.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_clients: Option<usize>,
 }
 
 /// `[network]`: the topology.
@@ -202,6 +207,9 @@ pub struct ClaimSpec {
     /// The paper's own words and number, for REPRODUCTION.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paper: Option<String>,
+    /// Where in the paper: `Fig. 10`, `Table 1`, `§5.1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 fn default_docroot() -> String {
@@ -240,16 +248,18 @@ fn default_x() -> String {
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 13] = [
+pub const BUILT_IN: [(&str, &str); 15] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
     ("paper000-cpus", include_str!("../../../lab/paper000-cpus.toml")),
     ("paper000-cgi-share", include_str!("../../../lab/paper000-cgi-share.toml")),
+    ("paper000-latency", include_str!("../../../lab/paper000-latency.toml")),
     ("paper001-clients", include_str!("../../../lab/paper001-clients.toml")),
     ("paper002-director", include_str!("../../../lab/paper002-director.toml")),
     ("paper003-surge", include_str!("../../../lab/paper003-surge.toml")),
     ("paper004-srpt", include_str!("../../../lab/paper004-srpt.toml")),
+    ("paper004-link", include_str!("../../../lab/paper004-link.toml")),
     ("static", include_str!("../../../lab/static.toml")),
     ("timing", include_str!("../../../lab/timing.toml")),
     ("reuseport", include_str!("../../../lab/reuseport.toml")),
@@ -315,6 +325,13 @@ impl Spec {
             }
             if s.backends == 0 {
                 bail!("server {:?}: backends must be at least 1", s.name);
+            }
+            match (s.max_clients, s.peer.as_deref()) {
+                (Some(0), _) => bail!("server {:?}: max-clients must be at least 1", s.name),
+                (Some(_), Some(peer)) if !peer.starts_with("apache-") => {
+                    bail!("server {:?}: max-clients is for modus models and Apache peers, not {peer}", s.name)
+                }
+                _ => {}
             }
             if s.memory.is_some_and(|m| m.0 < MIN_MEMORY) {
                 bail!(
@@ -618,7 +635,31 @@ mod tests {
             let spec = load(name).unwrap();
             assert!(!spec.claims.is_empty(), "{name} checks something");
             assert!(spec.claims.iter().all(|c| c.paper.is_some()), "{name}: every claim quotes its paper");
+            assert!(spec.claims.iter().all(|c| c.source.is_some()), "{name}: every claim names its figure");
+            assert!(spec.repeats >= 3, "{name}: at least 3 repeats, for the spread");
+            assert!(!spec.description.contains("shared/papers"), "{name} cites the paper, not a path");
         }
+        // Paper 001 ran every server with MaxClients 80.
+        let p001 = load("paper001-clients").unwrap();
+        assert!(p001.servers.iter().all(|s| s.max_clients == Some(80)), "{:?}", p001.servers);
+        // Paper 004's link case: a shaped link between namespaces, or nothing.
+        let link = load("paper004-link").unwrap();
+        assert!(link.network.as_ref().is_some_and(|n| n.netns && n.rate.is_some()));
+    }
+
+    #[test]
+    fn max_clients_is_for_models_and_apache() {
+        let base = "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [1]\n[[server]]\n";
+        let parse = |server: &str| Spec::parse(&format!("{base}{server}"), "t.toml");
+        assert_eq!(
+            parse("model = \"prefork\"\nmax-clients = 80\n").unwrap().servers[0].max_clients,
+            Some(80)
+        );
+        assert!(parse("peer = \"apache-worker\"\nmax-clients = 80\n").is_ok());
+        let e = format!("{:#}", parse("peer = \"nginx\"\nmax-clients = 80\n").unwrap_err());
+        assert!(e.contains("max-clients is for modus models and Apache peers"), "{e}");
+        let e = format!("{:#}", parse("model = \"prefork\"\nmax-clients = 0\n").unwrap_err());
+        assert!(e.contains("at least 1"), "{e}");
     }
 
     #[test]

@@ -454,7 +454,7 @@ impl Apache {
     fn start(peer: &str, dir: &Path, root: &Path, port: u16) -> Apache {
         use std::os::unix::process::CommandExt;
         let conf = dir.join(format!("{peer}.conf"));
-        let site = lab::peers::Site { docroot: root, cgi: None };
+        let site = lab::peers::Site { docroot: root, cgi: None, max_clients: None };
         std::fs::write(&conf, lab::peers::config(peer, dir, site, "127.0.0.1", port).unwrap()).unwrap();
         lab::peers::prepare(peer, dir).unwrap();
         let bin = lab::peers::binary(peer).unwrap();
