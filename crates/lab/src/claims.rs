@@ -197,7 +197,7 @@ impl Verdict {
 
 /// How the verdicts are reached, in words, for the reports.
 pub const METHOD: &str = "Each claim is a ratio of its two sides, checked at every point. A point's ratio is shown \
-as `mid (lo–hi)`: mid is the ratio of the means over the repeats; lo–hi is the lowest and the highest ratio of the \
+as mid (lo–hi): mid is the ratio of the means over the repeats; lo–hi is the lowest and the highest ratio of the \
 repeats paired by round (rounds are interleaved, so repeat r of both sides ran in the same round). A point holds \
 only when the whole interval clears the claim's threshold, does not hold when all of it misses, and is within \
 noise when the repeats disagree (for > and <, equality misses). A point where the load generator fell behind, \

@@ -379,5 +379,9 @@ differences = "2 cores shared with the load generator, loopback"
         assert_eq!(runs.len(), 1);
         let md = std::fs::read_to_string(dir.path().join("REPRODUCTION.md")).unwrap();
         assert!(md.contains("## paper-x") && md.contains("**holds partly**"), "{md}");
+        assert!(
+            md.contains("this one: 2 cores shared with the load generator"),
+            "[context] kept in meta.json: {md}"
+        );
     }
 }
