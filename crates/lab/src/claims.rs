@@ -33,7 +33,9 @@
 //!
 //! A point where either side was **under load** — the load generator fell
 //! behind (`fell_behind`), the point held less than 90 % of the load it
-//! names (`held_load`), or it measured nothing (`failed`) — in any of its
+//! names (`held_load`; closed loop only: in the open loop a server past
+//! saturation serves less than it is offered, which is its answer, not a
+//! load not applied), or it measured nothing (`failed`) — in any of its
 //! repeats is never counted, either way: its numbers are not the server's
 //! at the load the claim names. (Results written before those columns
 //! existed read them as NaN: measured normally.)
@@ -336,6 +338,8 @@ fn ratios(pairs: &[(f64, f64)], fl: f64, fr: f64) -> Option<(f64, f64, f64)> {
 /// of the metrics that say what limited it (NaN: not recorded).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Usage {
+    /// The server, and where when a claim compares it with itself
+    /// elsewhere (`direct at rate=800`).
     pub server: String,
     pub server_cpu_pct: f64,
     pub load_cpu_pct: f64,
@@ -377,7 +381,15 @@ impl Usage {
             disk_read_per_req: mean("disk_read_per_req"),
             link_util_pct: mean("link_util_pct"),
             fell_behind: values("fell_behind").iter().any(|v| *v >= 1.0),
-            held_load: values("held_load").into_iter().fold(f64::NAN, f64::min),
+            // Open loop: held_load is throughput ÷ the rate offered, and a
+            // server past saturation (paper 002's point) serves less than
+            // it is offered — the server's answer, not a load not applied;
+            // the generator's own lateness is `fell_behind`.
+            held_load: if at.rate > 0 {
+                f64::NAN
+            } else {
+                values("held_load").into_iter().fold(f64::NAN, f64::min)
+            },
             failed: values("failed").iter().any(|v| *v >= 1.0),
         })
     }
@@ -521,6 +533,13 @@ impl Claim {
             let measured = usage.len() == [&l, &r].iter().filter(|s| matches!(s, At::Metric { .. })).count();
             if !measured {
                 continue; // a side not measured here (a server skipped)
+            }
+            let mut usage = usage;
+            if let (At::Metric { server: a, at: la, .. }, At::Metric { server: b, at: ra, .. }) = (&l, &r) {
+                if a == b && la != ra {
+                    usage[0].server = format!("{a} at {}", la.label(table));
+                    usage[1].server = format!("{b} at {}", ra.label(table));
+                }
             }
             let pairs = pairs(table, &l, &r);
             let under: Vec<String> = usage.iter().filter_map(Usage::under_load).collect();
@@ -930,6 +949,11 @@ mod tests {
         let v = c.judge(&only);
         assert_eq!(v.word, NOT_AT_THE_LOAD);
         assert!(v.reason.contains("clients=1: event: the load generator fell behind"), "{}", v.reason);
+        // A server against itself elsewhere: each side named by where it was.
+        let itself = claim("throughput(server=event, clients=8) >= throughput(server=event, clients=1)");
+        let v = itself.judge(&table);
+        assert_eq!(v.points[0].word, UNDER_LOAD);
+        assert_eq!(v.points[0].reason, "event at clients=1: the load generator fell behind");
         // The right side under load counts as much.
         let right = Table { points: vec![behind(point("pool", 1, 1, 10.0)), point("event", 1, 1, 500.0)] };
         assert_eq!(c.judge(&right).word, NOT_AT_THE_LOAD);
@@ -941,6 +965,9 @@ mod tests {
             assert!(c.judge(&held(0.62)).reason.contains("held 62 % of the load it names"));
             assert_eq!(c.judge(&held(0.95)).word, HOLDS);
             assert_eq!(c.judge(&held(f64::NAN)).word, HOLDS, "not recorded: measured normally");
+            let mut open = held(0.5);
+            open.points.iter_mut().for_each(|p| p.at.rate = 800);
+            assert_eq!(c.judge(&open).word, HOLDS, "open loop past saturation: the server's answer");
         }
         if METRICS.iter().any(|(m, _)| *m == "failed") {
             let failed = Table {

@@ -227,13 +227,16 @@ mod tests {
     use crate::results::{at, Point};
 
     fn point(server: &str, clients: usize, repeat: u32, throughput: f64, mean: f64, cpu: f64) -> Point {
-        let mut values = vec![0.0; METRICS.len()];
+        // The rest NaN: not recorded (and, where this version has them, columns of later ones).
+        let mut values = crate::results::values(&[]);
         let mut set = |name: &str, v: f64| values[METRICS.iter().position(|(m, _)| *m == name).unwrap()] = v;
         set("throughput", throughput);
         set("mean", mean);
+        set("fell_behind", 0.0);
         set("server_cpu_pct", cpu);
         set("load_cpu_pct", 30.0);
-        set("link_util_pct", f64::NAN);
+        set("other_cpu_pct", 1.0);
+        set("disk_util_pct", 0.0);
         Point { server: server.into(), at: at(clients), repeat, values }
     }
 
