@@ -388,6 +388,9 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     eprintln!("modus lab: {} into {}", spec.name, out.display());
     let table = runner.run(spec, |line| eprintln!("{line}"))?;
     report::write(out, spec, &table, &meta)?;
+    if let Some(warning) = busy::warning(&table) {
+        eprintln!("modus lab: warning: {warning}");
+    }
     print!("{}", report::ranking(spec, &table));
     for c in &spec.claims {
         let v = claims::Claim::parse(&c.expr, &spec.server_names())?.judge(&table);

@@ -749,10 +749,16 @@ front = "direct"
     if network.starts_with("network namespaces") {
         assert!(network.contains("shaped to 100mbit"), "{network}");
         assert!(raw.contains("\"http://10.201."), "the load crossed the bridge: {raw}");
+        // The bytes through the shaped link over its rate (12.5 MB/s).
+        let link: f64 = rows[0][col("link_util_pct")].parse().unwrap();
+        let load: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        let expected = load["load"]["bytes_per_s"].as_f64().unwrap() / 12.5e6 * 100.0;
+        assert!(link > 0.0 && (link - expected).abs() < 1e-6 * expected.max(1.0), "{link} vs {expected}");
     } else {
         eprintln!("no network namespaces here: checking that the report says so");
         assert!(network.starts_with("loopback: the netns topology was asked for"), "{network}");
         assert!(raw.contains("\"http://127.0.0.1:"), "{raw}");
+        assert_eq!(rows[0][col("link_util_pct")], "", "no shaped link: no link use");
     }
     assert!(report.contains("Network: "), "{report}");
 }
