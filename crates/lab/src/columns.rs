@@ -7,7 +7,7 @@ pub const AXES: [&str; 6] = ["clients", "rate", "path", "cpus", "memory", "conne
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do
 /// metrics a server does not have (a peer's phases): empty cells.
-pub const METRICS: [(&str, &str); 27] = [
+pub const METRICS: [(&str, &str); 32] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -50,6 +50,18 @@ pub const METRICS: [(&str, &str); 27] = [
     // how many there were.
     ("worker_spread", "max/min"),
     ("workers", "lines"),
+    // How busy the machine was over the point (the load's whole run):
+    // the CPU of the server's processes (and its front's) over the CPUs
+    // they are pinned to, of the load generator over its CPUs, and of the
+    // processes outside the experiment (`/proc/stat` minus the
+    // experiment's own) over the whole machine; the busiest block
+    // device's busy time (`/proc/diskstats` io_ticks); the bytes a shaped
+    // link (`[network] rate`) carried over its rate (NaN without one).
+    ("server_cpu_pct", "%"),
+    ("load_cpu_pct", "%"),
+    ("other_cpu_pct", "%"),
+    ("disk_util_pct", "%"),
+    ("link_util_pct", "%"),
 ];
 
 /// The phases of `/status.json`'s `phases_us` within a request's time, in

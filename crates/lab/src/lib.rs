@@ -8,6 +8,7 @@
 //! * `run.rs` — the order of the points and each measurement.
 //! * `probe.rs` — what is read around a measurement: CPU time, memory and
 //!   disk reads from `/proc`, per-phase timing from `/status.json`.
+//! * `busy.rs` — how busy the machine was over a point: others' CPU, the disk.
 //! * `cgroup.rs` — a server's memory limit: a memory cgroup (v1 or v2).
 //! * `netns.rs` — the optional topology: hosts in network namespaces.
 //! * `peers.rs` — nginx, lighttpd, h2o and Apache httpd measured beside the
@@ -16,6 +17,7 @@
 //! * `report.rs` — plots, `report.html`, the ranked table.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
+pub mod busy;
 pub mod cgroup;
 pub mod claims;
 pub mod columns;
@@ -289,6 +291,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 front_cpus: None,
                 cgi: false,
                 network: None,
+                context: None,
                 sweep: Sweep {
                     clients,
                     paths: Vec::new(),
@@ -404,6 +407,9 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     eprintln!("modus lab: {} into {}", spec.name, out.display());
     let table = runner.run(spec, |line| eprintln!("{line}"))?;
     report::write(out, spec, &table, &meta)?;
+    if let Some(warning) = busy::warning(&table) {
+        eprintln!("modus lab: warning: {warning}");
+    }
     print!("{}", report::ranking(spec, &table));
     for c in &spec.claims {
         let v = claims::Claim::parse(&c.expr, &spec.server_names())?.judge(&table);

@@ -339,29 +339,14 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
             skipped["why"].as_str().unwrap_or("?")
         );
     }
+    if let Some(warning) = crate::busy::warning(table) {
+        let _ = writeln!(m, "**Warning: {warning}.**\n");
+    }
     m.push_str("```\n");
     m.push_str(&ranking(spec, table));
     m.push_str("```\n\n");
     if !spec.claims.is_empty() {
-        m.push_str("| claim | verdict | where: left vs right |\n|---|---|---|\n");
-        for c in &spec.claims {
-            let (word, points) = match Claim::parse(&c.expr, &spec.server_names()) {
-                Ok(claim) => {
-                    let v = claim.judge(table);
-                    let points: Vec<String> = v
-                        .points
-                        .iter()
-                        .map(|(x, l, r, ok)| {
-                            format!("{x}: {} vs {} {}", fmt(*l), fmt(*r), if *ok { "✓" } else { "✗" })
-                        })
-                        .collect();
-                    (v.word, points.join("; "))
-                }
-                Err(_) => ("cannot be read", String::new()),
-            };
-            let _ = writeln!(m, "| {} (`{}`) | {word} | {points} |", c.text, c.expr);
-        }
-        m.push('\n');
+        claims_markdown(&mut m, spec, table);
     }
     let metrics = spec.table_metrics();
     let _ = writeln!(
@@ -399,6 +384,53 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
         }
     }
     m
+}
+
+/// The claims as Markdown: the method, a row per claim (its verdict, and
+/// per point the ratio `mid (lo–hi)` and its word), then why each came out
+/// so, from the points' own measurements, beside the paper's machine.
+fn claims_markdown(m: &mut String, spec: &Spec, table: &Table) {
+    let _ = writeln!(m, "{}\n", crate::claims::METHOD);
+    let verdicts: Vec<_> = spec
+        .claims
+        .iter()
+        .map(|c| (c, Claim::parse(&c.expr, &spec.server_names()).map(|cl| (cl.judge(table), cl))))
+        .collect();
+    if verdicts.iter().any(|(_, v)| v.as_ref().is_ok_and(|(v, _)| v.repeats() == 1)) {
+        let _ = writeln!(m, "{}\n", crate::claims::ONE_REPEAT);
+    }
+    m.push_str("| claim | verdict | per point: ratio mid (lo–hi), verdict |\n|---|---|---|\n");
+    for (c, v) in &verdicts {
+        let (word, points) = match v {
+            Ok((v, claim)) => {
+                let points: Vec<String> = v
+                    .points
+                    .iter()
+                    .map(|p| {
+                        let mark = if p.counted() { "" } else { " †" };
+                        format!("{}: {} {}{mark}", p.at, p.ratio(claim.bound()), p.word)
+                    })
+                    .collect();
+                (v.word, format!("wants {}: {}", claim.wants(), points.join("; ")))
+            }
+            Err(_) => ("cannot be read", String::new()),
+        };
+        let _ = writeln!(m, "| {} (`{}`) | **{word}** | {points} |", c.text, c.expr);
+    }
+    m.push('\n');
+    let context = spec.context.as_ref().and_then(|c| c.sentence());
+    for (c, v) in &verdicts {
+        if let Ok((v, _)) = v {
+            let _ = writeln!(
+                m,
+                "- {}: {}{}",
+                c.text,
+                v.reason,
+                context.as_ref().map(|c| format!(" {c}")).unwrap_or_default()
+            );
+        }
+    }
+    m.push('\n');
 }
 
 /// `meta.json`'s `started` (a `SystemTime` as Debug prints it) as a UTC
@@ -491,7 +523,7 @@ pub fn html(spec: &Spec, table: &Table, meta: &Value, svgs: &[(String, String)])
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>\
 body{{font:15px/1.45 system-ui,sans-serif;max-width:70em;margin:0 auto;padding:1em;color:#222}}\
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:right}}\
-td:first-child,th:first-child{{text-align:left}}.holds{{color:#2e7d32}}.partly{{color:#ef6c00}}.fails{{color:#c62828}}\
+td:first-child,th:first-child{{text-align:left}}.holds{{color:#2e7d32}}.partly{{color:#ef6c00}}.fails{{color:#c62828}}.noise{{color:#6a1b9a}}\
 svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x:auto}}small{{color:#666}}\
 </style></head><body><h1>modus lab: {name}</h1><p>{desc}</p>",
         name = esc(&spec.name),
@@ -525,44 +557,15 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
             let _ = write!(h, "<p><small>{}: {}</small></p>", esc(peer), esc(version));
         }
     }
+    if let Some(warning) = crate::busy::warning(table) {
+        let _ = write!(h, "<p class=\"fails\"><b>Warning: {}.</b></p>", esc(&warning));
+    }
     h.push_str("<h2>Claims</h2>");
     if spec.claims.is_empty() {
         h.push_str("<p>This experiment makes no claims.</p>");
     }
-    for c in &spec.claims {
-        let verdict = Claim::parse(&c.expr, &spec.server_names()).map(|claim| claim.judge(table));
-        match verdict {
-            Ok(v) => {
-                let class = match v.word {
-                    "holds" => "holds",
-                    "holds partly" => "partly",
-                    _ => "fails",
-                };
-                let detail: Vec<String> = v
-                    .points
-                    .iter()
-                    .map(|(x, l, r, ok)| {
-                        format!("{x}: {} vs {} {}", fmt(*l), fmt(*r), if *ok { "✓" } else { "✗" })
-                    })
-                    .collect();
-                let _ = write!(
-                    h,
-                    "<p><b class=\"{class}\">{}</b> — {}<br><small><code>{}</code>: {}</small></p>",
-                    v.word,
-                    esc(&c.text),
-                    esc(&c.expr),
-                    esc(&detail.join("; "))
-                );
-            }
-            Err(e) => {
-                let _ = write!(
-                    h,
-                    "<p><b class=\"fails\">invalid</b> — {}: {}</p>",
-                    esc(&c.text),
-                    esc(&format!("{e:#}"))
-                );
-            }
-        }
+    if !spec.claims.is_empty() {
+        claims_html(&mut h, spec, table);
     }
     h.push_str("<h2>Plots</h2>");
     for (name, svg) in svgs {
@@ -616,6 +619,81 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
     let spec_toml = toml::to_string(spec).unwrap_or_default();
     let _ = writeln!(h, "<h2>The experiment</h2><pre>{}</pre></body></html>", esc(&spec_toml));
     h
+}
+
+/// The claims as HTML: per claim its verdict, what it wants, a row per
+/// point (the sides' means, the ratio `mid (lo–hi)`, the word, what limited
+/// it), and why, beside the paper's machine; the method below them.
+fn claims_html(h: &mut String, spec: &Spec, table: &Table) {
+    let context = spec.context.as_ref().and_then(|c| c.sentence());
+    let num = |x: f64| if x.is_nan() { "–".to_string() } else { fmt(x) };
+    let mut one_repeat = false;
+    for c in &spec.claims {
+        let claim = match Claim::parse(&c.expr, &spec.server_names()) {
+            Ok(claim) => claim,
+            Err(e) => {
+                let _ = write!(
+                    h,
+                    "<p><b class=\"fails\">invalid</b> — {}: {}</p>",
+                    esc(&c.text),
+                    esc(&format!("{e:#}"))
+                );
+                continue;
+            }
+        };
+        let v = claim.judge(table);
+        one_repeat |= v.repeats() == 1;
+        let class = |word: &str| match word {
+            "holds" => "holds",
+            "holds partly" => "partly",
+            "within noise" => "noise",
+            _ => "fails",
+        };
+        let _ = write!(
+            h,
+            "<p><b class=\"{}\">{}</b> — {}<br><small><code>{}</code>: wants {}</small></p>",
+            class(v.word),
+            v.word,
+            esc(&c.text),
+            esc(&c.expr),
+            esc(&claim.wants())
+        );
+        if !v.points.is_empty() {
+            let _ = write!(
+                h,
+                "<table><tr><th>where</th><th>{}</th><th>{}</th><th>ratio mid (lo–hi)</th><th>verdict</th><th>limited by</th></tr>",
+                esc(&crate::claims::side_name(&claim.left)),
+                esc(&crate::claims::side_name(&claim.right))
+            );
+            for p in &v.points {
+                let mark = if p.counted() { "" } else { " †" };
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}{mark}</td><td><small>{}</small></td></tr>",
+                    esc(&p.at),
+                    num(p.left),
+                    num(p.right),
+                    esc(&p.ratio(claim.bound())),
+                    class(p.word),
+                    p.word,
+                    esc(&p.reason)
+                );
+            }
+            h.push_str("</table>");
+        }
+        let _ = write!(
+            h,
+            "<p><small>Why: {}{}</small></p>",
+            esc(&v.reason),
+            context.as_ref().map(|c| format!(" {}", esc(c))).unwrap_or_default()
+        );
+    }
+    let _ = write!(
+        h,
+        "<p><small>{}{}</small></p>",
+        esc(crate::claims::METHOD),
+        if one_repeat { format!(" {}", crate::claims::ONE_REPEAT) } else { String::new() }
+    );
 }
 
 /// The ranked summary printed after a run: each server's best throughput,

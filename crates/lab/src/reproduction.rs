@@ -1,6 +1,9 @@
 //! `REPRODUCTION.md`: what a run of every paper's experiment (`modus lab
 //! run papers`) says of each claim the papers make — the paper's words and
-//! number, ours, the verdict, the plots, and why, read off the data.
+//! number, ours, the verdict with each point's interval over the repeats
+//! (`claims.rs` says how: a point is `within noise` when its repeats
+//! disagree), the plots, and why, read off the points' own measurements:
+//! what was saturated, and how this machine differs from the paper's.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -8,7 +11,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::claims::{Claim, Op, Side};
+use crate::claims::{Claim, UNDER_LOAD};
 use crate::results::Table;
 use crate::spec::Spec;
 
@@ -66,6 +69,12 @@ pub fn markdown(runs: &[Run]) -> String {
             first.meta["git_revision"].as_str().map(|r| format!(" at {r}")).unwrap_or_default(),
         );
     }
+    for run in runs {
+        if let Some(warning) = crate::busy::warning(&run.table) {
+            let _ = writeln!(m, "**Warning — [{}](#{}): {warning}.**\n", run.name, run.name);
+        }
+    }
+    let _ = writeln!(m, "How to read the verdicts: {}\n", crate::claims::METHOD);
     let _ = writeln!(m, "| experiment | claim | verdict |\n|---|---|---|");
     for run in runs {
         for c in &run.spec.claims {
@@ -123,6 +132,10 @@ fn section(m: &mut String, run: &Run) {
         if spec.repeats == 1 { "" } else { "s" },
         spec.name
     );
+    if spec.repeats == 1 {
+        let _ = writeln!(m, "{}\n", crate::claims::ONE_REPEAT);
+    }
+    let context = spec.context.as_ref().and_then(|c| c.sentence());
     if let Some(why) = run.meta["skipped"].as_str() {
         let _ = writeln!(m, "**Not run on this machine** — {why}. Its claims have no data.\n");
     } else {
@@ -141,33 +154,55 @@ fn section(m: &mut String, run: &Run) {
             }
             _ => {}
         }
-        let _ = writeln!(m, "- **The claim as measured:** `{}`.", c.expr);
         match Claim::parse(&c.expr, &spec.server_names()) {
             Err(e) => {
+                let _ = writeln!(m, "- **The claim as measured:** `{}`.", c.expr);
                 let _ = writeln!(m, "- **Verdict:** the claim does not parse: {e:#}.\n");
             }
             Ok(claim) => {
+                let _ = writeln!(m, "- **The claim as measured:** `{}`: {}.", c.expr, claim.wants());
                 let v = claim.judge(&run.table);
-                let held = v.points.iter().filter(|p| p.3).count();
-                let _ = writeln!(m, "- **Verdict: {}** ({held} of {} points).", v.word, v.points.len());
-                let _ = writeln!(m, "- **Why, from the data:** {}\n", why(&claim, &v.points));
+                let (holds, noise, misses, under) = v.counts();
+                let counted = holds + noise + misses;
+                let mut tally = format!(
+                    "at {counted} counted point{}: {holds} hold, {noise} within noise, {misses} do not hold",
+                    if counted == 1 { "" } else { "s" }
+                );
+                if under > 0 {
+                    tally += &format!("; {under} under load †, not counted");
+                }
+                let _ = writeln!(m, "- **Verdict: {}** ({tally}).", v.word);
+                let _ = writeln!(
+                    m,
+                    "- **Why, from the data:** {}{}\n",
+                    v.reason,
+                    context.as_ref().map(|c| format!(" {c}")).unwrap_or_default()
+                );
                 if !v.points.is_empty() {
-                    let (fl, fr) = (factor_of(&claim.left), factor_of(&claim.right));
                     let _ = writeln!(
                         m,
-                        "  | where | {} | {} | ratio | held |\n  |---|---:|---:|---:|---|",
-                        side_name(&claim.left),
-                        side_name(&claim.right)
+                        "  | where | {} | {} | ratio mid (lo–hi) | verdict | limited by |\n  |---|---:|---:|---:|---|---|",
+                        crate::claims::side_name(&claim.left),
+                        crate::claims::side_name(&claim.right)
                     );
-                    for (at, l, r, ok) in &v.points {
+                    for p in &v.points {
                         let _ = writeln!(
                             m,
-                            "  | {} | {} | {} | {} | {} |",
-                            if at.is_empty() { "—" } else { at },
-                            num(l / fl),
-                            num(r / fr),
-                            ratio(l / fl, r / fr),
-                            if *ok { "yes" } else { "no" }
+                            "  | {} | {} | {} | {} | {}{} | {} |",
+                            if p.at.is_empty() { "—" } else { &p.at },
+                            num(p.left),
+                            num(p.right),
+                            p.ratio(claim.bound()),
+                            p.word,
+                            if p.word == UNDER_LOAD { " †" } else { "" },
+                            p.reason
+                        );
+                    }
+                    if under > 0 {
+                        let _ = writeln!(
+                            m,
+                            "\n  † under load: the load generator fell behind, the point held less than 90 % of the \
+                             load it names, or it failed — the generator's limit, not the server's; not counted."
                         );
                     }
                     m.push('\n');
@@ -177,84 +212,15 @@ fn section(m: &mut String, run: &Run) {
     }
 }
 
-/// A sentence on what the numbers show: the range of left ÷ right (the
-/// factor of the claim taken out), and where it held and where not.
-fn why(claim: &Claim, points: &[(String, f64, f64, bool)]) -> String {
-    if points.is_empty() {
-        return "no point measured both sides (a server skipped, or the run was cut short).".into();
-    }
-    let (fl, fr) = (factor_of(&claim.left), factor_of(&claim.right));
-    let ratios: Vec<f64> =
-        points.iter().filter(|p| p.2 != 0.0).map(|(_, l, r, _)| (l / fl) / (r / fr)).collect();
-    let (lo, hi) = ratios.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-    let wanted = match claim.op {
-        Op::Ge | Op::Gt => "at least",
-        Op::Le | Op::Lt => "at most",
-    };
-    let bound = fr / fl;
-    let mut s = format!(
-        "{} is {}× {} here (the claim wants {wanted} {}×)",
-        side_name(&claim.left),
-        if ratios.is_empty() {
-            "—".to_string()
-        } else if (hi - lo).abs() < 0.005 {
-            factor(lo)
-        } else {
-            format!("{}–{}", factor(lo), factor(hi))
-        },
-        side_name(&claim.right),
-        factor(bound)
-    );
-    let failed: Vec<&str> = points.iter().filter(|p| !p.3).map(|p| p.0.as_str()).collect();
-    if !failed.is_empty() && failed.len() < points.len() {
-        let _ = write!(s, "; it falls short at {}", failed.join("; "));
-    }
-    s.push('.');
-    s
-}
-
-/// A side as the text names it: `event's throughput`, or its number.
-fn side_name(s: &Side) -> String {
-    match s {
-        Side::Number(n) => format!("{n}"),
-        Side::Metric { metric, server, .. } => format!("{server}'s {metric}"),
-    }
-}
-
-/// The factor a side's metric is multiplied by in the claim (1 for a number).
-fn factor_of(s: &Side) -> f64 {
-    match s {
-        Side::Metric { factor, .. } => *factor,
-        Side::Number(_) => 1.0,
-    }
-}
-
 fn num(x: f64) -> String {
-    if x >= 100.0 {
+    if x.is_nan() {
+        "–".into()
+    } else if x >= 100.0 {
         format!("{x:.0}")
     } else if x >= 1.0 {
         format!("{x:.2}")
     } else {
         format!("{x:.3}")
-    }
-}
-
-fn ratio(l: f64, r: f64) -> String {
-    if r == 0.0 {
-        "—".into()
-    } else {
-        format!("{}×", factor(l / r))
-    }
-}
-
-/// A ratio with two decimals, or two significant digits when it is small
-/// (a CGI-bound rate against a static one is a thousandth).
-fn factor(x: f64) -> String {
-    if x == 0.0 || x.abs() >= 0.1 {
-        format!("{x:.2}")
-    } else {
-        let decimals = (-x.abs().log10().floor()) as usize + 1;
-        format!("{x:.decimals$}")
     }
 }
 
@@ -271,11 +237,23 @@ mod tests {
     use crate::columns::METRICS;
     use crate::results::{at, Point};
 
-    fn point(server: &str, clients: usize, throughput: f64, mean: f64) -> Point {
-        let mut values = vec![0.0; METRICS.len()];
-        values[0] = throughput;
-        values[1] = mean;
-        Point { server: server.into(), at: at(clients), repeat: 1, values }
+    fn point(server: &str, clients: usize, repeat: u32, throughput: f64, mean: f64, cpu: f64) -> Point {
+        // The rest NaN: not recorded (and, where this version has them, columns of later ones).
+        let mut values = crate::results::values(&[]);
+        let mut set = |name: &str, v: f64| values[METRICS.iter().position(|(m, _)| *m == name).unwrap()] = v;
+        set("throughput", throughput);
+        set("mean", mean);
+        set("fell_behind", 0.0);
+        set("server_cpu_pct", cpu);
+        set("load_cpu_pct", 30.0);
+        set("other_cpu_pct", 1.0);
+        set("disk_util_pct", 0.0);
+        Point { server: server.into(), at: at(clients), repeat, values }
+    }
+
+    fn set(mut p: Point, name: &str, v: f64) -> Point {
+        p.values[METRICS.iter().position(|(m, _)| *m == name).unwrap()] = v;
+        p
     }
 
     fn run() -> Run {
@@ -283,8 +261,9 @@ mod tests {
             r#"name = "paper-x"
 description = "Two servers"
 path = "/500b.bin"
+repeats = 3
 [sweep]
-clients = [10, 100]
+clients = [10, 100, 1000]
 [[server]]
 model = "pool"
 [[server]]
@@ -300,53 +279,105 @@ source = "Fig. 1"
 [[claim]]
 text = "event answers in half the time"
 expr = "mean(server=event) <= 0.5 * mean(server=pool)"
+[context]
+paper = "two 450 MHz Pentium II, 100 Mbit/s Ethernet"
+differences = "2 cores shared with the load generator, loopback"
 "#,
             "t",
         )
         .unwrap();
-        let table = Table {
-            points: vec![
-                point("pool", 10, 100.0, 2.0),
-                point("event", 10, 150.0, 0.8),
-                point("pool", 100, 200.0, 4.0),
-                point("event", 100, 180.0, 3.0),
-            ],
-        };
+        let mut points = Vec::new();
+        for (r, (pool10, event10, event100)) in
+            [(100.0, 150.0, 190.0), (102.0, 148.0, 210.0), (98.0, 152.0, 205.0)].into_iter().enumerate()
+        {
+            let r = r as u32 + 1;
+            points.push(point("pool", 10, r, pool10, 2.0, 97.0));
+            points.push(point("event", 10, r, event10, 0.8, 40.0));
+            points.push(point("pool", 100, r, 200.0, 4.0, 99.0));
+            points.push(point("event", 100, r, event100, 3.0, 60.0));
+            points.push(point("pool", 1000, r, 200.0, 40.0, 99.0));
+            let event = point("event", 1000, r, 900.0, 3.0, 60.0);
+            points.push(if r == 2 { set(event, "fell_behind", 1.0) } else { event });
+        }
+        points[0] = set(points[0].clone(), "other_cpu_pct", 30.0);
         let meta = serde_json::json!({"machine": {"cpus": 2, "cpu": "x", "kernel": "6", "memory_mib": 1}, "modus_version": "0.1.0", "git_revision": "abc"});
-        Run { name: "paper-x".into(), spec, table, meta }
+        Run { name: "paper-x".into(), spec, table: Table { points }, meta }
     }
 
     #[test]
-    fn each_claim_gets_the_papers_words_a_verdict_and_the_numbers() {
+    fn each_claim_gets_the_papers_words_a_verdict_its_intervals_and_a_reason() {
         let md = markdown(&[run()]);
         assert!(md.contains("| [paper-x](#paper-x) | event serves more | **holds partly** |"), "{md}");
         assert!(
             md.contains("| [paper-x](#paper-x) | event answers in half the time | **holds partly** |"),
             "{md}"
         );
-        assert!(md.contains("- **The paper (Fig. 1):** The paper: event is 2× faster."), "{md}");
         assert!(md.contains("(../docs/papers.md)") && !md.contains("shared/papers"), "{md}");
-        assert!(md.contains("![tp](paper-x/plots/tp.svg)"), "{md}");
-        assert!(md.contains("at 10 of") || md.contains("(1 of 2 points)"), "{md}");
-        // The ratio range, what the claim wants, and where it fails.
-        assert!(md.contains("event's throughput is 0.90–1.50× pool's throughput here (the claim wants at least 1.00×); it falls short at clients=100"), "{md}");
+        assert!(md.contains("How to read the verdicts: Each claim is a ratio"), "the method: {md}");
         assert!(
-            md.contains("event's mean is 0.40–0.75× pool's mean here (the claim wants at most 0.50×)"),
+            md.contains("**Warning — [paper-x](#paper-x): the machine was busy: at 1 of 18 measured points"),
             "{md}"
         );
-        assert!(md.contains("| clients=10 | 150 | 100 | 1.50× | yes |"), "{md}");
+        assert!(md.contains("- **The paper (Fig. 1):** The paper: event is 2× faster."), "{md}");
+        assert!(md.contains("![tp](paper-x/plots/tp.svg)"), "{md}");
+        assert!(
+            md.contains(
+                "- **The claim as measured:** `throughput(server=event) >= throughput(server=pool)`: \
+                         event's throughput ÷ pool's throughput ≥ 1.00×."
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- **Verdict: holds partly** (at 2 counted points: 1 hold, 1 within noise, 0 do not hold; \
+                         1 under load †, not counted)."
+            ),
+            "{md}"
+        );
+        // Per point: the sides, the ratio's interval over the paired repeats, the word, what limited it.
+        assert!(
+            md.contains("| where | event's throughput | pool's throughput | ratio mid (lo–hi) | verdict | limited by |"),
+            "{md}"
+        );
+        assert!(md.contains("| clients=10 | 150 | 100 | 1.50× (1.45–1.55) | holds | event: nothing saturated, server CPU 40 %; pool: server CPU 97 % saturated (machine busy: 30 % used by others) |"), "{md}");
+        assert!(md.contains("| clients=100 | 202 | 200 | 1.01× (0.95–1.05) | within noise |"), "{md}");
+        // The generator's mark is carried: the point is under load, not counted.
+        assert!(
+            md.contains(
+                "| clients=1000 | 900 | 200 | 4.50× | under load † | event: the load generator fell behind |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("† under load: the load generator fell behind"), "{md}");
+        // The reason: what was saturated at the deciding point, and the paper's machine.
+        assert!(
+            md.contains("- **Why, from the data:** Limits at clients=100: event — nothing saturated, server CPU at most \
+                         60 %; pool — server CPU saturated (up to 99 %). 1 point not at the load it names, not counted \
+                         (clients=1000: event: the load generator fell behind). The paper's machine: two 450 MHz \
+                         Pentium II, 100 Mbit/s Ethernet; this one: 2 cores shared with the load generator, loopback."),
+            "{md}"
+        );
         // Values without the claim's factor, beside the ratio the text gives.
-        assert!(md.contains("| where | event's mean | pool's mean | ratio | held |"), "{md}");
-        assert!(md.contains("| clients=10 | 0.800 | 2.00 | 0.40× | yes |"), "{md}");
+        assert!(
+            md.contains("| where | event's mean | pool's mean | ratio mid (lo–hi) | verdict | limited by |"),
+            "{md}"
+        );
+        assert!(md.contains("| clients=10 | 0.800 | 2.00 | 0.40× | holds |"), "{md}");
+        assert!(md.contains("| clients=100 | 3.00 | 4.00 | 0.75× | does not hold |"), "{md}");
     }
 
     #[test]
-    fn small_ratios_keep_two_significant_digits() {
-        assert_eq!(factor(1.234), "1.23");
-        assert_eq!(factor(0.5), "0.50");
-        assert_eq!(factor(0.0011), "0.0011");
-        assert_eq!(factor(0.05), "0.050");
-        assert_eq!(ratio(129.0, 121648.0), "0.0011×");
+    fn within_noise_and_one_repeat_are_said() {
+        let mut r = run();
+        r.table.points.retain(|p| p.at.clients == 100);
+        let md = markdown(&[r]);
+        assert!(md.contains("| [paper-x](#paper-x) | event serves more | **within noise** |"), "{md}");
+        let mut one = run();
+        one.spec.repeats = 1;
+        one.table.points.retain(|p| p.repeat == 1);
+        let md = markdown(&[one]);
+        assert!(md.contains("one repeat cannot tell noise"), "{md}");
+        assert!(md.contains("| clients=100 | 190 | 200 | 0.95× | does not hold |"), "{md}");
     }
 
     #[test]
@@ -364,5 +395,9 @@ expr = "mean(server=event) <= 0.5 * mean(server=pool)"
         assert_eq!(runs.len(), 1);
         let md = std::fs::read_to_string(dir.path().join("REPRODUCTION.md")).unwrap();
         assert!(md.contains("## paper-x") && md.contains("**holds partly**"), "{md}");
+        assert!(
+            md.contains("this one: 2 cores shared with the load generator"),
+            "[context] kept in meta.json: {md}"
+        );
     }
 }

@@ -483,7 +483,6 @@ impl Runner {
         let mut running = self.start(spec, server, cpus, front_cpus.as_deref(), root)?;
         let mix = at.path.strip_prefix("mix:");
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
-        let before = running.cpu_ns();
         let read_before = running.read_bytes();
         let status_before = running.statuses();
         let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
@@ -514,8 +513,12 @@ impl Runner {
             "--warmup",
             &units::Dur(spec.warmup.0).to_string(),
         ]);
-        let out = load.output().context("running modus load")?;
+        // The window the machine's business is measured over: the load's run.
+        let window = crate::busy::Snapshot::take();
+        let before = running.cpu_ns();
+        let (out, load_ns) = run_load(load)?;
         let after = running.cpu_ns();
+        let window = window.until(&crate::busy::Snapshot::take(), after.saturating_sub(before) + load_ns);
         let read_after = running.read_bytes();
         let pss = running.pss_kib();
         let report: Result<Value> = serde_json::from_slice(&out.stdout).map_err(|e| {
@@ -564,6 +567,23 @@ impl Runner {
             spread,
             workers,
         ]);
+        // Over the CPUs each is pinned to: the server's (and its front's), the generator's.
+        let mut server_set = crate::busy::cpu_set(cpus);
+        if server.front.is_some() {
+            server_set.extend(crate::busy::cpu_set(front_cpus.as_deref()));
+        }
+        let load_set = crate::busy::cpu_set(load_cpus.as_deref());
+        let shaped = spec.network.as_ref().and_then(|n| n.rate.as_deref()).filter(|_| self.network.is_some());
+        let link = shaped
+            .and_then(crate::busy::tc_rate_bytes)
+            .map_or(f64::NAN, |rate| report["bytes_per_s"].as_f64().map_or(f64::NAN, |b| b / rate * 100.0));
+        values.extend([
+            crate::busy::pct(after.saturating_sub(before), window.seconds, server_set.len()),
+            crate::busy::pct(load_ns, window.seconds, load_set.len()),
+            window.other_cpu_pct,
+            window.disk_util_pct,
+            link,
+        ]);
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
@@ -576,6 +596,31 @@ impl Runner {
         });
         Ok((values, record))
     }
+}
+
+/// Runs `modus load` to its end: its output, and its CPU time (read at
+/// its exit, before it is reaped).
+fn run_load(mut load: Command) -> Result<(std::process::Output, u64)> {
+    use std::io::Read;
+    let mut child = load
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running modus load")?;
+    let (mut stdout, mut stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let errors = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stderr.read_to_end(&mut v);
+        v
+    });
+    let mut out = Vec::new();
+    let read = stdout.read_to_end(&mut out);
+    let cpu_ns = crate::busy::cpu_ns_at_exit(child.id());
+    let status = child.wait().context("waiting for modus load")?;
+    read.context("reading modus load's report")?;
+    let stderr = errors.join().unwrap_or_default();
+    Ok((std::process::Output { status, stdout: out, stderr }, cpu_ns))
 }
 
 /// The median and 99th percentile (ms) of a `modus load` report's 2xx

@@ -88,6 +88,10 @@ pub struct Spec {
     /// Claims the report checks.
     #[serde(default, rename = "claim")]
     pub claims: Vec<ClaimSpec>,
+    /// The paper's machine and how this one differs, shown beside every
+    /// verdict's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<PaperContext>,
     /// The metrics in the Markdown report's table (`report --markdown`,
     /// BENCHMARKS.md's blocks); none: throughput, p99 and cpu_per_request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -195,6 +199,26 @@ pub struct Plot {
     pub log_y: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stacked: bool,
+}
+
+/// `[context]`: where the paper measured, against this machine.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PaperContext {
+    /// The paper's machine and setting, in a sentence ("two 450 MHz
+    /// Pentium II, 512 MB, 100 Mbit/s Ethernet, Solaris 7").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paper: Option<String>,
+    /// How this machine differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub differences: Option<String>,
+}
+
+impl PaperContext {
+    /// As a sentence beside a verdict's reason.
+    pub fn sentence(&self) -> Option<String> {
+        crate::claims::context(self.paper.as_deref(), self.differences.as_deref())
+    }
 }
 
 /// A claim over the results (see `claims.rs` for the grammar).

@@ -14,7 +14,8 @@ const LIMIT: Duration = Duration::from_secs(180);
 const HEADER: &str = "server,clients,path,cpus,rate,memory,connection,repeat,throughput,mean,p50,p99,errors,\
 cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
 phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
-phase_queue_us,p50_2xx,p99_2xx,other_5xx,worker_spread,workers";
+phase_queue_us,p50_2xx,p99_2xx,other_5xx,worker_spread,workers,server_cpu_pct,load_cpu_pct,other_cpu_pct,\
+disk_util_pct,link_util_pct";
 
 /// A column of `points.csv`, by name.
 fn col(name: &str) -> usize {
@@ -96,7 +97,8 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
     assert!(md.starts_with("### `modus lab run tiny`"), "{md}");
     assert!(md.contains(&format!("Command: `modus lab run tiny --quick --out {o}`, started 20")), "{md}");
     assert!(md.contains("rank server") && md.contains("peak req/s"), "{md}");
-    assert!(md.contains("| claim | verdict | where: left vs right |"), "{md}");
+    assert!(md.contains("| claim | verdict | per point: ratio mid (lo–hi), verdict |"), "{md}");
+    assert!(md.contains("one repeat cannot tell noise"), "{md}");
     assert!(
         md.contains("| server | at | throughput (requests/s) | p99 (ms) | cpu_per_request (µs) |"),
         "{md}"
@@ -372,8 +374,8 @@ fn the_markdown_report_goes_into_a_files_block() {
     assert!(after.contains("| pool | connection=close | 1015 (1010–1020) |"), "{after}");
     assert!(after.contains("| nginx | connection=keep-alive | 2415 (2410–2420) |"), "{after}");
     assert!(
-        after.contains("`throughput(server=pool) >= 0.8 * throughput(server=nginx)`) | holds |")
-            && after.contains("connection=close: 1015 vs 652 ✓"),
+        after.contains("`throughput(server=pool) >= 0.8 * throughput(server=nginx)`) | **holds** |")
+            && after.contains("connection=close: 1.25× (1.24–1.25) holds"),
         "{after}"
     );
     let r = run(BIN, report, LIMIT);
@@ -393,6 +395,95 @@ fn the_markdown_report_goes_into_a_files_block() {
     let r = run(BIN, ["lab", "report", d, "--markdown", "--into", page.to_str().unwrap()], LIMIT);
     assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("--block"), "{}", r.stderr);
+}
+
+/// Two identically configured servers: their repeats overlap, so "a ≥ b"
+/// is within noise (or, in the rare run where every round happens to fall
+/// one way, the word the paired repeats in points.csv call for), while
+/// "a ≥ 0.3 × b" holds and "a ≤ 0.3 × b" does not. Each point records how
+/// busy the machine was.
+#[test]
+fn identical_servers_are_within_noise_of_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("twins.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "twins"
+description = "two identical pool servers"
+path = "/500b.bin"
+duration = "1s"
+warmup = "200ms"
+repeats = 6
+[sweep]
+clients = [2]
+[[server]]
+name = "a"
+model = "pool"
+[[server]]
+name = "b"
+model = "pool"
+[context]
+paper = "none: a test"
+differences = "the same server twice"
+[[claim]]
+text = "a serves as much as b"
+expr = "throughput(server=a) >= throughput(server=b)"
+[[claim]]
+text = "a serves at least 0.3 of b"
+expr = "throughput(server=a) >= 0.3 * throughput(server=b)"
+[[claim]]
+text = "a serves at most 0.3 of b"
+expr = "throughput(server=a) <= 0.3 * throughput(server=b)"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    assert_eq!(rows.len(), 12, "2 servers × 6 repeats: {rows:?}");
+    let value = |row: &Vec<String>, name: &str| -> f64 { row[col(name)].parse().unwrap() };
+    for row in &rows {
+        assert!(value(row, "server_cpu_pct") > 0.0, "the server worked: {row:?}");
+        assert!(value(row, "load_cpu_pct") > 0.0, "the generator worked: {row:?}");
+        assert!((0.0..=100.0).contains(&value(row, "other_cpu_pct")), "{row:?}");
+        let disk = &row[col("disk_util_pct")];
+        assert!(disk.is_empty() || (0.0..=100.0).contains(&disk.parse::<f64>().unwrap()), "{row:?}");
+        assert_eq!(row[col("link_util_pct")], "", "no shaped link: {row:?}");
+    }
+    // What the paired repeats call for: a's throughput against b's, round by round.
+    let throughput = |server: &str, repeat: &str| {
+        let row = rows.iter().find(|r| r[0] == server && r[col("repeat")] == repeat).unwrap();
+        value(row, "throughput")
+    };
+    let wins = (1..=6).filter(|r| throughput("a", &r.to_string()) >= throughput("b", &r.to_string())).count();
+    let expected = match wins {
+        6 => "holds",
+        0 => "does not hold",
+        _ => "within noise",
+    };
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let verdict = |text: &str| {
+        let line =
+            md.lines().find(|l| l.starts_with(&format!("| {text} ("))).unwrap_or_else(|| panic!("{md}"));
+        line.split(" | ").nth(1).unwrap().trim_matches('*').to_string()
+    };
+    assert_eq!(verdict("a serves as much as b"), expected, "a won {wins} of 6 rounds: {md}");
+    if expected != "within noise" {
+        eprintln!("note: a won {wins} of 6 rounds, so the repeats did not overlap in this run");
+    }
+    assert_eq!(verdict("a serves at least 0.3 of b"), "holds", "{md}");
+    assert_eq!(verdict("a serves at most 0.3 of b"), "does not hold", "{md}");
+    assert!(md.contains("wants a's throughput ÷ b's throughput ≥ 1.00×: clients=2: "), "{md}");
+    assert!(md.contains("Limits at clients=2: a — ") && md.contains("b — "), "a reason from the data: {md}");
+    assert!(
+        md.contains("The paper's machine: none: a test; this one: the same server twice."),
+        "the context beside the reason: {md}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains(&format!(">{expected}</b> — a serves as much as b")), "{html}");
+    assert!(html.contains("<b class=\"holds\">holds</b> — a serves at least 0.3 of b"), "{html}");
+    assert!(r.stdout.contains(&format!("claim: {expected} — a serves as much as b")), "{}", r.stdout);
 }
 
 /// An experiment with CGI: the lab writes one `cgi-bin/`, which a modus
@@ -658,10 +749,16 @@ front = "direct"
     if network.starts_with("network namespaces") {
         assert!(network.contains("shaped to 100mbit"), "{network}");
         assert!(raw.contains("\"http://10.201."), "the load crossed the bridge: {raw}");
+        // The bytes through the shaped link over its rate (12.5 MB/s).
+        let link: f64 = rows[0][col("link_util_pct")].parse().unwrap();
+        let load: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        let expected = load["load"]["bytes_per_s"].as_f64().unwrap() / 12.5e6 * 100.0;
+        assert!(link > 0.0 && (link - expected).abs() < 1e-6 * expected.max(1.0), "{link} vs {expected}");
     } else {
         eprintln!("no network namespaces here: checking that the report says so");
         assert!(network.starts_with("loopback: the netns topology was asked for"), "{network}");
         assert!(raw.contains("\"http://127.0.0.1:"), "{raw}");
+        assert_eq!(rows[0][col("link_util_pct")], "", "no shaped link: no link use");
     }
     assert!(report.contains("Network: "), "{report}");
 }
