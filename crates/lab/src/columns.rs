@@ -7,7 +7,7 @@ pub const AXES: [&str; 6] = ["clients", "rate", "path", "cpus", "memory", "conne
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do
 /// metrics a server does not have (a peer's phases): empty cells.
-pub const METRICS: [(&str, &str); 27] = [
+pub const METRICS: [(&str, &str); 30] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -50,6 +50,16 @@ pub const METRICS: [(&str, &str); 27] = [
     // how many there were.
     ("worker_spread", "max/min"),
     ("workers", "lines"),
+    // The load the point really held (`modus load`'s own counts): the
+    // distinct users (SURGE users, or connections) that sent a measured
+    // request; the load held over the load the point names (closed loop:
+    // Little's law, throughput × (mean response time + mean think time) ÷
+    // clients; open loop: throughput ÷ rate), below 0.9 the point is
+    // under load (`results::under_load`); and 1 for a point that measured
+    // nothing (its other metrics NaN, `results::failed`).
+    ("users", "users"),
+    ("held_load", "fraction"),
+    ("failed", "0/1"),
 ];
 
 /// The phases of `/status.json`'s `phases_us` within a request's time, in

@@ -51,6 +51,8 @@ pub(super) struct Worker<'a> {
     /// and how far it got.
     pub(super) scripts: Vec<Vec<StreamRef>>,
     pub(super) script_pos: Vec<usize>,
+    /// The index in the run of this thread's first connection.
+    pub(super) first_conn: usize,
     pub(super) last_timeout_scan: Instant,
     pub(super) tick: Duration,
     /// epoll waits in whole milliseconds; a timerfd wakes the loop on time
@@ -142,6 +144,7 @@ impl<'a> Worker<'a> {
             checksums: cfg.workload.targets.iter().map(|t| t.expect_sum).collect(),
             script_pos: vec![0; nconns],
             scripts,
+            first_conn: range.start,
             last_timeout_scan: now,
             armed: None,
             timerfd: rustix::time::timerfd_create(
@@ -291,17 +294,19 @@ impl<'a> Worker<'a> {
 
     /// The next target for connection `ci` (closed loop) or for the next
     /// arrival (open loop, `ci` None), and the think time the workload asks
-    /// before it; `None` when a replayed stream has ended.
-    pub(super) fn choose(&mut self, ci: Option<usize>) -> Option<(u32, u64)> {
+    /// before it, and who sends it (a replayed stream's user in the closed
+    /// loop, else the connection); `None` when a replayed stream has ended.
+    pub(super) fn choose(&mut self, ci: Option<usize>) -> Option<(u32, u64, u32)> {
         let n = self.cfg.workload.targets.len();
+        let conn = ci.map_or(0, |ci| (self.first_conn + ci) as u32);
         match &self.cfg.workload.chooser {
             Chooser::RoundRobin => {
                 self.rr = (self.rr + 1) % n;
-                Some((self.rr as u32, 0))
+                Some((self.rr as u32, 0, conn))
             }
             Chooser::Weighted(cum) => {
                 let u = dist::uniform(&mut self.rng);
-                Some(((cum.partition_point(|&c| c < u)).min(n - 1) as u32, 0))
+                Some(((cum.partition_point(|&c| c < u)).min(n - 1) as u32, 0, conn))
             }
             Chooser::Stream(seq) => {
                 let (list, i) = match ci {
@@ -316,7 +321,7 @@ impl<'a> Worker<'a> {
                     return None;
                 }
                 let r = list[i % list.len()];
-                Some((r.target, r.off_us))
+                Some((r.target, r.off_us, if ci.is_some() { r.user } else { conn }))
             }
         }
     }
@@ -329,7 +334,7 @@ impl<'a> Worker<'a> {
             && !self.conns[ci].waiting
             && self.conns[ci].inflight.len() < self.cfg.pipeline
         {
-            let Some((target, stream_off)) = self.choose(Some(ci)) else {
+            let Some((target, stream_off, user)) = self.choose(Some(ci)) else {
                 self.conns[ci].done = true;
                 if self.conns[ci].inflight.is_empty() {
                     self.close(ci);
@@ -356,16 +361,23 @@ impl<'a> Worker<'a> {
                 }
                 return;
             };
+            let think_us = think.as_micros() as u64;
+            let req = Req {
+                intended,
+                actual: now,
+                first_byte: None,
+                target,
+                measured,
+                retried: false,
+                user,
+                think_us,
+            };
             if think.is_zero() {
-                self.issue(
-                    ci,
-                    Req { intended, actual: now, first_byte: None, target, measured, retried: false },
-                    now,
-                );
+                self.issue(ci, req, now);
             } else {
                 // Sent when the timer fires; the ticket is already taken.
                 self.conns[ci].waiting = true;
-                self.conns[ci].deferred = Some((intended, target, measured));
+                self.conns[ci].deferred = Some(req);
                 self.timers.push(std::cmp::Reverse((intended, ci)));
                 return;
             }
@@ -382,12 +394,8 @@ impl<'a> Worker<'a> {
             self.note_lateness(now, t);
             if self.open {
                 self.make_free(ci);
-            } else if let Some((intended, target, measured)) = self.conns[ci].deferred.take() {
-                self.issue(
-                    ci,
-                    Req { intended, actual: now, first_byte: None, target, measured, retried: false },
-                    now,
-                );
+            } else if let Some(req) = self.conns[ci].deferred.take() {
+                self.issue(ci, Req { actual: now, ..req }, now);
                 self.user_next(ci, now);
             } else {
                 self.user_next(ci, now);
@@ -473,11 +481,18 @@ impl<'a> Worker<'a> {
                 continue;
             }
             let (intended, target, measured) = self.pending.pop_front().expect("non-empty");
-            self.issue(
-                ci,
-                Req { intended, actual: now, first_byte: None, target, measured, retried: false },
-                now,
-            );
+            let user = (self.first_conn + ci) as u32;
+            let req = Req {
+                intended,
+                actual: now,
+                first_byte: None,
+                target,
+                measured,
+                retried: false,
+                user,
+                think_us: 0,
+            };
+            self.issue(ci, req, now);
             self.make_free(ci);
         }
     }
