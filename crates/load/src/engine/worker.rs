@@ -283,6 +283,9 @@ impl<'a> Worker<'a> {
     /// Takes a request ticket; `None` when `-n` is used up or time is over.
     pub(super) fn ticket(&mut self, intended: Instant) -> Option<bool> {
         if self.sh.end.is_some_and(|e| intended >= e) {
+            // A user whose next request falls past the end (its think time
+            // outlasts the run) is done, but the run still lasts its time.
+            self.sh.past_end.store(true, Ordering::Relaxed);
             return None;
         }
         let measured = intended >= self.sh.measure_start;
