@@ -110,9 +110,10 @@ pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Resu
                  server.port = {port}\nserver.errorlog = \"{dir}/error.log\"\nserver.max-keep-alive-requests = 100000000\n\
                  server.max-fds = 20000\nserver.max-connections = 10240\n\
                  mimetype.assign = ( \".html\" => \"text/html\", \".txt\" => \"text/plain\", \"\" => \"application/octet-stream\" )\n{cgi}{access}",
-                // mod_accesslog's default format is the Combined one.
+                // mod_accesslog's default puts the Host where Combined has the ident: Combined, spelt out.
                 access = log.as_deref().map_or(String::new(), |l| format!(
-                    "server.modules += ( \"mod_accesslog\" )\naccesslog.filename = \"{l}\"\n"
+                    "server.modules += ( \"mod_accesslog\" )\naccesslog.filename = \"{l}\"\n\
+                     accesslog.format = \"%h %l %u %t \\\"%r\\\" %>s %b \\\"%{{Referer}}i\\\" \\\"%{{User-Agent}}i\\\"\"\n"
                 ))
             )
         }
