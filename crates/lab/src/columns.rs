@@ -54,7 +54,9 @@ pub const METRICS: [(&str, &str); 30] = [
     // distinct users (SURGE users, or connections) that sent a measured
     // request; the load held over the load the point names (closed loop:
     // Little's law, throughput × (mean response time + mean think time) ÷
-    // clients; open loop: throughput ÷ rate), below 0.9 the point is
+    // clients, the think time that spent inside the measured window per
+    // request sent in it, so users in a long SURGE OFF time count as held;
+    // open loop: throughput ÷ rate), below 0.9 the point is
     // under load (`results::under_load`); and 1 for a point that measured
     // nothing (its other metrics NaN, `results::failed`).
     ("users", "users"),

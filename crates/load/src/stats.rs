@@ -234,8 +234,9 @@ pub struct Stats {
     /// users of a replayed stream's closed loop, else the connections (by
     /// their index in the run).
     pub users_active: BTreeSet<u32>,
-    /// The think (OFF) times applied before the requests sent in the
-    /// measured window: their sum (µs) and how many requests.
+    /// Think (OFF) time spent inside the measured window (µs; a think
+    /// that began before it or runs on past its end, for its time inside),
+    /// and the requests sent in the window.
     pub think_us_sum: u64,
     pub think_count: u64,
 }
@@ -363,8 +364,11 @@ impl Stats {
         self.think_count += o.think_count;
     }
 
-    /// The mean think (OFF) time (µs) applied before the requests sent in
-    /// the measured window; 0 without think times.
+    /// The think (OFF) time (µs) applied in the measured window per
+    /// request sent in it: its mean think time, with the thinks cut at the
+    /// window's ends (a short window of long OFF times would otherwise
+    /// count only the short ones that ended in it, and Little's law would
+    /// under-read the users held); 0 without think times.
     pub fn think_mean_us(&self) -> f64 {
         if self.think_count == 0 {
             0.0

@@ -26,8 +26,6 @@ pub(super) struct Req {
     /// Who sends it: the SURGE user of a replayed stream's closed loop,
     /// else the connection (its index in the run).
     pub(super) user: u32,
-    /// The think (OFF) time applied before it (µs); 0 without one.
-    pub(super) think_us: u64,
 }
 
 pub(super) struct Conn {
@@ -187,7 +185,6 @@ impl Worker<'_> {
         if req.measured && !req.retried {
             // Sent in the measured window (a retry is the same request again).
             self.st.users_active.insert(req.user);
-            self.st.think_us_sum += req.think_us;
             self.st.think_count += 1;
         }
         if req.measured {

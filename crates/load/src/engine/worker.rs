@@ -357,6 +357,9 @@ impl<'a> Worker<'a> {
                 return;
             }
             let intended = now + think;
+            if !think.is_zero() {
+                self.note_think(now, intended);
+            }
             let Some(measured) = self.ticket(intended) else {
                 self.conns[ci].done = true;
                 if self.conns[ci].inflight.is_empty() {
@@ -364,17 +367,7 @@ impl<'a> Worker<'a> {
                 }
                 return;
             };
-            let think_us = think.as_micros() as u64;
-            let req = Req {
-                intended,
-                actual: now,
-                first_byte: None,
-                target,
-                measured,
-                retried: false,
-                user,
-                think_us,
-            };
+            let req = Req { intended, actual: now, first_byte: None, target, measured, retried: false, user };
             if think.is_zero() {
                 self.issue(ci, req, now);
             } else {
@@ -384,6 +377,19 @@ impl<'a> Worker<'a> {
                 self.timers.push(std::cmp::Reverse((intended, ci)));
                 return;
             }
+        }
+    }
+
+    /// A user thinks from `from` to `to`: the part inside the measured
+    /// window counts (a think begun before it, or running on past its end
+    /// — SURGE's OFF times run to seconds — counts for its time inside),
+    /// so Little's law over the window sees the users who were thinking
+    /// through it, not only those whose think ended in it.
+    pub(super) fn note_think(&mut self, from: Instant, to: Instant) {
+        let from = from.max(self.sh.measure_start);
+        let to = self.sh.end.map_or(to, |e| to.min(e));
+        if to > from {
+            self.st.think_us_sum += us_between(from, to);
         }
     }
 
@@ -485,16 +491,7 @@ impl<'a> Worker<'a> {
             }
             let (intended, target, measured) = self.pending.pop_front().expect("non-empty");
             let user = (self.first_conn + ci) as u32;
-            let req = Req {
-                intended,
-                actual: now,
-                first_byte: None,
-                target,
-                measured,
-                retried: false,
-                user,
-                think_us: 0,
-            };
+            let req = Req { intended, actual: now, first_byte: None, target, measured, retried: false, user };
             self.issue(ci, req, now);
             self.make_free(ci);
         }
