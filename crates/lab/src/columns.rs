@@ -7,7 +7,7 @@ pub const AXES: [&str; 6] = ["clients", "rate", "path", "cpus", "memory", "conne
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do
 /// metrics a server does not have (a peer's phases): empty cells.
-pub const METRICS: [(&str, &str); 32] = [
+pub const METRICS: [(&str, &str); 35] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -50,6 +50,18 @@ pub const METRICS: [(&str, &str); 32] = [
     // how many there were.
     ("worker_spread", "max/min"),
     ("workers", "lines"),
+    // The load the point really held (`modus load`'s own counts): the
+    // distinct users (SURGE users, or connections) that sent a measured
+    // request; the load held over the load the point names (closed loop:
+    // Little's law, throughput × (mean response time + mean think time) ÷
+    // clients, the think time that spent inside the measured window per
+    // request sent in it, so users in a long SURGE OFF time count as held;
+    // open loop: throughput ÷ rate), below 0.9 the point is
+    // under load (`results::under_load`); and 1 for a point that measured
+    // nothing (its other metrics NaN, `results::failed`).
+    ("users", "users"),
+    ("held_load", "fraction"),
+    ("failed", "0/1"),
     // How busy the machine was over the point (the load's whole run):
     // the CPU of the server's processes (and its front's) over the CPUs
     // they are pinned to, of the load generator over its CPUs, and of the

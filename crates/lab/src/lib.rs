@@ -123,6 +123,10 @@ pub enum LabCommand {
         /// Results directory [default: lab-results/compare-TIMESTAMP]
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Runs of every point, in interleaved rounds (one run says little
+        /// on a busy machine: the ranking is of their means)
+        #[arg(long, default_value_t = 3, value_name = "N")]
+        repeats: u32,
     },
 }
 
@@ -242,6 +246,7 @@ fn lab(args: LabArgs) -> Result<()> {
             duration,
             server_cpus,
             out,
+            repeats,
         } => {
             let root = root.or_else(|| workload.as_ref().map(|w| w.join("docs")));
             let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
@@ -280,11 +285,13 @@ fn lab(args: LabArgs) -> Result<()> {
                 path,
                 mix,
                 workload,
+                surge_think: true,
+                access_log: false,
                 mixes: Default::default(),
                 duration,
                 warmup: units::Dur(std::time::Duration::from_millis(500).min(duration.0)),
                 timeout: None,
-                repeats: 1,
+                repeats: repeats.max(1),
                 seed: 1,
                 server_cpus,
                 load_cpus: load_cpus.flatten(),

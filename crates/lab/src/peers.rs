@@ -5,7 +5,8 @@
 //! directory, in the foreground, stopped by PID. A peer that is not
 //! installed is skipped, and the report says so.
 //!
-//! Like the modus models in the lab, they serve without an access log, with
+//! Like the modus models in the lab, they serve without an access log
+//! (unless the experiment has `access-log = true`: then to its file), with
 //! keep-alive unlimited, one worker process where the server has the choice
 //! (the lab pins servers to CPUs; `server-cpus` decides how many they get).
 //! Apache runs as Debian configures its MPMs (prefork sized like `modus
@@ -31,6 +32,9 @@ pub struct Site<'a> {
     pub cgi: Option<&'a Path>,
     /// The server's `max-clients` (Apache: MaxRequestWorkers), if the spec sets one.
     pub max_clients: Option<usize>,
+    /// The access log's file (Combined format where the server has it);
+    /// none: no access log.
+    pub access_log: Option<&'a Path>,
 }
 
 /// The program a peer runs (Apache's MPMs are one binary).
@@ -77,6 +81,7 @@ pub fn version(peer: &str, bin: &Path) -> String {
 /// files in `dir`.
 pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Result<String> {
     let (dir, root) = (dir.display(), site.docroot.display());
+    let log = site.access_log.map(|l| l.display().to_string());
     Ok(match peer {
         "nginx" => {
             // As root, nginx's workers would run as `nobody`, who may not
@@ -86,10 +91,11 @@ pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Resu
                 "# written by modus lab\n{user}\nworker_processes 1;\ndaemon off;\npid {dir}/nginx.pid;\n\
                  error_log {dir}/error.log warn;\nworker_rlimit_nofile 20000;\nevents {{ worker_connections 10000; }}\n\
                  http {{\n    default_type application/octet-stream;\n    sendfile on;\n    tcp_nopush on;\n\
-                 keepalive_requests 100000000;\n    access_log off;\n    client_body_temp_path {dir}/body;\n\
+                 keepalive_requests 100000000;\n    access_log {access};\n    client_body_temp_path {dir}/body;\n\
                  proxy_temp_path {dir}/proxy;\n    fastcgi_temp_path {dir}/fastcgi;\n    uwsgi_temp_path {dir}/uwsgi;\n\
                  scgi_temp_path {dir}/scgi;\n    server {{\n        listen {host}:{port};\n        root {root};\n\
-                 location / {{ }}\n    }}\n}}\n"
+                 location / {{ }}\n    }}\n}}\n",
+                access = log.as_deref().map_or("off".to_string(), |l| format!("{l} combined"))
             )
         }
         "lighttpd" => {
@@ -105,7 +111,12 @@ pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Resu
                 "# written by modus lab\nserver.document-root = \"{root}\"\nserver.bind = \"{host}\"\n\
                  server.port = {port}\nserver.errorlog = \"{dir}/error.log\"\nserver.max-keep-alive-requests = 100000000\n\
                  server.max-fds = 20000\nserver.max-connections = 10240\n\
-                 mimetype.assign = ( \".html\" => \"text/html\", \".txt\" => \"text/plain\", \"\" => \"application/octet-stream\" )\n{cgi}"
+                 mimetype.assign = ( \".html\" => \"text/html\", \".txt\" => \"text/plain\", \"\" => \"application/octet-stream\" )\n{cgi}{access}",
+                // mod_accesslog's default puts the Host where Combined has the ident: Combined, spelt out.
+                access = log.as_deref().map_or(String::new(), |l| format!(
+                    "server.modules += ( \"mod_accesslog\" )\naccesslog.filename = \"{l}\"\n\
+                     accesslog.format = \"%h %l %u %t \\\"%r\\\" %>s %b \\\"%{{Referer}}i\\\" \\\"%{{User-Agent}}i\\\"\"\n"
+                ))
             )
         }
         "h2o" => {
@@ -115,7 +126,9 @@ pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Resu
             format!(
                 "# written by modus lab\n{user}num-threads: 1\npid-file: {dir}/h2o.pid\n\
                  error-log: {dir}/error.log\nmax-connections: 10240\nlisten:\n  host: {host}\n  port: {port}\n\
-                 hosts:\n  default:\n    paths:\n      /:\n        file.dir: \"{root}\"\n"
+                 hosts:\n  default:\n    paths:\n      /:\n        file.dir: \"{root}\"\n{access}",
+                // h2o's default access-log format is the Combined one.
+                access = log.as_deref().map_or(String::new(), |l| format!("access-log: {l}\n"))
             )
         }
         apache if apache.starts_with("apache-") => apache_config(apache, &dir.to_string(), site, host, port)?,
@@ -183,6 +196,15 @@ fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Re
              ScriptAlias /cgi-bin/ {cgi}/\n<Directory {cgi}>\n    AllowOverride None\n    Options +ExecCGI\n\
              Require all granted\n</Directory>\n",
             cgi = cgi.display()
+        );
+    }
+    if let Some(log) = site.access_log {
+        // mod_log_config is built into Debian's apache2.
+        let _ = write!(
+            c,
+            "LogFormat \"%h %l %u %t \\\"%r\\\" %>s %O \\\"%{{Referer}}i\\\" \\\"%{{User-Agent}}i\\\"\" combined\n\
+             CustomLog {} combined\n",
+            log.display()
         );
     }
     if cached {
@@ -355,6 +377,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let docroot = dir.path().join("root");
         let cgi = dir.path().join("cgi-bin");
+        let log = dir.path().join("access.log");
         std::fs::create_dir_all(docroot.join("sub")).unwrap();
         std::fs::create_dir_all(&cgi).unwrap();
         // Kept as bytes, as a descriptor, and not at all by apache-worker-cache.
@@ -363,8 +386,8 @@ mod tests {
         }
         for peer in PEERS {
             for site in [
-                Site { docroot: &docroot, cgi: None, max_clients: None },
-                Site { docroot: &docroot, cgi: Some(&cgi), max_clients: Some(80) },
+                Site { docroot: &docroot, cgi: None, max_clients: None, access_log: Some(&log) },
+                Site { docroot: &docroot, cgi: Some(&cgi), max_clients: Some(80), access_log: None },
             ] {
                 if site.cgi.is_some() && !runs_cgi(peer) {
                     continue;
@@ -379,6 +402,8 @@ mod tests {
                 if peer.starts_with("apache-") && site.max_clients.is_some() {
                     assert!(text.contains("MaxRequestWorkers 80\n"), "paper 001's MaxClients 80: {text}");
                 }
+                // Logging on (paper 003): to the file, or not at all.
+                assert_eq!(text.contains(&log.display().to_string()), site.access_log.is_some(), "{text}");
                 let root = docroot.display();
                 if peer == "apache-worker-cache" {
                     assert!(
@@ -404,7 +429,7 @@ mod tests {
                 check(peer, &bin, &work, &conf, None).unwrap_or_else(|e| panic!("{e:#}"));
             }
         }
-        let docroot_only = Site { docroot: &docroot, cgi: None, max_clients: None };
+        let docroot_only = Site { docroot: &docroot, cgi: None, max_clients: None, access_log: None };
         assert!(config("caddy", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
         assert!(config("apache-perchild", dir.path(), docroot_only, "127.0.0.1", 1).is_err());
     }

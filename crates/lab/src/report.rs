@@ -708,7 +708,12 @@ pub fn ranking(spec: &Spec, table: &Table) -> String {
         cpu: f64,
         errors: f64,
         behind: bool,
+        held: f64,
+        failed: usize,
     }
+    let failures = |server: &str| {
+        table.points.iter().filter(|p| p.server == server && crate::results::failed(p)).count()
+    };
     let mut rows: Vec<Row> = spec
         .servers
         .iter()
@@ -728,10 +733,20 @@ pub fn ranking(spec: &Spec, table: &Table) -> String {
                 cpu: m("cpu_per_request"),
                 errors: m("errors"),
                 behind: m("fell_behind") > 0.0,
+                held: table.mean(&s.name, &at, "held_load").unwrap_or(f64::NAN),
+                failed: failures(&s.name),
             })
         })
         .collect();
     rows.sort_by(|a, b| b.peak.total_cmp(&a.peak));
+    // Servers none of whose points measured anything: failures, never 0.
+    let empty: Vec<(&str, usize)> = spec
+        .servers
+        .iter()
+        .filter(|s| !rows.iter().any(|r| r.name == s.name))
+        .map(|s| (s.name.as_str(), failures(&s.name)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
     let mut out = format!(
         "{:<4} {:<14} {:>12} {:>9} {:>9} {:>13} {:>8}  {}\n",
         "rank", "server", "peak req/s", "p50 ms", "p99 ms", "CPU µs/req", "errors", "at"
@@ -748,16 +763,89 @@ pub fn ranking(spec: &Spec, table: &Table) -> String {
             r.cpu,
             r.errors,
             r.at,
-            if r.behind { "  † the load generator was the limit here" } else { "" }
+            ranking_marks(r.behind, r.held, r.failed)
+        );
+    }
+    for (name, n) in empty {
+        let _ = writeln!(
+            out,
+            "{:<4} {:<14} {:>12} {:>9} {:>9} {:>13} {:>8}  ✗ FAILED: none of its {n} points measured anything \
+             (the reasons are in raw/)",
+            "–", name, "failed", "–", "–", "–", "–"
         );
     }
     out
+}
+
+/// The marks after a ranked server's row: the generator was the limit (†),
+/// the peak point held less than the load it names (‡, `held_load` below
+/// 0.9), some of its points failed (✗, nothing measured).
+fn ranking_marks(behind: bool, held: f64, failed: usize) -> String {
+    let mut marks = String::new();
+    if behind {
+        marks.push_str("  † the load generator was the limit here");
+    }
+    if held < crate::results::HELD_LOAD_MIN {
+        let _ = write!(marks, "  ‡ under load: held {:.0}% of the load it names", held * 100.0);
+    }
+    if failed > 0 {
+        let _ = write!(
+            marks,
+            "  ✗ {failed} failed point{} (nothing measured)",
+            if failed == 1 { "" } else { "s" }
+        );
+    }
+    marks
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::results::Point;
+
+    /// Failed points are failures and under-load peaks are marked: never a
+    /// 0.000 row, never an unmarked one.
+    #[test]
+    fn the_ranking_marks_failed_and_under_load_points() {
+        let spec = crate::spec::load("tiny").unwrap();
+        let index = |m: &str| crate::columns::METRICS.iter().position(|(n, _)| *n == m).unwrap();
+        let point = |server: &str, clients, pairs: &[(&str, f64)]| {
+            let mut values = crate::results::values(&[]);
+            for (m, v) in pairs {
+                values[index(m)] = *v;
+            }
+            Point { server: server.into(), at: crate::results::at(clients), repeat: 1, values }
+        };
+        let measured = |t, held| {
+            [
+                ("throughput", t),
+                ("p50", 0.1),
+                ("p99", 0.5),
+                ("held_load", held),
+                ("fell_behind", 0.0),
+                ("failed", 0.0),
+            ]
+        };
+        let table = Table {
+            points: vec![
+                point("pool", 1, &measured(900.0, 0.98)),
+                point("pool", 8, &measured(1500.0, 0.5)),
+                point("event", 1, &[("failed", 1.0)]),
+                point("event", 8, &[("failed", 1.0)]),
+            ],
+        };
+        let text = ranking(&spec, &table);
+        let pool = text.lines().find(|l| l.contains(" pool ")).unwrap();
+        assert!(pool.contains("‡ under load: held 50%") && !pool.contains('✗'), "{text}");
+        let event = text.lines().find(|l| l.contains(" event ")).unwrap();
+        assert!(event.contains("FAILED") && event.contains("2 points"), "{text}");
+        assert!(!text.contains("0.000"), "a failure is not a measured zero: {text}");
+        let mut table = table;
+        table.points[1] = point("pool", 8, &[("failed", 1.0)]);
+        let text = ranking(&spec, &table);
+        let pool = text.lines().find(|l| l.contains(" pool ")).unwrap();
+        assert!(pool.contains("✗ 1 failed point") && !pool.contains('‡'), "{text}");
+    }
 
     #[test]
     fn plots_and_the_report_show_every_series_and_verdict() {

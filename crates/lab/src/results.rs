@@ -89,6 +89,22 @@ impl Point {
     }
 }
 
+/// A point below this share of the load it names is under load.
+pub const HELD_LOAD_MIN: f64 = 0.9;
+
+/// Whether `point` measured nothing (`failed` = 1: the generator sent
+/// nothing, or the server could not start); its other metrics are NaN.
+pub fn failed(point: &Point) -> bool {
+    point.get("failed") == Some(1.0)
+}
+
+/// Whether `point` did not hold the load it names: `held_load` below
+/// [`HELD_LOAD_MIN`], or the generator fell behind. NaN-tolerant: a point
+/// written before `held_load` existed counts as held.
+pub fn under_load(point: &Point) -> bool {
+    point.get("held_load").is_some_and(|h| h < HELD_LOAD_MIN) || point.get("fell_behind") == Some(1.0)
+}
+
 /// Every point of a run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Table {
@@ -321,6 +337,26 @@ mod tests {
         assert_eq!(pinned.with("memory", "65536k").unwrap(), pinned, "a size as written or shown");
         std::fs::write(&path, "server,path\n").unwrap();
         assert!(Table::read(&path).unwrap_err().to_string().contains("not a points table"));
+    }
+
+    #[test]
+    fn failed_and_under_load_points_are_told_apart() {
+        let point = |pairs: &[(&str, f64)]| {
+            let mut values = values(&[]);
+            for (m, v) in pairs {
+                values[METRICS.iter().position(|(n, _)| n == m).unwrap()] = *v;
+            }
+            Point { server: "pool".into(), at: at(4), repeat: 1, values }
+        };
+        let held =
+            point(&[("throughput", 100.0), ("held_load", 0.97), ("fell_behind", 0.0), ("failed", 0.0)]);
+        assert!(!failed(&held) && !under_load(&held));
+        let short = point(&[("held_load", 0.6), ("fell_behind", 0.0), ("failed", 0.0)]);
+        assert!(under_load(&short) && !failed(&short));
+        assert!(under_load(&point(&[("held_load", 1.0), ("fell_behind", 1.0)])), "the generator's mark");
+        let nothing = point(&[("failed", 1.0)]);
+        assert!(failed(&nothing) && nothing.get("throughput").unwrap().is_nan(), "never a measured zero");
+        assert!(!under_load(&point(&[])), "older results (NaN) count as held");
     }
 
     /// `points.csv` of an earlier version (no rate, fewer metrics) still

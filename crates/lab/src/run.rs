@@ -230,9 +230,22 @@ impl Runner {
                     let at = p.coords(spec);
                     // With its memory limit here: the sweep's, or its own.
                     let limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
-                    let (values, record) = self
-                        .measure(spec, &limited, &at, root.as_deref())
-                        .with_context(|| format!("{} at {at:?}", server.name))?;
+                    let log = spec.access_log.then(|| access_log_path(&raw));
+                    // A point that measured nothing (a server that would not
+                    // start, a generator that sent nothing) is recorded as
+                    // failed, its reason in its raw record, and the run goes on.
+                    let (values, record) =
+                        match self.measure(spec, &limited, &at, root.as_deref(), log.as_deref()) {
+                            Ok(measured) => measured,
+                            Err(e) => failed_record(&limited, &at, &format!("{e:#}"), Value::Null),
+                        };
+                    if let Some(why) = record["failure"].as_str() {
+                        progress(&format!(
+                            "modus lab: {} at {}: failed: {why}",
+                            server.name,
+                            at.label(&table)
+                        ));
+                    }
                     std::fs::write(&raw, serde_json::to_string_pretty(&record)?)?;
                     measured += 1;
                     values
@@ -242,8 +255,17 @@ impl Runner {
             let left = plan.len() - i - 1;
             let eta =
                 if measured > 0 { started.elapsed() / measured as u32 * left as u32 } else { Duration::ZERO };
+            let measured = if crate::results::failed(&point) {
+                "FAILED (nothing measured; the reason is in its raw record)".to_string()
+            } else {
+                format!(
+                    "{:.0} req/s, p99 {:.2} ms",
+                    point.get("throughput").unwrap_or(0.0),
+                    point.get("p99").unwrap_or(0.0)
+                )
+            };
             progress(&format!(
-                "[{}/{}] {} c={}{} {}{}{}{} r{}: {:.0} req/s, p99 {:.2} ms (left: {} points, ~{}s)",
+                "[{}/{}] {} c={}{} {}{}{}{} r{}: {measured} (left: {} points, ~{}s)",
                 i + 1,
                 plan.len(),
                 point.server,
@@ -262,8 +284,6 @@ impl Runner {
                     format!(" {}", point.at.connection)
                 },
                 point.repeat,
-                point.get("throughput").unwrap_or(0.0),
-                point.get("p99").unwrap_or(0.0),
                 left,
                 eta.as_secs()
             ));
@@ -287,11 +307,85 @@ impl Runner {
         for (name, lines) in &spec.mixes {
             std::fs::write(self.out.join("mixes").join(format!("{name}.txt")), lines.join("\n") + "\n")?;
         }
-        if spec.workload.as_deref() == Some("surge") && !self.out.join("surge").join("stream.txt").exists() {
-            let params = load::surge::SurgeParams { seed: spec.seed, ..load::surge::SurgeParams::default() };
-            load::surge::generate(&params, &self.out.join("surge")).context("making the SURGE workload")?;
+        match spec.workload.as_deref() {
+            Some("surge") => self.prepare_surge(spec)?,
+            Some(dir) if spec.sweep.rates.is_empty() => {
+                // A stream of its own: the closed loop puts a user per
+                // connection, and `modus load` refuses more connections.
+                let stream = Path::new(dir).join(load::surge::STREAM_FILE);
+                let text = std::fs::read_to_string(&stream)
+                    .with_context(|| format!("reading {}", stream.display()))?;
+                let users = text
+                    .lines()
+                    .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+                    .filter_map(|l| load::surge::StreamEntry::parse(l).ok())
+                    .map(|e| e.user as usize + 1)
+                    .max()
+                    .unwrap_or(0);
+                if let Some(too_many) = spec.sweep.clients.iter().find(|c| **c > users) {
+                    bail!(
+                        "workload {dir}: its stream has {users} users, and a point asks for {too_many} clients:                          each client is one of its users (make one with `modus workload surge --users                          {too_many}`, or use workload = \"surge\", which makes a stream per point)"
+                    );
+                }
+            }
+            _ => {}
         }
         Ok(())
+    }
+
+    /// `workload = "surge"`: the documents once (`surge/docs`, the spec's
+    /// seed), and for every client count N a stream of N users over them
+    /// (`surge-N/stream.txt`), long enough that no user runs out of
+    /// requests within a point (the load also repeats a stream that ends).
+    /// A resumed run keeps what it made.
+    fn prepare_surge(&self, spec: &Spec) -> Result<()> {
+        use load::surge::{generate_documents, generate_stream, SurgeParams, MANIFEST_FILE, STREAM_FILE};
+        let base = SurgeParams { seed: spec.seed, ..SurgeParams::default() };
+        let docs = self.out.join("surge");
+        if !docs.join(MANIFEST_FILE).exists() {
+            // The stream made beside them is not used: a small one.
+            let params = SurgeParams { requests: base.files, users: 1, ..base.clone() };
+            generate_documents(&params, &docs).context("making the SURGE documents")?;
+        }
+        // Virtual seconds each user's stream must cover: the point, twice.
+        let needed = 2.0 * (spec.warmup.0 + spec.duration.0).as_secs_f64();
+        let mut counts = spec.sweep.clients.clone();
+        counts.sort_unstable();
+        counts.dedup();
+        for users in counts {
+            let dir = self.surge_stream(users);
+            if dir.join(STREAM_FILE).exists() {
+                continue;
+            }
+            // About 50 requests a user (SURGE users ask for one every few
+            // seconds), doubled until the stream's span covers the point.
+            let mut requests = (users * 50).max(10_000);
+            loop {
+                let params = SurgeParams { users, requests, ..base.clone() };
+                let manifest = generate_stream(&params, &dir)
+                    .with_context(|| format!("making the SURGE stream of {users} users"))?;
+                let span = manifest["realised"]["stream_span_s"].as_f64().unwrap_or(0.0);
+                if span >= needed || requests >= 1 << 22 {
+                    break;
+                }
+                requests *= 2;
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream of `users` SURGE users of `workload = "surge"`.
+    fn surge_stream(&self, users: usize) -> PathBuf {
+        self.out.join(format!("surge-{users}"))
+    }
+
+    /// The `modus load --workload` directory of a point at `clients`: the
+    /// spec's own, or the stream of that many users.
+    fn stream(&self, spec: &Spec, clients: usize) -> Option<PathBuf> {
+        match spec.workload.as_deref()? {
+            "surge" => Some(self.surge_stream(clients)),
+            dir => Some(PathBuf::from(dir)),
+        }
     }
 
     /// `cgi-bin/`: the bundled programs `cgi-spin`, `cgi-echo` and
@@ -366,13 +460,24 @@ impl Runner {
         cpus: Option<&str>,
         front_cpus: Option<&str>,
         root: Option<&Path>,
+        log: Option<&Path>,
     ) -> Result<Running> {
         let mut parts = Vec::new();
         for i in 0..server.backends {
             let name =
                 if server.backends == 1 { server.name.clone() } else { format!("{}-{}", server.name, i + 1) };
             let place = self.place(|net| net.backend(i));
-            parts.push(self.start_backend(spec, server, &name, cpus, place, root)?);
+            // Each backend its own log: `…-access.log`, `…-2-access.log`.
+            let log = log.map(|l| match i {
+                0 => l.to_path_buf(),
+                i => l.with_file_name(
+                    l.file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("access.log")
+                        .replace("-access.log", &format!("-{}-access.log", i + 1)),
+                ),
+            });
+            parts.push(self.start_backend(spec, server, &name, cpus, place, root, log.as_deref())?);
         }
         let backends: Vec<String> = parts.iter().map(|p| p.addr.clone()).collect();
         let at = self.place(|net| net.front());
@@ -410,7 +515,8 @@ impl Runner {
     }
 
     /// One backend: `modus serve`, or a peer from its configuration in
-    /// `peers/NAME/`.
+    /// `peers/NAME/`; its access log to `log` if given, else none.
+    #[allow(clippy::too_many_arguments)]
     fn start_backend(
         &self,
         spec: &Spec,
@@ -419,6 +525,7 @@ impl Runner {
         cpus: Option<&str>,
         at: Place,
         root: Option<&Path>,
+        log: Option<&Path>,
     ) -> Result<Server> {
         let cgi = spec.cgi.then(|| self.cgi_bin());
         let cgroup = match server.memory {
@@ -435,7 +542,8 @@ impl Runner {
                 serve.arg(root);
             }
             let listen = format!("{}:0", at.ip);
-            serve.args(["--model", &server.model, "--listen", &listen, "--access-log", "off"]);
+            serve.args(["--model", &server.model, "--listen", &listen, "--access-log"]);
+            serve.arg(log.map_or_else(|| "off".into(), |l| l.as_os_str().to_owned()));
             if let Some(cgi) = &cgi {
                 serve.arg("--cgi-dir").arg(cgi);
             }
@@ -455,7 +563,12 @@ impl Runner {
         std::fs::create_dir_all(&dir)?;
         let port = free_port()?;
         let conf = dir.join(format!("{peer}.conf"));
-        let site = crate::peers::Site { docroot: root, cgi: cgi.as_deref(), max_clients: server.max_clients };
+        let site = crate::peers::Site {
+            docroot: root,
+            cgi: cgi.as_deref(),
+            max_clients: server.max_clients,
+            access_log: log,
+        };
         std::fs::write(&conf, crate::peers::config(peer, &dir, site, at.ip, port)?)?;
         crate::peers::prepare(peer, &dir)?;
         crate::peers::check(peer, &bin, &dir, &conf, at.ns)?;
@@ -470,6 +583,7 @@ impl Runner {
         server: &ServerSpec,
         at: &Coords,
         root: Option<&Path>,
+        log: Option<&Path>,
     ) -> Result<(Vec<f64>, Value)> {
         let cpus = (!at.cpus.is_empty()).then_some(at.cpus.as_str());
         let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
@@ -480,7 +594,7 @@ impl Runner {
             crate::cgroup::drop_page_cache(root)
                 .with_context(|| format!("dropping the page cache of {}", root.display()))?;
         }
-        let mut running = self.start(spec, server, cpus, front_cpus.as_deref(), root)?;
+        let mut running = self.start(spec, server, cpus, front_cpus.as_deref(), root, log)?;
         let mix = at.path.strip_prefix("mix:");
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
         let read_before = running.read_bytes();
@@ -504,8 +618,12 @@ impl Runner {
         } else if let Some(mix) = &spec.mix {
             load.args(["--mix", mix]);
         }
-        if let Some(workload) = self.workload(spec) {
-            load.arg("--workload").arg(workload).arg("--repeat-stream");
+        if let Some(stream) = self.stream(spec, at.clients) {
+            load.arg("--workload").arg(stream).arg("--repeat-stream");
+            // Each client a SURGE user with its OFF times (closed loop).
+            if spec.workload.as_deref() == Some("surge") && spec.surge_think && at.rate == 0 {
+                load.arg("--stream-think");
+            }
         }
         load.args([
             "-d",
@@ -538,6 +656,11 @@ impl Runner {
         let cgroups = running.cgroups();
         running.stop();
         let report = report?;
+        if report["requests"].as_u64() == Some(0) {
+            // Not a measured zero: nothing was measured.
+            let why = report["failure"].as_str().unwrap_or("no request got a response").to_string();
+            return Ok(failed_record(server, at, &format!("modus load: {why}"), report));
+        }
         let seconds = report["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
         let count = |class: &dyn Fn(&str) -> bool| -> f64 {
             let status = report["status"].as_object().into_iter().flatten();
@@ -558,7 +681,20 @@ impl Runner {
             answered(&|code| code == "503"),
             if requests > 0.0 { read_after.saturating_sub(read_before) as f64 / requests } else { 0.0 },
         ];
-        values.extend(phases.unwrap_or_else(|| vec![f64::NAN; 2 + PHASES.len()]));
+        let mut phases = phases.unwrap_or_else(|| vec![f64::NAN; 2 + PHASES.len()]);
+        // `read` is timed from the head's first byte *seen* — stamped after
+        // the read that brought it returned — to the head's end: a head
+        // that arrives in one segment (every one `modus load` sends) reads
+        // 0 by construction, in every model. The receive itself is not in
+        // it: an event loop's `recv` falls in the idle `wait` before the
+        // first stamp, and a blocking thread's read is its wait for the
+        // client, inseparable from it. A sum of exactly 0 therefore says
+        // "not separated", not "took no time": NaN (an empty cell), never
+        // a measured zero. Heads that did arrive in pieces keep their time.
+        if phases[2] == 0.0 {
+            phases[2] = f64::NAN;
+        }
+        values.extend(phases);
         let [p50_2xx, p99_2xx] = latency_2xx_ms(&report);
         values.extend([
             p50_2xx,
@@ -567,6 +703,7 @@ impl Runner {
             spread,
             workers,
         ]);
+        values.extend([report["users_active"].as_f64().unwrap_or(f64::NAN), held_load(&report, at), 0.0]);
         // Over the CPUs each is pinned to: the server's (and its front's), the generator's.
         let mut server_set = crate::busy::cpu_set(cpus);
         if server.front.is_some() {
@@ -621,6 +758,41 @@ fn run_load(mut load: Command) -> Result<(std::process::Output, u64)> {
     read.context("reading modus load's report")?;
     let stderr = errors.join().unwrap_or_default();
     Ok((std::process::Output { status, stdout: out, stderr }, cpu_ns))
+}
+
+/// The load a point held over the load it names (the `held_load`
+/// metric): open loop, the throughput over the rate offered; closed loop,
+/// the users held by Little's law (`modus load`'s `held_users`:
+/// throughput × (mean response time + mean think time)) over the clients.
+/// NaN from a report of a version before `held_users`.
+pub fn held_load(report: &Value, at: &Coords) -> f64 {
+    if at.rate > 0 {
+        report["throughput_rps"].as_f64().map_or(f64::NAN, |t| t / at.rate as f64)
+    } else {
+        report["held_users"].as_f64().map_or(f64::NAN, |h| h / at.clients.max(1) as f64)
+    }
+}
+
+/// A point that measured nothing: `failed` 1, its other metrics NaN
+/// (never a measured zero), and why, with the load report if there is one.
+fn failed_record(server: &ServerSpec, at: &Coords, why: &str, load: Value) -> (Vec<f64>, Value) {
+    let values: Vec<f64> = METRICS.iter().map(|(m, _)| if *m == "failed" { 1.0 } else { f64::NAN }).collect();
+    let named: serde_json::Map<String, Value> =
+        METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();
+    let record = json!({
+        "point": named, "server": server.name, "clients": at.clients, "rate": at.rate, "path": at.path,
+        "connection": at.connection, "server_cpus": at.cpus, "failure": why, "load": load,
+    });
+    (values, record)
+}
+
+/// Where a point's server writes its access log (`access-log = true`):
+/// beside its raw record, `raw/POINT-access.log`.
+fn access_log_path(raw: &Path) -> PathBuf {
+    let stem = raw.file_stem().and_then(|s| s.to_str()).unwrap_or("point");
+    // Absolute: a peer resolves a relative path against its own root.
+    let raw = std::path::absolute(raw).unwrap_or_else(|_| raw.to_path_buf());
+    raw.with_file_name(format!("{stem}-access.log"))
 }
 
 /// The median and 99th percentile (ms) of a `modus load` report's 2xx
@@ -919,6 +1091,42 @@ mod tests {
         let none = json!({ "latency_2xx_us": { "p50": 0, "p99": 0, "max": 0 } });
         assert!(latency_2xx_ms(&none).iter().all(|v| v.is_nan()));
         assert!(latency_2xx_ms(&json!({ "latency_us": { "p50": 1 } })).iter().all(|v| v.is_nan()));
+    }
+
+    /// `held_load` from a synthetic load report: Little's law's users over
+    /// the clients in the closed loop, the throughput over the rate in the
+    /// open loop.
+    #[test]
+    fn held_load_is_the_load_held_over_the_load_named() {
+        let at = crate::results::at;
+        // 500 req/s at 2 ms, 16 ms think: 9 of 10 users held.
+        let closed = json!({ "throughput_rps": 500.0, "held_users": 9.0, "in_flight_mean": 1.0 });
+        assert!((held_load(&closed, &at(10)) - 0.9).abs() < 1e-12);
+        assert!((held_load(&closed, &at(9)) - 1.0).abs() < 1e-12);
+        let open = crate::results::Coords { rate: 1000, ..at(10) };
+        assert!(
+            (held_load(&json!({ "throughput_rps": 450.0, "held_users": null }), &open) - 0.45).abs() < 1e-12
+        );
+        assert!(held_load(&json!({ "throughput_rps": 10.0 }), &at(4)).is_nan(), "a report before held_users");
+    }
+
+    #[test]
+    fn a_failed_point_is_nan_but_failed_and_kept_for_resume() {
+        let server = crate::spec::load("tiny").unwrap().servers[0].clone();
+        let (values, record) =
+            failed_record(&server, &crate::results::at(4), "modus load: no request was sent", json!({}));
+        let failed = METRICS.iter().position(|(m, _)| *m == "failed").unwrap();
+        assert_eq!(values[failed], 1.0);
+        assert!(values.iter().enumerate().all(|(i, v)| i == failed || v.is_nan()), "{values:?}");
+        assert_eq!(record["failure"], "modus load: no request was sent");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        std::fs::write(&path, record.to_string()).unwrap();
+        let back = read_raw(&path).unwrap();
+        assert_eq!(back[failed], 1.0);
+        assert!(back[0].is_nan(), "throughput: not a measured zero");
+        let raw = Path::new("/r/raw/pool-c4-p0-u0-r1.json");
+        assert_eq!(access_log_path(raw), Path::new("/r/raw/pool-c4-p0-u0-r1-access.log"));
     }
 
     #[test]

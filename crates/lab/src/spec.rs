@@ -72,6 +72,19 @@ pub struct Spec {
     /// (`modus workload surge` with the spec's seed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
+    /// With `workload = "surge"`: every point at N clients replays a SURGE
+    /// stream of N users (made per client count with the spec's seed, in
+    /// the results directory as `surge-N/`, over one set of documents), so
+    /// the population follows the point. `true`: each user keeps SURGE's
+    /// active and inactive OFF times (`modus load --stream-think`), as the
+    /// papers' user equivalents do; `false`: back to back.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub surge_think: bool,
+    /// modus servers write their access log (Combined format) to
+    /// `raw/POINT-access.log` instead of `--access-log off`; peers log
+    /// there too (paper 003's logging share).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub access_log: bool,
     /// Named weighted mixes of paths (`WEIGHT /path` lines, as `modus load
     /// --mix` reads them), for the sweep's `paths` as `mix:NAME`: paper
     /// 000's share of CGI requests, say.
@@ -247,6 +260,12 @@ fn default_duration() -> Dur {
 }
 fn default_warmup() -> Dur {
     Dur(std::time::Duration::from_secs(1))
+}
+fn yes() -> bool {
+    true
+}
+fn is_true(b: &bool) -> bool {
+    *b
 }
 fn one() -> u32 {
     1

@@ -59,7 +59,7 @@ pub struct LoadArgs {
     /// Target URL(s), `http://HOST:PORT/PATH` or `https://…`; several are requested round-robin
     #[arg(required = true)]
     pub urls: Vec<String>,
-    /// Connections (closed loop: users)
+    /// Connections (closed loop: users; with --workload, at most the stream's users)
     #[arg(short = 'c', long = "connections", visible_alias = "users", default_value_t = 50)]
     pub connections: usize,
     /// Event-loop threads
@@ -181,6 +181,20 @@ pub fn config(a: &LoadArgs) -> Result<Config> {
         }
         if a.rate.is_some() || a.think_time.is_some() || a.stream_think || a.repeat_stream {
             bail!("--stream-times sets the arrivals: not with --rate, --think-time, --stream-think or --repeat-stream");
+        }
+    }
+    let open_loop = a.rate.is_some() || a.stream_times.is_some();
+    if let (false, target::Chooser::Stream(seq)) = (open_loop, &workload.chooser) {
+        // Closed loop: user u's requests go on connection u mod -c. A
+        // connection beyond the users would carry nobody: the run would
+        // claim -c users and hold only the stream's.
+        let users = seq.iter().map(|r| r.user as usize + 1).max().unwrap_or(0);
+        if a.connections > users {
+            bail!(
+                "--workload: the stream has {users} users, -c is {}: the connections beyond {users} would                  send nothing (use -c {users} or fewer, or make a stream with more users: modus workload                  surge --users {})",
+                a.connections,
+                a.connections
+            );
         }
     }
     if let (true, target::Chooser::Stream(seq)) = (a.stream_think, &workload.chooser) {

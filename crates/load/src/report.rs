@@ -190,7 +190,8 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> Value {
         })
         .collect();
     let status: Map<String, Value> = s.status.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-    json!({
+    let (in_flight, held_users) = s.held(o.duration_s, cfg.open_loop());
+    let mut v = json!({
         "schema": 1,
         "tool": "modus load",
         "version": env!("CARGO_PKG_VERSION"),
@@ -243,7 +244,22 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> Value {
         "warmup_requests": s.warmup_requests,
         "per_class": per_class,
         "per_second": per_second,
-    })
+    });
+    // Who sent, and the load held (Little's law): beside the object (one
+    // json! of it all would pass the macro's recursion limit).
+    v["users_active"] = json!(s.users_active.len());
+    v["think_mean_us"] = json!(s.think_mean_us());
+    v["in_flight_mean"] = json!(in_flight);
+    v["held_users"] = json!(held_users);
+    v
+}
+
+/// The users of a replayed stream (its highest user number + 1).
+fn stream_users(cfg: &Config) -> usize {
+    match &cfg.workload.chooser {
+        crate::target::Chooser::Stream(seq) => seq.iter().map(|r| r.user as usize + 1).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 fn us(v: f64) -> String {
@@ -349,6 +365,23 @@ fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
     let _ = writeln!(t, "Requests/sec: {:>12.2}", s.requests as f64 / d);
     let _ = writeln!(t, "Transfer/sec: {:>12}", bytes(s.bytes as f64 / d));
     let _ = writeln!(t, "Connects/sec: {:>12.2}  ({} connections)", s.connects as f64 / d, s.connects);
+    let (in_flight, held_users) = s.held(o.duration_s, cfg.open_loop());
+    let _ = writeln!(
+        t,
+        "Users:        {} of {} sent a measured request; {in_flight:.1} in flight{}{}",
+        s.users_active.len(),
+        if matches!(cfg.workload.chooser, crate::target::Chooser::Stream(_)) && !cfg.open_loop() {
+            format!("{} users", stream_users(cfg))
+        } else {
+            format!("{} connections", cfg.connections)
+        },
+        held_users.map(|h| format!(", {h:.1} users held (Little's law)")).unwrap_or_default(),
+        if s.think_count > 0 && s.think_mean_us() > 0.0 {
+            format!(", mean think {}", us(s.think_mean_us()))
+        } else {
+            String::new()
+        },
+    );
     if s.handshakes > 0 {
         let _ = writeln!(t, "TLS shakes/s: {:>12.2}  ({} handshakes)", s.handshakes as f64 / d, s.handshakes);
     }

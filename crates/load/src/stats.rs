@@ -1,7 +1,7 @@
 //! Per-thread recording (HdrHistograms, counters, a per-second series, the
 //! optional per-request timeline), merged after the run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hdrhistogram::Histogram;
 
@@ -230,6 +230,15 @@ pub struct Stats {
     pub connect_failures: BTreeMap<String, u64>,
     /// Per event-loop thread, in thread order.
     pub loops: Vec<LoopUsage>,
+    /// Who sent at least one request in the measured window: the SURGE
+    /// users of a replayed stream's closed loop, else the connections (by
+    /// their index in the run).
+    pub users_active: BTreeSet<u32>,
+    /// Think (OFF) time spent inside the measured window (µs; a think
+    /// that began before it or runs on past its end, for its time inside),
+    /// and the requests sent in the window.
+    pub think_us_sum: u64,
+    pub think_count: u64,
 }
 
 /// How hard one event-loop thread worked.
@@ -272,6 +281,9 @@ impl Stats {
             timeline: Vec::new(),
             connect_failures: BTreeMap::new(),
             loops: Vec::new(),
+            users_active: BTreeSet::new(),
+            think_us_sum: 0,
+            think_count: 0,
         }
     }
 
@@ -347,6 +359,34 @@ impl Stats {
         self.last_end_us = self.last_end_us.max(o.last_end_us);
         self.timeline.extend(o.timeline);
         self.loops.extend(o.loops);
+        self.users_active.extend(o.users_active);
+        self.think_us_sum += o.think_us_sum;
+        self.think_count += o.think_count;
+    }
+
+    /// The think (OFF) time (µs) applied in the measured window per
+    /// request sent in it: its mean think time, with the thinks cut at the
+    /// window's ends (a short window of long OFF times would otherwise
+    /// count only the short ones that ended in it, and Little's law would
+    /// under-read the users held); 0 without think times.
+    pub fn think_mean_us(&self) -> f64 {
+        if self.think_count == 0 {
+            0.0
+        } else {
+            self.think_us_sum as f64 / self.think_count as f64
+        }
+    }
+
+    /// Little's law over `duration_s` measured seconds: the requests in
+    /// flight on average (throughput × mean response time), and, for a
+    /// closed loop, the users held (throughput × (mean response time +
+    /// mean think time)) — in an open loop there are no users to hold.
+    pub fn held(&self, duration_s: f64, open_loop: bool) -> (f64, Option<f64>) {
+        let throughput = self.requests as f64 / duration_s.max(1e-9);
+        let mean_s = if self.latency.is_empty() { 0.0 } else { self.latency.mean() / 1e6 };
+        let in_flight = throughput * mean_s;
+        let users = (!open_loop).then(|| throughput * (mean_s + self.think_mean_us() / 1e6));
+        (in_flight, users)
     }
 }
 
@@ -374,5 +414,34 @@ mod tests {
         assert_eq!(a.total_errors(), 1);
         assert_eq!(a.transport_errors(), 1);
         assert_eq!(a.status[&200], 3);
+    }
+
+    /// Little's law from a synthetic run: 1,000 responses in 2 s (500/s)
+    /// at a 4 ms mean, each after a 16 ms think: 2 requests in flight, 10
+    /// users held; three users of the two threads sent something.
+    #[test]
+    fn users_think_and_littles_law() {
+        let mut a = Stats::new(1);
+        let mut b = Stats::new(1);
+        for (s, n) in [(&mut a, 600), (&mut b, 400)] {
+            for _ in 0..n {
+                s.latency.record(4000).unwrap();
+                s.requests += 1;
+                s.think_us_sum += 16_000;
+                s.think_count += 1;
+            }
+        }
+        a.users_active.extend([0, 7]);
+        b.users_active.extend([7, 9]);
+        a.merge(b);
+        assert_eq!(a.users_active.len(), 3, "a user counts once");
+        assert_eq!(a.think_mean_us(), 16_000.0);
+        let (in_flight, held) = a.held(2.0, false);
+        assert!((in_flight - 2.0).abs() < 0.01, "{in_flight}");
+        assert!((held.unwrap() - 10.0).abs() < 0.05, "{held:?}");
+        assert_eq!(a.held(2.0, true).1, None, "an open loop holds no users");
+        // Nothing sent: nothing held, no think time.
+        let none = Stats::new(1);
+        assert_eq!((none.think_mean_us(), none.held(1.0, false)), (0.0, (0.0, Some(0.0))));
     }
 }

@@ -270,6 +270,24 @@ fn file_path(id: usize) -> String {
 /// Generates the SURGE document tree under `out/docs`, the stream
 /// `out/stream.txt` and `out/manifest.json`; returns the manifest.
 pub fn generate(p: &SurgeParams, out: &Path) -> Result<Value> {
+    generate_parts(p, out, true, true)
+}
+
+/// The document tree alone (`out/docs`, and the manifest). The documents
+/// depend on the seed, `files` and `max_size` only: streams of any number
+/// of users or requests made with those replay against them.
+pub fn generate_documents(p: &SurgeParams, out: &Path) -> Result<Value> {
+    generate_parts(p, out, true, false)
+}
+
+/// The request stream alone (`out/stream.txt`, and the manifest), for
+/// documents [`generate_documents`] wrote elsewhere with the same seed,
+/// `files` and `max_size`: the lab's stream of N users per client count.
+pub fn generate_stream(p: &SurgeParams, out: &Path) -> Result<Value> {
+    generate_parts(p, out, false, true)
+}
+
+fn generate_parts(p: &SurgeParams, out: &Path, write_docs: bool, write_stream: bool) -> Result<Value> {
     if p.files == 0 || p.requests == 0 || p.users == 0 {
         bail!("--files, --requests and --users must be positive");
     }
@@ -350,8 +368,9 @@ pub fn generate(p: &SurgeParams, out: &Path) -> Result<Value> {
 
     // Write the documents, the stream and the manifest.
     let docs = out.join(DOCS_DIR);
-    fs::create_dir_all(&docs).with_context(|| format!("creating {}", docs.display()))?;
-    for (id, &(size, _)) in sizes.iter().enumerate() {
+    fs::create_dir_all(if write_docs { &docs } else { out })
+        .with_context(|| format!("creating {}", out.display()))?;
+    for (id, &(size, _)) in sizes.iter().enumerate().filter(|_| write_docs) {
         let path = docs.join(file_path(id).trim_start_matches('/'));
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)?;
@@ -365,7 +384,9 @@ pub fn generate(p: &SurgeParams, out: &Path) -> Result<Value> {
     for e in &entries {
         let _ = writeln!(stream, "{} {} {} {} {}", e.time_us, e.user, e.off_us, e.size, e.path);
     }
-    fs::write(out.join(STREAM_FILE), &stream)?;
+    if write_stream {
+        fs::write(out.join(STREAM_FILE), &stream)?;
+    }
 
     let body_ln: Vec<f64> = sizes.iter().filter(|s| !s.1).map(|s| (s.0 as f64).ln()).collect();
     let tail: Vec<f64> = sizes.iter().filter(|s| s.1).map(|s| s.0 as f64).collect();
@@ -597,6 +618,31 @@ mod tests {
         generate(&SurgeParams { seed: 4, ..p.clone() }, c.path()).unwrap();
         assert!(read_all(a.path()) == read_all(b.path()), "same seed, different output");
         assert!(read_all(a.path()).1 != read_all(c.path()).1, "another seed, same stream");
+    }
+
+    /// The lab's split: documents once, a stream per number of users,
+    /// the same bytes as a whole workload made at once.
+    #[test]
+    fn documents_once_streams_per_users() {
+        let p = SurgeParams { files: 40, requests: 400, users: 3, seed: 5, max_size: 100_000 };
+        let (whole, docs, six) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        generate(&p, whole.path()).unwrap();
+        generate_documents(&p, docs.path()).unwrap();
+        assert!(!docs.path().join(STREAM_FILE).exists());
+        let m = generate_stream(&SurgeParams { users: 6, ..p.clone() }, six.path()).unwrap();
+        assert!(!six.path().join(DOCS_DIR).exists());
+        assert_eq!(m["parameters"]["users"], 6);
+        let file = file_path(7);
+        let read = |d: &Path| fs::read(d.join(DOCS_DIR).join(file.trim_start_matches('/'))).unwrap();
+        assert_eq!(read(whole.path()), read(docs.path()));
+        let users: std::collections::BTreeSet<u32> = fs::read_to_string(six.path().join(STREAM_FILE))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| StreamEntry::parse(l).unwrap().user)
+            .collect();
+        assert_eq!(users.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
     }
 
     #[test]

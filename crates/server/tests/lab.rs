@@ -14,8 +14,8 @@ const LIMIT: Duration = Duration::from_secs(180);
 const HEADER: &str = "server,clients,path,cpus,rate,memory,connection,repeat,throughput,mean,p50,p99,errors,\
 cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
 phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
-phase_queue_us,p50_2xx,p99_2xx,other_5xx,worker_spread,workers,server_cpu_pct,load_cpu_pct,other_cpu_pct,\
-disk_util_pct,link_util_pct";
+phase_queue_us,p50_2xx,p99_2xx,other_5xx,worker_spread,workers,users,held_load,failed,server_cpu_pct,\
+load_cpu_pct,other_cpu_pct,disk_util_pct,link_util_pct";
 
 /// A column of `points.csv`, by name.
 fn col(name: &str) -> usize {
@@ -63,9 +63,20 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
         assert_eq!(row[ERRORS], "0", "no errors: {row:?}");
         // Its own timing, from /status.json: a request's time, the sum of its phases.
         let request: f64 = row[col("request_us")].parse().unwrap();
-        let phases: f64 =
-            (col("phase_read_us")..=col("phase_queue_us")).map(|c| row[c].parse::<f64>().unwrap()).sum();
+        // The read phase, not separated from the receive (heads in one
+        // segment), is an empty cell, never a measured 0.
+        let read = &row[col("phase_read_us")];
+        assert!(read.is_empty() || read.parse::<f64>().unwrap() > 0.0, "{row:?}");
+        let phases: f64 = (col("phase_read_us")..=col("phase_queue_us"))
+            .filter(|c| !row[*c].is_empty())
+            .map(|c| row[c].parse::<f64>().unwrap())
+            .sum();
         assert!(request > 0.0 && (phases - request).abs() <= 0.05 * request, "{row:?}");
+        // Every connection a client that sent, the load held, nothing failed.
+        assert_eq!(row[col("users")], row[col("clients")], "{row:?}");
+        let held: f64 = row[col("held_load")].parse().unwrap();
+        assert!(held > 0.0 && held.is_finite(), "{row:?}");
+        assert_eq!(row[col("failed")], "0", "{row:?}");
         assert!(row[col("disk_read_per_req")].parse::<f64>().unwrap() >= 0.0, "{row:?}");
     }
     let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
@@ -126,7 +137,7 @@ fn compare_ranks_every_model_on_the_demo_site() {
     let out = tmp.path().join("compare");
     let r = run(
         BIN,
-        ["lab", "compare", "--clients", "2", "--duration", "300ms", "--out", out.to_str().unwrap()],
+        ["lab", "compare", "--clients", "2", "--duration", "200ms", "--out", out.to_str().unwrap()],
         LIMIT,
     );
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
@@ -140,7 +151,12 @@ fn compare_ranks_every_model_on_the_demo_site() {
             r.stdout
         );
     }
-    assert_eq!(csv_rows(&out).len(), 9);
+    // Three interleaved repeats by default: one run says little.
+    let rows = csv_rows(&out);
+    assert_eq!(rows.len(), 27, "9 models × 3 repeats");
+    for repeat in ["1", "2", "3"] {
+        assert_eq!(rows.iter().filter(|r| r[col("repeat")] == repeat).count(), 9, "{rows:?}");
+    }
 }
 
 /// `compare --mix` and `--workload`: the requests come from the mix file or
@@ -167,6 +183,7 @@ fn compare_takes_a_mix_or_a_workload() {
     {
         let out = tmp.path().join(format!("out{flag}"));
         let mut args = vec!["lab", "compare", "--models", "pool,event", "--peers", "none", "--clients", "2"];
+        args.extend(["--repeats", "1"]);
         args.extend(["--duration", "300ms", flag, value.to_str().unwrap(), "--out", out.to_str().unwrap()]);
         if let Some(root) = root_arg {
             args.push(root.to_str().unwrap());
@@ -179,6 +196,91 @@ fn compare_takes_a_mix_or_a_workload() {
         assert!(record.contains(wanted), "{flag}: the load came from it: {record}");
         assert!(!record.contains("\"404\""), "{flag}: every path was found: {record}");
     }
+}
+
+/// `workload = "surge"`: the population follows the point. At N clients
+/// the lab replays a SURGE stream of N users (made per client count, over
+/// one set of documents), each with SURGE's OFF times; `users` counts
+/// those that sent a measured request. With no warm-up that count is
+/// exactly the clients, and not by luck: each user's first request has no
+/// OFF time before it (SURGE's first page), so every user sends at the
+/// point's start, inside the measured second. (With a warm-up, a user in a
+/// long OFF time — SURGE's are heavy-tailed, seconds to an hour — may be
+/// silent through a short window, and `users` would be at most the
+/// clients.) Every user is either waiting for an answer or thinking
+/// through the whole second (thinks cut at the window's ends count), so
+/// Little's law holds the clients: `held_load` at least 0.9.
+#[test]
+fn a_surge_point_replays_as_many_users_as_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("surge.toml");
+    std::fs::write(
+        &spec,
+        "name = \"surge-users\"\ndescription = \"d\"\nworkload = \"surge\"\nduration = \"1s\"\n\
+         warmup = \"0s\"\nseed = 3\n[sweep]\nclients = [3, 6]\n[[server]]\nmodel = \"event\"\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        let clients = &row[col("clients")];
+        assert_eq!(&row[col("users")], clients, "every user sent: {row:?}");
+        assert_eq!(row[col("failed")], "0", "{row:?}");
+        let held: f64 = row[col("held_load")].parse().unwrap();
+        assert!((0.9..=1.1).contains(&held), "the users held: {row:?}");
+        let raw = out.join(format!("raw/event-c{clients}-p0-u0-r1.json"));
+        let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(raw).unwrap()).unwrap();
+        let params = &record["load"]["params"];
+        assert_eq!(params["stream_think"], true, "SURGE's OFF times: {params}");
+        let stream = out.join(format!("surge-{clients}"));
+        assert_eq!(params["workload_dir"], stream.to_str().unwrap(), "{params}");
+        assert!(record["load"]["think_mean_us"].as_f64().is_some_and(|t| t >= 0.0), "{}", record["load"]);
+        // A stream of exactly that many users.
+        let users: std::collections::BTreeSet<String> = std::fs::read_to_string(stream.join("stream.txt"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(' ').nth(1).unwrap().to_string())
+            .collect();
+        assert_eq!(users.len().to_string(), *clients, "{users:?}");
+    }
+    // One set of documents for every point.
+    assert!(out.join("surge/docs").is_dir() && !out.join("surge-3/docs").exists());
+}
+
+/// A point that measures nothing (here a server that cannot start) is a
+/// failed point — `failed` 1, its other metrics empty, never a measured
+/// 0, its reason in its raw record — and the run goes on to the next;
+/// the ranking says it failed.
+#[test]
+fn a_point_that_measures_nothing_is_a_failure_not_a_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("broken.toml");
+    std::fs::write(
+        &spec,
+        "name = \"broken\"\ndescription = \"d\"\npath = \"/500b.bin\"\nduration = \"300ms\"\n\
+         warmup = \"100ms\"\n[sweep]\nclients = [2]\n[[server]]\nmodel = \"pool\"\n\
+         [[server]]\nname = \"broken\"\nmodel = \"event\"\nargs = [\"--no-such-flag\"]\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "the run goes on: {}\n{}", r.stdout, r.stderr);
+    let rows = csv_rows(&out);
+    let broken = rows.iter().find(|r| r[0] == "broken").expect("its point is recorded");
+    assert_eq!(broken[col("failed")], "1", "{broken:?}");
+    assert_eq!(broken[THROUGHPUT], "", "not a measured zero: {broken:?}");
+    let pool = rows.iter().find(|r| r[0] == "pool").expect("the other server was measured");
+    assert_eq!(pool[col("failed")], "0", "{pool:?}");
+    assert!(pool[THROUGHPUT].parse::<f64>().unwrap() > 0.0, "{pool:?}");
+    let record = std::fs::read_to_string(out.join("raw/broken-c2-p0-u0-r1.json")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert!(record["failure"].as_str().is_some_and(|w| !w.is_empty()), "{record}");
+    let line = r.stdout.lines().find(|l| l.contains(" broken ")).unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(line.contains("FAILED") && !line.contains("0.000"), "{}", r.stdout);
 }
 
 /// The peers run beside the models from the configurations the lab
@@ -204,6 +306,8 @@ fn peers_are_measured_or_said_to_be_missing() {
             "2",
             "--duration",
             "300ms",
+            "--repeats",
+            "1",
             "--out",
             out.to_str().unwrap(),
         ],
@@ -545,7 +649,7 @@ impl Apache {
     fn start(peer: &str, dir: &Path, root: &Path, port: u16) -> Apache {
         use std::os::unix::process::CommandExt;
         let conf = dir.join(format!("{peer}.conf"));
-        let site = lab::peers::Site { docroot: root, cgi: None, max_clients: None };
+        let site = lab::peers::Site { docroot: root, cgi: None, max_clients: None, access_log: None };
         std::fs::write(&conf, lab::peers::config(peer, dir, site, "127.0.0.1", port).unwrap()).unwrap();
         lab::peers::prepare(peer, dir).unwrap();
         let bin = lab::peers::binary(peer).unwrap();

@@ -716,6 +716,11 @@ fn workload_users_keep_their_connection() {
     assert_eq!(u(&r["requests"]), 300, "{r}");
     assert_eq!(u(&r["errors"]), 0, "{r}");
     assert_eq!(u(&r["connections_opened"]), 5, "{r}");
+    // Who sent, and what they held: every user, no think time.
+    assert_eq!(u(&r["users_active"]), 5, "{r}");
+    assert_eq!(r["think_mean_us"].as_f64(), Some(0.0), "{r}");
+    let (in_flight, held) = (r["in_flight_mean"].as_f64().unwrap(), r["held_users"].as_f64().unwrap());
+    assert!(in_flight > 0.0 && (held - in_flight).abs() < 1e-9, "without think, held = in flight: {r}");
     let mut want: Vec<Vec<String>> =
         (0..5).map(|user| stream.iter().filter(|e| e.0 == user).map(|e| e.1.clone()).collect()).collect();
     let mut got: Vec<Vec<String>> = seen.lock().unwrap().values().cloned().collect();
@@ -800,8 +805,72 @@ fn stream_think_replays_every_entry_and_needs_a_connection_per_user() {
         let r = load_json(&[&url, "--workload", ws, "-c", "4", "--pipeline", depth, "--stream-think"]);
         assert_eq!(u(&r["requests"]), 240, "--pipeline {depth}: the whole stream: {r}");
         assert_eq!(u(&r["errors"]), 0, "{r}");
+        // Every entry's OFF time (200 µs each, above) was applied before it.
+        assert_eq!(r["think_mean_us"].as_f64(), Some(200.0), "{r}");
+        assert_eq!(u(&r["users_active"]), 4, "{r}");
     }
     let out = run(BIN, ["load", &url, "--workload", ws, "-c", "2", "--stream-think"], LIMIT);
     assert!(!out.status.success());
     assert!(out.stderr.contains("the stream has 4 users, -c is 2"), "{}", out.stderr);
+}
+
+/// In the closed loop every connection is one of a replayed stream's
+/// users: more connections than users would claim a load nobody sends
+/// (the connections beyond the users would idle), so it is refused; the
+/// open loop, which has no users, may use any number.
+#[test]
+fn more_connections_than_the_streams_users_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w");
+    surge(&w, "20", "200", "4");
+    let srv = Server::start(BIN, "event", &w.join("docs"), &[]);
+    let url = format!("http://{}/", srv.addr());
+    let ws = w.to_str().unwrap();
+    for extra in [&[][..], &["--stream-think"][..], &["--repeat-stream", "-d", "200ms"][..]] {
+        let mut args = vec!["load", &url, "--workload", ws, "-c", "5"];
+        args.extend_from_slice(extra);
+        let out = run(BIN, &args, LIMIT);
+        assert_eq!(out.status.code(), Some(2), "a usage error: {extra:?} {}", out.stderr);
+        assert!(out.stderr.contains("the stream has 4 users, -c is 5"), "{}", out.stderr);
+        assert!(out.stderr.contains("--users 5"), "how to make one: {}", out.stderr);
+    }
+    let r = load_json(&[&url, "--workload", ws, "-c", "4"]);
+    assert_eq!((u(&r["requests"]), u(&r["users_active"])), (200, 4), "as many as its users: {r}");
+    let r = load_json(&[&url, "--workload", ws, "-c", "5", "-R", "2000"]);
+    assert_eq!(u(&r["requests"]), 200, "the open loop has no users: {r}");
+}
+
+/// Users whose next request is due past the end (their OFF time outlasts
+/// the run) are done early, but the measured window is still the whole
+/// duration: four requests in half a second are 8 req/s, not the
+/// thousands a window cut at the last answer would make of them.
+#[test]
+fn thinking_past_the_end_keeps_the_runs_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w");
+    surge(&w, "20", "200", "4");
+    // Every OFF time after a user's first request: 30 s.
+    let stream = w.join("stream.txt");
+    let mut seen = std::collections::HashSet::new();
+    let text: String = std::fs::read_to_string(&stream)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                return format!("{l}\n");
+            }
+            let mut f: Vec<&str> = l.split(' ').collect();
+            f[2] = if seen.insert(f[1].to_string()) { "0" } else { "30000000" };
+            format!("{}\n", f.join(" "))
+        })
+        .collect();
+    std::fs::write(&stream, text).unwrap();
+    let srv = Server::start(BIN, "event", &w.join("docs"), &[]);
+    let url = format!("http://{}/", srv.addr());
+    let ws = w.to_str().unwrap();
+    let r =
+        load_json(&[&url, "--workload", ws, "-c", "4", "--stream-think", "--repeat-stream", "-d", "500ms"]);
+    assert_eq!((u(&r["requests"]), u(&r["users_active"])), (4, 4), "{r}");
+    assert_eq!(r["duration_s"].as_f64(), Some(0.5), "{r}");
+    assert_eq!(r["throughput_rps"].as_f64(), Some(8.0), "{r}");
 }

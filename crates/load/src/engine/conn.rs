@@ -23,6 +23,9 @@ pub(super) struct Req {
     pub(super) target: u32,
     pub(super) measured: bool,
     pub(super) retried: bool,
+    /// Who sends it: the SURGE user of a replayed stream's closed loop,
+    /// else the connection (its index in the run).
+    pub(super) user: u32,
 }
 
 pub(super) struct Conn {
@@ -44,7 +47,7 @@ pub(super) struct Conn {
     /// Waiting for a timer (think time or reconnect back-off).
     pub(super) waiting: bool,
     /// Closed loop: the request to send when the think time ends.
-    pub(super) deferred: Option<(Instant, u32, bool)>,
+    pub(super) deferred: Option<Req>,
     /// Bumped on every close, so a read loop notices a replaced socket.
     pub(super) generation: u64,
     /// `https://`: the session over `sock` (requests are written into it,
@@ -179,6 +182,11 @@ impl Worker<'_> {
     /// Sends `req` on `ci` (connecting first if needed).
     pub(super) fn issue(&mut self, ci: usize, req: Req, now: Instant) {
         let lag = req.actual.saturating_duration_since(req.intended);
+        if req.measured && !req.retried {
+            // Sent in the measured window (a retry is the same request again).
+            self.st.users_active.insert(req.user);
+            self.st.think_count += 1;
+        }
         if req.measured {
             let _ = self.st.send_lag.record((lag.as_micros() as u64).max(1));
             if lag > self.cfg.lag_threshold {

@@ -28,7 +28,7 @@
 
 use std::io::{self};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -136,6 +136,8 @@ struct Shared {
     /// Measured requests left to issue (`-n`); `u64::MAX` when unbounded.
     tickets: AtomicU64,
     cursor: AtomicUsize,
+    /// A request was not sent because it was due past the end.
+    past_end: AtomicBool,
     requests: Vec<Vec<u8>>,
     progress: Arc<Progress>,
     stop: Arc<AtomicBool>,
@@ -191,6 +193,7 @@ pub fn run(cfg: &Config, progress: Arc<Progress>, stop: Arc<AtomicBool>) -> io::
         end: cfg.duration.map(|d| measure_start + d),
         tickets: AtomicU64::new(cfg.requests.unwrap_or(u64::MAX)),
         cursor: AtomicUsize::new(0),
+        past_end: AtomicBool::new(false),
         requests,
         progress,
         stop,
@@ -219,7 +222,17 @@ pub fn run(cfg: &Config, progress: Arc<Progress>, stop: Arc<AtomicBool>) -> io::
     stats.timeline.sort_by_key(|r| (r.intended_us, r.actual_us));
     let duration_s = match cfg.duration {
         Some(d) if cfg.requests.is_none() || stats.last_end_us as f64 > d.as_secs_f64() * 1e6 => {
-            d.as_secs_f64().min(measure_start.elapsed().as_secs_f64())
+            // Every user done early because its next request was due past
+            // the end (thinking users: SURGE's OFF times run to seconds)
+            // held the load the whole time: the window is the duration,
+            // else a second's six requests would read as 500 req/s.
+            let thought_past =
+                shared.past_end.load(Ordering::Relaxed) && !shared.stop.load(Ordering::Relaxed);
+            if thought_past {
+                d.as_secs_f64()
+            } else {
+                d.as_secs_f64().min(measure_start.elapsed().as_secs_f64())
+            }
         }
         _ => (stats.last_end_us as f64 / 1e6).max(1e-6),
     };

@@ -51,6 +51,8 @@ pub(super) struct Worker<'a> {
     /// and how far it got.
     pub(super) scripts: Vec<Vec<StreamRef>>,
     pub(super) script_pos: Vec<usize>,
+    /// The index in the run of this thread's first connection.
+    pub(super) first_conn: usize,
     pub(super) last_timeout_scan: Instant,
     pub(super) tick: Duration,
     /// epoll waits in whole milliseconds; a timerfd wakes the loop on time
@@ -142,6 +144,7 @@ impl<'a> Worker<'a> {
             checksums: cfg.workload.targets.iter().map(|t| t.expect_sum).collect(),
             script_pos: vec![0; nconns],
             scripts,
+            first_conn: range.start,
             last_timeout_scan: now,
             armed: None,
             timerfd: rustix::time::timerfd_create(
@@ -280,6 +283,9 @@ impl<'a> Worker<'a> {
     /// Takes a request ticket; `None` when `-n` is used up or time is over.
     pub(super) fn ticket(&mut self, intended: Instant) -> Option<bool> {
         if self.sh.end.is_some_and(|e| intended >= e) {
+            // A user whose next request falls past the end (its think time
+            // outlasts the run) is done, but the run still lasts its time.
+            self.sh.past_end.store(true, Ordering::Relaxed);
             return None;
         }
         let measured = intended >= self.sh.measure_start;
@@ -291,17 +297,19 @@ impl<'a> Worker<'a> {
 
     /// The next target for connection `ci` (closed loop) or for the next
     /// arrival (open loop, `ci` None), and the think time the workload asks
-    /// before it; `None` when a replayed stream has ended.
-    pub(super) fn choose(&mut self, ci: Option<usize>) -> Option<(u32, u64)> {
+    /// before it, and who sends it (a replayed stream's user in the closed
+    /// loop, else the connection); `None` when a replayed stream has ended.
+    pub(super) fn choose(&mut self, ci: Option<usize>) -> Option<(u32, u64, u32)> {
         let n = self.cfg.workload.targets.len();
+        let conn = ci.map_or(0, |ci| (self.first_conn + ci) as u32);
         match &self.cfg.workload.chooser {
             Chooser::RoundRobin => {
                 self.rr = (self.rr + 1) % n;
-                Some((self.rr as u32, 0))
+                Some((self.rr as u32, 0, conn))
             }
             Chooser::Weighted(cum) => {
                 let u = dist::uniform(&mut self.rng);
-                Some(((cum.partition_point(|&c| c < u)).min(n - 1) as u32, 0))
+                Some(((cum.partition_point(|&c| c < u)).min(n - 1) as u32, 0, conn))
             }
             Chooser::Stream(seq) => {
                 let (list, i) = match ci {
@@ -316,7 +324,7 @@ impl<'a> Worker<'a> {
                     return None;
                 }
                 let r = list[i % list.len()];
-                Some((r.target, r.off_us))
+                Some((r.target, r.off_us, if ci.is_some() { r.user } else { conn }))
             }
         }
     }
@@ -329,7 +337,7 @@ impl<'a> Worker<'a> {
             && !self.conns[ci].waiting
             && self.conns[ci].inflight.len() < self.cfg.pipeline
         {
-            let Some((target, stream_off)) = self.choose(Some(ci)) else {
+            let Some((target, stream_off, user)) = self.choose(Some(ci)) else {
                 self.conns[ci].done = true;
                 if self.conns[ci].inflight.is_empty() {
                     self.close(ci);
@@ -349,6 +357,9 @@ impl<'a> Worker<'a> {
                 return;
             }
             let intended = now + think;
+            if !think.is_zero() {
+                self.note_think(now, intended);
+            }
             let Some(measured) = self.ticket(intended) else {
                 self.conns[ci].done = true;
                 if self.conns[ci].inflight.is_empty() {
@@ -356,19 +367,29 @@ impl<'a> Worker<'a> {
                 }
                 return;
             };
+            let req = Req { intended, actual: now, first_byte: None, target, measured, retried: false, user };
             if think.is_zero() {
-                self.issue(
-                    ci,
-                    Req { intended, actual: now, first_byte: None, target, measured, retried: false },
-                    now,
-                );
+                self.issue(ci, req, now);
             } else {
                 // Sent when the timer fires; the ticket is already taken.
                 self.conns[ci].waiting = true;
-                self.conns[ci].deferred = Some((intended, target, measured));
+                self.conns[ci].deferred = Some(req);
                 self.timers.push(std::cmp::Reverse((intended, ci)));
                 return;
             }
+        }
+    }
+
+    /// A user thinks from `from` to `to`: the part inside the measured
+    /// window counts (a think begun before it, or running on past its end
+    /// — SURGE's OFF times run to seconds — counts for its time inside),
+    /// so Little's law over the window sees the users who were thinking
+    /// through it, not only those whose think ended in it.
+    pub(super) fn note_think(&mut self, from: Instant, to: Instant) {
+        let from = from.max(self.sh.measure_start);
+        let to = self.sh.end.map_or(to, |e| to.min(e));
+        if to > from {
+            self.st.think_us_sum += us_between(from, to);
         }
     }
 
@@ -382,12 +403,8 @@ impl<'a> Worker<'a> {
             self.note_lateness(now, t);
             if self.open {
                 self.make_free(ci);
-            } else if let Some((intended, target, measured)) = self.conns[ci].deferred.take() {
-                self.issue(
-                    ci,
-                    Req { intended, actual: now, first_byte: None, target, measured, retried: false },
-                    now,
-                );
+            } else if let Some(req) = self.conns[ci].deferred.take() {
+                self.issue(ci, Req { actual: now, ..req }, now);
                 self.user_next(ci, now);
             } else {
                 self.user_next(ci, now);
@@ -473,11 +490,9 @@ impl<'a> Worker<'a> {
                 continue;
             }
             let (intended, target, measured) = self.pending.pop_front().expect("non-empty");
-            self.issue(
-                ci,
-                Req { intended, actual: now, first_byte: None, target, measured, retried: false },
-                now,
-            );
+            let user = (self.first_conn + ci) as u32;
+            let req = Req { intended, actual: now, first_byte: None, target, measured, retried: false, user };
+            self.issue(ci, req, now);
             self.make_free(ci);
         }
     }
