@@ -41,8 +41,10 @@
 //! existed read them as NaN: measured normally.)
 //!
 //! The claim: **holds** when every counted point holds, **does not hold**
-//! when every counted point misses, is **within noise** when every counted
-//! point is, **holds partly** otherwise, is **not at the load it names**
+//! when no counted point holds and at least one misses (the others within
+//! noise: a clear miss anywhere is enough to refute a claim made of every
+//! point), is **within noise** when every counted point is, **holds
+//! partly** when some hold and others miss or are within noise, is **not at the load it names**
 //! when no point was counted, and has **no data** when no point measured
 //! both sides.
 //!
@@ -595,6 +597,8 @@ impl Claim {
             DOES_NOT_HOLD
         } else if all(WITHIN_NOISE) {
             WITHIN_NOISE
+        } else if !counted.iter().any(|p| p.word == HOLDS) {
+            DOES_NOT_HOLD
         } else {
             HOLDS_PARTLY
         };
@@ -642,6 +646,8 @@ fn reason(word: &str, points: &[PointVerdict]) -> String {
     let counted: Vec<&PointVerdict> = points.iter().filter(|p| p.counted()).collect();
     let deciding: Vec<&PointVerdict> = if word == HOLDS_PARTLY {
         counted.iter().copied().filter(|p| p.word != HOLDS).collect()
+    } else if word == DOES_NOT_HOLD {
+        counted.iter().copied().filter(|p| p.word == DOES_NOT_HOLD).collect()
     } else {
         counted.clone()
     };
@@ -923,6 +929,25 @@ mod tests {
         let v = claim("throughput(server=event) >= throughput(server=pool)").judge(&table);
         assert_eq!(v.word, HOLDS_PARTLY);
         assert_eq!(v.counts(), (1, 1, 0, 0));
+    }
+
+    /// No point holds, one misses clearly and the other is noise: a clear
+    /// miss refutes a claim made of every point, so it does not hold (not
+    /// "partly"), and the reason names the point that missed.
+    #[test]
+    fn a_clear_miss_beside_noise_does_not_hold() {
+        let mut table = Table::default();
+        for (r, (pool, event)) in [(100.0, 104.0), (103.0, 98.0), (99.0, 101.0)].into_iter().enumerate() {
+            table.points.push(point("pool", 1, r as u32 + 1, pool));
+            table.points.push(point("event", 1, r as u32 + 1, event));
+            table.points.push(point("pool", 8, r as u32 + 1, 100.0));
+            table.points.push(point("event", 8, r as u32 + 1, 50.0));
+        }
+        let v = claim("throughput(server=event) >= throughput(server=pool)").judge(&table);
+        let words: Vec<&str> = v.points.iter().map(|p| p.word).collect();
+        assert_eq!(words, [WITHIN_NOISE, DOES_NOT_HOLD]);
+        assert_eq!(v.word, DOES_NOT_HOLD);
+        assert!(v.reason.contains("clients=8") && !v.reason.contains("at clients=1"), "{}", v.reason);
     }
 
     /// A point where the generator fell behind (or, where those columns
