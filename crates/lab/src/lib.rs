@@ -14,19 +14,25 @@
 //!   models; `modus direct` and HAProxy as fronts.
 //! * `results.rs` — `points.csv`.
 //! * `report.rs` — plots, `report.html`, the ranked table.
+//! * `readable.rs` — round ticks, axis names, ISO times, ≤ 8 series a plot.
+//! * `answer.rs` — `compare`'s answer in words.
+//! * `trace.rs` — per-request traces: `latency_cv`, `queue_slope`, scatters.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
+pub mod answer;
 pub mod cgroup;
 pub mod claims;
 pub mod columns;
 pub mod netns;
 pub mod peers;
 pub mod probe;
+pub mod readable;
 pub mod report;
 pub mod reproduction;
 pub mod results;
 pub mod run;
 pub mod spec;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -327,12 +333,12 @@ fn lab(args: LabArgs) -> Result<()> {
                         x: "clients".into(),
                         y: y.to_string(),
                         log_x: true,
-                        log_y: false,
-                        stacked: false,
+                        ..Plot::default()
                     })
                     .collect(),
                 claims: Vec::new(),
                 table: Vec::new(),
+                trace: None,
             };
             let spec = Spec::parse(&toml::to_string(&spec)?, "the compare experiment")?;
             execute(&spec, &out.unwrap_or_else(|| default_out("compare")), false)
@@ -386,6 +392,9 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     let table = runner.run(spec, |line| eprintln!("{line}"))?;
     report::write(out, spec, &table, &meta)?;
     print!("{}", report::ranking(spec, &table));
+    if report::answers(spec) {
+        print!("\n{}", answer::answer(spec, &table));
+    }
     for c in &spec.claims {
         let v = claims::Claim::parse(&c.expr, &spec.server_names())?.judge(&table);
         println!("claim: {} — {}", v.word, c.text);
@@ -445,7 +454,7 @@ fn meta(spec: &Spec, out: &Path) -> Result<Value> {
     Ok(json!({
         "modus_version": env!("CARGO_PKG_VERSION"),
         "git_revision": git,
-        "started": format!("{:?}", std::time::SystemTime::now()),
+        "started": readable::now_iso(),
         "command": command_line(),
         "machine": {
             "cpu": cpu,

@@ -229,9 +229,17 @@ impl Runner {
                     }
                     let at = p.coords(spec);
                     // With its memory limit here: the sweep's, or its own.
-                    let limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
+                    let mut limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
+                    // A modus server traces its requests (`trace.rs`).
+                    let trace = spec.trace.filter(|_| server.peer.is_none()).map(|share| {
+                        let file = crate::trace::path_for(&raw);
+                        let sample = share.to_string();
+                        limited.args.extend(["--trace".into(), file.display().to_string()]);
+                        limited.args.extend(["--trace-sample".into(), sample]);
+                        file
+                    });
                     let (values, record) = self
-                        .measure(spec, &limited, &at, root.as_deref())
+                        .measure(spec, &limited, &at, root.as_deref(), trace.as_deref())
                         .with_context(|| format!("{} at {at:?}", server.name))?;
                     std::fs::write(&raw, serde_json::to_string_pretty(&record)?)?;
                     measured += 1;
@@ -467,6 +475,7 @@ impl Runner {
         server: &ServerSpec,
         at: &Coords,
         root: Option<&Path>,
+        trace: Option<&Path>,
     ) -> Result<(Vec<f64>, Value)> {
         let cpus = (!at.cpus.is_empty()).then_some(at.cpus.as_str());
         let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
@@ -561,6 +570,7 @@ impl Runner {
             spread,
             workers,
         ]);
+        values.extend(crate::trace::metrics_of(trace));
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();

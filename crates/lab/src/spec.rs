@@ -88,6 +88,11 @@ pub struct Spec {
     /// Claims the report checks.
     #[serde(default, rename = "claim")]
     pub claims: Vec<ClaimSpec>,
+    /// Trace this share of requests (0 < f ≤ 1) of every modus server:
+    /// `--trace raw/<point>-trace.csv --trace-sample FRACTION`, for the
+    /// `latency_cv` and `queue_slope` metrics and `kind = "trace"` plots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<f64>,
     /// The metrics in the Markdown report's table (`report --markdown`,
     /// BENCHMARKS.md's blocks); none: throughput, p99 and cpu_per_request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -177,13 +182,26 @@ pub struct NetworkSpec {
 /// A line plot: `y` against `x`, one series per server; `y` may name
 /// several metrics (`phase_*`): a series per server and metric, or with
 /// `stacked`, one bar per server and value of `x`, the metrics stacked in it.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+///
+/// `kind = "trace"`: from the points' request traces (the spec's `trace`),
+/// per server a scatter of each request's arrival (x) against its service
+/// end, or with `y = "response"` its response time; no other `y`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Plot {
     pub name: String,
     #[serde(default = "default_x")]
     pub x: String,
+    #[serde(default)]
     pub y: String,
+    /// `lines` (the default) or `trace`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The axes' names instead of those derived from what varies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y_label: Option<String>,
     #[serde(default)]
     pub log_x: bool,
     #[serde(default)]
@@ -377,7 +395,21 @@ impl Spec {
         if self.repeats == 0 {
             bail!("repeats must be at least 1");
         }
+        if self.trace.is_some_and(|f| !(f > 0.0 && f <= 1.0)) {
+            bail!("trace: a share of the requests, more than 0 and at most 1");
+        }
         for p in &self.plots {
+            match p.kind.as_str() {
+                "" | "lines" => {}
+                "trace" if self.trace.is_none() => {
+                    bail!("plot {:?}: kind = \"trace\" wants the spec's `trace = FRACTION`", p.name)
+                }
+                "trace" if !["", "end", "response"].contains(&p.y.as_str()) => {
+                    bail!("plot {:?}: a trace plot's y is `end` (the default) or `response`", p.name)
+                }
+                "trace" => continue,
+                other => bail!("plot {:?}: kind {other:?} is neither `lines` nor `trace`", p.name),
+            }
             if !AXES.contains(&p.x.as_str()) {
                 bail!("plot {:?}: x = {:?} is not an axis ({})", p.name, p.x, AXES.join(", "));
             }
