@@ -487,7 +487,11 @@ fn phase_colour(m: usize) -> RGBColor {
 pub fn trace_plot(spec: &Spec, out: &Path, p: &Plot) -> Result<(String, String)> {
     let response = p.y == "response";
     let mut facets: Vec<(String, Vec<crate::trace::Request>)> = Vec::new();
-    for planned in crate::run::schedule(spec).iter().filter(|pl| pl.repeat == 1) {
+    let mut plan: Vec<crate::run::Planned> =
+        crate::run::schedule(spec).into_iter().filter(|pl| pl.repeat == 1).collect();
+    // In the spec's order of servers, not the run's shuffled one.
+    plan.sort_by_key(|pl| (pl.server, pl.clients, pl.path, pl.cpus, pl.rate, pl.memory, pl.connection));
+    for planned in &plan {
         let file = crate::trace::path_for(&crate::run::raw_path(out, spec, planned));
         let Ok(requests) = crate::trace::read(&file) else { continue };
         let server = &spec.servers[planned.server].name;

@@ -593,6 +593,29 @@ mod tests {
         let text = format!("table = [\"throughput\", \"phase_*\"]\n{base}[[server]]\nmodel = \"pool\"\n");
         let e = format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err());
         assert!(e.contains("table: \"phase_*\" is not a metric"), "{e}");
+        let trace_plot = "[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"t\"\nkind = \"trace\"\n";
+        let e = err(trace_plot);
+        assert!(e.contains("kind = \"trace\" wants the spec's `trace = FRACTION`"), "{e}");
+        let traced = Spec::parse(&format!("trace = 0.1\n{base}{trace_plot}"), "t").unwrap();
+        assert_eq!(
+            (traced.trace, traced.plots[0].kind.as_str(), traced.plots[0].y.as_str()),
+            (Some(0.1), "trace", "")
+        );
+        let e = format!("{:#}", Spec::parse(&format!("trace = 1.5\n{base}{trace_plot}"), "t").unwrap_err());
+        assert!(e.contains("trace: a share of the requests"), "{e}");
+        let e = format!(
+            "{:#}",
+            Spec::parse(&format!("trace = 0.1\n{base}{trace_plot}y = \"p99\"\n"), "t").unwrap_err()
+        );
+        assert!(e.contains("a trace plot's y is `end` (the default) or `response`"), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"p99\"\nkind = \"pie\"\n");
+        assert!(e.contains("kind \"pie\" is neither"), "{e}");
+        let labelled =
+            "[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"p99\"\nx-label = \"users\"\n";
+        assert_eq!(
+            Spec::parse(&format!("{base}{labelled}"), "t").unwrap().plots[0].x_label.as_deref(),
+            Some("users")
+        );
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
         assert!(format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err()).contains("invalid duration"));
     }
