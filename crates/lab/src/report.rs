@@ -183,6 +183,27 @@ fn x_ticks(area: &Area, y: i32, ticks: &[(i32, String)]) -> Result<()> {
     Ok(())
 }
 
+/// The ticks of a log axis from `lo` to `hi`: 1, 2 and 5 × 10ⁿ, or the
+/// powers of ten alone when those would be more than 12.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi > lo) {
+        return Vec::new();
+    }
+    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let all = |steps: &[f64]| -> Vec<f64> {
+        (first..=last)
+            .flat_map(|k| steps.iter().map(move |m| m * 10f64.powi(k)))
+            .filter(|v| *v >= lo && *v <= hi)
+            .collect()
+    };
+    let dense = all(&[1.0, 2.0, 5.0]);
+    if dense.len() > 12 {
+        all(&[1.0])
+    } else {
+        dense
+    }
+}
+
 /// One line of a plot: its label, its index in the facet, and its points
 /// (x position, mean, min, max).
 struct Line {
@@ -278,8 +299,10 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
                     .configure_mesh()
                     .x_labels(0)
                     .disable_x_mesh()
-                    .y_labels(6)
-                    .y_label_formatter(&y_fmt)
+                    // Its labels and grid are drawn below, at 1, 2 and 5 × 10ⁿ.
+                    .y_labels(0)
+                    .disable_y_mesh()
+                    .y_label_formatter(&|_| String::new())
                     .x_desc(x_desc.as_str())
                     .y_desc(y_desc.as_str())
                     .draw()?;
@@ -308,6 +331,28 @@ pub fn plot(spec: &Spec, table: &Table, p: &Plot) -> Result<(String, String)> {
                     py.end - 1 - (fy * f64::from(py.end - py.start - 1)).round() as i32,
                 )
             };
+            if log_y {
+                let (px, py) = (&pixels.0, &pixels.1);
+                for v in log_ticks(y_floor, y_max) {
+                    let y = to_pixel(x_range.start, v).1;
+                    if y < py.start || y >= py.end {
+                        continue;
+                    }
+                    let grid = RGBColor(0xdd, 0xdd, 0xdd).stroke_width(1);
+                    root.draw(&PathElement::new(vec![(px.start, y), (px.end, y)], grid))?;
+                    root.draw(&PathElement::new(
+                        vec![(px.start - 5, y), (px.start, y)],
+                        BLACK.stroke_width(1),
+                    ))?;
+                    let style = ("sans-serif", 13).into_font().into_text_style(&root).pos(
+                        plotters::style::text_anchor::Pos::new(
+                            plotters::style::text_anchor::HPos::Right,
+                            plotters::style::text_anchor::VPos::Center,
+                        ),
+                    );
+                    root.draw(&Text::new(readable::tick(v), (px.start - 8, y), style))?;
+                }
+            }
             // The x axis's labels at the values measured, none overlapping.
             let ticks: Vec<(i32, String)> = xs
                 .iter()
@@ -988,6 +1033,9 @@ mod tests {
         assert!(svg.contains("\n1k\n") && !svg.contains("1000.0") && !svg.contains(".0\n"), "{svg}");
         assert!(svg.contains("\n1\n") && svg.contains("\n8\n"), "x ticks at the clients: {svg}");
         assert!(svg.contains("#0072B2") && svg.contains("#D55E00"), "a colour each: {svg}");
+        let log = Plot { log_y: true, log_x: true, ..spec.plots[0].clone() };
+        let (svg, _) = plot(&spec, &table, &log).unwrap();
+        assert!(svg.contains("\n1k\n") && svg.contains("\n2k\n") && !svg.contains(".0\n"), "{svg}");
         // Another axis: categories on x, one series per server and clients.
         let by_path = Plot { name: "p".into(), x: "path".into(), y: "throughput".into(), ..Plot::default() };
         let (svg, csv) = plot(&spec, &table, &by_path).unwrap();
@@ -998,6 +1046,16 @@ mod tests {
         let ranked = ranking(&spec, &table);
         let lines: Vec<&str> = ranked.lines().collect();
         assert!(lines[1].starts_with("1    event") && lines[2].starts_with("2    pool"), "{ranked}");
+    }
+
+    #[test]
+    fn log_axes_tick_at_round_values() {
+        assert_eq!(
+            log_ticks(150.0, 90000.0),
+            [200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 50000.0]
+        );
+        assert_eq!(log_ticks(0.1, 1e6), [0.1, 1.0, 10.0, 100.0, 1000.0, 1e4, 1e5, 1e6].map(|v: f64| v));
+        assert!(log_ticks(0.0, 10.0).is_empty());
     }
 
     #[test]
