@@ -7,7 +7,7 @@ pub const AXES: [&str; 6] = ["clients", "rate", "path", "cpus", "memory", "conne
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do
 /// metrics a server does not have (a peer's phases): empty cells.
-pub const METRICS: [(&str, &str); 35] = [
+pub const METRICS: [(&str, &str); 37] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -74,6 +74,11 @@ pub const METRICS: [(&str, &str); 35] = [
     ("other_cpu_pct", "%"),
     ("disk_util_pct", "%"),
     ("link_util_pct", "%"),
+    // From the point's request trace (the spec's `trace`, `trace.rs`): the
+    // response times' standard deviation over their mean, and their
+    // least-squares slope against arrival time (a queue building up).
+    ("latency_cv", "ratio"),
+    ("queue_slope", "ms/s"),
 ];
 
 /// The phases of `/status.json`'s `phases_us` within a request's time, in

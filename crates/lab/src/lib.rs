@@ -15,8 +15,12 @@
 //!   models; `modus direct` and HAProxy as fronts.
 //! * `results.rs` — `points.csv`.
 //! * `report.rs` — plots, `report.html`, the ranked table.
+//! * `readable.rs` — round ticks, axis names, ISO times, ≤ 8 series a plot.
+//! * `answer.rs` — `compare`'s answer in words.
+//! * `trace.rs` — per-request traces: `latency_cv`, `queue_slope`, scatters.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
+pub mod answer;
 pub mod busy;
 pub mod cgroup;
 pub mod claims;
@@ -24,11 +28,13 @@ pub mod columns;
 pub mod netns;
 pub mod peers;
 pub mod probe;
+pub mod readable;
 pub mod report;
 pub mod reproduction;
 pub mod results;
 pub mod run;
 pub mod spec;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -339,12 +345,12 @@ fn lab(args: LabArgs) -> Result<()> {
                         x: "clients".into(),
                         y: y.to_string(),
                         log_x: true,
-                        log_y: false,
-                        stacked: false,
+                        ..Plot::default()
                     })
                     .collect(),
                 claims: Vec::new(),
                 table: Vec::new(),
+                trace: None,
             };
             let spec = Spec::parse(&toml::to_string(&spec)?, "the compare experiment")?;
             execute(&spec, &out.unwrap_or_else(|| default_out("compare")), false)
@@ -418,6 +424,9 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
         eprintln!("modus lab: warning: {warning}");
     }
     print!("{}", report::ranking(spec, &table));
+    if report::answers(spec) {
+        print!("\n{}", answer::answer(spec, &table));
+    }
     for c in &spec.claims {
         let v = claims::Claim::parse(&c.expr, &spec.server_names())?.judge(&table);
         println!("claim: {} — {}", v.word, c.text);
@@ -477,7 +486,7 @@ fn meta(spec: &Spec, out: &Path) -> Result<Value> {
     Ok(json!({
         "modus_version": env!("CARGO_PKG_VERSION"),
         "git_revision": git,
-        "started": format!("{:?}", std::time::SystemTime::now()),
+        "started": readable::now_iso(),
         "command": command_line(),
         "machine": {
             "cpu": cpu,

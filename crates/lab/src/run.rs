@@ -229,16 +229,25 @@ impl Runner {
                     }
                     let at = p.coords(spec);
                     // With its memory limit here: the sweep's, or its own.
-                    let limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
+                    let mut limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
                     let log = spec.access_log.then(|| access_log_path(&raw));
+                    // A modus server traces its requests (`trace.rs`).
+                    let trace = spec.trace.filter(|_| server.peer.is_none()).map(|share| {
+                        let file = crate::trace::path_for(&raw);
+                        let sample = share.to_string();
+                        limited.args.extend(["--trace".into(), file.display().to_string()]);
+                        limited.args.extend(["--trace-sample".into(), sample]);
+                        file
+                    });
                     // A point that measured nothing (a server that would not
                     // start, a generator that sent nothing) is recorded as
                     // failed, its reason in its raw record, and the run goes on.
-                    let (values, record) =
-                        match self.measure(spec, &limited, &at, root.as_deref(), log.as_deref()) {
-                            Ok(measured) => measured,
-                            Err(e) => failed_record(&limited, &at, &format!("{e:#}"), Value::Null),
-                        };
+                    let attempt =
+                        self.measure(spec, &limited, &at, root.as_deref(), log.as_deref(), trace.as_deref());
+                    let (values, record) = match attempt {
+                        Ok(measured) => measured,
+                        Err(e) => failed_record(&limited, &at, &format!("{e:#}"), Value::Null),
+                    };
                     if let Some(why) = record["failure"].as_str() {
                         progress(&format!(
                             "modus lab: {} at {}: failed: {why}",
@@ -584,6 +593,7 @@ impl Runner {
         at: &Coords,
         root: Option<&Path>,
         log: Option<&Path>,
+        trace: Option<&Path>,
     ) -> Result<(Vec<f64>, Value)> {
         let cpus = (!at.cpus.is_empty()).then_some(at.cpus.as_str());
         let load_cpus = spec.load_cpus.clone().or_else(|| other_cpus(cpus));
@@ -721,6 +731,7 @@ impl Runner {
             window.disk_util_pct,
             link,
         ]);
+        values.extend(crate::trace::metrics_of(trace));
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();

@@ -105,6 +105,11 @@ pub struct Spec {
     /// verdict's reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<PaperContext>,
+    /// Trace this share of requests (0 < f ≤ 1) of every modus server:
+    /// `--trace raw/<point>-trace.csv --trace-sample FRACTION`, for the
+    /// `latency_cv` and `queue_slope` metrics and `kind = "trace"` plots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<f64>,
     /// The metrics in the Markdown report's table (`report --markdown`,
     /// BENCHMARKS.md's blocks); none: throughput, p99 and cpu_per_request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -199,13 +204,26 @@ pub struct NetworkSpec {
 /// A line plot: `y` against `x`, one series per server; `y` may name
 /// several metrics (`phase_*`): a series per server and metric, or with
 /// `stacked`, one bar per server and value of `x`, the metrics stacked in it.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+///
+/// `kind = "trace"`: from the points' request traces (the spec's `trace`),
+/// per server a scatter of each request's arrival (x) against its service
+/// end, or with `y = "response"` its response time; no other `y`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Plot {
     pub name: String,
     #[serde(default = "default_x")]
     pub x: String,
+    #[serde(default)]
     pub y: String,
+    /// `lines` (the default) or `trace`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The axes' names instead of those derived from what varies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y_label: Option<String>,
     #[serde(default)]
     pub log_x: bool,
     #[serde(default)]
@@ -437,7 +455,21 @@ impl Spec {
         if self.repeats == 0 {
             bail!("repeats must be at least 1");
         }
+        if self.trace.is_some_and(|f| !(f > 0.0 && f <= 1.0)) {
+            bail!("trace: a share of the requests, more than 0 and at most 1");
+        }
         for p in &self.plots {
+            match p.kind.as_str() {
+                "" | "lines" => {}
+                "trace" if self.trace.is_none() => {
+                    bail!("plot {:?}: kind = \"trace\" wants the spec's `trace = FRACTION`", p.name)
+                }
+                "trace" if !["", "end", "response"].contains(&p.y.as_str()) => {
+                    bail!("plot {:?}: a trace plot's y is `end` (the default) or `response`", p.name)
+                }
+                "trace" => continue,
+                other => bail!("plot {:?}: kind {other:?} is neither `lines` nor `trace`", p.name),
+            }
             if !AXES.contains(&p.x.as_str()) {
                 bail!("plot {:?}: x = {:?} is not an axis ({})", p.name, p.x, AXES.join(", "));
             }
@@ -621,6 +653,29 @@ mod tests {
         let text = format!("table = [\"throughput\", \"phase_*\"]\n{base}[[server]]\nmodel = \"pool\"\n");
         let e = format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err());
         assert!(e.contains("table: \"phase_*\" is not a metric"), "{e}");
+        let trace_plot = "[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"t\"\nkind = \"trace\"\n";
+        let e = err(trace_plot);
+        assert!(e.contains("kind = \"trace\" wants the spec's `trace = FRACTION`"), "{e}");
+        let traced = Spec::parse(&format!("trace = 0.1\n{base}{trace_plot}"), "t").unwrap();
+        assert_eq!(
+            (traced.trace, traced.plots[0].kind.as_str(), traced.plots[0].y.as_str()),
+            (Some(0.1), "trace", "")
+        );
+        let e = format!("{:#}", Spec::parse(&format!("trace = 1.5\n{base}{trace_plot}"), "t").unwrap_err());
+        assert!(e.contains("trace: a share of the requests"), "{e}");
+        let e = format!(
+            "{:#}",
+            Spec::parse(&format!("trace = 0.1\n{base}{trace_plot}y = \"p99\"\n"), "t").unwrap_err()
+        );
+        assert!(e.contains("a trace plot's y is `end` (the default) or `response`"), "{e}");
+        let e = err("[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"p99\"\nkind = \"pie\"\n");
+        assert!(e.contains("kind \"pie\" is neither"), "{e}");
+        let labelled =
+            "[[server]]\nmodel = \"pool\"\n[[plot]]\nname = \"p\"\ny = \"p99\"\nx-label = \"users\"\n";
+        assert_eq!(
+            Spec::parse(&format!("{base}{labelled}"), "t").unwrap().plots[0].x_label.as_deref(),
+            Some("users")
+        );
         let text = format!("duration = \"fast\"\n{base}[[server]]\nmodel = \"pool\"\n");
         assert!(format!("{:#}", Spec::parse(&text, "t.toml").unwrap_err()).contains("invalid duration"));
     }

@@ -306,11 +306,48 @@ fn a_lab_report_renders_in_chromium() {
         "<b class=\"fails\">does not hold</b>",
     ];
     assert!(verdicts.iter().any(|v| dom.contains(v)), "the claim's verdict in:\n{dom}");
+    assert!(!dom.contains("SystemTime"), "times as ISO 8601 in:\n{dom}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("meta.json")).unwrap()).unwrap();
+    assert!(dom.contains(&format!("started {}", meta["started"].as_str().unwrap())), "{dom}");
     let console: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("Failed to load"))
         .collect();
     assert!(console.is_empty(), "the page logged:\n{}", console.join("\n"));
+    // A compare report: its answer in words at the top, its plots faceted.
+    let compare = tmp.path().join("compare");
+    let r = testkit::run(
+        BIN,
+        [
+            "lab",
+            "compare",
+            "--models",
+            "pool,event",
+            "--peers",
+            "none",
+            "--clients",
+            "1,2",
+            "--duration",
+            "300ms",
+            "--out",
+            compare.to_str().unwrap(),
+        ],
+        Duration::from_secs(180),
+    );
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let url = format!("file://{}", compare.join("report.html").display());
+    let (dom, log) =
+        run_chromium_logged(&chromium, &url, &["--enable-logging=stderr", "--v=0", "--dump-dom"]);
+    assert!(dom.contains("<section id=\"answer\"><h2>The answer</h2>"), "the answer in:\n{dom}");
+    assert!(dom.contains("Winner at peak throughput: ") && !dom.contains("SystemTime"), "{dom}");
+    assert!(dom.contains("<figure id=\"plot-throughput\"><svg"), "the plot in:\n{dom}");
+    let console: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("Failed to load"))
+        .collect();
+    assert!(console.is_empty(), "the compare page logged:\n{}", console.join("\n"));
+    let url = format!("file://{}", out.join("report.html").display());
     let exe = std::env::current_exe().unwrap();
     let artifacts = exe.ancestors().nth(3).expect("the target directory").join("ci-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();

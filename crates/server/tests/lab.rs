@@ -15,7 +15,7 @@ const HEADER: &str = "server,clients,path,cpus,rate,memory,connection,repeat,thr
 cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
 phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
 phase_queue_us,p50_2xx,p99_2xx,other_5xx,worker_spread,workers,users,held_load,failed,server_cpu_pct,\
-load_cpu_pct,other_cpu_pct,disk_util_pct,link_util_pct";
+load_cpu_pct,other_cpu_pct,disk_util_pct,link_util_pct,latency_cv,queue_slope";
 
 /// A column of `points.csv`, by name.
 fn col(name: &str) -> usize {
@@ -92,6 +92,9 @@ fn a_tiny_experiment_runs_reports_and_resumes() {
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("meta.json")).unwrap()).unwrap();
     assert!(meta["machine"]["cpus"].as_u64().unwrap() >= 1, "{meta}");
+    let started = meta["started"].as_str().unwrap();
+    assert!(started.starts_with("20") && started.ends_with('Z') && started.contains('T'), "RFC 3339: {meta}");
+    assert!(report.contains(&format!("started {started}")) && !report.contains("SystemTime"), "{report}");
     assert!(r.stdout.contains("claim: holds"), "{}", r.stdout);
 
     // The report again, from the results alone.
@@ -141,8 +144,26 @@ fn compare_ranks_every_model_on_the_demo_site() {
         LIMIT,
     );
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
-    let ranked: Vec<&str> = r.stdout.lines().skip(1).take_while(|l| !l.starts_with("report:")).collect();
+    // The ranking, then the answer in words after a blank line.
+    let ranked: Vec<&str> = r.stdout.lines().skip(1).take_while(|l| !l.is_empty()).collect();
     assert_eq!(ranked.len(), 9, "{}", r.stdout);
+    let answer = r.stdout.split("\n\n").nth(1).unwrap_or_default();
+    assert!(answer.contains("Winner at peak throughput: ") && answer.contains("Best p99"), "{}", r.stdout);
+    assert!(
+        answer.starts_with("Unreliable ranking: ") && answer.contains("one repeat per point"),
+        "one repeat: said to be unreliable: {}",
+        r.stdout
+    );
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        report.contains("<section id=\"answer\"><h2>The answer</h2><p class=\"fails\">Unreliable"),
+        "{report}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("**Winner at peak throughput: "), "{md}");
+    // Nine models: at most eight lines a plot, the ninth named under it.
+    let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
+    assert!(svg.contains("Not drawn (lower peaks; in the CSV): "), "{svg}");
     for model in ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped", "uring"]
     {
         assert!(
@@ -471,7 +492,8 @@ fn the_markdown_report_goes_into_a_files_block() {
         "{after}"
     );
     assert!(
-        after.contains("Command: `modus lab run static --out /tmp/static`, started 2026-11-18 "),
+        after.contains("Command: `modus lab run static --out /tmp/static`, started 2026-11-18T11:06:40Z.")
+            && !after.contains("SystemTime"),
         "{after}"
     );
     assert!(after.contains("2 × Intel Xeon, kernel 6.18, 3900 MiB; 3 repeat(s)"), "{after}");
@@ -942,4 +964,59 @@ model = "event"
         serde_json::from_str(&std::fs::read_to_string(out.join("raw/event-c2-p0-u0-r1.json")).unwrap())
             .unwrap();
     assert_eq!(unlimited["cgroups"], serde_json::json!([]), "{unlimited}");
+}
+
+/// `trace = 1`: a modus server traces every request into
+/// `raw/<point>-trace.csv`; `latency_cv` and `queue_slope` come from it,
+/// and a `kind = "trace"` plot draws a facet per server.
+#[test]
+fn a_traced_point_has_its_trace_metrics_and_scatter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("traced.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "traced"
+description = "two models, every request traced"
+path = "/500b.bin"
+duration = "500ms"
+warmup = "100ms"
+trace = 1.0
+[sweep]
+clients = [2]
+[[server]]
+model = "pool"
+[[server]]
+model = "event"
+[[plot]]
+name = "arrivals"
+kind = "trace"
+[[plot]]
+name = "responses"
+kind = "trace"
+y = "response"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    for row in csv_rows(&out) {
+        let trace =
+            std::fs::read_to_string(out.join(format!("raw/{}-c2-p0-u0-r1-trace.csv", row[0]))).unwrap();
+        assert!(trace.starts_with("conn,arrival_us,service_start_us,service_end_us,"), "{trace}");
+        assert!(trace.lines().count() > 10, "every request traced: {trace}");
+        let cv: f64 = row[col("latency_cv")].parse().unwrap();
+        let slope: f64 = row[col("queue_slope")].parse().unwrap();
+        assert!(cv > 0.0 && slope.is_finite(), "{row:?}");
+    }
+    let svg = std::fs::read_to_string(out.join("plots/arrivals.svg")).unwrap();
+    assert!(
+        svg.contains("pool: CV ") && svg.contains("event: CV ") && svg.contains("service end (s)"),
+        "{svg}"
+    );
+    let svg = std::fs::read_to_string(out.join("plots/responses.svg")).unwrap();
+    assert!(svg.contains("response time (ms)"), "{svg}");
+    assert!(std::fs::read_to_string(out.join("plots/arrivals.csv"))
+        .unwrap()
+        .starts_with("server,arrival_s,"));
 }
