@@ -116,9 +116,9 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
         winner.at.label(table)
     );
     if let Some(second) = peaks.get(1) {
-        // merge: B's interval — claims::interval(table, winner, second, at)
-        // gives the paired-repeat ratio; until then the ratio of the means
-        // with the min–max of each side.
+        // The two peaks may lie at different points, whose repeats are not
+        // pairs (claims::interval pairs repeats at one point): the widest
+        // ratio the two min–max ranges allow, beside the ratio of the means.
         let (lo, hi) = (winner.lo / second.hi, winner.hi / second.lo);
         let _ = write!(out, "; {:.2}× {} ({}", winner.mean / second.mean, second.server, interval(second));
         if repeats > 1 {
