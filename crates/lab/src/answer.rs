@@ -91,6 +91,10 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
             spread.join(", ")
         ));
     }
+    // Other jobs on the machine take CPU from whoever runs while they do.
+    if let Some(busy) = crate::busy::warning(table) {
+        doubts.push(busy);
+    }
     if repeats < 2 && !peaks.is_empty() {
         doubts.push("one repeat per point: the spread is unknown (run with 3 or more)".into());
     }
@@ -199,6 +203,7 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::columns::METRICS;
     use crate::results::Point;
 
     fn table(rows: &[(&str, usize, [f64; 3], f64)]) -> Table {
@@ -284,5 +289,19 @@ mod tests {
         assert!(first.starts_with("Unreliable ranking: 1 point(s) measured nothing (pool)"), "{a}");
         assert!(first.contains("event 1.30×"), "{a}");
         assert!(a.contains("Best p99: no load that every server held."), "{a}");
+    }
+
+    /// Other jobs using the machine during a point make the ranking
+    /// unreliable, and the answer says so first.
+    #[test]
+    fn a_busy_machine_makes_the_ranking_unreliable() {
+        let spec = spec(&["event", "pool"]);
+        let mut t = table(&[("event", 8, [50000.0, 50500.0, 51000.0], 2.0), ("pool", 8, [20000.0; 3], 4.0)]);
+        let other = METRICS.iter().position(|(m, _)| *m == "other_cpu_pct").unwrap();
+        t.points.iter_mut().for_each(|p| p.values[other] = 2.0);
+        assert!(!answer(&spec, &t).contains("Unreliable"), "2 % is quiet");
+        t.points[1].values[other] = 40.0;
+        let a = answer(&spec, &t);
+        assert!(a.starts_with("Unreliable ranking: the machine was busy: at 1 of 6 measured points"), "{a}");
     }
 }

@@ -149,16 +149,21 @@ fn compare_ranks_every_model_on_the_demo_site() {
     assert_eq!(ranked.len(), 9, "{}", r.stdout);
     let answer = r.stdout.split("\n\n").nth(1).unwrap_or_default();
     assert!(answer.contains("Winner at peak throughput: ") && answer.contains("Best p99"), "{}", r.stdout);
-    assert!(
-        answer.starts_with("Unreliable ranking: ") && answer.contains("one repeat per point"),
-        "one repeat: said to be unreliable: {}",
-        r.stdout
-    );
+    // Three repeats by default: the ranking is called unreliable only with a
+    // reason from the repeats (a wide spread, a failed point), never for
+    // having one repeat (answer.rs's unit tests cover each reason).
+    if let Some(doubt) = answer.lines().next().and_then(|l| l.strip_prefix("Unreliable ranking: ")) {
+        assert!(!doubt.contains("one repeat per point"), "{}", r.stdout);
+        assert!(
+            doubt.contains("repeats at some peaks differ")
+                || doubt.contains("measured nothing")
+                || doubt.contains("busy"),
+            "{}",
+            r.stdout
+        );
+    }
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(
-        report.contains("<section id=\"answer\"><h2>The answer</h2><p class=\"fails\">Unreliable"),
-        "{report}"
-    );
+    assert!(report.contains("<section id=\"answer\"><h2>The answer</h2><p"), "{report}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("**Winner at peak throughput: "), "{md}");
     // Nine models: at most eight lines a plot, the ninth named under it.
