@@ -206,8 +206,10 @@ repeats paired by round (rounds are interleaved, so repeat r of both sides ran i
 only when the whole interval clears the claim's threshold, does not hold when all of it misses, and is within \
 noise when the repeats disagree (for > and <, equality misses). A point where the load generator fell behind, \
 that held less than 90 % of the load it names, or that failed is under load (†) and not counted either way. A claim \
-holds when every counted point holds, does not hold when every one misses, is within noise when every one is, and \
-holds partly otherwise.";
+holds when every counted point holds, does not hold when none holds and at least one misses, is within noise when \
+every one is, and holds partly when some hold and others do not or are within noise. The load held is the time \
+the clients spent waiting for an answer or thinking inside the window, over its length: a client the server \
+leaves unanswered counts as load applied, and is named as starved.";
 
 /// Said where a point had one repeat.
 pub const ONE_REPEAT: &str =
@@ -355,6 +357,8 @@ pub struct Usage {
     pub held_load: f64,
     /// Some repeat measured nothing.
     pub failed: bool,
+    /// The most clients a repeat left unanswered through its whole window.
+    pub starved: f64,
 }
 
 impl Usage {
@@ -393,6 +397,7 @@ impl Usage {
                 values("held_load").into_iter().fold(f64::NAN, f64::min)
             },
             failed: values("failed").iter().any(|v| *v >= 1.0),
+            starved: values("starved").into_iter().fold(f64::NAN, f64::max),
         })
     }
 
@@ -449,6 +454,10 @@ impl Usage {
         } else {
             format!("{}: {} saturated", self.server, parts.join(" and "))
         };
+        if self.starved >= 1.0 {
+            // The load was applied; these clients were not served at all.
+            s += &format!("; {:.0} clients unanswered through the whole window (starved)", self.starved);
+        }
         if self.other_cpu_pct > OTHER_CPU_BUSY {
             s += &format!(" (machine busy: {:.0} % used by others)", self.other_cpu_pct);
         }
@@ -1046,6 +1055,19 @@ mod tests {
             "The paper's machine: two 450 MHz Pentium II; this one: 2 cores, loopback."
         );
         assert_eq!(context(None, None), None);
+        // Clients the server left unanswered all window are named: held, not served.
+        let starving = Table {
+            points: vec![
+                set(usage(point("pool", 1, 1, 100.0), 50.0, 40.0, 0.0), "starved", 620.0),
+                usage(point("event", 1, 1, 200.0), 20.0, 30.0, 0.0),
+            ],
+        };
+        let v = claim("throughput(server=event) >= throughput(server=pool)").judge(&starving);
+        assert_eq!(
+            v.points[0].reason,
+            "event: nothing saturated, server CPU 20 %; pool: nothing saturated, server CPU 50 %; 620 clients \
+             unanswered through the whole window (starved)"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ pub const AXES: [&str; 6] = ["clients", "rate", "path", "cpus", "memory", "conne
 /// The metrics a point has, with units (columns of `points.csv`). Results
 /// written before a metric existed read it as NaN (shown as –), as do
 /// metrics a server does not have (a peer's phases): empty cells.
-pub const METRICS: [(&str, &str); 37] = [
+pub const METRICS: [(&str, &str); 38] = [
     ("throughput", "requests/s"),
     ("mean", "ms"),
     ("p50", "ms"),
@@ -79,6 +79,10 @@ pub const METRICS: [(&str, &str); 37] = [
     // least-squares slope against arrival time (a queue building up).
     ("latency_cv", "ratio"),
     ("queue_slope", "ms/s"),
+    // Clients whose request went unanswered through the whole measured
+    // window (`modus load`'s `starved`: sent before it, still waiting at
+    // its end) — the server's unfairness, seen: they count as held load.
+    ("starved", "clients"),
 ];
 
 /// The phases of `/status.json`'s `phases_us` within a request's time, in

@@ -732,6 +732,7 @@ impl Runner {
             link,
         ]);
         values.extend(crate::trace::metrics_of(trace));
+        values.push(report["starved"].as_f64().unwrap_or(f64::NAN));
         debug_assert_eq!(values.len(), METRICS.len());
         let named: serde_json::Map<String, Value> =
             METRICS.iter().zip(&values).map(|((m, _), v)| (m.to_string(), json!(v))).collect();

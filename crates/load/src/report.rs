@@ -251,6 +251,8 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> Value {
     v["think_mean_us"] = json!(s.think_mean_us());
     v["in_flight_mean"] = json!(in_flight);
     v["held_users"] = json!(held_users);
+    v["waiting_at_end"] = json!(s.waiting_at_end);
+    v["starved"] = json!(s.starved);
     v
 }
 
@@ -375,7 +377,12 @@ fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
         } else {
             format!("{} connections", cfg.connections)
         },
-        held_users.map(|h| format!(", {h:.1} users held (Little's law)")).unwrap_or_default(),
+        held_users.map(|h| format!(", {h:.1} users held (Little's law)")).unwrap_or_default()
+            + &if s.starved > 0 {
+                format!(", {} unanswered through the whole measured window (starved)", s.starved)
+            } else {
+                String::new()
+            },
         if s.think_count > 0 && s.think_mean_us() > 0.0 {
             format!(", mean think {}", us(s.think_mean_us()))
         } else {

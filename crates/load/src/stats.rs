@@ -239,6 +239,18 @@ pub struct Stats {
     /// and the requests sent in the window.
     pub think_us_sum: u64,
     pub think_count: u64,
+    /// Time requests spent waiting for their answer inside the measured
+    /// window (µs; from the send, or the window's start for one sent in
+    /// the warm-up, to the answer, or the window's end for one still
+    /// unanswered): the integral of the requests outstanding, so a request
+    /// the server never answers counts for all its time, not only the
+    /// answered ones as throughput × mean latency would.
+    pub outstanding_us_sum: u64,
+    /// Requests still unanswered when the run ended, and of those, the
+    /// ones sent before the measured window began: they waited through all
+    /// of it (a client the server starved).
+    pub waiting_at_end: u64,
+    pub starved: u64,
 }
 
 /// How hard one event-loop thread worked.
@@ -284,6 +296,9 @@ impl Stats {
             users_active: BTreeSet::new(),
             think_us_sum: 0,
             think_count: 0,
+            outstanding_us_sum: 0,
+            waiting_at_end: 0,
+            starved: 0,
         }
     }
 
@@ -362,6 +377,9 @@ impl Stats {
         self.users_active.extend(o.users_active);
         self.think_us_sum += o.think_us_sum;
         self.think_count += o.think_count;
+        self.outstanding_us_sum += o.outstanding_us_sum;
+        self.waiting_at_end += o.waiting_at_end;
+        self.starved += o.starved;
     }
 
     /// The think (OFF) time (µs) applied in the measured window per
@@ -377,15 +395,18 @@ impl Stats {
         }
     }
 
-    /// Little's law over `duration_s` measured seconds: the requests in
-    /// flight on average (throughput × mean response time), and, for a
-    /// closed loop, the users held (throughput × (mean response time +
-    /// mean think time)) — in an open loop there are no users to hold.
+    /// Little's law over `duration_s` measured seconds, from the time
+    /// integrals themselves: the requests outstanding on average (the time
+    /// requests waited inside the window over its length) and, for a closed
+    /// loop, the users held (that plus the think time inside the window,
+    /// over its length: every user is either waiting for an answer or
+    /// thinking, unless the generator failed to send) — in an open loop
+    /// there are no users to hold. A client the server leaves unanswered
+    /// counts as held: the load was applied; `starved` says it went unserved.
     pub fn held(&self, duration_s: f64, open_loop: bool) -> (f64, Option<f64>) {
-        let throughput = self.requests as f64 / duration_s.max(1e-9);
-        let mean_s = if self.latency.is_empty() { 0.0 } else { self.latency.mean() / 1e6 };
-        let in_flight = throughput * mean_s;
-        let users = (!open_loop).then(|| throughput * (mean_s + self.think_mean_us() / 1e6));
+        let window_us = duration_s.max(1e-9) * 1e6;
+        let in_flight = self.outstanding_us_sum as f64 / window_us;
+        let users = (!open_loop).then(|| in_flight + self.think_us_sum as f64 / window_us);
         (in_flight, users)
     }
 }
@@ -416,9 +437,11 @@ mod tests {
         assert_eq!(a.status[&200], 3);
     }
 
-    /// Little's law from a synthetic run: 1,000 responses in 2 s (500/s)
-    /// at a 4 ms mean, each after a 16 ms think: 2 requests in flight, 10
-    /// users held; three users of the two threads sent something.
+    /// Little's law from a synthetic run: 2 s measured, 1,000 responses
+    /// each outstanding 4 ms and each after a 16 ms think: 2 requests in
+    /// flight, 10 users held; then a starved client, unanswered through the
+    /// whole window, adds one to each; three users of the two threads sent
+    /// something.
     #[test]
     fn users_think_and_littles_law() {
         let mut a = Stats::new(1);
@@ -427,6 +450,7 @@ mod tests {
             for _ in 0..n {
                 s.latency.record(4000).unwrap();
                 s.requests += 1;
+                s.outstanding_us_sum += 4000;
                 s.think_us_sum += 16_000;
                 s.think_count += 1;
             }
@@ -443,5 +467,17 @@ mod tests {
         // Nothing sent: nothing held, no think time.
         let none = Stats::new(1);
         assert_eq!((none.think_mean_us(), none.held(1.0, false)), (0.0, (0.0, Some(0.0))));
+        // One client left unanswered from before the window to its end.
+        b = Stats::new(1);
+        b.outstanding_us_sum = 2_000_000;
+        b.waiting_at_end = 1;
+        b.starved = 1;
+        a.merge(b);
+        let (in_flight, held) = a.held(2.0, false);
+        assert!(
+            (in_flight - 3.0).abs() < 0.01 && (held.unwrap() - 11.0).abs() < 0.05,
+            "{in_flight} {held:?}"
+        );
+        assert_eq!((a.waiting_at_end, a.starved), (1, 1));
     }
 }

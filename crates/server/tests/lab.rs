@@ -15,7 +15,7 @@ const HEADER: &str = "server,clients,path,cpus,rate,memory,connection,repeat,thr
 cpu_per_request,pss,fell_behind,goodput,busy,disk_read_per_req,request_us,data_us,phase_read_us,phase_parse_us,\
 phase_data_hit_us,phase_data_miss_us,phase_cgi_spawn_us,phase_cgi_run_us,phase_write_us,phase_log_us,\
 phase_queue_us,p50_2xx,p99_2xx,other_5xx,worker_spread,workers,users,held_load,failed,server_cpu_pct,\
-load_cpu_pct,other_cpu_pct,disk_util_pct,link_util_pct,latency_cv,queue_slope";
+load_cpu_pct,other_cpu_pct,disk_util_pct,link_util_pct,latency_cv,queue_slope,starved";
 
 /// A column of `points.csv`, by name.
 fn col(name: &str) -> usize {

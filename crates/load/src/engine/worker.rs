@@ -500,14 +500,38 @@ impl<'a> Worker<'a> {
     /// The run ended: whatever is still in flight or queued is unfinished.
     pub(super) fn abandon(&mut self) {
         let mut n = self.pending.iter().filter(|p| p.2).count() as u64;
+        let end = self.sh.end.unwrap_or_else(Instant::now).min(Instant::now());
+        let mut waited = Vec::new();
         for c in &self.conns {
             n += c.inflight.iter().filter(|r| r.measured).count() as u64;
+            waited.extend(c.inflight.iter().map(|r| r.actual));
         }
         self.st.unfinished += n;
+        // Sent and never answered: waiting for the server when the run
+        // ended, those sent before the window for all of it.
+        for sent in waited {
+            self.st.waiting_at_end += 1;
+            if sent < self.sh.measure_start {
+                self.st.starved += 1;
+            }
+            self.note_outstanding(sent, end);
+        }
+    }
+
+    /// A request waited for its answer from `sent` to `until`: the part
+    /// inside the measured window counts toward the requests outstanding.
+    pub(super) fn note_outstanding(&mut self, sent: Instant, until: Instant) {
+        let from = sent.max(self.sh.measure_start);
+        let to = self.sh.end.map_or(until, |e| until.min(e));
+        if to > from {
+            self.st.outstanding_us_sum += us_between(from, to);
+        }
     }
 
     /// Records the outcome of one request.
     pub(super) fn complete(&mut self, req: Req, result: Result<Response, ErrorKind>, now: Instant) {
+        // Sent in the warm-up or not, its wait inside the window counts.
+        self.note_outstanding(req.actual, now);
         let ms = self.sh.measure_start;
         if !req.measured {
             self.st.warmup_requests += 1;
