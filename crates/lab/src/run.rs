@@ -666,11 +666,21 @@ impl Runner {
         let cgroups = running.cgroups();
         running.stop();
         let report = report?;
-        if report["requests"].as_u64() == Some(0) {
+        let answered_none = report["requests"].as_u64() == Some(0);
+        if answered_none && report["waiting_at_end"].as_u64().unwrap_or(0) == 0 {
             // Not a measured zero: nothing was measured.
             let why = report["failure"].as_str().unwrap_or("no request got a response").to_string();
             return Ok(failed_record(server, at, &format!("modus load: {why}"), report));
         }
+        // Requests were waiting and none was answered in the window: a true
+        // zero of throughput, and no latency to speak of (NaN, not 0).
+        let latency_ms = |q: &str| {
+            if answered_none {
+                f64::NAN
+            } else {
+                report["latency_us"][q].as_f64().unwrap_or(0.0) / 1e3
+            }
+        };
         let seconds = report["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
         let count = |class: &dyn Fn(&str) -> bool| -> f64 {
             let status = report["status"].as_object().into_iter().flatten();
@@ -680,9 +690,9 @@ impl Runner {
         let cpu_us = (after.saturating_sub(before)) as f64 / 1e3;
         let mut values = vec![
             report["throughput_rps"].as_f64().unwrap_or(0.0),
-            report["latency_us"]["mean"].as_f64().unwrap_or(0.0) / 1e3,
-            report["latency_us"]["p50"].as_f64().unwrap_or(0.0) / 1e3,
-            report["latency_us"]["p99"].as_f64().unwrap_or(0.0) / 1e3,
+            latency_ms("mean"),
+            latency_ms("p50"),
+            latency_ms("p99"),
             report["errors"].as_f64().unwrap_or(0.0),
             if requests > 0.0 { cpu_us / requests } else { 0.0 },
             pss as f64,

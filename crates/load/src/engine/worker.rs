@@ -533,7 +533,13 @@ impl<'a> Worker<'a> {
         // Sent in the warm-up or not, its wait inside the window counts.
         self.note_outstanding(req.actual, now);
         let ms = self.sh.measure_start;
-        if !req.measured {
+        // A timed run counts what completes inside its window, whenever it
+        // was sent (as wrk does): counting only the requests also sent in
+        // it under-reads throughput by about the response time over the
+        // window — 20 % for a 0.6 s CGI answer in a 3 s point. With `-n`
+        // the requests sent in the window are the ones counted.
+        let counted = req.measured || (self.cfg.requests.is_none() && now >= ms);
+        if !counted {
             self.st.warmup_requests += 1;
             return;
         }
