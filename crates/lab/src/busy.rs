@@ -7,10 +7,63 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+/// The cpuacct cgroup v1 hierarchy, where the lab accounts for its
+/// experiment: every process it starts from then on — servers, their CGI
+/// scripts, peers, the load generator — is in the group and its CPU time
+/// is charged there, reaped or not (Apache's mod_cgid lets its scripts go
+/// unreaped, so no process tree holds their time).
+const CPUACCT: &str = "/sys/fs/cgroup/cpuacct";
+
+/// The lab's accounting cgroup while it runs an experiment.
+static GROUP: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+/// Membership of the accounting cgroup: the lab process joins a cpuacct
+/// group of its own (root, cgroup v1 with cpuacct; otherwise nothing
+/// happens and the process trees are counted instead) and leaves it,
+/// removing it, when this is dropped.
+pub struct Accounting {
+    dir: std::path::PathBuf,
+}
+
+impl Accounting {
+    /// Joins a fresh group; `None` where cpuacct cannot be used.
+    pub fn join() -> Option<Accounting> {
+        let dir = std::path::Path::new(CPUACCT).join(format!("modus-lab-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        if std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string()).is_err()
+            || std::fs::read_to_string(dir.join("cpuacct.usage")).is_err()
+        {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        *GROUP.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
+        Some(Accounting { dir })
+    }
+}
+
+impl Drop for Accounting {
+    fn drop(&mut self) {
+        *GROUP.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let _ = std::fs::write(
+            std::path::Path::new(CPUACCT).join("cgroup.procs"),
+            std::process::id().to_string(),
+        );
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The accounting group's CPU time so far, nanoseconds.
+fn group_ns() -> Option<u64> {
+    let dir = GROUP.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+    std::fs::read_to_string(dir.join("cpuacct.usage")).ok()?.trim().parse().ok()
+}
+
 /// The machine at one moment.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     at: Instant,
+    /// The experiment's CPU time in its accounting cgroup, when it has one.
+    group_ns: Option<u64>,
     /// Time every CPU spent on anything but idling and waiting for I/O
     /// (user, nice, system, irq, softirq; not steal), nanoseconds.
     busy_ns: u64,
@@ -43,6 +96,7 @@ impl Snapshot {
         let diskstats = std::fs::read_to_string("/proc/diskstats").unwrap_or_default();
         Snapshot {
             at: Instant::now(),
+            group_ns: group_ns(),
             busy_ns: machine_busy_ticks(&stat) * tick_ns(),
             own_ns: own_ticks(&own) * tick_ns(),
             io_ticks: io_ticks(&diskstats),
@@ -65,8 +119,14 @@ fn window(before: &Snapshot, after: &Snapshot, experiment_ns: u64, seconds: f64,
     }
     let busy = after.busy_ns.saturating_sub(before.busy_ns);
     let own = after.own_ns.saturating_sub(before.own_ns);
-    // Ticks are sampled, the experiment's times are not: never below 0.
-    let other = busy.saturating_sub(experiment_ns).saturating_sub(own) as f64;
+    // The accounting group holds everything the experiment ran, reaped or
+    // not; without it, the process trees and the lab's own time. Ticks are
+    // sampled, the experiment's times are not: never below 0.
+    let experiment = match (before.group_ns, after.group_ns) {
+        (Some(b), Some(a)) => a.saturating_sub(b),
+        _ => experiment_ns.saturating_add(own),
+    };
+    let other = busy.saturating_sub(experiment) as f64;
     let other_cpu_pct =
         if cpus == 0 || busy == 0 { f64::NAN } else { other / (seconds * 1e9 * cpus as f64) * 100.0 };
     let disk_util_pct = after
@@ -226,6 +286,7 @@ mod tests {
     fn the_window_takes_the_experiment_out() {
         let snap = |busy_s: f64, own_s: f64, sda: u64| Snapshot {
             at: Instant::now(),
+            group_ns: None,
             busy_ns: (busy_s * 1e9) as u64,
             own_ns: (own_s * 1e9) as u64,
             io_ticks: [("sda".to_string(), sda), ("sdb".to_string(), 0)].into(),
@@ -236,7 +297,34 @@ mod tests {
         assert!((w.disk_util_pct - 50.0).abs() < 1e-9, "{w:?}");
         let w = window(&snap(10.0, 1.0, 0), &snap(11.0, 1.0, 0), 3_000_000_000, 2.0, 2);
         assert_eq!(w.other_cpu_pct, 0.0, "ticks undercount: never below 0");
-        assert_eq!(w.disk_util_pct, 0.0);
+        assert_eq!(w.disk_util_pct, 0.0); // With the accounting group, its time is the experiment's: a script
+                                          // no process tree holds (reaped by nobody) is not "others".
+        let grouped = |busy_s: f64, group_s: f64| Snapshot {
+            group_ns: Some((group_s * 1e9) as u64),
+            ..snap(busy_s, 0.0, 0)
+        };
+        let w = window(&grouped(10.0, 4.0), &grouped(13.0, 6.8), 1_000_000_000, 2.0, 2);
+        assert!((w.other_cpu_pct - 5.0).abs() < 1e-6, "3 s busy, 2.8 s in the group: {w:?}");
+    }
+
+    /// As root with cpuacct (this machine; skipped elsewhere): a child's
+    /// CPU time is charged to the group even though nobody reaps it.
+    #[test]
+    fn the_accounting_group_charges_unreaped_children() {
+        let Some(group) = Accounting::join() else {
+            eprintln!("skipped: no cpuacct cgroup here (root and cgroup v1 cpuacct needed)");
+            return;
+        };
+        let before = group_ns().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .unwrap();
+        child.wait().unwrap();
+        let spent = group_ns().unwrap() - before;
+        assert!(spent > 1_000_000, "the shell's loop took more than 1 ms of CPU: {spent} ns");
+        drop(group);
+        assert_eq!(group_ns(), None, "left");
     }
 
     #[test]

@@ -360,6 +360,9 @@ fn lab(args: LabArgs) -> Result<()> {
 
 /// Runs `spec` into `out`, then writes the plots, the report and the ranking.
 fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
+    // Everything the experiment starts is charged to one cpuacct group, so
+    // "the machine was busy" counts only what is not the experiment.
+    let _accounting = busy::Accounting::join();
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
     std::fs::create_dir_all(out)?;
