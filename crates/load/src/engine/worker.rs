@@ -504,17 +504,22 @@ impl<'a> Worker<'a> {
         let mut waited = Vec::new();
         for c in &self.conns {
             n += c.inflight.iter().filter(|r| r.measured).count() as u64;
-            waited.extend(c.inflight.iter().map(|r| r.actual));
+            waited.extend(c.inflight.iter().map(|r| (r.intended, r.actual)));
         }
         self.st.unfinished += n;
         // Sent and never answered: waiting for the server when the run
-        // ended, those sent before the window for all of it.
-        for sent in waited {
+        // ended, those sent before the window for all of it. Their wait so
+        // far joins the latency (a lower bound of what they will wait):
+        // a client the server never answers is not left out of the
+        // response time, as paper 001's clients waiting on MaxClients were
+        // when only answers were timed.
+        for (intended, sent) in waited {
             self.st.waiting_at_end += 1;
             if sent < self.sh.measure_start {
                 self.st.starved += 1;
             }
             self.note_outstanding(sent, end);
+            let _ = self.st.latency.record(us_between(intended, end).max(1));
         }
     }
 
