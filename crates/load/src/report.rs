@@ -31,10 +31,23 @@ fn errors_map(s: &Stats) -> Map<String, Value> {
         .collect()
 }
 
-/// Did the generator fall behind (late arrivals or think-time ends), or
-/// was one of its loops too busy to be trusted?
+/// The share of sends the generator may make late (later than
+/// `--lag-threshold`, by its own delay) before the run says it fell
+/// behind: one late send of 400 (a scheduler hiccup of 19 ms on an open
+/// loop at 35 requests/s) is in that request's latency, not in the run's.
+const LATE_SHARE_LIMIT: f64 = 0.01;
+
+/// Did the generator fall behind (more than [`LATE_SHARE_LIMIT`] of its
+/// arrivals or think-time ends late), or was one of its loops too busy to
+/// be trusted?
 fn fell_behind(cfg: &Config, s: &Stats) -> bool {
-    s.generator_late > 0 || saturated(cfg.open_loop(), s)
+    too_often_late(s) || saturated(cfg.open_loop(), s)
+}
+
+/// More than [`LATE_SHARE_LIMIT`] of the sends were late.
+fn too_often_late(s: &Stats) -> bool {
+    let sent = (s.requests + s.unfinished).max(1) as f64;
+    s.generator_late as f64 > LATE_SHARE_LIMIT * sent
 }
 
 /// Was a loop the limit? In the open loop, any time a loop was not
@@ -421,7 +434,7 @@ fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
     let busy: Vec<String> = s.loops.iter().map(|l| format!("{:.0}%", l.busy * 100.0)).collect();
     let cpu: Vec<String> = s.loops.iter().map(|l| format!("{:.0}%", l.cpu * 100.0)).collect();
     let _ = writeln!(t, "Generator:    loops busy {} (CPU {})", busy.join(" "), cpu.join(" "));
-    if s.generator_late > 0 {
+    if too_often_late(s) {
         let _ = writeln!(
             t,
             "WARNING: the generator fell behind: it noticed {} arrivals or think-time ends later than {} \
@@ -429,6 +442,16 @@ fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
             s.generator_late,
             humantime::format_duration(cfg.lag_threshold),
             us(s.generator_max_lag_us as f64)
+        );
+    } else if s.generator_late > 0 {
+        let _ = writeln!(
+            t,
+            "Generator:    {} of {} sends later than {} (max {}): under {:.0} %, in those requests' latency only",
+            s.generator_late,
+            s.requests + s.unfinished,
+            humantime::format_duration(cfg.lag_threshold),
+            us(s.generator_max_lag_us as f64),
+            LATE_SHARE_LIMIT * 100.0
         );
     }
     if saturated(cfg.open_loop(), s) {
@@ -527,6 +550,23 @@ pub fn write_timeline(path: &Path, cfg: &Config, s: &Stats) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One late send in 400 stays in that request's latency; five in
+    /// 400 (more than 1 %) mean the generator fell behind.
+    #[test]
+    fn a_rare_late_send_is_not_falling_behind() {
+        let mut s = Stats::new(1);
+        s.requests = 395;
+        s.unfinished = 5;
+        s.generator_late = 1;
+        assert!(!too_often_late(&s));
+        s.generator_late = 4;
+        assert!(!too_often_late(&s), "exactly 1 %");
+        s.generator_late = 5;
+        assert!(too_often_late(&s));
+        assert!(too_often_late(&Stats { generator_late: 1, ..Stats::new(1) }), "late with nothing sent");
+    }
+
     use crate::stats::LoopUsage;
 
     fn stats(responses: &[(u16, u64)], failures: &[(ErrorKind, u64)]) -> Stats {
