@@ -68,6 +68,16 @@ pub fn markdown(runs: &[Run]) -> String {
             first.meta["modus_version"].as_str().unwrap_or("?"),
             first.meta["git_revision"].as_str().map(|r| format!(" at {r}")).unwrap_or_default(),
         );
+        // Experiments rerun later (`modus lab run NAME --out DIR/NAME`) say so.
+        let first_rev = first.meta["git_revision"].as_str();
+        let later: Vec<String> = runs
+            .iter()
+            .filter(|r| r.meta["git_revision"].as_str() != first_rev)
+            .map(|r| format!("{} at {}", r.name, r.meta["git_revision"].as_str().unwrap_or("?")))
+            .collect();
+        if !later.is_empty() {
+            let _ = writeln!(m, "Rerun separately, with a later modus: {}.\n", later.join(", "));
+        }
     }
     for run in runs {
         if let Some(warning) = crate::busy::warning(&run.table) {
@@ -398,6 +408,20 @@ differences = "2 cores shared with the load generator, loopback"
         assert!(
             md.contains("this one: 2 cores shared with the load generator"),
             "[context] kept in meta.json: {md}"
+        );
+        assert!(!md.contains("Rerun separately"), "one revision: {md}");
+        // An experiment rerun later with another modus is named with it.
+        let later = dir.path().join("paper-y");
+        std::fs::create_dir_all(&later).unwrap();
+        meta["git_revision"] = serde_json::json!("def");
+        std::fs::write(later.join("meta.json"), meta.to_string()).unwrap();
+        std::fs::write(later.join("points.csv"), r.table.to_csv()).unwrap();
+        write(dir.path()).unwrap();
+        let md = std::fs::read_to_string(dir.path().join("REPRODUCTION.md")).unwrap();
+        assert!(
+            md.contains("modus 0.1.0 at abc.")
+                && md.contains("Rerun separately, with a later modus: paper-y at def."),
+            "{md}"
         );
     }
 }
