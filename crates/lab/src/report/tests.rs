@@ -1,5 +1,8 @@
 use super::*;
+use crate::columns::METRICS;
 use crate::results::Point;
+use crate::spec::Plot;
+use plot::log_ticks;
 
 /// Failed points are failures and under-load peaks are marked: never a
 /// 0.000 row, never an unmarked one.
