@@ -24,18 +24,11 @@ struct Peak {
     hi: f64,
 }
 
-/// Whether a point (one repeat) measured nothing: `failed` (where the
-/// results have it), or no throughput at all.
-fn failed(p: &crate::results::Point) -> bool {
-    p.get("failed").is_some_and(|f| f >= 1.0) || !p.get("throughput").is_some_and(|t| t > 0.0)
-}
-
-/// Whether every repeat of `server` at `at` held its load: none failed,
-/// and `held_load` (where the results have it) at least 0.9.
+/// Whether every repeat of `server` at `at` held its load
+/// ([`results::under_load`](crate::results::under_load)).
 fn held(table: &Table, server: &str, at: &Coords) -> bool {
     let mut points = table.points.iter().filter(|p| p.server == server && p.at == *at).peekable();
-    points.peek().is_some()
-        && points.all(|p| !failed(p) && p.get("held_load").is_none_or(|h| h.is_nan() || h >= 0.9))
+    points.peek().is_some() && points.all(|p| !crate::results::under_load(p))
 }
 
 fn peaks(spec: &Spec, table: &Table) -> Vec<Peak> {
@@ -70,10 +63,10 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
     let repeats = table.points.iter().map(|p| p.repeat).max().unwrap_or(0);
     // Why the ranking cannot be trusted, if it cannot.
     let mut doubts = Vec::new();
-    let failures = table.points.iter().filter(|p| failed(p)).count();
+    let failures = table.points.iter().filter(|p| crate::results::failed(p)).count();
     if failures > 0 {
         let mut who: Vec<&str> =
-            table.points.iter().filter(|p| failed(p)).map(|p| p.server.as_str()).collect();
+            table.points.iter().filter(|p| crate::results::failed(p)).map(|p| p.server.as_str()).collect();
         who.dedup();
         who.sort();
         who.dedup();

@@ -80,8 +80,7 @@ pub const NOT_AT_THE_LOAD: &str = "not at the load it names";
 /// Per claim: no point measured both sides.
 pub const NO_DATA: &str = "no data";
 
-/// A point held less than this share of the load it names: under load.
-pub const HELD_LOAD_MIN: f64 = 0.9;
+pub use crate::results::HELD_LOAD_MIN;
 /// Saturation thresholds (%): the server's CPU, the generator's, the
 /// disk's busy time and the link's rate.
 pub const SERVER_CPU_SATURATED: f64 = 85.0;
@@ -386,17 +385,13 @@ impl Usage {
             disk_util_pct: mean("disk_util_pct"),
             disk_read_per_req: mean("disk_read_per_req"),
             link_util_pct: mean("link_util_pct"),
-            fell_behind: values("fell_behind").iter().any(|v| *v >= 1.0),
-            // Open loop: held_load is throughput ÷ the rate offered, and a
-            // server past saturation (paper 002's point) serves less than
-            // it is offered — the server's answer, not a load not applied;
-            // the generator's own lateness is `fell_behind`.
-            held_load: if at.rate > 0 {
-                f64::NAN
-            } else {
-                values("held_load").into_iter().fold(f64::NAN, f64::min)
-            },
-            failed: values("failed").iter().any(|v| *v >= 1.0),
+            fell_behind: rows.iter().any(|p| crate::results::fell_behind(p)),
+            held_load: rows
+                .iter()
+                .map(|p| crate::results::held_share(p))
+                .filter(|h| !h.is_nan())
+                .fold(f64::NAN, f64::min),
+            failed: rows.iter().any(|p| crate::results::failed(p)),
             starved: values("starved").into_iter().fold(f64::NAN, f64::max),
         })
     }

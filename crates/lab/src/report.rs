@@ -456,8 +456,17 @@ pub fn ranking(spec: &Spec, table: &Table) -> String {
                 p99: m("p99"),
                 cpu: m("cpu_per_request"),
                 errors: m("errors"),
-                behind: m("fell_behind") > 0.0,
-                held: table.mean(&s.name, &at, "held_load").unwrap_or(f64::NAN),
+                behind: table
+                    .points
+                    .iter()
+                    .any(|p| p.server == s.name && p.at == at && crate::results::fell_behind(p)),
+                held: table
+                    .points
+                    .iter()
+                    .filter(|p| p.server == s.name && p.at == at)
+                    .map(crate::results::held_share)
+                    .filter(|h| !h.is_nan())
+                    .fold(f64::NAN, f64::min),
                 failed: failures(&s.name),
             })
         })

@@ -92,17 +92,42 @@ impl Point {
 /// A point below this share of the load it names is under load.
 pub const HELD_LOAD_MIN: f64 = 0.9;
 
-/// Whether `point` measured nothing (`failed` = 1: the generator sent
-/// nothing, or the server could not start); its other metrics are NaN.
+/// Whether `point` measured nothing: `failed` = 1 (the generator sent
+/// nothing, or the server could not start; its other metrics are NaN).
+/// Results written before the `failed` column: no throughput at all. A
+/// measured zero (a server that answered nothing in the window while its
+/// clients waited) is a measurement, not a failure.
 pub fn failed(point: &Point) -> bool {
-    point.get("failed") == Some(1.0)
+    match point.get("failed") {
+        Some(f) if !f.is_nan() => f >= 1.0,
+        _ => !point.get("throughput").is_some_and(|t| t > 0.0),
+    }
 }
 
-/// Whether `point` did not hold the load it names: `held_load` below
-/// [`HELD_LOAD_MIN`], or the generator fell behind. NaN-tolerant: a point
-/// written before `held_load` existed counts as held.
+/// The share of the load it names that `point` held, where that share
+/// says whether the load was applied: the closed loop's users engaged.
+/// NaN in the open loop — a server past saturation serves less than it is
+/// offered, which is its answer, not a load not applied (the generator's
+/// own lateness is `fell_behind`) — and where it was not recorded.
+pub fn held_share(point: &Point) -> f64 {
+    if point.at.rate > 0 {
+        return f64::NAN;
+    }
+    point.get("held_load").unwrap_or(f64::NAN)
+}
+
+/// Whether the generator fell behind the load it was asked for.
+pub fn fell_behind(point: &Point) -> bool {
+    point.get("fell_behind").is_some_and(|v| v >= 1.0)
+}
+
+/// Whether `point` is not the server's at the load it names: it measured
+/// nothing, the generator fell behind, or it held less than
+/// [`HELD_LOAD_MIN`] of its users ([`held_share`]). NaN-tolerant: a point
+/// written before these columns existed counts as held. The one rule the
+/// claims, the ranking and `compare`'s answer all apply.
 pub fn under_load(point: &Point) -> bool {
-    point.get("held_load").is_some_and(|h| h < HELD_LOAD_MIN) || point.get("fell_behind") == Some(1.0)
+    failed(point) || fell_behind(point) || held_share(point) < HELD_LOAD_MIN
 }
 
 /// Every point of a run.
@@ -356,7 +381,18 @@ mod tests {
         assert!(under_load(&point(&[("held_load", 1.0), ("fell_behind", 1.0)])), "the generator's mark");
         let nothing = point(&[("failed", 1.0)]);
         assert!(failed(&nothing) && nothing.get("throughput").unwrap().is_nan(), "never a measured zero");
-        assert!(!under_load(&point(&[])), "older results (NaN) count as held");
+        assert!(!under_load(&point(&[("throughput", 90.0)])), "older results (NaN) count as held");
+        assert!(failed(&point(&[("throughput", 0.0)])), "older results: no throughput, nothing measured");
+        let zero = point(&[("throughput", 0.0), ("held_load", 1.0), ("fell_behind", 0.0), ("failed", 0.0)]);
+        assert!(!failed(&zero) && !under_load(&zero), "a measured zero is the server's answer");
+        // Open loop: serving less than offered is the answer, not a load
+        // not applied; the generator's lateness still marks the point.
+        let mut open =
+            point(&[("throughput", 50.0), ("held_load", 0.5), ("fell_behind", 0.0), ("failed", 0.0)]);
+        open.at.rate = 100;
+        assert!(held_share(&open).is_nan() && !under_load(&open));
+        open.values[METRICS.iter().position(|(n, _)| *n == "fell_behind").unwrap()] = 1.0;
+        assert!(under_load(&open));
     }
 
     /// `points.csv` of an earlier version (no rate, fewer metrics) still
