@@ -358,6 +358,12 @@ pub struct Usage {
     pub failed: bool,
     /// The most clients a repeat left unanswered through its whole window.
     pub starved: f64,
+    /// The clients of the point.
+    pub clients: usize,
+    /// The connections the server serves at once, each holding a worker
+    /// ([`ServerSpec::connection_slots`](crate::spec::ServerSpec::connection_slots)),
+    /// when the spec is known.
+    pub slots: Option<usize>,
 }
 
 impl Usage {
@@ -393,6 +399,8 @@ impl Usage {
                 .fold(f64::NAN, f64::min),
             failed: rows.iter().any(|p| crate::results::failed(p)),
             starved: values("starved").into_iter().fold(f64::NAN, f64::max),
+            clients: at.clients,
+            slots: None,
         })
     }
 
@@ -424,6 +432,11 @@ impl Usage {
     fn recorded(&self) -> bool {
         !self.server_cpu_pct.is_nan()
     }
+    /// Its slots, when fewer than its clients: the rest wait to be
+    /// accepted whatever the CPU does.
+    fn slot_bound(&self) -> Option<usize> {
+        self.slots.filter(|&slots| slots < self.clients)
+    }
 
     /// What was saturated, in words with its number; or that nothing was.
     pub fn limit(&self) -> String {
@@ -443,6 +456,9 @@ impl Usage {
         }
         if self.link_saturated() {
             parts.push(format!("the link ({:.0} % of its rate)", self.link_util_pct));
+        }
+        if let Some(slots) = self.slot_bound() {
+            parts.push(format!("its own {slots} connection slots ({} clients)", self.clients));
         }
         let mut s = if parts.is_empty() {
             format!("{}: nothing saturated, server CPU {:.0} %", self.server, self.server_cpu_pct)
@@ -517,6 +533,19 @@ impl Claim {
 
     /// The verdict on `table` (the module's doc says how).
     pub fn judge(&self, table: &Table) -> Verdict {
+        self.judge_in(table, None)
+    }
+
+    /// [`judge`](Self::judge), its reasons knowing the servers of `spec`
+    /// (their connection slots).
+    pub fn judge_in(&self, table: &Table, spec: Option<&crate::spec::Spec>) -> Verdict {
+        let slots = |server: &str| {
+            spec?
+                .servers
+                .iter()
+                .find(|s| s.name == server)
+                .and_then(crate::spec::ServerSpec::connection_slots)
+        };
         let mut points = Vec::new();
         let mut seen: Vec<(At, At)> = Vec::new();
         for at in table.coords() {
@@ -532,7 +561,9 @@ impl Claim {
                 .into_iter()
                 .filter_map(|s| match s {
                     At::Number(_) => None,
-                    At::Metric { server, at, .. } => Some(Usage::of(table, server, at)),
+                    At::Metric { server, at, .. } => {
+                        Some(Usage::of(table, server, at).map(|u| Usage { slots: slots(server), ..u }))
+                    }
                 })
                 .collect::<Option<Vec<_>>>()
                 .unwrap_or_default();
@@ -725,6 +756,16 @@ fn summarize(server: &str, us: &[&Usage]) -> String {
     let link = count(&Usage::link_saturated);
     if link > 0 {
         parts.push(format!("the link saturated{} (up to {:.0} %)", at(link), max(&|u| u.link_util_pct)));
+    }
+    let bound = count(&|u: &Usage| u.slot_bound().is_some());
+    if bound > 0 {
+        let worst = recorded.iter().filter(|u| u.slot_bound().is_some()).max_by_key(|u| u.clients).unwrap();
+        parts.push(format!(
+            "its own connection slots{} ({} for {} clients: the rest wait to be accepted)",
+            at(bound),
+            worst.slots.unwrap_or(0),
+            worst.clients
+        ));
     }
     if parts.is_empty() {
         let cpu = max(&|u| u.server_cpu_pct);

@@ -141,16 +141,20 @@ pub fn config(peer: &str, dir: &Path, site: Site, host: &str, port: u16) -> Resu
 /// `ServerRoot`. CGI as Debian sets it up: mod_cgi under prefork, mod_cgid
 /// (a daemon that forks the scripts) under the threaded MPMs. `-cache`
 /// after the MPM adds mod_file_cache over the docroot ([`file_cache`]).
+/// Apache's MaxRequestWorkers where the spec sets none: prefork's and the
+/// threaded MPMs' as configured below.
+pub const APACHE_PREFORK_WORKERS: usize = 256;
+pub const APACHE_THREADED_WORKERS: usize = 150;
+
 fn apache_config(peer: &str, dir: &str, site: Site, host: &str, port: u16) -> Result<String> {
     let mpm = peer.trim_start_matches("apache-");
     let (mpm, cached) = mpm.strip_suffix("-cache").map_or((mpm, false), |m| (m, true));
     let sizing = match (mpm, site.max_clients) {
         ("prefork", None) => {
-            "StartServers 64\nMinSpareServers 10\nMaxSpareServers 64\nServerLimit 256\nMaxRequestWorkers 256\n".into()
+            format!("StartServers 64\nMinSpareServers 10\nMaxSpareServers 64\nServerLimit {APACHE_PREFORK_WORKERS}\nMaxRequestWorkers {APACHE_PREFORK_WORKERS}\n")
         }
         ("worker" | "event", None) => {
-            "StartServers 3\nThreadsPerChild 25\nMinSpareThreads 25\nMaxSpareThreads 75\nThreadLimit 64\nMaxRequestWorkers 150\n"
-                .into()
+            format!("StartServers 3\nThreadsPerChild 25\nMinSpareThreads 25\nMaxSpareThreads 75\nThreadLimit 64\nMaxRequestWorkers {APACHE_THREADED_WORKERS}\n")
         }
         // The spec's `max-clients` (paper 001's MaxClients 80).
         ("prefork", Some(n)) => {

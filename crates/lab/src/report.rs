@@ -131,7 +131,9 @@ fn claims_markdown(m: &mut String, spec: &Spec, table: &Table) {
     let verdicts: Vec<_> = spec
         .claims
         .iter()
-        .map(|c| (c, Claim::parse(&c.expr, &spec.server_names()).map(|cl| (cl.judge(table), cl))))
+        .map(|c| {
+            (c, Claim::parse(&c.expr, &spec.server_names()).map(|cl| (cl.judge_in(table, Some(spec)), cl)))
+        })
         .collect();
     if verdicts.iter().any(|(_, v)| v.as_ref().is_ok_and(|(v, _)| v.repeats() == 1)) {
         let _ = writeln!(m, "{}\n", crate::claims::ONE_REPEAT);
@@ -360,7 +362,7 @@ fn claims_html(h: &mut String, spec: &Spec, table: &Table) {
                 continue;
             }
         };
-        let v = claim.judge(table);
+        let v = claim.judge_in(table, Some(spec));
         one_repeat |= v.repeats() == 1;
         let class = |word: &str| match word {
             "holds" => "holds",

@@ -187,6 +187,34 @@ pub struct ServerSpec {
     pub max_clients: Option<usize>,
 }
 
+/// `modus serve --max-clients`'s default (`models::Tuning`); a test of
+/// the binary checks the two agree.
+pub const MODUS_MAX_CLIENTS: usize = 256;
+
+impl ServerSpec {
+    /// How many connections it serves at once when each holds a process
+    /// or thread for its whole life, keep-alive waits included — modus
+    /// `prefork` and Apache's prefork and worker MPMs — past which clients
+    /// wait to be accepted while the server may idle (paper 001's
+    /// MaxClients, paper 003's 1.3). `None` where connections wait
+    /// without a worker (the event loops, modus's gated thread models,
+    /// Apache's event MPM, nginx).
+    pub fn connection_slots(&self) -> Option<usize> {
+        let from_args =
+            self.args.windows(2).find(|w| w[0] == "--max-clients").and_then(|w| w[1].parse().ok());
+        let set = self.max_clients.or(from_args);
+        match self.peer.as_deref() {
+            Some("apache-prefork") => Some(set.unwrap_or(crate::peers::APACHE_PREFORK_WORKERS)),
+            Some(p) if p.starts_with("apache-worker") => {
+                Some(set.unwrap_or(crate::peers::APACHE_THREADED_WORKERS))
+            }
+            Some(_) => None,
+            None if self.front.is_none() && self.model == "prefork" => Some(set.unwrap_or(MODUS_MAX_CLIENTS)),
+            None => None,
+        }
+    }
+}
+
 /// `[network]`: the topology.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]

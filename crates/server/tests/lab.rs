@@ -1025,3 +1025,10 @@ y = "response"
         .unwrap()
         .starts_with("server,arrival_s,"));
 }
+
+/// The lab's reasons know modus prefork's connection slots by the
+/// default it was built with: the two must agree.
+#[test]
+fn the_lab_knows_preforks_default_slots() {
+    assert_eq!(lab::spec::MODUS_MAX_CLIENTS, models::Tuning::default().max_clients);
+}

@@ -307,3 +307,48 @@ fn bad_claims_say_why() {
     assert!(e("1 > 2").contains("compares two numbers"));
     assert!(e("x * throughput(server=pool) > 1").contains("is not a number"));
 }
+
+/// A server whose workers each hold a connection for its whole life
+/// (prefork, Apache's prefork and worker MPMs) and has fewer of them than
+/// the point's clients is limited by its own slots, whatever its CPU —
+/// paper 003's 1.3 at 500 users: 256 processes, the CPU half idle.
+#[test]
+fn a_server_short_of_connection_slots_is_named_as_its_own_limit() {
+    let spec = crate::spec::Spec::parse(
+        "name = \"x\"\ndescription = \"d\"\n[sweep]\nclients = [50, 500]\n\
+         [[server]]\nname = \"pool\"\nmodel = \"prefork\"\n[[server]]\nname = \"event\"\nmodel = \"event\"\n",
+        "x.toml",
+    )
+    .unwrap();
+    assert_eq!(spec.servers[0].connection_slots(), Some(crate::spec::MODUS_MAX_CLIENTS));
+    assert_eq!(spec.servers[1].connection_slots(), None, "an event loop's connections hold no worker");
+    let cpu = |p: Point, pct: f64| {
+        set(set(set(p, "server_cpu_pct", pct), "load_cpu_pct", 30.0), "other_cpu_pct", 1.0)
+    };
+    let table = Table {
+        points: vec![
+            cpu(point("pool", 50, 1, 100.0), 40.0),
+            cpu(point("event", 50, 1, 100.0), 40.0),
+            cpu(point("pool", 500, 1, 100.0), 45.0),
+            cpu(point("event", 500, 1, 300.0), 60.0),
+        ],
+    };
+    let c = claim("throughput(server=pool) >= throughput(server=event)");
+    let v = c.judge_in(&table, Some(&spec));
+    assert_eq!(
+        v.points[0].reason,
+        "pool: nothing saturated, server CPU 40 %; event: nothing saturated, server CPU 40 %"
+    );
+    assert_eq!(
+        v.points[1].reason,
+        "pool: its own 256 connection slots (500 clients) saturated; event: nothing saturated, server CPU 60 %"
+    );
+    assert!(
+        v.reason.contains(
+            "Limits at clients=500: pool — its own connection slots (256 for 500 clients: the rest wait to be accepted); event"
+        ),
+        "{}",
+        v.reason
+    );
+    assert!(!c.judge(&table).reason.contains("slots"), "without the spec, nothing is assumed");
+}
