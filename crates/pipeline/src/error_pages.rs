@@ -38,6 +38,11 @@ impl ErrorPages {
         Ok(ErrorPages { pages })
     }
 
+    /// Every configured page: its status and its URL path.
+    pub fn pages(&self) -> impl Iterator<Item = (u16, &str)> {
+        self.pages.iter().map(|(s, p)| (*s, p.as_str()))
+    }
+
     /// The page for `status`, if one is configured.
     pub fn for_status(&self, status: u16) -> Option<&str> {
         self.pages.iter().find(|(s, _)| *s == status).map(|(_, p)| p.as_str())

@@ -52,8 +52,36 @@ enum Command {
     },
 }
 
+/// A command whose reader went away (`modus serve --check | head -1`)
+/// ends as `cat` would, killed by SIGPIPE (exit 141 in a shell), instead of
+/// panicking in `println!`: the Rust runtime ignores SIGPIPE, so a write to
+/// a closed pipe returns an error every print would have to handle. The
+/// servers keep ignoring it: a peer that leaves must cost a socket's write
+/// an error, never the process — their sockets are written with
+/// `MSG_NOSIGNAL` as well, and so are `load`'s and `lab`'s (std's
+/// `TcpStream`), which get the default back here.
+#[allow(unsafe_code)] // no safe binding (rustix, nix, signal-hook) restores a default disposition
+fn die_quietly_on_closed_stdout() {
+    // SAFETY: `signal` with `SIG_DFL` installs no handler (nothing runs in
+    // signal context); it is called at the start of `main`, before any
+    // thread is started, so no other thread's signal state is changed
+    // under it. `tests/cli.rs` (`output_to_a_closed_pipe_ends_quietly`)
+    // runs it.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let serving = match &cli.command {
+        Command::Serve(options) => !options.check,
+        Command::Direct(_) | Command::Monitor(_) | Command::DemoCgi { .. } => true,
+        _ => false,
+    };
+    if !serving {
+        die_quietly_on_closed_stdout();
+    }
     match cli.command {
         Command::Serve(options) => serve::main(*options),
         Command::Models => {

@@ -40,6 +40,13 @@ pub fn main(mut options: ServeOptions) -> ExitCode {
         Err(e) => return fail(EXIT_CONFIG, &e),
     };
     if options.check {
+        // What a start would do first: the address is free (or handed in).
+        if activated.is_none() {
+            if let Err(e) = std::net::TcpListener::bind(server.addr) {
+                let e = anyhow!(transport::listener::bind_failure(server.listen_flag(), server.addr, &e));
+                return fail(EXIT_CONFIG, &e);
+            }
+        }
         println!("configuration ok");
         return ExitCode::SUCCESS;
     }
@@ -137,7 +144,17 @@ impl Server {
         let tls = tls.transpose().map_err(|e| anyhow!(e))?;
         options.cache_control().map_err(|e| anyhow!("cache-control: {e}"))?;
         options.compression().map_err(|e| anyhow!("compress: {e}"))?;
-        options.error_pages().map_err(|e| anyhow!("error-page: {e}"))?;
+        let error_pages = options.error_pages().map_err(|e| anyhow!("error-page: {e}"))?;
+        if let Some(root) = &options.root {
+            // A page that names nothing would be answered with the
+            // built-in one on every error: a typo found at start, not later.
+            for (status, path) in error_pages.pages() {
+                let file = root.join(path.trim_start_matches('/'));
+                if !file.is_file() {
+                    bail!("--error-page {status}={path}: {} is not a file", file.display());
+                }
+            }
+        }
         let mut settings = options.settings();
         if tls.is_some() || !model.sends_files() {
             // Files would be read to be sent: keep more of them as bytes.
@@ -187,6 +204,20 @@ impl Server {
         let error_log =
             ErrorLog::open(LogTarget::parse(errors)).with_context(|| format!("--error-log {errors}"))?;
         let tuning = options.tuning();
+        for (flag, n) in [
+            ("--threads", tuning.threads),
+            ("--workers", tuning.workers),
+            ("--max-threads", tuning.max_threads),
+            ("--processes", tuning.processes),
+            ("--max-clients", tuning.max_clients),
+            ("--threads-per-child", tuning.threads_per_child),
+            ("--helpers", tuning.helpers),
+            ("--max-connections", tuning.max_connections),
+        ] {
+            if n == 0 {
+                bail!("{flag} 0: at least 1 is needed to serve anything");
+            }
+        }
         let has_loops = model.caps.event_driven && !model.caps.staged;
         if tuning.reuseport && !has_loops {
             bail!("--reuseport gives each event loop a listener of its own: it is for event, amped and uring, not {name}");

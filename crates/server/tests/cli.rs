@@ -694,3 +694,78 @@ fn reuseport_gives_every_loop_a_listener_of_its_own() {
         out.stderr
     );
 }
+
+/// Output to a reader that went away ends the command quietly — killed by
+/// SIGPIPE as `cat` is (or exit 0 when it was all written first), never a
+/// panic (exit 101) — for every command that prints: `serve --check`,
+/// `models`, `completions`, `manpage`, `workload` and `lab list`.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let commands: &[&[&str]] =
+        &[&["serve", "--check"], &["models"], &["completions", "bash"], &["manpage"], &["lab", "list"]];
+    for args in commands {
+        let mut child =
+            Command::new(BIN).args(*args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        // The reader leaves before the first byte.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let quiet =
+            out.status.success() || out.status.signal() == Some(rustix::process::Signal::PIPE.as_raw());
+        assert!(quiet, "modus {args:?}: {:?}, stderr {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "modus {args:?}: {stderr}");
+    }
+}
+
+/// `--check` does what a start does before serving: an address another
+/// process holds, an error page that names no file and a count of zero
+/// workers are refused (exit 2), each naming the flag.
+#[test]
+fn check_refuses_what_a_start_would() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let out = run_modus(&["serve", "--check", "--listen", &addr]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("--listen") && out.stderr.contains(&addr), "{}", out.stderr);
+    drop(held);
+    let out = run_modus(&["serve", "--check", "--listen", &addr]);
+    assert_exit(&out, 0);
+    assert_eq!(out.stdout.trim(), "configuration ok");
+
+    let root = Docroot::standard();
+    let root_arg = root.path().to_str().unwrap();
+    let out = run_modus(&[
+        "serve",
+        root_arg,
+        "--check",
+        "--listen",
+        "127.0.0.1:0",
+        "--error-page",
+        "404=/nope.html",
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        out.stderr.contains("--error-page 404=/nope.html") && out.stderr.contains("is not a file"),
+        "{}",
+        out.stderr
+    );
+    root.file("nope.html", "gone");
+    let out = run_modus(&[
+        "serve",
+        root_arg,
+        "--check",
+        "--listen",
+        "127.0.0.1:0",
+        "--error-page",
+        "404=/nope.html",
+    ]);
+    assert_exit(&out, 0);
+
+    for flag in ["--threads", "--workers", "--processes", "--max-clients", "--max-connections"] {
+        let out = run_modus(&["serve", "--check", "--listen", "127.0.0.1:0", flag, "0"]);
+        assert_exit(&out, 2);
+        assert!(out.stderr.contains(&format!("{flag} 0")), "{flag}: {}", out.stderr);
+    }
+}

@@ -46,7 +46,18 @@ fn the_sites_page_with_the_original_status() {
 #[test]
 fn a_page_that_cannot_be_served_falls_back_to_the_built_in_one() {
     let root = site();
-    let srv = serve(MODEL, &root, &["--error-page", "404=/errors/gone.html", "--error-page", "405=/errors/"]);
+    // Pages that exist at start (a start refuses one that names nothing)
+    // and are gone, or a directory, by the time they are wanted.
+    root.file("errors/gone.html", NOT_FOUND);
+    root.file("errors/405.html", NOT_FOUND);
+    let srv = serve(
+        MODEL,
+        &root,
+        &["--error-page", "404=/errors/gone.html", "--error-page", "405=/errors/405.html"],
+    );
+    std::fs::remove_file(root.path().join("errors/gone.html")).unwrap();
+    std::fs::remove_file(root.path().join("errors/405.html")).unwrap();
+    std::fs::create_dir(root.path().join("errors/405.html")).unwrap();
     let r = get(&srv, "/missing.html");
     r.assert_status(404);
     check_html_error(&r);
