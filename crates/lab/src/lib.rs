@@ -41,7 +41,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
@@ -146,9 +146,33 @@ pub fn lab_main(args: LabArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("modus lab: {e:#}");
-            ExitCode::FAILURE
+            // As every modus command: 2 for what was asked, 1 for what failed.
+            if e.chain().any(|cause| cause.is::<UsageError>()) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
+}
+
+/// What was asked cannot be done as asked — no such experiment, a spec
+/// that does not read, an unknown model or peer, a directory with no
+/// results — rather than a run that failed.
+#[derive(Debug)]
+struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// `e` as a usage error (exit 2), its message kept whole.
+fn usage(e: anyhow::Error) -> anyhow::Error {
+    anyhow::Error::new(UsageError(format!("{e:#}")))
 }
 
 fn lab(args: LabArgs) -> Result<()> {
@@ -178,7 +202,7 @@ fn lab(args: LabArgs) -> Result<()> {
         LabCommand::Run { experiment, quick, out, resume, repeats } if experiment == "papers" => {
             let out = out.unwrap_or_else(|| default_out("papers"));
             for name in spec::papers() {
-                let mut spec = spec::load(name)?;
+                let mut spec = spec::load(name).map_err(usage)?;
                 if quick {
                     spec = spec.quick();
                 }
@@ -192,7 +216,7 @@ fn lab(args: LabArgs) -> Result<()> {
             Ok(())
         }
         LabCommand::Run { experiment, quick, out, resume, repeats } => {
-            let mut spec = spec::load(&experiment)?;
+            let mut spec = spec::load(&experiment).map_err(usage)?;
             if quick {
                 spec = spec.quick();
             }
@@ -206,7 +230,10 @@ fn lab(args: LabArgs) -> Result<()> {
             // A `papers` directory: an experiment in each subdirectory.
             let runs = reproduction::read(&dir)?;
             if runs.is_empty() {
-                bail!("{}: no meta.json, and no experiment's results below it", dir.display());
+                return Err(usage(anyhow!(
+                    "{}: no meta.json, and no experiment's results below it",
+                    dir.display()
+                )));
             }
             for run in runs.iter().filter(|r| r.meta["skipped"].is_null()) {
                 report::write(&dir.join(&run.name), &run.spec, &run.table, &run.meta)?;
@@ -225,7 +252,8 @@ fn lab(args: LabArgs) -> Result<()> {
         LabCommand::Report { dir, markdown, into, block } => {
             let meta: Value = serde_json::from_str(
                 &std::fs::read_to_string(dir.join("meta.json"))
-                    .with_context(|| format!("{}: no meta.json", dir.display()))?,
+                    .with_context(|| format!("{}: no meta.json", dir.display()))
+                    .map_err(usage)?,
             )?;
             let spec = Spec::parse(meta["spec"].as_str().unwrap_or(""), "meta.json's spec")?;
             let table = results::Table::read(&dir.join("points.csv"))?;
@@ -261,7 +289,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 if models == "all" { MODELS.to_vec() } else { models.split(',').map(str::trim).collect() };
             for m in &chosen {
                 if !MODELS.contains(m) {
-                    bail!("--models: no model {m:?} (they are {})", MODELS.join(", "));
+                    return Err(usage(anyhow!("--models: no model {m:?} (they are {})", MODELS.join(", "))));
                 }
             }
             let chosen_peers: Vec<&str> = match peers.as_str() {
@@ -271,7 +299,10 @@ fn lab(args: LabArgs) -> Result<()> {
             };
             for p in &chosen_peers {
                 if !peers::PEERS.contains(p) {
-                    bail!("--peers: no peer {p:?} (the lab runs {})", peers::PEERS.join(", "));
+                    return Err(usage(anyhow!(
+                        "--peers: no peer {p:?} (the lab runs {})",
+                        peers::PEERS.join(", ")
+                    )));
                 }
             }
             let load_cpus = server_cpus.as_deref().map(|_| run::other_cpus(server_cpus.as_deref()));

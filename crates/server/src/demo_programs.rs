@@ -17,8 +17,18 @@ mod env;
 #[path = "../cgi/spin.rs"]
 mod spin;
 
-/// The hidden subcommand that runs one of them.
+/// The first argument that runs one of them (`modus demo-cgi NAME`).
 pub const SUBCOMMAND: &str = "demo-cgi";
+
+/// The program asked for, when the binary was started as one of them.
+pub fn invoked() -> Option<String> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != SUBCOMMAND {
+        return None;
+    }
+    let name = args.next()?.into_string().ok()?;
+    args.next().is_none().then_some(name)
+}
 
 /// Their URL names, which are also their names on `modus demo-cgi`.
 pub const NAMES: [&str; 3] = ["spin", "echo", "env"];

@@ -44,12 +44,31 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<std::path::PathBuf>,
     },
-    /// Run one of the demo site's CGI programs (the server starts them)
-    #[command(name = demo_programs::SUBCOMMAND, hide = true)]
-    DemoCgi {
-        /// spin, echo or env
-        name: String,
-    },
+}
+
+/// The command line as shells complete it: a value that names no file or
+/// directory (`--compress br,gzip`, a duration, a count) completes to
+/// nothing rather than to the file names where the command runs.
+fn completable(mut cmd: clap::Command) -> clap::Command {
+    let names_files = |arg: &clap::Arg| {
+        arg.get_value_names().is_none_or(|names| {
+            names.iter().any(|n| ["FILE", "PATH", "ROOT", "DIR"].iter().any(|word| n.contains(word)))
+        })
+    };
+    let values: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| a.get_action().takes_values() && a.get_value_hint() == clap::ValueHint::Unknown)
+        .filter(|a| a.get_possible_values().is_empty() && !names_files(a))
+        .map(|a| a.get_id().clone())
+        .collect();
+    for id in values {
+        cmd = cmd.mut_arg(id, |a| a.value_hint(clap::ValueHint::Other));
+    }
+    let subcommands: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for name in subcommands {
+        cmd = cmd.mut_subcommand(name, completable);
+    }
+    cmd
 }
 
 /// A command whose reader went away (`modus serve --check | head -1`)
@@ -73,10 +92,16 @@ fn die_quietly_on_closed_stdout() {
 }
 
 fn main() -> ExitCode {
+    // The demo site's CGI programs, which the server runs as
+    // `modus demo-cgi NAME`: not a command of the CLI (its help and
+    // completions do not offer it).
+    if let Some(name) = demo_programs::invoked() {
+        return demo_programs::run(&name);
+    }
     let cli = Cli::parse();
     let serving = match &cli.command {
         Command::Serve(options) => !options.check,
-        Command::Direct(_) | Command::Monitor(_) | Command::DemoCgi { .. } => true,
+        Command::Direct(_) | Command::Monitor(_) => true,
         _ => false,
     };
     if !serving {
@@ -99,7 +124,7 @@ fn main() -> ExitCode {
         Command::Monitor(options) => director::monitor_main(*options),
         Command::Lab(args) => lab::lab_main(args),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "modus", &mut std::io::stdout());
+            clap_complete::generate(shell, &mut completable(Cli::command()), "modus", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
         Command::Manpage { out } => match manpages(out.as_deref()) {
@@ -109,7 +134,6 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::DemoCgi { name } => demo_programs::run(&name),
     }
 }
 
@@ -117,15 +141,74 @@ fn main() -> ExitCode {
 fn manpages(dir: Option<&std::path::Path>) -> std::io::Result<()> {
     let command = Cli::command();
     let Some(dir) = dir else {
-        return clap_mangen::Man::new(command).render(&mut std::io::stdout());
+        return page(command, "modus", &mut std::io::stdout());
     };
     std::fs::create_dir_all(dir)?;
-    let mut out = std::fs::File::create(dir.join("modus.1"))?;
-    clap_mangen::Man::new(command.clone()).render(&mut out)?;
+    page(command.clone(), "modus", &mut std::fs::File::create(dir.join("modus.1"))?)?;
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("modus-{}", sub.get_name());
-        let page = clap_mangen::Man::new(sub.clone()).title(name.clone());
-        page.render(&mut std::fs::File::create(dir.join(format!("{name}.1")))?)?;
+        page(sub.clone(), &name, &mut std::fs::File::create(dir.join(format!("{name}.1")))?)?;
     }
     Ok(())
 }
+
+/// One manual page: clap's sections, then SIGNALS (for the commands that
+/// serve) and EXIT STATUS, which no flag definition holds.
+fn page(command: clap::Command, name: &str, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(command).title(name).render(out)?;
+    if matches!(name, "modus" | "modus-serve") {
+        out.write_all(SERVE_SIGNALS.as_bytes())?;
+    }
+    if matches!(name, "modus" | "modus-direct") {
+        out.write_all(DIRECT_SIGNALS.as_bytes())?;
+    }
+    out.write_all(EXIT_STATUS.as_bytes())
+}
+
+/// `modus serve`'s signals, as `models::signals` acts on them.
+const SERVE_SIGNALS: &str = r#".SH SIGNALS
+\fBmodus serve\fR (the master process, for the process models):
+.TP
+\fBTERM\fR, \fBINT\fR, \fBQUIT\fR
+Stop gracefully: stop accepting, finish the requests in flight (up to \fB\-\-shutdown\-timeout\fR), flush the access log, exit 0.
+.TP
+\fBHUP\fR
+Reload: read the configuration (flags and \fB\-\-config\fR file) again; new workers serve with it while the old ones finish their requests and leave.
+A change to what a running server cannot change (\fB\-\-model\fR, \fB\-\-listen\fR, \fB\-\-tls\-listen\fR, \fB\-\-admin\fR, \fB\-\-user\fR) takes a restart: like a configuration that does not read, it is refused, the error log says why, and the logs are reopened and the TLS certificates read again in place.
+.TP
+\fBUSR1\fR
+Reopen the access and error logs (after logrotate has moved them).
+.TP
+\fBUSR2\fR
+Ignored, and said in the error log: no binary upgrade; restart to run a new binary.
+"#;
+
+/// `modus direct`'s signals.
+const DIRECT_SIGNALS: &str = r#".SH SIGNALS (DIRECTOR)
+\fBmodus direct\fR:
+.TP
+\fBTERM\fR, \fBINT\fR
+Stop, then exit 0.
+.TP
+\fBHUP\fR
+Read the TLS certificates again (new handshakes present them); the rest of its configuration is read only at start, which the error log says.
+"#;
+
+/// What every command's exit status means.
+const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+Success: a server stopped by a signal, a command that did what it was asked.
+.TP
+\fB1\fR
+A failure while running: a server that could not go on, an experiment that failed, a \fBmodus load\fR run in which no request was answered or more than half of the attempts failed.
+.TP
+\fB2\fR
+A usage or configuration error, said on standard error before anything ran: an unknown flag or value, a configuration file that does not read, an address in use, a file that is not there.
+.TP
+\fB130\fR, \fB143\fR
+\fBmodus load\fR stopped by SIGINT or SIGTERM (its report is printed first).
+.TP
+\fB141\fR
+(In a shell.) Killed by SIGPIPE: the reader of its standard output went away (\fBmodus serve \-\-check | head \-1\fR). The commands that serve ignore SIGPIPE.
+"#;

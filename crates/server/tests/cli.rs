@@ -449,6 +449,23 @@ fn completions_and_manual_pages() {
     let serve = std::fs::read_to_string(dir.path().join("modus-serve.1")).unwrap();
     assert!(serve.contains(".TH modus-serve 1") && serve.contains("listen"), "{serve}");
     assert!(!dir.path().join("modus-demo-cgi.1").exists(), "hidden commands have no page");
+    assert!(serve.contains(".SH SIGNALS") && serve.contains("USR1") && serve.contains(".SH \"EXIT STATUS\""));
+    let load = std::fs::read_to_string(dir.path().join("modus-load.1")).unwrap();
+    assert!(load.contains(".SH \"EXIT STATUS\"") && !load.contains(".SH SIGNALS"), "{load}");
+    // The demo programs' entry is no command to offer; values that name
+    // no file complete to nothing, paths to file names.
+    assert!(!bash.stdout.contains("demo-cgi"), "{}", bash.stdout);
+    let case = |flag: &str| {
+        let at = bash.stdout.find(&format!("                {flag})")).unwrap_or_else(|| panic!("{flag}"));
+        bash.stdout[at..].lines().nth(1).unwrap().trim().to_string()
+    };
+    assert_eq!(case("--compress"), "COMPREPLY=(\"${cur}\")");
+    assert_eq!(case("--keepalive-timeout"), "COMPREPLY=(\"${cur}\")");
+    assert_eq!(case("--access-log"), "COMPREPLY=($(compgen -f \"${cur}\"))");
+    // The programs still run as the server starts them.
+    let echo = run_modus(&["demo-cgi", "nope"]);
+    assert_exit(&echo, 2);
+    assert!(echo.stderr.contains("no demo program \"nope\""), "{}", echo.stderr);
 }
 
 /// Out of descriptors, accepting fails for as long as the cause lasts; the
@@ -768,4 +785,38 @@ fn check_refuses_what_a_start_would() {
         assert_exit(&out, 2);
         assert!(out.stderr.contains(&format!("{flag} 0")), "{flag}: {}", out.stderr);
     }
+}
+
+/// contrib/'s units pass `systemd-analyze verify` once modus and its
+/// manual pages are installed as README says (here: the unit pointed at
+/// this build, the pages in a temporary MANPATH).
+#[test]
+fn the_systemd_units_verify() {
+    let have = |program: &str, arg: &str| {
+        std::process::Command::new(program).arg(arg).output().is_ok_and(|o| o.status.success())
+    };
+    if !have("systemd-analyze", "--version") || !have("man", "--version") {
+        eprintln!("skipped: needs systemd-analyze and man");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let man1 = dir.path().join("man/man1");
+    assert_exit(&run_modus(&["manpage", "--out", man1.to_str().unwrap()]), 0);
+    let contrib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib");
+    let mut units = Vec::new();
+    for unit in ["modus.service", "modus.socket"] {
+        let text = std::fs::read_to_string(contrib.join(unit)).unwrap();
+        assert!(unit != "modus.service" || text.contains("ExecStart=/usr/local/bin/modus serve"));
+        let path = dir.path().join(unit);
+        std::fs::write(&path, text.replace("/usr/local/bin/modus", BIN)).unwrap();
+        units.push(path);
+    }
+    let out = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .args(&units)
+        .env("MANPATH", dir.path().join("man"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }

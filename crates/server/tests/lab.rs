@@ -376,9 +376,16 @@ fn list_and_bad_experiments() {
     for name in ["tiny", "models-500b", "paper000-file-size", "paper002-director", "reuseport", "direct"] {
         assert!(r.stdout.lines().any(|l| l.starts_with(name)), "{name} in\n{}", r.stdout);
     }
+    // What was asked cannot be: exit 2, as every modus command's usage errors.
     let r = run(BIN, ["lab", "run", "nope"], LIMIT);
-    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(r.status.code(), Some(2));
     assert!(r.stderr.contains("no experiment \"nope\": the built-in ones are tiny"), "{}", r.stderr);
+    let r = run(BIN, ["lab", "compare", "--models", "pool,nope"], LIMIT);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--models: no model \"nope\""), "{}", r.stderr);
+    let empty = tempfile::tempdir().unwrap();
+    let r = run(BIN, ["lab", "report", empty.path().to_str().unwrap()], LIMIT);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
 }
 
 /// The `connection` axis: `close` opens a connection per request
