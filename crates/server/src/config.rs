@@ -113,10 +113,12 @@ pub struct ServeOptions {
     /// (each with its --tls-key, in the same order) for more names: a
     /// client's SNI picks the one that covers it, the first is the default
     #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub tls_cert: Option<Vec<PathBuf>>,
 
     /// Private key of the --tls-cert at the same position, PEM (PKCS#8, RSA or EC)
     #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub tls_key: Option<Vec<PathBuf>>,
 
     /// Make a throw-away self-signed certificate for localhost at start, to
@@ -333,6 +335,7 @@ pub struct ServeOptions {
     /// `/static/*` with a slash: the whole path); repeat it, the first
     /// match wins; HTTP/1.0 clients also get Expires from max-age
     #[arg(long, value_name = "PATTERN=VALUE", value_parser = parse_cache_rule, help_heading = "Files")]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub cache_control: Option<Vec<String>>,
 
     /// Send compressible files encoded, in the first of these codings the
@@ -360,6 +363,7 @@ pub struct ServeOptions {
     /// The site's page for an error status, e.g. 404=/errors/404.html, sent
     /// with that status (the built-in page if it cannot be); repeat it
     #[arg(long, value_name = "STATUS=PATH", value_parser = parse_error_page, help_heading = "Files")]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub error_page: Option<Vec<String>>,
 
     /// The order responses compete for the outgoing link: fifo, or srpt —
@@ -401,6 +405,35 @@ pub struct ServeOptions {
     #[arg(long, help_heading = "Configuration")]
     #[serde(skip)]
     pub print_config: bool,
+}
+
+/// A list key of the config file, written as a list or as one string
+/// (`error-page = "404=/errors/404.html"`), as a repeated flag may be
+/// given once.
+fn one_or_many<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Visitor<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string or a list of strings")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Vec<T>, E> {
+            let one = T::deserialize(serde::de::value::StrDeserializer::<E>::new(s))?;
+            Ok(vec![one])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut all = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                all.push(item);
+            }
+            Ok(all)
+        }
+    }
+    d.deserialize_any(Visitor(std::marker::PhantomData)).map(Some)
 }
 
 /// Reads a configuration file's text; an unknown key gets a hint: the

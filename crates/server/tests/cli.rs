@@ -820,3 +820,26 @@ fn the_systemd_units_verify() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }
+
+/// A list key of the config file may be one string, as a repeated flag
+/// may be given once; anything else says what it wants.
+#[test]
+fn config_list_keys_take_one_string() {
+    let root = Docroot::standard();
+    root.file("errors/404.html", "not here");
+    let dir = root.path().to_str().unwrap();
+    let one = write(
+        &root.base().join("one.toml"),
+        "error-page = \"404=/errors/404.html\"\ncache-control = \"*.css=max-age=60\"\n",
+    );
+    let out = run_modus(&["serve", dir, "--config", &one, "--print-config"]);
+    assert_exit(&out, 0);
+    assert!(out.stdout.contains("error-page = [\"404=/errors/404.html\"]"), "{}", out.stdout);
+    assert!(out.stdout.contains("cache-control = [\"*.css=max-age=60\"]"), "{}", out.stdout);
+    let many = write(&root.base().join("many.toml"), "error-page = [\"404=/errors/404.html\"]\n");
+    assert_exit(&run_modus(&["serve", dir, "--config", &many, "--print-config"]), 0);
+    let wrong = write(&root.base().join("wrong.toml"), "error-page = 404\n");
+    let out = run_modus(&["serve", dir, "--config", &wrong, "--check"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("a string or a list of strings"), "{}", out.stderr);
+}
