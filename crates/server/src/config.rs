@@ -534,8 +534,9 @@ impl ServeOptions {
         self.layer_over(defaults);
         // As typed (`8080`, `:8080`, a port of its own): one HOST:PORT form.
         // An address that does not parse is left for `Server::prepare` to
-        // refuse. --port changes the listener in use: the TLS one if any.
-        let port = self.port;
+        // refuse. --port is the plain listener's port (`Server::prepare`
+        // refuses it beside --tls-listen, as it refuses --listen there).
+        let port = self.port.filter(|_| self.tls_listen.is_none());
         let in_use = if self.tls_listen.is_some() { &mut self.tls_listen } else { &mut self.listen };
         if let Some(listen) = in_use.as_deref() {
             let typed = match port {

@@ -131,6 +131,12 @@ impl Server {
         let model = models::find(name).ok_or_else(|| {
             anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
         })?;
+        if let (Some(port), Some(tls)) = (options.port, &options.tls_listen) {
+            bail!(
+                "--port {port} and --tls-listen {tls}: --port sets the plain listener's port, and modus \
+                 serves one listener, HTTP or HTTPS; give the port in --tls-listen"
+            );
+        }
         let (flag, listen) = match (&options.tls_listen, &options.listen) {
             (Some(_), Some(listen)) => bail!(
                 "--listen {listen} and --tls-listen: modus serves one listener, HTTP or HTTPS; \

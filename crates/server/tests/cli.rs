@@ -321,6 +321,12 @@ fn listen_addresses_as_typed() {
     let out = run_modus(&["serve", "--listen", "localhost", "--check"]);
     assert_exit(&out, 2);
     assert!(out.stderr.contains("want HOST:PORT"), "{}", out.stderr);
+    // --port is the plain side: beside --tls-listen it is refused, as
+    // --listen is, rather than moving the HTTPS listener to it.
+    let tls = ["serve", "--port", "0", "--tls-listen", "127.0.0.1:0", "--tls-self-signed", "--check"];
+    let out = run_modus(&tls);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("--port 0 and --tls-listen 127.0.0.1:0"), "{}", out.stderr);
 }
 
 /// A port someone else holds: the error says so and how to get a free one.
