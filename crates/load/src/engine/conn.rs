@@ -46,6 +46,9 @@ pub(super) struct Conn {
     pub(super) listed: bool,
     /// Waiting for a timer (think time or reconnect back-off).
     pub(super) waiting: bool,
+    /// The timer waited for is a reconnect back-off: no arrival or think
+    /// time ends with it, so its lateness is not the generator's.
+    pub(super) backing_off: bool,
     /// Closed loop: the request to send when the think time ends.
     pub(super) deferred: Option<Req>,
     /// Bumped on every close, so a read loop notices a replaced socket.
@@ -474,6 +477,7 @@ impl Worker<'_> {
         if kind == ErrorKind::Connect && !self.conns[ci].done {
             // Back off a little so a refused port does not spin the loop.
             self.conns[ci].waiting = true;
+            self.conns[ci].backing_off = true;
             self.timers.push(std::cmp::Reverse((now + Duration::from_millis(10), ci)));
             return;
         }

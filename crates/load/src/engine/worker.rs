@@ -98,6 +98,7 @@ impl<'a> Worker<'a> {
                 done: false,
                 listed: false,
                 waiting: false,
+                backing_off: false,
                 deferred: None,
                 generation: 0,
                 tls: None,
@@ -400,7 +401,9 @@ impl<'a> Worker<'a> {
             }
             self.timers.pop();
             self.conns[ci].waiting = false;
-            self.note_lateness(now, t);
+            if !std::mem::take(&mut self.conns[ci].backing_off) {
+                self.note_lateness(now, t);
+            }
             if self.open {
                 self.make_free(ci);
             } else if let Some(req) = self.conns[ci].deferred.take() {
