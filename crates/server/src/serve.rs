@@ -198,10 +198,13 @@ impl Server {
                 Site::dir(root, settings.follow_symlinks)
                     .with_context(|| format!("opening {}", root.display()))?
             }
-            None => demo_site(match admin_listener {
-                AdminListener::Running(addr) => addr,
-                AdminListener::Bind => admin.as_ref().map(|a| a.local_addr()).transpose()?,
-            }),
+            None => demo_site(
+                match admin_listener {
+                    AdminListener::Running(addr) => addr,
+                    AdminListener::Bind => admin.as_ref().map(|a| a.local_addr()).transpose()?,
+                },
+                addr,
+            ),
         };
         let access = options.access_log.as_deref().unwrap_or("-");
         let access_log =
@@ -447,30 +450,72 @@ fn admin_info(
 /// The embedded demo site; with `--admin`, its front page links to the
 /// status page (the page's one line made at start-up, in place of the hint
 /// between `<!--admin-->` and `<!--/admin-->`).
-fn demo_site(admin: Option<SocketAddr>) -> Site {
-    let Some(admin) = admin else { return Site::embedded(DEMO_SITE) };
-    let host = if admin.ip().is_unspecified() { "127.0.0.1".to_string() } else { admin.ip().to_string() };
-    let host = if admin.is_ipv6() && !admin.ip().is_unspecified() { format!("[{host}]") } else { host };
-    let url = format!("http://{host}:{}/status", admin.port());
+fn demo_site(admin: Option<SocketAddr>, listen: SocketAddr) -> Site {
     let files: Vec<pipeline::EmbeddedFile> = DEMO_SITE
         .iter()
         .map(|file| {
-            let page = std::str::from_utf8(file.bytes).ok().filter(|_| file.path == "/index.html");
-            let Some((before, rest)) = page.and_then(|page| page.split_once("<!--admin-->")) else {
+            let Some(page) = std::str::from_utf8(file.bytes).ok().filter(|_| file.path == "/index.html")
+            else {
                 return *file;
             };
-            let after = rest.split_once("<!--/admin-->").map_or("", |(_, after)| after);
-            let link = format!(
-                "<p class=\"note\">Live status of this server: <a href=\"{url}\">{url}</a> \
-                 (also <code>/status.json</code> and <code>/metrics</code> there).</p>"
-            );
+            let page = fill(page, "models", &models_rows());
+            let page = match listen.port() {
+                // The port a start picks (`--listen :0`) is not known yet:
+                // the page's script shows the browser's own origin.
+                0 => page,
+                _ => fill(&page, "origin", &format!("http://{}", http_host(listen))),
+            };
+            let page = match admin {
+                Some(admin) => {
+                    let url = format!("http://{}/status", http_host(admin));
+                    let link = format!(
+                        "<p class=\"note\">Live status of this server: <a href=\"{url}\">{url}</a> \
+                         (also <code>/status.json</code> and <code>/metrics</code> there).</p>"
+                    );
+                    fill(&page, "admin", &link)
+                }
+                None => page,
+            };
             // Once per process: the site lives as long as the server.
-            let bytes: &'static [u8] =
-                Box::leak(format!("{before}{link}{after}").into_bytes().into_boxed_slice());
+            let bytes: &'static [u8] = Box::leak(page.into_bytes().into_boxed_slice());
             pipeline::EmbeddedFile { path: file.path, bytes }
         })
         .collect();
     Site::embedded(&files)
+}
+
+/// `page` with what is between `<!--NAME-->` and `<!--/NAME-->` replaced by `with`.
+fn fill(page: &str, name: &str, with: &str) -> String {
+    let (open, close) = (format!("<!--{name}-->"), format!("<!--/{name}-->"));
+    let Some((before, rest)) = page.split_once(&open) else { return page.to_string() };
+    let after = rest.split_once(&close).map_or("", |(_, after)| after);
+    format!("{before}{with}{after}")
+}
+
+/// The demo page's table of models, from the registry `modus models` reads.
+fn models_rows() -> String {
+    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    models::MODELS
+        .iter()
+        .map(|m| {
+            format!(
+                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>\n",
+                m.name,
+                esc(m.summary),
+                esc(m.paper_name)
+            )
+        })
+        .collect()
+}
+
+/// An address as a URL's host and port: `127.0.0.1:8080`, `[::1]:8080`, and
+/// a wildcard address as the loopback one a browser on this host reaches.
+fn http_host(addr: SocketAddr) -> String {
+    match addr.ip() {
+        ip if ip.is_unspecified() && addr.is_ipv4() => format!("127.0.0.1:{}", addr.port()),
+        ip if ip.is_unspecified() => format!("[::1]:{}", addr.port()),
+        _ => addr.to_string(),
+    }
 }
 
 /// Lifts the soft limit on open descriptors to the hard one (nginx's
@@ -557,5 +602,28 @@ impl RunAs {
             bail!("--user {}: root could be regained after setuid; refusing to serve", self.spec);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_page_is_filled_in() {
+        let page = "a <!--x-->old<!--/x--> b <!--y-->kept";
+        assert_eq!(fill(page, "x", "new"), "a new b <!--y-->kept");
+        assert_eq!(fill(page, "z", "new"), page, "no such block: unchanged");
+        assert_eq!(http_host("0.0.0.0:9000".parse().unwrap()), "127.0.0.1:9000");
+        assert_eq!(http_host("[::]:9000".parse().unwrap()), "[::1]:9000");
+        assert_eq!(http_host("[::1]:80".parse().unwrap()), "[::1]:80");
+        let index =
+            std::str::from_utf8(DEMO_SITE.iter().find(|f| f.path == "/index.html").unwrap().bytes).unwrap();
+        for block in ["models", "origin", "admin"] {
+            assert!(index.contains(&format!("<!--{block}-->")), "{block}");
+        }
+        let rows = models_rows();
+        assert_eq!(rows.lines().count(), models::MODELS.len());
+        assert!(rows.contains("<tr><td><code>uring</code></td>"), "{rows}");
     }
 }

@@ -278,6 +278,10 @@ fn the_demo_site_renders_in_chromium_over_https() {
     let dom = run_chromium(&chromium, &url, &["--dump-dom", &spki, &resolve]);
     assert!(dom.contains("<title>") && dom.contains("modus"), "the demo page in:\n{dom}");
     assert!(!dom.contains("ERR_CERT") && !dom.contains("Your connection is not private"), "{dom}");
+    // Served from port 0, the page's example names the origin the browser
+    // reached it at.
+    let origin = format!("<span id=\"origin\">https://localhost:{}</span>/cgi-bin/echo", srv.addr().port());
+    assert!(dom.contains(&origin), "{origin} in:\n{dom}");
 }
 
 /// A lab report renders in Chromium from the file alone (it is

@@ -61,6 +61,17 @@ fn demo_site_without_root() {
     let r = get_ok(&srv, "/");
     assert!(r.header_one("content-type").starts_with("text/html"), "{}", r.describe());
     assert!(r.body_str().contains("modus"), "{}", r.describe());
+    // The page tells the truth about this server: every model `modus
+    // models` lists, with its own summary, and the address it serves on.
+    let page = r.body_str();
+    let models = run_modus(&["models"]);
+    for line in models.stdout.lines() {
+        let name = line.split_whitespace().next().unwrap();
+        assert!(page.contains(&format!("<tr><td><code>{name}</code></td>")), "{name} missing:\n{page}");
+    }
+    assert!(page.contains("a new thread per ready request"), "{page}");
+    // Started on port 0, the address is the browser's own (a script).
+    assert!(page.contains("textContent = location.origin"), "{page}");
 }
 
 #[test]
