@@ -338,6 +338,22 @@ impl RequestHead {
             .map(|field| field.value.of(&self.bytes))
     }
 
+    /// A list field (`Accept-Encoding`, `If-None-Match`, …) whose members
+    /// may be spread over several field lines: their values joined with
+    /// ", ", as one field value (RFC 9110 §5.3), borrowed when there is
+    /// one line; `None` if there is none, or a value is not UTF-8.
+    pub fn list_header<'a>(&'a self, name: &'a str) -> Option<std::borrow::Cow<'a, str>> {
+        let mut lines = self.headers_named(name);
+        let first = std::str::from_utf8(lines.next()?).ok()?;
+        let Some(second) = lines.next() else { return Some(first.into()) };
+        let mut joined = String::from(first);
+        for line in std::iter::once(second).chain(lines) {
+            joined.push_str(", ");
+            joined.push_str(std::str::from_utf8(line).ok()?);
+        }
+        Some(joined.into())
+    }
+
     /// All fields if one may be named `name`, else none.
     fn fields_maybe_named(&self, name: &str) -> &[FieldSpan] {
         if self.names.may_contain(name.as_bytes()) {

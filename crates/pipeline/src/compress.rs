@@ -170,8 +170,6 @@ fn type_matches(pattern: &str, essence: &str) -> bool {
 pub struct Accepted {
     /// The acceptable codings, best first (ties in the order offered).
     ranked: [Option<Coding>; 3],
-    /// Whether the unencoded representation is acceptable.
-    pub identity: bool,
 }
 
 impl Accepted {
@@ -184,15 +182,14 @@ impl Accepted {
 /// Reads `Accept-Encoding` (RFC 9110 §12.5.3) against `offered`, the
 /// server's codings in its order of preference. No field: any coding is
 /// acceptable, identity preferred (none is chosen). A coding is acceptable
-/// with q > 0, named or through `*`; identity unless `identity;q=0`, or
-/// `*;q=0` with no entry of its own. A malformed q counts as 0 for
-/// its coding.
+/// with q > 0, named or through `*`. A malformed q counts as 0 for its
+/// coding. Identity is always sent when no coding is chosen, even after
+/// `identity;q=0` (`reply::choose` says why).
 pub fn accepted(header: Option<&str>, offered: &[Coding]) -> Accepted {
     let Some(header) = header else {
-        return Accepted { ranked: [None; 3], identity: true };
+        return Accepted { ranked: [None; 3] };
     };
     let mut star: Option<u16> = None;
-    let mut identity: Option<u16> = None;
     let mut named: [Option<u16>; 3] = [None; 3];
     for member in header.split(',') {
         let mut params = member.split(';');
@@ -207,8 +204,6 @@ pub fn accepted(header: Option<&str>, offered: &[Coding]) -> Accepted {
             .unwrap_or(0);
         if name == "*" {
             star = Some(q);
-        } else if name.eq_ignore_ascii_case("identity") {
-            identity = Some(q);
         } else if let Some(coding) = Coding::from_token(name) {
             let slot = &mut named[coding.index()];
             // A coding named twice keeps its better weight.
@@ -230,7 +225,7 @@ pub fn accepted(header: Option<&str>, offered: &[Coding]) -> Accepted {
     for (slot, (_, _, c)) in out.iter_mut().zip(&ranked[..n]) {
         *slot = Some(*c);
     }
-    Accepted { ranked: out, identity: identity.or(star).is_none_or(|q| q > 0) }
+    Accepted { ranked: out }
 }
 
 /// A qvalue (RFC 9110 §12.4.2) in thousandths; `None` if malformed.
@@ -252,33 +247,26 @@ mod tests {
     use super::*;
     use Coding::*;
 
-    fn ranked(header: &str, offered: &[Coding]) -> (Vec<Coding>, bool) {
-        let a = accepted(Some(header), offered);
-        (a.codings().collect(), a.identity)
+    fn ranked(header: &str, offered: &[Coding]) -> Vec<Coding> {
+        accepted(Some(header), offered).codings().collect()
     }
 
     #[test]
     fn q_values_order_and_exclude() {
         let all = [Br, Zstd, Gzip];
-        assert_eq!(ranked("gzip, br", &all), (vec![Br, Gzip], true), "ties: the server's order");
-        assert_eq!(ranked("br;q=0.5, gzip", &all), (vec![Gzip, Br], true));
-        assert_eq!(ranked("br;q=0, *", &all), (vec![Zstd, Gzip], true));
-        assert_eq!(ranked("x-gzip", &all), (vec![Gzip], true));
-        assert_eq!(ranked("GZIP;Q=1.000", &all), (vec![Gzip], true));
-        assert_eq!(ranked("gzip;q=1.5, br;q=abc", &all), (vec![], true), "malformed weights exclude");
-        assert_eq!(ranked("", &all), (vec![], true), "empty: identity only");
-        assert_eq!(ranked("br", &[Gzip]), (vec![], true), "only what is offered");
-        assert_eq!(ranked("deflate, compress", &all), (vec![], true));
-    }
-
-    #[test]
-    fn identity_refused() {
-        let all = [Br, Zstd, Gzip];
-        assert_eq!(ranked("gzip, identity;q=0", &all), (vec![Gzip], false));
-        assert_eq!(ranked("*;q=0", &all), (vec![], false));
-        assert_eq!(ranked("*;q=0, identity", &all), (vec![], true));
-        assert_eq!(ranked("identity;q=0.001", &all), (vec![], true));
-        assert!(accepted(None, &all).identity && accepted(None, &all).codings().next().is_none());
+        assert_eq!(ranked("gzip, br", &all), [Br, Gzip], "ties: the server's order");
+        assert_eq!(ranked("br;q=0.5, gzip", &all), [Gzip, Br]);
+        assert_eq!(ranked("br;q=0, *", &all), [Zstd, Gzip]);
+        assert_eq!(ranked("x-gzip", &all), [Gzip]);
+        assert_eq!(ranked("GZIP;Q=1.000", &all), [Gzip]);
+        assert_eq!(ranked("gzip;q=1.5, br;q=abc", &all), [], "malformed weights exclude");
+        assert_eq!(ranked("", &all), [], "empty: identity only");
+        assert_eq!(ranked("br", &[Gzip]), [], "only what is offered");
+        assert_eq!(ranked("deflate, compress", &all), []);
+        assert_eq!(ranked("gzip, identity;q=0", &all), [Gzip]);
+        assert_eq!(ranked("*;q=0", &all), []);
+        assert_eq!(ranked("identity;q=0.001", &all), []);
+        assert!(accepted(None, &all).codings().next().is_none());
     }
 
     #[test]

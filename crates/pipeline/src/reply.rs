@@ -211,10 +211,8 @@ fn answer(
             // A directory's resource is its index: encodings are the index's.
             let file_path: std::borrow::Cow<'_, str> =
                 if path.ends_with('/') { format!("{path}index.html").into() } else { path.into() };
-            match choose(p, req, &file_path, &resource, blocking)? {
-                Choice::Send(chosen) => respond(p, req, path, &chosen, keep_alive, blocking),
-                Choice::NotAcceptable => fail(406, &[("Vary", "Accept-Encoding")]),
-            }
+            let chosen = choose(p, req, &file_path, &resource, blocking)?;
+            respond(p, req, path, &chosen, keep_alive, blocking)
         }
         Found::Listing(html) => {
             let mut head = start(settings, 200, req.version, keep_alive);
@@ -263,9 +261,9 @@ fn respond(
     let len = rep.len();
     let precondition = conditional::evaluate(
         true,
-        req.header_str("If-Match"),
+        req.list_header("If-Match").as_deref(),
         req.header_str("If-Unmodified-Since"),
-        req.header_str("If-None-Match"),
+        req.list_header("If-None-Match").as_deref(),
         req.header_str("If-Modified-Since"),
         rep.etag(),
         rep.modified(),
@@ -347,15 +345,6 @@ fn respond(
     Some(response)
 }
 
-/// How a file is answered, by its `Accept-Encoding` (or `None`: that
-/// needs the disk or an encoder, and `blocking` says not now).
-enum Choice<'a> {
-    Send(Chosen<'a>),
-    /// The client refuses the unencoded file and nothing it accepts can
-    /// be made: 406 (RFC 9110 §12.5.3).
-    NotAcceptable,
-}
-
 /// The representation a GET or HEAD of a file is answered with.
 struct Chosen<'a> {
     /// The file as it is on disk.
@@ -385,8 +374,8 @@ fn choose<'a>(
     file_path: &str,
     res: &'a Resource,
     blocking: Blocking,
-) -> Option<Choice<'a>> {
-    let identity = |vary| Some(Choice::Send(Chosen { res, form: Form::Identity, vary }));
+) -> Option<Chosen<'a>> {
+    let identity = |vary| Some(Chosen { res, form: Form::Identity, vary });
     let c = &p.settings.compression;
     if !c.is_on() || !c.compressible(res.content_type()) {
         return identity(false);
@@ -402,19 +391,16 @@ fn choose<'a>(
         return identity(false);
     }
     let offered = offered(&c.codings, c.precompressed);
-    let accepted = compress::accepted(req.header_str("Accept-Encoding"), &offered.list[..offered.len]);
+    let accept_encoding = req.list_header("Accept-Encoding");
+    let accepted = compress::accepted(accept_encoding.as_deref(), &offered.list[..offered.len]);
     for coding in accepted.codings() {
         if c.precompressed {
             let mut sibling_path = String::with_capacity(file_path.len() + 4);
             sibling_path.push_str(file_path);
             sibling_path.push_str(coding.extension());
             match p.site.sibling(&sibling_path, &p.cache, &p.settings, blocking)? {
-                Some(sibling) if sibling.modified() >= res.modified() => {
-                    return Some(Choice::Send(Chosen {
-                        res,
-                        form: Form::Sibling(coding, sibling),
-                        vary: true,
-                    }));
+                Some(sibling) if not_older(sibling.modified(), res.modified()) => {
+                    return Some(Chosen { res, form: Form::Sibling(coding, sibling), vary: true });
                 }
                 _ => {}
             }
@@ -425,14 +411,24 @@ fn choose<'a>(
             return None;
         }
         if let Some(variant) = entry.variant(coding, &p.cache, file_path) {
-            return Some(Choice::Send(Chosen { res, form: Form::Encoded(variant), vary: true }));
+            return Some(Chosen { res, form: Form::Encoded(variant), vary: true });
         }
     }
-    if accepted.identity {
-        identity(true)
-    } else {
-        Some(Choice::NotAcceptable)
-    }
+    // Nothing it accepts can be made: the file as it is, even where the
+    // client said `identity;q=0` — as nginx and Caddy answer, and as RFC
+    // 9110 §12.5.3 prefers ("SHOULD send a response without any content
+    // coding"); §15.5.7 lets a server disregard the field rather than
+    // answer 406, which clients that send it handle worse than a body.
+    identity(true)
+}
+
+/// Whether a precompressed sibling made at `sibling` is as new as its
+/// file, made at `file`, to the whole second: `brotli -k` (1.0.9) and
+/// `gzip -k` keep the file's time in whole seconds, so a sibling made from
+/// a file with a fractional time looks a fraction older than it.
+fn not_older(sibling: std::time::SystemTime, file: std::time::SystemTime) -> bool {
+    let secs = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    secs(sibling) >= secs(file)
 }
 
 /// The codings a file may be sent in, in the server's order: `--compress`'s

@@ -356,7 +356,7 @@ pub struct ServeOptions {
     pub compress_min_size: Option<Size>,
 
     /// Serve FILE.br, FILE.zst or FILE.gz in place of FILE (of a --compress-types
-    /// type) to a client that accepts the coding, when present and not older than FILE
+    /// type) to a client that accepts the coding, when present and not older than FILE (to the second)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "Files")]
     pub precompressed: Option<bool>,
 

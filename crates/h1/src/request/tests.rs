@@ -301,6 +301,14 @@ fn field_values_and_lookup() {
     assert_eq!(head.header("X-Tab"), Some(&b"a\tb"[..]));
     assert_eq!(head.header("missing"), None);
     assert_eq!(head.headers_named("missing").count(), 0);
+    // A list field's lines are one list (RFC 9110 §5.3).
+    assert_eq!(head.list_header("x-a").as_deref(), Some("spaced  out, "));
+    assert!(
+        matches!(head.list_header("Accept"), Some(std::borrow::Cow::Borrowed("*/*"))),
+        "one line: borrowed"
+    );
+    assert_eq!(head.list_header("x-bin"), None, "not UTF-8");
+    assert_eq!(head.list_header("missing"), None);
 }
 
 #[test]

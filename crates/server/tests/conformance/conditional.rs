@@ -62,6 +62,12 @@ fn if_none_match_list_containing_etag_is_304() {
     let (_root, srv, etag, _lm) = setup();
     let r = cond_get(&srv, &[&format!("If-None-Match: \"nope\", {etag}, \"other\"")]);
     assert_304(&r, &etag);
+    // The list over several lines is one list (RFC 9110 §5.3).
+    let r = cond_get(&srv, &["If-None-Match: \"nope\"", &format!("If-None-Match: {etag}")]);
+    assert_304(&r, &etag);
+    // If-Match's too: the second line's tag matches, the request proceeds.
+    let r = cond_get(&srv, &["If-Match: \"nope\"", &format!("If-Match: {etag}")]);
+    assert_eq!(r.status, 200, "{}", r.describe());
 }
 
 #[test]
