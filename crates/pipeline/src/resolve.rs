@@ -348,9 +348,23 @@ impl DocRoot {
         loop {
             match rustix::fs::openat2(&self.dir, rel, flags, Mode::empty(), beneath()) {
                 Err(Errno::AGAIN) if attempts < 3 => attempts += 1,
+                Err(Errno::XDEV) => return self.open_through_absolute_link(rel, flags),
                 result => return result,
             }
         }
+    }
+
+    /// `RESOLVE_BENEATH` refuses every absolute symlink, even one that
+    /// names a file inside the root (`ln -s /srv/www/a.html b.html`): such
+    /// a path is resolved to its real path, and when that is inside the
+    /// root it is opened beneath the root again, by the path it really has
+    /// there — so the kernel still checks the final open, and a link that
+    /// leads out, or is changed to while this runs, stays refused.
+    fn open_through_absolute_link(&self, rel: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+        let real = std::fs::canonicalize(self.path.join(rel)).map_err(|_| Errno::XDEV)?;
+        let inside = real.strip_prefix(&self.path).map_err(|_| Errno::XDEV)?;
+        let inside = if inside.as_os_str().is_empty() { Path::new(".") } else { inside };
+        rustix::fs::openat2(&self.dir, inside, flags, Mode::empty(), beneath())
     }
 
     /// The pre-`openat2` fallback: one `openat` per component with
@@ -568,6 +582,9 @@ mod tests {
         symlink("../outside.txt", root.join("up-link")).unwrap();
         symlink(&outside, root.join("abs-link")).unwrap();
         symlink("..", root.join("dir-escape")).unwrap();
+        // Absolute links that name places inside the root.
+        symlink(root.join("a/b.txt"), root.join("abs-link-in")).unwrap();
+        symlink(root.join("a"), root.join("abs-dirlink-in")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
             root.join("fifo"),
@@ -646,6 +663,9 @@ mod tests {
         let [beneath, _, _] = roots(&f);
         assert_eq!(read(&beneath, "/link-in").unwrap(), "nested");
         assert_eq!(read(&beneath, "/dirlink-in/b.txt").unwrap(), "nested");
+        assert_eq!(read(&beneath, "/abs-link-in").unwrap(), "nested", "an absolute link inside the root");
+        assert_eq!(read(&beneath, "/abs-dirlink-in/b.txt").unwrap(), "nested");
+        assert!(beneath.stat("/abs-dirlink-in/").unwrap().is_dir());
         for escape in ["/up-link", "/abs-link", "/dir-escape/outside.txt", "/dir-escape/"] {
             assert_eq!(kind(beneath.open_file(escape)), io::ErrorKind::PermissionDenied, "{escape}");
             assert_eq!(kind(beneath.stat(escape)), io::ErrorKind::PermissionDenied, "{escape}");
@@ -662,6 +682,7 @@ mod tests {
             "/dirlink-in/b.txt",
             "/up-link",
             "/abs-link",
+            "/abs-link-in",
             "/dir-escape/outside.txt",
         ] {
             assert_eq!(kind(walk.open_file(link)), io::ErrorKind::PermissionDenied, "{link}");
@@ -712,14 +733,28 @@ mod tests {
             names.sort();
             names
         };
-        assert_eq!(names(&beneath, "/"), [".well-known", "a", "dirlink-in", "index.html", "link-in", "sub"]);
+        assert_eq!(
+            names(&beneath, "/"),
+            [
+                ".well-known",
+                "a",
+                "abs-dirlink-in",
+                "abs-link-in",
+                "dirlink-in",
+                "index.html",
+                "link-in",
+                "sub"
+            ]
+        );
         assert_eq!(names(&walk, "/"), [".well-known", "a", "index.html", "sub"]);
         assert_eq!(
             names(&follow, "/"),
             [
                 ".well-known",
                 "a",
+                "abs-dirlink-in",
                 "abs-link",
+                "abs-link-in",
                 "dir-escape",
                 "dirlink-in",
                 "index.html",

@@ -254,6 +254,28 @@ fn symlink_inside_root_is_served() {
     assert_eq!(r.body_str(), HELLO);
 }
 
+/// An absolute link to a file or directory inside the root is inside the
+/// root (`ln -s /srv/www/hello.txt`), as a relative one is.
+#[test]
+fn absolute_symlink_inside_root_is_served() {
+    let (root, srv) = standard(MODEL, &[]);
+    let real = std::fs::canonicalize(root.path()).unwrap();
+    root.symlink("abs-inside.txt", real.join("hello.txt").to_str().unwrap());
+    root.symlink("abs-dir", real.to_str().unwrap());
+    let r = get(&srv, "/abs-inside.txt");
+    r.assert_status(200);
+    assert_eq!(r.body_str(), HELLO);
+    let r = get(&srv, "/abs-dir/hello.txt");
+    r.assert_status(200);
+    assert_eq!(r.body_str(), HELLO);
+    // One that leads out stays refused however it is spelled.
+    let out = std::fs::canonicalize(root.base()).unwrap();
+    root.symlink("abs-outside", out.to_str().unwrap());
+    let r = get(&srv, "/abs-outside/secret.txt");
+    r.assert_status(403);
+    assert!(!r.body_str().contains(SECRET), "{}", r.describe());
+}
+
 #[test]
 fn symlink_outside_root_is_forbidden() {
     let (_root, srv) = standard(MODEL, &[]);
