@@ -18,6 +18,10 @@ pub(crate) struct Identity {
     pub ino: u64,
     pub len: u64,
     pub modified: SystemTime,
+    /// The inode's change time: moved by every write and every change of
+    /// its times, so a file rewritten in place with its size and mtime
+    /// put back (`rsync --inplace --times`) is still seen as changed.
+    pub changed: (i64, i64),
 }
 
 impl Identity {
@@ -30,6 +34,7 @@ impl Identity {
             ino: st.st_ino,
             len: st.st_size.max(0) as u64,
             modified: SystemTime::UNIX_EPOCH + mtime,
+            changed: (st.st_ctime, st.st_ctime_nsec as i64),
         }
     }
 }
@@ -483,7 +488,7 @@ mod tests {
     use super::*;
 
     fn entry(ino: u64, len: usize) -> Arc<Entry> {
-        let id = Identity { dev: 1, ino, len: len as u64, modified: SystemTime::UNIX_EPOCH };
+        let id = Identity { dev: 1, ino, len: len as u64, modified: SystemTime::UNIX_EPOCH, changed: (0, 0) };
         Arc::new(Entry::new(id, Body::Bytes(vec![0u8; len].into()), String::new(), String::new()))
     }
 
@@ -534,7 +539,13 @@ mod tests {
     #[test]
     fn variants_count_in_the_budget() {
         let text: Vec<u8> = b"compressible text, ".repeat(50);
-        let id = Identity { dev: 1, ino: 7, len: text.len() as u64, modified: SystemTime::UNIX_EPOCH };
+        let id = Identity {
+            dev: 1,
+            ino: 7,
+            len: text.len() as u64,
+            modified: SystemTime::UNIX_EPOCH,
+            changed: (0, 0),
+        };
         let a =
             Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), "\"t\"".into(), "text/plain".into()));
         let cache = Cache::new(10_000, 5_000);
@@ -564,7 +575,7 @@ mod tests {
     #[test]
     fn memory_and_open_files_are_counted_apart() {
         let file = |ino: u64, len: u64| {
-            let id = Identity { dev: 1, ino, len, modified: SystemTime::UNIX_EPOCH };
+            let id = Identity { dev: 1, ino, len, modified: SystemTime::UNIX_EPOCH, changed: (0, 0) };
             let fd = std::fs::File::open("/dev/null").expect("/dev/null");
             Arc::new(Entry::new(id, Body::File(Arc::new(fd)), String::new(), String::new()))
         };
@@ -579,7 +590,13 @@ mod tests {
         cache.insert("/large", file(3, 30_000), None);
         assert_eq!(held(&cache), (31_000, 1_000, 1), "a replaced entry is given back");
         let text: Vec<u8> = b"compressible text, ".repeat(50);
-        let id = Identity { dev: 1, ino: 4, len: text.len() as u64, modified: SystemTime::UNIX_EPOCH };
+        let id = Identity {
+            dev: 1,
+            ino: 4,
+            len: text.len() as u64,
+            modified: SystemTime::UNIX_EPOCH,
+            changed: (0, 0),
+        };
         let t = Arc::new(Entry::new(id, Body::Bytes(text.clone().into()), String::new(), String::new()));
         cache.insert("/t", t.clone(), None);
         let encoded = t.variant(Coding::Gzip, &cache, "/t").expect("smaller").bytes.len() as u64;

@@ -179,7 +179,8 @@ impl Site {
             // Embedded files have no inode: a content hash stands in, so the
             // ETag changes exactly when a new binary ships new bytes.
             let hash = fnv1a(f.bytes);
-            let identity = Identity { dev: 0, ino: hash, len: f.bytes.len() as u64, modified: started };
+            let identity =
+                Identity { dev: 0, ino: hash, len: f.bytes.len() as u64, modified: started, changed: (0, 0) };
             let etag = conditional::etag(hash, identity.len, SystemTime::UNIX_EPOCH);
             let entry = Entry::new(identity, Body::Bytes(Arc::from(f.bytes)), etag, content_type(f.path));
             map.insert(f.path, Arc::new(entry));

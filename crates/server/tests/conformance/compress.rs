@@ -300,6 +300,39 @@ fn precompressed_siblings_made_by_the_real_tools() {
     }
 }
 
+/// A file rewritten in place with its inode, size and mtime kept
+/// (`rsync --inplace --times`): its encoded variants follow it, as the
+/// unencoded bytes do — the inode's change time tells.
+#[test]
+fn variants_follow_an_in_place_rewrite_that_keeps_size_and_mtime() {
+    use std::io::{Seek, Write};
+    let root = site();
+    let srv = serve(MODEL, &root, &["--compress", "gzip,br"]);
+    assert_encoded(&fetch(&srv, "GET", "gzip", &[]), "gzip");
+    assert_encoded(&fetch(&srv, "GET", "br", &[]), "br");
+    let changed = String::from_utf8(page()).unwrap().replace("row", "ROW").into_bytes();
+    assert_eq!(changed.len(), page().len());
+    let mut file = std::fs::OpenOptions::new().write(true).open(root.path().join("page.html")).unwrap();
+    file.seek(std::io::SeekFrom::Start(0)).unwrap();
+    file.write_all(&changed).unwrap();
+    drop(file);
+    root.set_mtime("page.html", old_mtime());
+    for coding in ["gzip", "br"] {
+        let mut fresh = false;
+        // The event loops learn of it from their watch, a moment later.
+        assert!(
+            poll_until(|| {
+                let r = fetch(&srv, "GET", coding, &[]);
+                fresh = r.status == 200 && decode(coding, &r.body) == changed;
+                fresh
+            }),
+            "{coding}: still the old bytes"
+        );
+    }
+    let r = fetch(&srv, "GET", "", &[]);
+    assert_bytes_eq(&r.body, &changed, "identity");
+}
+
 #[test]
 fn precompressed_follows_the_clients_preference() {
     let root = site();
