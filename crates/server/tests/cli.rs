@@ -860,3 +860,27 @@ fn config_list_keys_take_one_string() {
     assert_exit(&out, 2);
     assert!(out.stderr.contains("a string or a list of strings"), "{}", out.stderr);
 }
+
+/// Two sockets handed in (two `ListenStream=` lines, IPv4 and IPv6): modus
+/// serves one listener, so it refuses at start naming both (exit 2), rather
+/// than leave connections to the second accepted and never answered.
+#[test]
+fn two_sockets_handed_in_are_refused_by_name() {
+    let root = Docroot::standard();
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (addr_a, addr_b) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    // The first socket is stdin and the second stdout; the shell moves
+    // them to 3 and 4 and, being the process modus becomes, names its pid.
+    let script = r#"exec 3<&0 4>&1 0</dev/null 1>/dev/null; LISTEN_PID=$$ LISTEN_FDS=2 exec "$0" serve "$1" --access-log off"#;
+    let out = std::process::Command::new("sh")
+        .args(["-c", script, BIN, root.path().to_str().unwrap()])
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(a)))
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(b)))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("2 sockets were passed ({addr_a}, {addr_b})")), "{stderr}");
+}

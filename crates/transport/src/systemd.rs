@@ -27,15 +27,35 @@ pub fn activated_listener() -> io::Result<Option<TcpListener>> {
     if !ours || count < 1 {
         return Ok(None);
     }
-    #[allow(unsafe_code)]
-    // SAFETY: sd_listen_fds(3): when LISTEN_PID names this process, the
-    // service manager opened descriptors 3 .. 3 + LISTEN_FDS for it. The
-    // caller runs this before opening any file, so descriptor 3 is that
-    // socket and owned by no one else here; the variables are cleared
-    // above, so it is adopted once. The server's test
-    // `a_socket_handed_in_by_systemd_is_served` passes one in at 3.
-    let fd = unsafe { OwnedFd::from_raw_fd(LISTEN_FDS_START) };
-    let listener = TcpListener::from(fd);
+    let mut passed: Vec<TcpListener> = (0..count)
+        .map(|i| {
+            #[allow(unsafe_code)]
+            // SAFETY: sd_listen_fds(3): when LISTEN_PID names this process,
+            // the service manager opened descriptors 3 .. 3 + LISTEN_FDS for
+            // it. The caller runs this before opening any file, so they are
+            // those sockets and owned by no one else here; the variables are
+            // cleared above, so each is adopted once. The server's tests
+            // `a_socket_handed_in_by_systemd_is_served` and
+            // `two_sockets_handed_in_are_refused_by_name` pass one and two.
+            let fd = unsafe { OwnedFd::from_raw_fd(LISTEN_FDS_START + i) };
+            TcpListener::from(fd)
+        })
+        .collect();
+    if passed.len() > 1 {
+        // Serving some and leaving the others accepted by the kernel and
+        // never answered would be the worst answer: refuse, naming them.
+        let names: Vec<String> = passed
+            .iter()
+            .map(|l| l.local_addr().map_or_else(|_| "a socket that is not TCP".into(), |a| a.to_string()))
+            .collect();
+        return Err(io::Error::other(format!(
+            "{} sockets were passed ({}) and modus serves one listener: give the unit one ListenStream= \
+             (for IPv4 and IPv6 both, ListenStream=[::]:PORT with BindIPv6Only=both)",
+            names.len(),
+            names.join(", ")
+        )));
+    }
+    let listener = passed.remove(0);
     // What was passed must be a listening TCP socket, not any descriptor.
     let sock = socket2::SockRef::from(&listener);
     if !sock.is_listener()? || sock.r#type()? != socket2::Type::STREAM {
