@@ -74,7 +74,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "amped",
     paper_name: "AMPED",
     summary: "event loops (--workers) + helper threads (--helpers) that run the disk-bound pipeline (Flash)",
-    caps: Caps { forks: false, event_driven: true, staged: false, srpt_loop: true, sendfile: true },
+    caps: Caps {
+        forks: false,
+        event_driven: true,
+        staged: false,
+        srpt_loop: true,
+        sendfile: true,
+        pipeline_on_loop: false,
+    },
     run,
 };
 

@@ -77,7 +77,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "event",
     paper_name: "SPED",
     summary: "one epoll loop per --workers thread; the pipeline runs inline (nginx), CGI starts on a spawner",
-    caps: Caps { forks: false, event_driven: true, staged: false, srpt_loop: true, sendfile: true },
+    caps: Caps {
+        forks: false,
+        event_driven: true,
+        staged: false,
+        srpt_loop: true,
+        sendfile: true,
+        pipeline_on_loop: true,
+    },
     run,
 };
 

@@ -56,6 +56,10 @@ pub struct Caps {
     /// (`uring` chooses its file path at run time: see
     /// [`ModelInfo::sends_files`]).
     pub sendfile: bool,
+    /// Runs the request pipeline on its event loop's thread (not on
+    /// helpers), so CPU work there — a first encoding — stalls every
+    /// connection of the loop.
+    pub pipeline_on_loop: bool,
 }
 
 /// Tuning knobs; each model reads the ones that apply to it.

@@ -27,7 +27,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "per-request",
     paper_name: "RBW",
     summary: "a new thread per ready request, exiting when its client goes quiet (--max-threads)",
-    caps: Caps { forks: false, event_driven: false, staged: false, srpt_loop: false, sendfile: true },
+    caps: Caps {
+        forks: false,
+        event_driven: false,
+        staged: false,
+        srpt_loop: false,
+        sendfile: true,
+        pipeline_on_loop: false,
+    },
     run,
 };
 

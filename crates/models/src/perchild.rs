@@ -33,7 +33,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "perchild",
     paper_name: "SPP-DTP",
     summary: "--processes fixed processes, each growing its threads between --min-spare and --max-spare idle",
-    caps: Caps { forks: true, event_driven: false, staged: false, srpt_loop: false, sendfile: true },
+    caps: Caps {
+        forks: true,
+        event_driven: false,
+        staged: false,
+        srpt_loop: false,
+        sendfile: true,
+        pipeline_on_loop: false,
+    },
     run,
 };
 

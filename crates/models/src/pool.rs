@@ -22,7 +22,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "pool",
     paper_name: "TPW",
     summary: "fixed thread pool fed whole requests by an epoll gate (--threads, --queue)",
-    caps: Caps { forks: false, event_driven: false, staged: false, srpt_loop: false, sendfile: true },
+    caps: Caps {
+        forks: false,
+        event_driven: false,
+        staged: false,
+        srpt_loop: false,
+        sendfile: true,
+        pipeline_on_loop: false,
+    },
     run,
 };
 

@@ -25,7 +25,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "prefork",
     paper_name: "DPP",
     summary: "processes, one connection each; --min-spare..--max-spare idle, at most --max-clients",
-    caps: Caps { forks: true, event_driven: false, staged: false, srpt_loop: false, sendfile: true },
+    caps: Caps {
+        forks: true,
+        event_driven: false,
+        staged: false,
+        srpt_loop: false,
+        sendfile: true,
+        pipeline_on_loop: false,
+    },
     run,
 };
 

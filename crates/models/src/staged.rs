@@ -100,7 +100,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "staged",
     paper_name: "TBW",
     summary: "a thread pool and a queue per stage: read, data, cgi, write, log (--stage-threads)",
-    caps: Caps { forks: false, event_driven: true, staged: true, srpt_loop: false, sendfile: true },
+    caps: Caps {
+        forks: false,
+        event_driven: true,
+        staged: true,
+        srpt_loop: false,
+        sendfile: true,
+        pipeline_on_loop: false,
+    },
     run,
 };
 

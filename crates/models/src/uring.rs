@@ -81,7 +81,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "uring",
     paper_name: "SPED",
     summary: "the event loop on io_uring completions: multishot accept and receive, batched sends",
-    caps: Caps { forks: false, event_driven: true, staged: false, srpt_loop: false, sendfile: false },
+    caps: Caps {
+        forks: false,
+        event_driven: true,
+        staged: false,
+        srpt_loop: false,
+        sendfile: false,
+        pipeline_on_loop: true,
+    },
     run,
 };
 

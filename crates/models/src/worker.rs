@@ -37,7 +37,14 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "worker",
     paper_name: "DPP-STP",
     summary: "processes vary, each a fixed pool of --threads-per-child; spare counted in threads",
-    caps: Caps { forks: true, event_driven: false, staged: false, srpt_loop: false, sendfile: true },
+    caps: Caps {
+        forks: true,
+        event_driven: false,
+        staged: false,
+        srpt_loop: false,
+        sendfile: true,
+        pipeline_on_loop: false,
+    },
     run,
 };
 

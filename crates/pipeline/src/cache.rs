@@ -90,6 +90,12 @@ pub(crate) struct Entry {
     variants: [OnceLock<Option<Variant>>; 3],
     /// Bytes of the variants, counted in the cache's budget with the file's.
     variant_bytes: AtomicU64,
+    /// Per coding: its encoding was handed to the background encoder
+    /// ([`encode_aside`](Self::encode_aside)).
+    aside: [AtomicBool; 3],
+    /// Per coding: made aside, not yet counted in the budget (the encoder
+    /// holds no cache: the next request that uses it counts it).
+    uncharged: [AtomicBool; 3],
 }
 
 /// A cached file in one content coding: encoded once, served as often as
@@ -127,6 +133,8 @@ impl Entry {
             watched: AtomicBool::new(false),
             variants: Default::default(),
             variant_bytes: AtomicU64::new(0),
+            aside: Default::default(),
+            uncharged: Default::default(),
         }
     }
 
@@ -155,13 +163,39 @@ impl Entry {
     /// and counted in `cache`'s budget if the entry is there under `key`.
     /// `None`: not worth sending.
     pub fn variant(self: &Arc<Self>, coding: Coding, cache: &Cache, key: &str) -> Option<&Variant> {
-        self.variants[coding.index()]
+        let i = coding.index();
+        let variant = self.variants[i]
             .get_or_init(|| {
                 let variant = self.encode(coding)?;
                 cache.charge(key, self, variant.bytes.len() as u64);
                 Some(variant)
             })
-            .as_ref()
+            .as_ref();
+        if let Some(made) = variant.filter(|_| self.uncharged[i].swap(false, Ordering::Relaxed)) {
+            cache.charge(key, self, made.bytes.len() as u64);
+        }
+        variant
+    }
+
+    /// Has `coding`'s variant made on the background encoder, once, for a
+    /// thread that must not spend the time (an event loop): until it is
+    /// made, requests are answered with the file as it is.
+    pub fn encode_aside(self: &Arc<Self>, coding: Coding) {
+        let i = coding.index();
+        if self.aside[i].swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let entry = Arc::clone(self);
+        crate::compress::in_background(Box::new(move || {
+            let mut made = false;
+            entry.variants[i].get_or_init(|| {
+                made = true;
+                entry.encode(coding)
+            });
+            if made && entry.variants[i].get().is_some_and(Option::is_some) {
+                entry.uncharged[i].store(true, Ordering::Relaxed);
+            }
+        }));
     }
 
     fn encode(&self, coding: Coding) -> Option<Variant> {

@@ -100,6 +100,52 @@ pub struct Compression {
     /// Smaller files are sent as they are: the coding's own framing
     /// would eat most of the gain (Caddy's `minimum_length`).
     pub min_size: u64,
+    /// The pipeline runs on an event loop's thread, where encoding a large
+    /// file would stall every connection of the loop: files past
+    /// [`ENCODE_INLINE_MAX`] are encoded by the background encoder, and
+    /// sent as they are until it is done.
+    pub aside: bool,
+}
+
+/// Past this size a file's first encoding on an event loop is made aside
+/// (brotli at quality 9 takes a few milliseconds per 16 KiB; the 912 KB
+/// JSON of issue 32 took 0.28–0.45 s, every other connection waiting).
+pub const ENCODE_INLINE_MAX: u64 = 16 << 10;
+
+/// Runs `job` on the background encoder: two threads at most, started on
+/// first use, fed in order — first encodings are rare (once per file and
+/// coding), and a bounded pool keeps a burst of them from taking the CPUs
+/// the loops need.
+pub(crate) fn in_background(job: Box<dyn FnOnce() + Send>) {
+    type Job = Box<dyn FnOnce() + Send>;
+    static QUEUE: std::sync::OnceLock<std::sync::mpsc::Sender<Job>> = std::sync::OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        for n in 0..2 {
+            let rx = std::sync::Arc::clone(&rx);
+            // A thread that cannot be started leaves the work to the other;
+            // with neither, `send` fails below and the job runs here.
+            let _ = std::thread::Builder::new().name(format!("encoder-{n}")).spawn(move || {
+                // The encoders share the loops' CPUs (a server pinned to one
+                // core pins them too): at nice 19 the scheduler gives a loop
+                // that has work ~98 % of the core, an encoder the rest. On
+                // Linux the nice value is the calling thread's alone.
+                let _ = rustix::process::setpriority_process(None, 19);
+                loop {
+                    let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+        tx
+    });
+    if let Err(std::sync::mpsc::SendError(job)) = queue.send(job) {
+        job();
+    }
 }
 
 impl Default for Compression {
@@ -109,6 +155,7 @@ impl Default for Compression {
             precompressed: false,
             types: Self::TYPES.iter().map(|t| t.to_string()).collect(),
             min_size: Self::MIN_SIZE,
+            aside: false,
         }
     }
 }

@@ -406,9 +406,18 @@ fn choose<'a>(
             }
         }
         let Some(entry) = entry.filter(|_| c.codings.contains(&coding)) else { continue };
-        if blocking == Blocking::Avoid && entry.variant_made(coding).is_none() {
-            // Encoding is CPU work a loop should not do: a helper makes it, once.
-            return None;
+        if entry.variant_made(coding).is_none() {
+            if blocking == Blocking::Avoid {
+                // Encoding is CPU work a loop should not do: a helper makes it, once.
+                return None;
+            }
+            if c.aside && entry.identity.len > compress::ENCODE_INLINE_MAX {
+                // A loop that runs the pipeline itself has no helper to
+                // wait on: the encoder makes it, and until then the file
+                // goes out as it is (still `Vary`: a later answer differs).
+                entry.encode_aside(coding);
+                continue;
+            }
         }
         if let Some(variant) = entry.variant(coding, &p.cache, file_path) {
             return Some(Chosen { res, form: Form::Encoded(variant), vary: true });

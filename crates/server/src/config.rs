@@ -650,6 +650,8 @@ impl ServeOptions {
             precompressed: self.precompressed.unwrap_or(d.precompressed),
             types,
             min_size: self.compress_min_size.map_or(d.min_size, |s| s.0),
+            // Set by the model, not by a flag (`Server::prepare`).
+            aside: d.aside,
         })
     }
 

@@ -162,6 +162,7 @@ impl Server {
             }
         }
         let mut settings = options.settings();
+        settings.compression.aside = model.caps.pipeline_on_loop;
         if tls.is_some() || !model.sends_files() {
             // Files would be read to be sent: keep more of them as bytes.
             settings.inline_max = pipeline::INLINE_MAX_COPY;

@@ -300,6 +300,46 @@ fn precompressed_siblings_made_by_the_real_tools() {
     }
 }
 
+/// A large file's first encoding does not stall an event loop: where the
+/// loop runs the pipeline itself (`event`, `uring`), the first request is
+/// answered with the file as it is at once — on another connection a
+/// small request is answered meanwhile — and the encoding, made aside,
+/// is served once ready; elsewhere the thread that asks encodes it.
+#[test]
+fn a_large_files_first_encoding_stalls_no_loop() {
+    let root = site();
+    let mut json = String::from("[");
+    for i in 0..12_000 {
+        json.push_str(&format!("{{\"id\":{i},\"name\":\"row {i}\",\"tags\":[\"a\",\"b\"]}},"));
+    }
+    json.push_str("0]");
+    root.file("big.json", &json);
+    let srv =
+        serve(MODEL, &root, &["--compress", "br", "--cache-size", "64MiB", "--max-cached-file", "8MiB"]);
+    let model = MODEL.split_whitespace().next().unwrap();
+    let on_loop = models::find(model).is_some_and(|m| m.caps.pipeline_on_loop);
+    let mut big = srv.client();
+    let first = big.request("GET", "/big.json", &["Accept-Encoding: br"]);
+    first.assert_status(200);
+    if on_loop {
+        assert_eq!(first.header("content-encoding"), None, "the loop did not encode: {}", first.describe());
+        assert_eq!(first.header_one("vary"), "Accept-Encoding");
+        assert_bytes_eq(&first.body, json.as_bytes(), "the file as it is");
+        // Another connection is served while the encoder works.
+        get(&srv, "/hello.txt").assert_status(200);
+        assert!(
+            poll_until(|| big
+                .request("GET", "/big.json", &["Accept-Encoding: br"])
+                .header("content-encoding")
+                == Some("br")),
+            "the encoding made aside is served"
+        );
+    }
+    let r = big.request("GET", "/big.json", &["Accept-Encoding: br"]);
+    assert_eq!(r.header_one("content-encoding"), "br", "{}", r.describe());
+    assert_bytes_eq(&decode("br", &r.body), json.as_bytes(), "br decoded");
+}
+
 /// A file rewritten in place with its inode, size and mtime kept
 /// (`rsync --inplace --times`): its encoded variants follow it, as the
 /// unencoded bytes do — the inode's change time tells.
