@@ -52,15 +52,21 @@ pub fn run(name: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// This binary's path, to run it again (a demo program, the keeper).
+/// Rebuilt while it runs (`cargo build` replaces the file): the new binary
+/// at the same path has the same programs.
+pub fn this_binary() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+        Some(path) => PathBuf::from(path),
+        None => exe,
+    })
+}
+
 /// The demo site's `/cgi-bin/{spin,echo,env}`, run by the binary that is
 /// serving. `None` if that binary cannot be named (`/proc` not mounted).
 pub fn scripts() -> Option<pipeline::Scripts> {
-    let mut exe: PathBuf = std::env::current_exe().ok()?;
-    // Rebuilt while it runs (`cargo build` replaces the file): the new
-    // binary at the same path has the same programs.
-    if let Some(path) = exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
-        exe = PathBuf::from(path);
-    }
+    let exe = this_binary().ok()?;
     let programs = NAMES
         .iter()
         .map(|name| pipeline::Program {

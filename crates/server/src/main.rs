@@ -92,6 +92,10 @@ fn die_quietly_on_closed_stdout() {
 }
 
 fn main() -> ExitCode {
+    // The keeper `--user` leaves root for (transport::keeper).
+    if let Some(code) = transport::keeper::serve_if_invoked() {
+        return code;
+    }
     // The demo site's CGI programs, which the server runs as
     // `modus demo-cgi NAME`: not a command of the CLI (its help and
     // completions do not offer it).

@@ -288,6 +288,12 @@ impl Server {
         let local = listener.local_addr()?;
         // Ports bound and logs open: what needed root is done.
         if let Some(run_as) = &self.run_as {
+            if run_as.changes_user() {
+                // What needs root later — a log reopened after logrotate, a
+                // renewed certificate read — is asked of the keeper.
+                let exe = crate::demo_programs::this_binary().context("--user: naming this binary")?;
+                transport::keeper::start(&exe, kept_files(options)).context("--user: starting the keeper")?;
+            }
             run_as.become_it()?;
         }
         let shutdown = Shutdown::new()?;
@@ -557,6 +563,19 @@ fn socket_addr(flag: &str, typed: &str) -> anyhow::Result<SocketAddr> {
 
 /// Who `--user USER[:GROUP]` names, looked up when the configuration is
 /// checked (a name that does not exist is a configuration error).
+/// The files a server that gave up root must still open: its log files
+/// (reopened on USR1 and HUP) and its certificates and keys (read again on
+/// HUP), each as a reload would name it.
+fn kept_files(options: &ServeOptions) -> Vec<std::path::PathBuf> {
+    let logs = [options.access_log.as_deref(), options.error_log.as_deref()];
+    let logs = logs.into_iter().flatten().filter_map(|target| match LogTarget::parse(target) {
+        LogTarget::File(path) => Some(path),
+        _ => None,
+    });
+    let tls = options.tls_cert.iter().flatten().chain(options.tls_key.iter().flatten()).cloned();
+    logs.chain(tls).collect()
+}
+
 struct RunAs {
     spec: String,
     uid: nix::unistd::Uid,
@@ -586,6 +605,11 @@ impl RunAs {
             bail!("--user {spec}: only root can become another user (modus runs as uid {})", getuid());
         }
         Ok(RunAs { spec: spec.to_string(), uid: user.uid, gid })
+    }
+
+    /// Whether becoming the user is a change (root becoming someone else).
+    fn changes_user(&self) -> bool {
+        nix::unistd::getuid() != self.uid
     }
 
     /// Gives up root for good — supplementary groups, then the group, then

@@ -884,3 +884,84 @@ fn two_sockets_handed_in_are_refused_by_name() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&format!("2 sockets were passed ({addr_a}, {addr_b})")), "{stderr}");
 }
+
+/// `--user` with root-owned logs and certificates (what
+/// contrib/modus.service sets up): after a logrotate-style rename, USR1
+/// opens a new log, and after a certificate renewal (key mode 600) HUP
+/// serves the new one — in every model, through the keeper that kept root.
+/// Root only (skipped elsewhere).
+#[test]
+fn logrotate_and_renewal_under_user_in_every_model() {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: --user needs root");
+        return;
+    }
+    let have_openssl =
+        std::process::Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success());
+    let fingerprint = |addr: std::net::SocketAddr| -> String {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect {addr} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let make_cert = |dir: &Path| -> String {
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        for (name, pem) in [("site.crt", made.cert.pem()), ("site.key", made.signing_key.serialize_pem())] {
+            let path = dir.join(name);
+            std::fs::write(&path, pem).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        made.cert.pem()
+    };
+    for model in models::names() {
+        let root = Docroot::standard();
+        std::fs::set_permissions(root.base(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let private = tempfile::tempdir().unwrap();
+        let (logs, certs) = (private.path().join("logs"), private.path().join("certs"));
+        for dir in [&logs, &certs] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        make_cert(&certs);
+        let access = logs.join("access.log");
+        let srv = Server::builder(BIN)
+            .root(root.path())
+            .model(model)
+            .args(["--user", "nobody", "--access-log", access.to_str().unwrap()])
+            .args(["--error-log", logs.join("error.log").to_str().unwrap()])
+            .args(["--tls-listen", "127.0.0.1:0"])
+            .args(["--tls-cert", certs.join("site.crt").to_str().unwrap()])
+            .args(["--tls-key", certs.join("site.key").to_str().unwrap()])
+            .start();
+        get_ok(&srv, "/hello.txt");
+        // logrotate: the file moves away, USR1 asks for a new one.
+        std::fs::rename(&access, logs.join("access.log.1")).unwrap();
+        srv.signal(Signal::Usr1);
+        let reopened = (0..200).any(|_| {
+            get_ok(&srv, "/hello.txt");
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::read_to_string(&access).is_ok_and(|log| log.contains("GET /hello.txt"))
+        });
+        let errors = std::fs::read_to_string(logs.join("error.log")).unwrap_or_default();
+        assert!(reopened, "{model}: no new access log after USR1:\n{errors}");
+        if have_openssl {
+            let before = fingerprint(srv.addr());
+            make_cert(&certs);
+            srv.signal(Signal::Hup);
+            let renewed = (0..200).any(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                let now = fingerprint(srv.addr());
+                !now.is_empty() && now != before
+            });
+            let errors = std::fs::read_to_string(logs.join("error.log")).unwrap_or_default();
+            assert!(renewed, "{model}: the renewed certificate is not served after HUP:\n{errors}");
+        }
+        let errors = std::fs::read_to_string(logs.join("error.log")).unwrap_or_default();
+        assert!(!errors.contains("Permission denied"), "{model}:\n{errors}");
+    }
+}

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod deadlines;
+pub mod keeper;
 pub mod listener;
 mod outbound;
 pub mod poller;

@@ -236,9 +236,17 @@ fn load(source: &CertSource) -> Result<Loaded, String> {
     Ok(Loaded { keys })
 }
 
+/// A certificate or key file's bytes: by the keeper when the server gave
+/// up root and it keeps that file (`keeper.rs`), else read here.
+fn read_file(path: &Path) -> Result<Vec<u8>, String> {
+    crate::keeper::read(path)
+        .unwrap_or_else(|| std::fs::read(path))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain = CertificateDer::pem_file_iter(path)
-        .map_err(|e| pem_error(path, e))?
+    let bytes = read_file(path)?;
+    let chain = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(path, e))?;
     if chain.is_empty() {
@@ -248,7 +256,7 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
+    PrivateKeyDer::from_pem_slice(&read_file(path)?).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => {
             format!("{}: no PRIVATE KEY in it (PEM: PKCS#8, RSA or EC)", path.display())
         }
