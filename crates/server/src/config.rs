@@ -477,7 +477,7 @@ impl ServeOptions {
         let t = models::Tuning::default();
         let defaults = ServeOptions {
             // HTTPS takes the place of HTTP: no plain listener beside it.
-            listen: self.tls_listen.is_none().then(|| "127.0.0.1:8080".into()),
+            listen: self.tls_listen.is_none().then(|| DEFAULT_LISTEN.into()),
             tls_self_signed: Some(false),
             tls_handshake_timeout: Some(Dur(d.tls_handshake_timeout)),
             model: Some("pool".into()),
@@ -534,23 +534,23 @@ impl ServeOptions {
         self.layer_over(defaults);
         // As typed (`8080`, `:8080`, a port of its own): one HOST:PORT form.
         // An address that does not parse is left for `Server::prepare` to
-        // refuse. --port is the plain listener's port (`Server::prepare`
-        // refuses it beside --tls-listen, as it refuses --listen there).
-        let port = self.port.filter(|_| self.tls_listen.is_none());
-        let in_use = if self.tls_listen.is_some() { &mut self.tls_listen } else { &mut self.listen };
-        if let Some(listen) = in_use.as_deref() {
-            let typed = match port {
+        // refuse. --port is the plain listener's port: beside --tls-listen,
+        // the one that redirects to HTTPS (on --listen's host, else the
+        // default's).
+        if let (Some(_), Some(_), None) = (self.port, &self.tls_listen, &self.listen) {
+            self.listen = Some(DEFAULT_LISTEN.to_string());
+        }
+        if let Some(listen) = self.listen.as_deref() {
+            let typed = match self.port {
                 Some(port) => units::with_port(listen, port),
                 None => units::listen_addr(listen),
             };
             if let Ok(addr) = typed {
-                *in_use = Some(addr);
-            }
-        }
-        if let Some(listen) = self.listen.as_deref().filter(|_| self.tls_listen.is_some()) {
-            if let Ok(addr) = units::listen_addr(listen) {
                 self.listen = Some(addr);
             }
+        }
+        if let Some(Ok(addr)) = self.tls_listen.as_deref().map(units::listen_addr) {
+            self.tls_listen = Some(addr);
         }
         self
     }
@@ -700,6 +700,9 @@ impl ServeOptions {
         }
     }
 }
+
+/// Where `modus serve` listens when told nothing (`--listen`'s default).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// `--defer-accept`'s default: h2o's. Long enough to cover any client that
 /// sends its request with the handshake, short enough that a silent one is

@@ -3,6 +3,7 @@
 mod admin;
 mod config;
 mod demo_programs;
+mod redirect;
 mod serve;
 
 use std::process::ExitCode;
@@ -92,6 +93,10 @@ fn die_quietly_on_closed_stdout() {
 }
 
 fn main() -> ExitCode {
+    // The plain listener beside HTTPS (`--listen` with `--tls-listen`).
+    if let Some(code) = redirect::serve_if_invoked() {
+        return code;
+    }
     // The keeper `--user` leaves root for (transport::keeper).
     if let Some(code) = transport::keeper::serve_if_invoked() {
         return code;

@@ -46,6 +46,14 @@ pub fn main(mut options: ServeOptions) -> ExitCode {
                 let e = anyhow!(transport::listener::bind_failure(server.listen_flag(), server.addr, &e));
                 return fail(EXIT_CONFIG, &e);
             }
+            if let Some(plain) = server.redirect_from {
+                if let Err(e) = std::net::TcpListener::bind(plain) {
+                    return fail(
+                        EXIT_CONFIG,
+                        &anyhow!(transport::listener::bind_failure("--listen", plain, &e)),
+                    );
+                }
+            }
         }
         println!("configuration ok");
         return ExitCode::SUCCESS;
@@ -116,6 +124,8 @@ struct Server {
     admin: Option<std::net::TcpListener>,
     /// `--user`: who to become once the ports are bound.
     run_as: Option<RunAs>,
+    /// `--listen` beside `--tls-listen`: the plain address redirected to HTTPS.
+    redirect_from: Option<SocketAddr>,
 }
 
 /// `--admin`'s listener: bound by a start, kept as it is by a reload.
@@ -131,21 +141,19 @@ impl Server {
         let model = models::find(name).ok_or_else(|| {
             anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
         })?;
-        if let (Some(port), Some(tls)) = (options.port, &options.tls_listen) {
-            bail!(
-                "--port {port} and --tls-listen {tls}: --port sets the plain listener's port, and modus \
-                 serves one listener, HTTP or HTTPS; give the port in --tls-listen"
-            );
-        }
         let (flag, listen) = match (&options.tls_listen, &options.listen) {
-            (Some(_), Some(listen)) => bail!(
-                "--listen {listen} and --tls-listen: modus serves one listener, HTTP or HTTPS; \
-                 drop --listen to serve HTTPS only (a plain listener that redirects to https is not built yet)"
-            ),
-            (Some(tls), None) => ("--tls-listen", tls.as_str()),
+            (Some(tls), _) => ("--tls-listen", tls.as_str()),
             (None, listen) => ("--listen", listen.as_deref().unwrap_or_default()),
         };
         let addr = socket_addr(flag, listen)?;
+        // Beside HTTPS, a plain listener redirects to it (redirect.rs).
+        let redirect_from = match (&options.tls_listen, &options.listen) {
+            (Some(_), Some(plain)) => Some(socket_addr("--listen", plain)?),
+            _ => None,
+        };
+        if redirect_from.is_some_and(|plain| plain == addr && addr.port() != 0) {
+            bail!("--listen and --tls-listen name one address ({addr}): the plain side needs its own port");
+        }
         let tls = options.tls().map_err(|e| anyhow!(e))?.map(transport::tls::ServerTls::new);
         let tls = tls.transpose().map_err(|e| anyhow!(e))?;
         options.cache_control().map_err(|e| anyhow!("cache-control: {e}"))?;
@@ -250,7 +258,7 @@ impl Server {
             pipeline = pipeline.with_tls(tls);
         }
         let run_as = options.user.as_deref().map(RunAs::resolve).transpose()?;
-        Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin, run_as })
+        Ok(Server { model, pipeline: Arc::new(pipeline), addr, admin, run_as, redirect_from })
     }
 
     /// The flag that named the listener, for messages about it.
@@ -286,6 +294,13 @@ impl Server {
         let defer = options.defer_accept.map_or(crate::config::DEFER_ACCEPT, |d| d.0);
         transport::listener::set_defer_accept(&listener, defer).context("--defer-accept")?;
         let local = listener.local_addr()?;
+        let plain = match self.redirect_from {
+            Some(plain) => Some(
+                std::net::TcpListener::bind(plain)
+                    .map_err(|e| anyhow!(transport::listener::bind_failure("--listen", plain, &e)))?,
+            ),
+            None => None,
+        };
         // Ports bound and logs open: what needed root is done.
         if let Some(run_as) = &self.run_as {
             if run_as.changes_user() {
@@ -296,6 +311,21 @@ impl Server {
             }
             run_as.become_it()?;
         }
+        // After the drop: the redirector needs no rights at all.
+        let redirecting = match plain {
+            Some(plain) => {
+                let from = plain.local_addr()?;
+                let exe = crate::demo_programs::this_binary().context("naming this binary")?;
+                std::process::Command::new(exe)
+                    .args([crate::redirect::ARG, &local.port().to_string()])
+                    .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(plain)))
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .context("--listen beside --tls-listen: starting the redirector")?;
+                format!(" redirect={from}")
+            }
+            None => String::new(),
+        };
         let shutdown = Shutdown::new()?;
         let admin_addr = match &self.admin {
             Some(admin) => format!(" admin={}", admin.local_addr()?),
@@ -306,7 +336,7 @@ impl Server {
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,
-                "listening on {local} model={} pid={}{admin_addr}{}",
+                "listening on {local} model={} pid={}{admin_addr}{}{redirecting}",
                 self.model.name,
                 std::process::id(),
                 if self.pipeline.tls.is_some() { " https" } else { "" },

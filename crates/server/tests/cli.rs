@@ -332,12 +332,14 @@ fn listen_addresses_as_typed() {
     let out = run_modus(&["serve", "--listen", "localhost", "--check"]);
     assert_exit(&out, 2);
     assert!(out.stderr.contains("want HOST:PORT"), "{}", out.stderr);
-    // --port is the plain side: beside --tls-listen it is refused, as
-    // --listen is, rather than moving the HTTPS listener to it.
-    let tls = ["serve", "--port", "0", "--tls-listen", "127.0.0.1:0", "--tls-self-signed", "--check"];
-    let out = run_modus(&tls);
-    assert_exit(&out, 2);
-    assert!(out.stderr.contains("--port 0 and --tls-listen 127.0.0.1:0"), "{}", out.stderr);
+    // --port is the plain side: beside --tls-listen, the port that
+    // redirects to HTTPS, never a move of the HTTPS listener.
+    let tls = ["--port", "9000", "--tls-listen", "127.0.0.1:9443", "--tls-self-signed"];
+    assert_eq!(printed(&tls), "listen = \"127.0.0.1:9000\"");
+    let mut all = vec!["serve", "--print-config"];
+    all.extend_from_slice(&tls);
+    let out = run_modus(&all);
+    assert!(out.stdout.contains("tls-listen = \"127.0.0.1:9443\""), "{}", out.stdout);
 }
 
 /// A port someone else holds: the error says so and how to get a free one.

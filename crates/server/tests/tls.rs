@@ -393,3 +393,54 @@ fn the_director_reads_its_certificates_again_on_sighup() {
     curl(&director, &new.cert, "localhost", "/", &[]);
     assert!(!director.has_exited(), "HUP does not stop the director");
 }
+
+/// HTTP beside HTTPS: with `--listen` and `--tls-listen` both, every model
+/// serves HTTPS and its plain port answers every request with a 308 to the
+/// same host and target over HTTPS (the port named unless 443), a request
+/// that does not parse with a 400 — and the redirector goes with the server.
+#[test]
+fn the_plain_side_redirects_to_https_in_every_model() {
+    let root = Docroot::standard();
+    for model in models::names() {
+        let srv = Server::builder(BIN)
+            .root(root.path())
+            .model(model)
+            .args(["--tls-listen", "127.0.0.1:0", "--tls-self-signed", "--listen", "127.0.0.1:0"])
+            .start();
+        let plain: std::net::SocketAddr = srv
+            .first_line()
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("redirect="))
+            .unwrap_or_else(|| panic!("{model}: {}", srv.first_line()))
+            .parse()
+            .unwrap();
+        let ask = |request: &[u8]| {
+            let mut c = std::net::TcpStream::connect(plain).unwrap();
+            c.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+            c.write_all(request).unwrap();
+            let mut answer = String::new();
+            c.read_to_string(&mut answer).unwrap();
+            answer
+        };
+        let answer = ask(b"GET /hello.txt?x=1 HTTP/1.1\r\nHost: example.org:80\r\n\r\n");
+        assert!(answer.starts_with("HTTP/1.1 308 Permanent Redirect\r\n"), "{model}: {answer}");
+        let location = format!("\r\nLocation: https://example.org:{}/hello.txt?x=1\r\n", srv.addr().port());
+        assert!(answer.contains(&location), "{model}: {answer}");
+        assert!(
+            answer.contains("\r\nConnection: close\r\n") && answer.ends_with("\r\n\r\n"),
+            "{model}: {answer}"
+        );
+        let answer = ask(b"GE(T / HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{model}: {answer}");
+        // HTTPS itself is served.
+        let r = srv.client().request("GET", "/hello.txt", &[]);
+        r.assert_status(200);
+        drop(srv);
+        // Gone with the server.
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            std::net::TcpStream::connect(plain).is_err()
+        });
+        assert!(gone, "{model}: the plain port still answers after the server stopped");
+    }
+}
