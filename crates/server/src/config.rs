@@ -121,6 +121,12 @@ pub struct ServeOptions {
     #[serde(default, deserialize_with = "one_or_many")]
     pub tls_key: Option<Vec<PathBuf>>,
 
+    /// OCSP response (DER) to staple for the --tls-cert at the same position,
+    /// e.g. from `openssl ocsp -respout`; read again on SIGHUP
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub tls_ocsp: Option<Vec<PathBuf>>,
+
     /// Make a throw-away self-signed certificate for localhost at start, to
     /// try HTTPS (clients must be told to skip verification: curl -k)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = "TLS")]
@@ -622,7 +628,9 @@ impl ServeOptions {
             self.tls_cert.clone().unwrap_or_default(),
             self.tls_key.clone().unwrap_or_default(),
             self.tls_self_signed.unwrap_or(false),
-        )
+        )?
+        .map(|source| source.with_ocsp(self.tls_ocsp.clone().unwrap_or_default()))
+        .transpose()
     }
 
     /// `--cache-control`'s rules, or why they cannot be read (from a

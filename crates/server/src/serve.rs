@@ -602,7 +602,8 @@ fn kept_files(options: &ServeOptions) -> Vec<std::path::PathBuf> {
         LogTarget::File(path) => Some(path),
         _ => None,
     });
-    let tls = options.tls_cert.iter().flatten().chain(options.tls_key.iter().flatten()).cloned();
+    let tls =
+        [&options.tls_cert, &options.tls_key, &options.tls_ocsp].into_iter().flatten().flatten().cloned();
     logs.chain(tls).collect()
 }
 

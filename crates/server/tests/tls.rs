@@ -444,3 +444,63 @@ fn the_plain_side_redirects_to_https_in_every_model() {
         assert!(gone, "{model}: the plain port still answers after the server stopped");
     }
 }
+
+/// `--tls-ocsp`: a CA's OCSP answer about the certificate (made here by
+/// `openssl ocsp`, as a responder would) is stapled to the handshakes that
+/// ask for it (`openssl s_client -status`); without it none is sent.
+#[test]
+fn an_ocsp_response_is_stapled() {
+    if Command::new("openssl").arg("version").output().map_or(true, |o| !o.status.success()) {
+        eprintln!("skipped: needs the openssl CLI");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let make = r#"set -e
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout site.key -out site.csr -subj /CN=localhost
+printf 'subjectAltName=DNS:localhost\n' > ext
+openssl x509 -req -in site.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out site.pem -days 2 -extfile ext
+serial=$(openssl x509 -in site.pem -noout -serial | cut -d= -f2)
+printf 'V\t301231235959Z\t\t%s\tunknown\t/CN=localhost\n' "$serial" > index.txt
+openssl ocsp -index index.txt -rsigner ca.pem -rkey ca.key -CA ca.pem -issuer ca.pem -cert site.pem -respout resp.der -ndays 1"#;
+    let made = Command::new("sh").args(["-c", make]).current_dir(dir.path()).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let root = Docroot::standard();
+    let file = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let status = |srv: &Server| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect {} -servername localhost -status </dev/null 2>/dev/null",
+                srv.addr()
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let tls =
+        ["--tls-listen", "127.0.0.1:0", "--tls-cert", &file("site.pem"), "--tls-key", &file("site.key")];
+    let srv = Server::builder(BIN)
+        .root(root.path())
+        .model("event")
+        .args(tls)
+        .args(["--tls-ocsp", &file("resp.der")])
+        .start();
+    let said = status(&srv);
+    assert!(
+        said.contains("OCSP Response Status: successful") && said.contains("Cert Status: good"),
+        "{said}"
+    );
+    drop(srv);
+    let srv = Server::builder(BIN).root(root.path()).model("event").args(tls).start();
+    assert!(status(&srv).contains("OCSP response: no response sent"));
+    // Not DER: refused at start, naming the file.
+    let bad = Command::new(BIN)
+        .args(["serve", root.path().to_str().unwrap(), "--check"])
+        .args(tls)
+        .args(["--tls-ocsp", &file("site.pem")])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a DER OCSP response"));
+}

@@ -39,6 +39,11 @@ pub struct CertFiles {
     pub cert: PathBuf,
     /// The private key, PEM (PKCS#8, PKCS#1 RSA or SEC1 EC).
     pub key: PathBuf,
+    /// An OCSP response for the certificate, DER (`openssl ocsp -respout`),
+    /// stapled to every handshake that asks (nginx's `ssl_stapling_file`);
+    /// read again with the certificate on a reload, so a cron job that
+    /// fetches a fresh one and sends `SIGHUP` keeps it current.
+    pub ocsp: Option<PathBuf>,
 }
 
 /// What certificates a server presents.
@@ -89,8 +94,36 @@ impl CertSource {
             ));
         }
         Ok(Some(CertSource::Files(
-            certs.into_iter().zip(keys).map(|(cert, key)| CertFiles { cert, key }).collect(),
+            certs.into_iter().zip(keys).map(|(cert, key)| CertFiles { cert, key, ocsp: None }).collect(),
         )))
+    }
+}
+
+impl CertSource {
+    /// `--tls-ocsp`'s files, the i-th for the i-th certificate; fewer than
+    /// the certificates leave the rest without one.
+    pub fn with_ocsp(self, responses: Vec<PathBuf>) -> Result<CertSource, String> {
+        if responses.is_empty() {
+            return Ok(self);
+        }
+        match self {
+            CertSource::Files(mut files) => {
+                if responses.len() > files.len() {
+                    return Err(format!(
+                        "{} --tls-ocsp for {} --tls-cert: one OCSP response per certificate, in their order",
+                        responses.len(),
+                        files.len()
+                    ));
+                }
+                for (file, ocsp) in files.iter_mut().zip(responses) {
+                    file.ocsp = Some(ocsp);
+                }
+                Ok(CertSource::Files(files))
+            }
+            CertSource::SelfSigned(_) => {
+                Err("--tls-ocsp staples a CA's answer about a --tls-cert: not for --tls-self-signed".into())
+            }
+        }
     }
 }
 
@@ -213,10 +246,17 @@ fn load(source: &CertSource) -> Result<Loaded, String> {
                     .key_provider
                     .load_private_key(key)
                     .map_err(|e| format!("{}: not a usable private key: {e}", f.key.display()))?;
-                let key = CertifiedKey::new(chain, signing);
+                let mut key = CertifiedKey::new(chain, signing);
                 key.keys_match().map_err(|_| {
                     format!("{} does not hold the private key of {}", f.key.display(), f.cert.display())
                 })?;
+                if let Some(ocsp) = &f.ocsp {
+                    let response = read_file(ocsp)?;
+                    if response.first() != Some(&0x30) {
+                        return Err(format!("{}: not a DER OCSP response", ocsp.display()));
+                    }
+                    key.ocsp = Some(response);
+                }
                 keys.push(Named { key: Arc::new(key) });
             }
             keys

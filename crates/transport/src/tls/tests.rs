@@ -23,7 +23,7 @@ fn make_cert(names: &[&str]) -> Made {
     let made =
         rcgen::generate_simple_self_signed(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let files = CertFiles { cert: dir.path().join("cert.pem"), key: dir.path().join("key.pem") };
+    let files = CertFiles { cert: dir.path().join("cert.pem"), key: dir.path().join("key.pem"), ocsp: None };
     std::fs::write(&files.cert, made.cert.pem()).unwrap();
     std::fs::write(&files.key, made.signing_key.serialize_pem()).unwrap();
     Made { dir, files, der: made.cert.der().clone() }
@@ -232,13 +232,13 @@ fn reload_serves_new_certificates_and_keeps_the_old_ones_when_the_new_files_are_
 fn mismatched_or_missing_files_are_refused_with_the_file_named() {
     let a = make_cert(&["a.test"]);
     let b = make_cert(&["b.test"]);
-    let crossed = CertFiles { cert: a.files.cert.clone(), key: b.files.key.clone() };
+    let crossed = CertFiles { cert: a.files.cert.clone(), key: b.files.key.clone(), ocsp: None };
     let err = ServerTls::new(CertSource::Files(vec![crossed])).unwrap_err();
     assert!(err.contains("does not hold the private key of"), "{err}");
-    let missing = CertFiles { cert: a.dir.path().join("nope.pem"), key: a.files.key.clone() };
+    let missing = CertFiles { cert: a.dir.path().join("nope.pem"), key: a.files.key.clone(), ocsp: None };
     let err = ServerTls::new(CertSource::Files(vec![missing])).unwrap_err();
     assert!(err.contains("nope.pem") && err.contains("No such file"), "{err}");
-    let swapped = CertFiles { cert: a.files.key.clone(), key: a.files.cert.clone() };
+    let swapped = CertFiles { cert: a.files.key.clone(), key: a.files.cert.clone(), ocsp: None };
     let err = ServerTls::new(CertSource::Files(vec![swapped])).unwrap_err();
     assert!(err.contains("no CERTIFICATE"), "{err}");
 }
