@@ -29,6 +29,7 @@ pub mod options;
 pub mod proxy;
 pub mod relay;
 pub mod response;
+pub mod scope;
 mod spill;
 mod watch;
 

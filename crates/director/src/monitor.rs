@@ -3,7 +3,8 @@
 //!
 //! The monitor runs on the backend host. Every `--interval` it reads
 //! `/proc/stat` (CPU time split into busy / niced / iowait / idle, context switches,
-//! `procs_running`), `/proc/loadavg` and the SYN_RECV sockets of
+//! `procs_running`) — or only the server's own cgroup or processes
+//! (`scope.rs`: `--cgroup`, `--pids`) —, `/proc/loadavg` and the SYN_RECV sockets of
 //! `/proc/net/tcp` and `/proc/net/tcp6`, classifies the sample as hot, cool
 //! or in between, and turns the samples into one verdict — *serviceable* or
 //! *overloaded* — with hysteresis: `--enter` hot samples in a row to become
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::options::Dur;
+use crate::scope::{Scope, Usage as ScopeUsage};
 
 /// Longest protocol line, including its LF.
 pub const MAX_LINE: usize = 512;
@@ -62,6 +64,18 @@ pub struct MonitorOptions {
     /// Where the proc file system is mounted
     #[arg(long, default_value = "/proc", value_name = "DIR")]
     pub proc_root: PathBuf,
+
+    /// Measure only this cgroup's CPU time and runnable tasks (a directory
+    /// under /sys/fs/cgroup: the web server's service, e.g.
+    /// /sys/fs/cgroup/system.slice/modus.service), not the whole host's —
+    /// on a shared host other users' work is not the server's overload
+    #[arg(long, value_name = "DIR", conflicts_with = "pids")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Measure only these processes and their descendants (the server's
+    /// master PID, say), not the whole host
+    #[arg(long, value_name = "PID,...", value_delimiter = ',')]
+    pub pids: Vec<u32>,
 
     /// Busy CPU fraction that makes a sample hot (time of niced processes is
     /// not busy time: they yield to the web server; see --count-nice)
@@ -377,6 +391,12 @@ pub fn parse_report(line: &str) -> Option<Report> {
     Some(Report { seq, overloaded, detail })
 }
 
+/// The CPU fraction of all `ncpu` CPUs a scope used between two readings.
+pub fn scoped_cpu(before: ScopeUsage, after: ScopeUsage, elapsed: Duration, ncpu: u64) -> f64 {
+    let capacity = elapsed.as_nanos() as f64 * ncpu.max(1) as f64;
+    (after.cpu_ns.saturating_sub(before.cpu_ns) as f64 / capacity.max(1.0)).min(1.0)
+}
+
 /// Reads one sample's files under `root`.
 pub struct ProcReader {
     root: PathBuf,
@@ -422,6 +442,18 @@ pub fn main(mut options: MonitorOptions) -> ExitCode {
     };
     let interval = options.interval.0.max(Duration::from_millis(10));
     let reader = ProcReader::new(&options.proc_root);
+    let scope = match (&options.cgroup, options.pids.is_empty()) {
+        (Some(dir), _) => Scope::Cgroup(dir.clone()),
+        (None, false) => Scope::Pids(options.pids.clone()),
+        (None, true) => Scope::Host,
+    };
+    let mut scoped = match scope.read(&options.proc_root) {
+        Ok(usage) => usage,
+        Err(e) => {
+            eprintln!("modus monitor: {}: {e}", scope.describe());
+            return ExitCode::from(2);
+        }
+    };
     let mut prev = match reader.stat() {
         Ok(c) => c,
         Err(e) => {
@@ -437,8 +469,9 @@ pub fn main(mut options: MonitorOptions) -> ExitCode {
         }
     }
     println!(
-        "monitoring {} for {} every {} pid={}",
+        "monitoring {} ({}) for {} every {} pid={}",
         options.proc_root.display(),
+        scope.describe(),
         options.director,
         humantime::format_duration(interval),
         std::process::id()
@@ -460,6 +493,13 @@ pub fn main(mut options: MonitorOptions) -> ExitCode {
         let now = Instant::now();
         if let Ok(counters) = reader.stat() {
             sample = Sample::between(&prev, &counters, now - prev_at, &sample);
+            if let (Some(before), Ok(Some(usage))) = (scoped, scope.read(&options.proc_root)) {
+                // The scope's own share of all the CPUs, and its own runnable tasks.
+                sample.cpu = scoped_cpu(before, usage, now - prev_at, sample.ncpu);
+                sample.nice = 0.0;
+                sample.runq = usage.runnable;
+                scoped = Some(usage);
+            }
             prev = counters;
             prev_at = now;
         }

@@ -759,6 +759,60 @@ fn monitor_logs_its_transitions() {
     drop(lines);
 }
 
+/// On a shared host whose run queue is long with other users' work, a
+/// monitor of the whole host reports OVER; one told the server's cgroup
+/// (`--cgroup`, here idle) reports that cgroup's runnable tasks and OK,
+/// and its first line says what it measures.
+#[test]
+fn monitor_measures_the_servers_own_cgroup_when_told() {
+    let proc_dir = tempfile::tempdir().unwrap();
+    fake_proc(proc_dir.path(), 0);
+    std::fs::write(
+        proc_dir.path().join("stat"),
+        "cpu  10 0 10 1000 0 0 0 0 0 0\ncpu0 10 0 10 1000 0 0 0 0 0 0\nctxt 100\nprocs_running 40\n",
+    )
+    .unwrap();
+    let cgroup = tempfile::tempdir().unwrap();
+    std::fs::write(cgroup.path().join("cpu.stat"), "usage_usec 0\n").unwrap();
+    std::fs::write(cgroup.path().join("cgroup.threads"), "").unwrap();
+    for scoped in [false, true] {
+        let director = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut monitor = Command::new(BIN);
+        monitor
+            .args([
+                "monitor",
+                "--director",
+                &director.local_addr().unwrap().to_string(),
+                "--interval",
+                "40ms",
+            ])
+            .args(["--backend", "127.0.0.1:9", "--enter", "2", "--proc-root"])
+            .arg(proc_dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if scoped {
+            monitor.arg("--cgroup").arg(cgroup.path());
+        }
+        let mut child = monitor.spawn().unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        let _monitor = Killed(child);
+        let what =
+            if scoped { format!("(cgroup {})", cgroup.path().display()) } else { "(the whole host)".into() };
+        assert!(first.contains(&what), "{first}");
+        let (conn, _) = director.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut lines = BufReader::new(conn).lines().map(|l| l.expect("a report line"));
+        let third = lines.nth(3).unwrap();
+        if scoped {
+            assert!(third.contains(" OK ") && third.contains(" runq=0 "), "{third}");
+        } else {
+            assert!(third.contains(" OVER ") && third.contains(" runq=40 "), "{third}");
+        }
+    }
+}
+
 #[test]
 fn monitor_reports_with_hysteresis() {
     let proc_dir = tempfile::tempdir().unwrap();
