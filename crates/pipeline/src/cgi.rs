@@ -630,7 +630,8 @@ pub(crate) fn spawn(
         return Err(SpawnError::Busy);
     }
     let dir = file.parent().unwrap_or(Path::new("/"));
-    let spawned = Command::new(file)
+    let mut command = Command::new(file);
+    command
         .args(args)
         .env_clear()
         .envs(env)
@@ -638,8 +639,17 @@ pub(crate) fn spawn(
         .process_group(0)
         .stdin(if body { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
+        .stderr(Stdio::piped());
+    #[allow(unsafe_code)]
+    // SAFETY: `pre_exec`'s closure runs in the child between fork and exec,
+    // where only async-signal-safe work is allowed: `default_signals` calls
+    // sigprocmask(2) and sigaction(2), both async-signal-safe, over a
+    // static list, and neither allocates nor takes a lock. The conformance
+    // case `a_script_starts_with_default_signals` runs it in every model.
+    unsafe {
+        command.pre_exec(default_signals);
+    }
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
@@ -660,6 +670,30 @@ pub(crate) fn spawn(
     let pidfd = Pid::from_raw(child.id() as i32)
         .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK).ok());
     Ok(CgiProcess { child: Some(child), stdin, stdout, stderr, pidfd, name, runtime: runtime.clone() })
+}
+
+/// What a started program must not inherit from the server: its blocked
+/// signals (a process model's master and children block the ones they
+/// read from a signalfd) and its ignored ones (INT and QUIT, ignored by a
+/// server started in the background by a shell): a script's own
+/// `sleep 3 & kill -TERM $!` must work, and its background children must
+/// die of SIGTERM. Every standard signal gets its default action and the
+/// mask is emptied, as `posix_spawn`'s SETSIGDEF and SETSIGMASK would do.
+fn default_signals() -> io::Result<()> {
+    use nix::sys::signal::{
+        sigaction, sigprocmask, SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal,
+    };
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for signal in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
+        #[allow(unsafe_code)]
+        // SAFETY: installing SIG_DFL runs no handler of ours (nix's caveat is
+        // about handlers); in the child just before exec nothing else runs.
+        unsafe {
+            sigaction(signal, &default)?;
+        }
+    }
+    Ok(())
 }
 
 impl CgiProcess {

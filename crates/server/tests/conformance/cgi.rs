@@ -46,6 +46,10 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("big", "printf 'Content-Type: application/octet-stream\\n\\n'\nyes 0123456789abcde | head -c 3145728\n"),
     ("mark", "touch \"$PIDFILE_DIR/mark.ran\"\nprintf 'Content-Type: text/plain\\n\\nran\\n'\nexec cat >/dev/null\n"),
     ("eager", "printf 'Content-Type: text/plain\\n\\n'\nhead -c 200000 /dev/zero | tr '\\0' x\nexec cat >/dev/null\n"),
+    (
+        "signals",
+        "printf 'Content-Type: text/plain\\n\\n'\ngrep -E '^Sig(Blk|Ign):' /proc/self/status\nsleep 30 &\nkill -TERM $!\nwait $!\necho \"rc=$?\"\n",
+    ),
 ];
 
 fn cgi_server(args: &[&str]) -> Cgi {
@@ -99,6 +103,40 @@ fn env_map(r: &Response) -> HashMap<String, String> {
 fn check_cgi(r: &Response) {
     assert_eq!(r.version, "HTTP/1.1", "{}", r.describe());
     assert!(r.header("date").is_some() && r.header("server").is_some(), "{}", r.describe());
+}
+
+/// A script starts as a program started from a clean shell would: no
+/// signal blocked, none ignored (a process model's master blocks the ones
+/// it reads; a server started in the background has INT and QUIT ignored),
+/// so what it starts dies of SIGTERM at once (143), not 30 s later.
+#[test]
+fn a_script_starts_with_default_signals() {
+    let t = cgi_server(&[]);
+    // Started as a shell starts a background job: INT and QUIT ignored.
+    let serve = Server::builder(BIN)
+        .model(MODEL)
+        .root(t._root.path())
+        .args(["--cgi-dir", t.dir.path().to_str().unwrap()])
+        .command_args();
+    let srv = Server::builder("sh")
+        .subcommand("-c")
+        .no_defaults()
+        .args(["trap '' INT QUIT; exec \"$0\" \"$@\"", BIN])
+        .args(serve)
+        .start();
+    let r = srv.client().request("GET", "/cgi-bin/signals", &[]);
+    r.assert_status(200);
+    let body = r.body_str();
+    let mask = |name: &str| {
+        let line =
+            body.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {body}"));
+        u64::from_str_radix(line.trim(), 16).unwrap()
+    };
+    // The standard signals, 1 to 31 (the real-time ones are the C library's).
+    let standard = (1u64 << 31) - 1;
+    assert_eq!(mask("SigBlk:") & standard, 0, "{body}");
+    assert_eq!(mask("SigIgn:") & standard, 0, "{body}");
+    assert!(body.contains("rc=143"), "the background sleep died of SIGTERM: {body}");
 }
 
 #[test]
