@@ -697,6 +697,14 @@ fn default_signals() -> io::Result<()> {
 }
 
 impl CgiProcess {
+    /// Whether the script has exited, without reaping it (its group is
+    /// killed when it is reaped: [`try_reap`](Self::try_reap)).
+    pub(crate) fn has_exited(&self) -> bool {
+        let Some(pid) = self.child.as_ref().and_then(|c| Pid::from_raw(c.id() as i32)) else { return true };
+        let peek = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        matches!(rustix::process::waitid(WaitId::Pid(pid), peek), Ok(Some(_)))
+    }
+
     /// The script's exit status if it has exited (reaping it); `None`
     /// while it runs. What is left of its process group (background
     /// children) is killed with it: first, while the leader is an unreaped

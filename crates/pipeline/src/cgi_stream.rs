@@ -78,6 +78,10 @@ enum Framing {
     Drop,
 }
 
+/// How long a script's output may stay open after the script exited
+/// (a background child holding it) before its response is ended.
+pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, PartialEq, Eq)]
 enum Out {
     /// Reading the script's header block.
@@ -118,6 +122,10 @@ struct CgiRun {
     close_after: bool,
     deadline: Instant,
     timeout: Duration,
+    /// When the script was seen to have exited while its output was still
+    /// open (a background child holds it): its response ends [`EXIT_GRACE`]
+    /// later.
+    exited_at: Option<Instant>,
     /// When the request body began to be passed on, and its bytes received
     /// so far (with those that came with the head), for `--min-rate`.
     body_started: Instant,
@@ -167,6 +175,7 @@ impl CgiRun {
             close_after: false,
             deadline: Instant::now() + timeout,
             timeout,
+            exited_at: None,
             body_started: Instant::now(),
             body_received,
         }
@@ -205,7 +214,11 @@ impl CgiRun {
             fds.extend(pr.stdout.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
         }
         fds.extend(pr.stderr.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
-        if pr.stdout.is_none() && !out_pending {
+        // Its exit is awaited once its output is handled, and watched for
+        // while the output is open (a background child may hold it); once
+        // seen, the grace's deadline wakes the waiter, not the pidfd, which
+        // stays readable.
+        if (pr.stdout.is_none() && !out_pending) || (pr.stdout.is_some() && self.exited_at.is_none()) {
             fds.extend(pr.pidfd.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
         }
         (socket, fds)
@@ -267,6 +280,9 @@ impl CgiRun {
                 }
             }
             if !progress {
+                if self.output_outlives_the_script(p) {
+                    continue;
+                }
                 break;
             }
             moved = true;
@@ -279,12 +295,13 @@ impl CgiRun {
         } else if now >= self.deadline {
             return Streamed::TimedOut;
         }
+        let wake = self.exited_at.map_or(self.deadline, |at| self.deadline.min(at + EXIT_GRACE));
         match self.body_due(p) {
             // A body trickling in keeps the script "progressing" forever:
             // --min-rate bounds it (the stop answers 408).
             Some(due) if due <= now => Streamed::TimedOut,
-            Some(due) => Streamed::Wait(due.min(self.deadline)),
-            None => Streamed::Wait(self.deadline),
+            Some(due) => Streamed::Wait(due.min(wake)),
+            None => Streamed::Wait(wake),
         }
     }
 
@@ -379,6 +396,65 @@ impl CgiRun {
     }
 
     /// The script's output: head, then body. `Err` ends the run.
+    /// The script's output ended: the response is ended by its framing
+    /// (the last chunk; a close where the body came short of its length or
+    /// is delimited by the close), or fails if no head was read.
+    fn end_of_output(&mut self) {
+        self.sp.process.stdout = None;
+        // The script is done talking; it gets no more input either.
+        self.sp.process.stdin = None;
+        self.state = match std::mem::replace(&mut self.state, Out::Eof) {
+            Out::Head if self.script_head.is_empty() => Out::Failed("no output"),
+            Out::Head => Out::Failed("output ended inside the header block"),
+            Out::Body(Framing::Chunked) => {
+                self.out.extend_from_slice(b"0\r\n\r\n");
+                Out::Eof
+            }
+            Out::Body(Framing::Length(due)) => {
+                // Shorter than its Content-Length: only a close tells the client.
+                self.close_after |= due > 0;
+                Out::Eof
+            }
+            Out::Body(Framing::Close) => {
+                self.close_after = true;
+                Out::Eof
+            }
+            other => other,
+        };
+    }
+
+    /// Whether the script exited [`EXIT_GRACE`] ago with its output still
+    /// open — a background child it started holds it (`sleep 60 &`) — in
+    /// which case its output is taken as ended here (what it wrote before
+    /// is sent, the response ends properly) and the error log says why;
+    /// its process group, the child with it, goes when it is reaped.
+    /// Apache waits for the end of file, up to its `Timeout`.
+    fn output_outlives_the_script(&mut self, p: &Pipeline) -> bool {
+        if self.sp.process.stdout.is_none() || self.out_pos < self.out.len() {
+            return false;
+        }
+        let now = Instant::now();
+        match self.exited_at {
+            None => {
+                if self.sp.process.has_exited() {
+                    self.exited_at = Some(now);
+                }
+                false
+            }
+            Some(at) if now >= at + EXIT_GRACE => {
+                p.error_log.warn(format_args!(
+                    "cgi {}: exited, but its output stayed open {} s (a process it started holds it); \
+                     the response ends with what it wrote",
+                    self.sp.process.name,
+                    EXIT_GRACE.as_secs()
+                ));
+                self.end_of_output();
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
     fn pump_stdout(&mut self, p: &Pipeline) -> Result<bool, Streamed> {
         let Some(stdout) = &self.sp.process.stdout else { return Ok(false) };
         let mut buf = [0u8; READ_SIZE];
@@ -389,27 +465,7 @@ impl CgiRun {
             Err(_) => 0,
         };
         if n == 0 {
-            self.sp.process.stdout = None;
-            // The script is done talking; it gets no more input either.
-            self.sp.process.stdin = None;
-            self.state = match std::mem::replace(&mut self.state, Out::Eof) {
-                Out::Head if self.script_head.is_empty() => Out::Failed("no output"),
-                Out::Head => Out::Failed("output ended inside the header block"),
-                Out::Body(Framing::Chunked) => {
-                    self.out.extend_from_slice(b"0\r\n\r\n");
-                    Out::Eof
-                }
-                Out::Body(Framing::Length(due)) => {
-                    // Shorter than its Content-Length: only a close tells the client.
-                    self.close_after |= due > 0;
-                    Out::Eof
-                }
-                Out::Body(Framing::Close) => {
-                    self.close_after = true;
-                    Out::Eof
-                }
-                other => other,
-            };
+            self.end_of_output();
             return Ok(true);
         }
         let data = &buf[..n];
@@ -637,6 +693,11 @@ impl Responder for CgiRun {
 
     fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)> {
         self.all_pipes()
+    }
+
+    /// The grace after the script's exit ran out with its output open.
+    fn woken(&self, now: Instant) -> bool {
+        self.sp.process.stdout.is_some() && self.exited_at.is_some_and(|at| now >= at + EXIT_GRACE)
     }
 
     /// --cgi-timeout: the script made no progress; its whole process

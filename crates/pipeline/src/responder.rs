@@ -77,6 +77,12 @@ pub(crate) trait Responder: fmt::Debug + Send {
     /// report: for pollers that register descriptors once.
     fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)>;
 
+    /// The deadline that passed was a timer of its own, not a timeout (a
+    /// grace it keeps): it wants `pump` again rather than a stop.
+    fn woken(&self, _now: std::time::Instant) -> bool {
+        false
+    }
+
     /// Its deadline passed: stop it for good. The status of the error page
     /// that can still answer the request if nothing was sent (504 for a
     /// handler too slow, 408 for a client whose body came too slowly);

@@ -303,6 +303,11 @@ impl Connection {
     /// page (504) is queued; `false`: output had begun, so only a close can
     /// tell the client.
     pub(super) fn stream_timed_out(&mut self, streaming: Streaming, p: &Pipeline) -> bool {
+        if streaming.responder.woken(Instant::now()) {
+            // Its own timer, not a timeout: drive it again.
+            self.state = State::Stream(Box::new(streaming));
+            return true;
+        }
         let Streaming { mut responder, plan } = streaming;
         if let Some(status) = responder.stop(p) {
             self.fail_planned(plan, status, p);

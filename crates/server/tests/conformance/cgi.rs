@@ -46,6 +46,7 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("big", "printf 'Content-Type: application/octet-stream\\n\\n'\nyes 0123456789abcde | head -c 3145728\n"),
     ("mark", "touch \"$PIDFILE_DIR/mark.ran\"\nprintf 'Content-Type: text/plain\\n\\nran\\n'\nexec cat >/dev/null\n"),
     ("eager", "printf 'Content-Type: text/plain\\n\\n'\nhead -c 200000 /dev/zero | tr '\\0' x\nexec cat >/dev/null\n"),
+    ("lingering", "printf 'Content-Type: text/plain\\n\\nbefore\\n'\nsleep 20 &\necho $! > \"$PIDFILE_DIR/lingering.pid\"\nexit 0\n"),
     (
         "signals",
         "printf 'Content-Type: text/plain\\n\\n'\ngrep -E '^Sig(Blk|Ign):' /proc/self/status\nsleep 30 &\nkill -TERM $!\nwait $!\necho \"rc=$?\"\n",
@@ -103,6 +104,34 @@ fn env_map(r: &Response) -> HashMap<String, String> {
 fn check_cgi(r: &Response) {
     assert_eq!(r.version, "HTTP/1.1", "{}", r.describe());
     assert!(r.header("date").is_some() && r.header("server").is_some(), "{}", r.describe());
+}
+
+/// A script that exits while a background child keeps its output open
+/// (`sleep 20 &`) is answered in full a moment after its exit — what it
+/// wrote, properly ended (the last chunk, keep-alive kept) — not when
+/// `--cgi-timeout` cuts a truncated body; the child is stopped and the
+/// error log says why.
+#[test]
+fn a_background_child_holding_the_output_does_not_hold_the_response() {
+    let t = cgi_server(&["--cgi-timeout", "30s"]);
+    let mut c = t.srv.client();
+    let r = c.request("GET", "/cgi-bin/lingering", &[]);
+    r.assert_status(200);
+    assert_eq!(r.body_str(), "before\n", "{}", r.describe());
+    // The connection is still good for the next request.
+    c.request("GET", "/cgi-bin/hello", &[]).assert_status(200);
+    assert!(
+        poll_until(|| t.srv.stderr().contains("exited, but its output stayed open")),
+        "{}",
+        t.srv.stderr()
+    );
+    let pid: i32 =
+        std::fs::read_to_string(t.dir.path().join("lingering.pid")).unwrap().trim().parse().unwrap();
+    assert!(
+        poll_until(|| !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))),
+        "the background child is stopped"
+    );
 }
 
 /// A script starts as a program started from a clean shell would: no
