@@ -41,25 +41,30 @@ fuzz_target!(|data: &[u8]| {
             other => panic!("a complete head's own bytes gave {other:?}"),
         }
     }
-    // Every prefix of a short input; of a long one, a spread of them and
-    // those around every line end.
-    let cuts: Vec<usize> = if data.len() <= 512 {
-        (0..data.len()).collect()
-    } else {
-        let step = data.len() / 256;
-        (0..data.len())
-            .filter(|&c| {
-                c % step == 0 || data[c.saturating_sub(2)..(c + 2).min(data.len())].contains(&b'\n')
-            })
-            .collect()
-    };
-    for &cut in &cuts {
+    // Every prefix, through a scan fed a byte at a time (linear work): each
+    // answers Partial until the first that does not, which is the whole's.
+    let mut scan = HeadScan::new();
+    let mut decided = None;
+    for end in 0..=data.len() {
+        let got = scan.parse(&data[..end], &limits, &mut None);
+        if got != Ok(Parsed::Partial) {
+            assert!(got == whole, "prefix {end} of {} bytes gave {got:?}, the whole {whole:?}", data.len());
+            decided = Some(end);
+            break;
+        }
+    }
+    let decided = decided.unwrap_or_else(|| {
+        assert_eq!(whole, Ok(Parsed::Partial));
+        data.len() + 1
+    });
+    // Fresh parses of a spread of prefixes and of those around the decision
+    // say the same as the byte-at-a-time scan.
+    let step = (data.len() / 32).max(1);
+    let cuts = (0..=data.len()).step_by(step).chain(decided.saturating_sub(3)..(decided + 3).min(data.len() + 1));
+    for cut in cuts {
         let prefix = h1::parse_request(&data[..cut], &limits);
-        assert!(
-            prefix == Ok(Parsed::Partial) || prefix == whole,
-            "prefix {cut} of {} bytes gave {prefix:?}, the whole {whole:?}",
-            data.len()
-        );
+        let want = if cut < decided { Ok(Parsed::Partial) } else { whole.clone() };
+        assert!(prefix == want, "prefix {cut} of {} bytes gave {prefix:?}, not {want:?}", data.len());
     }
     // A scan resumed over three pieces, cut where the data says.
     let (a, b) = match data {
