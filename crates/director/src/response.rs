@@ -199,7 +199,17 @@ pub enum ClientFraming {
 /// The head to send to the client, and how the body is framed for it.
 /// `client_11`: the client spoke HTTP/1.1; `keep`: the client connection
 /// may stay open as far as the request is concerned.
-pub fn client_head(head: &BackendHead, client_11: bool, keep: bool) -> (Vec<u8>, ClientFraming, bool) {
+///
+/// The fields the director writes itself (`Transfer-Encoding`,
+/// `Connection`) can take a head the backend sent within the limits past
+/// them; such a head is refused here (`Err`: why, for the 502) rather than
+/// sent to a client that holds responses to the same limits — a second
+/// director in front would answer 502 for it anyway, and blame the first.
+pub fn client_head(
+    head: &BackendHead,
+    client_11: bool,
+    keep: bool,
+) -> Result<(Vec<u8>, ClientFraming, bool), String> {
     let framing = match head.framing {
         Framing::None | Framing::Length(_) => ClientFraming::Same,
         Framing::Chunked | Framing::Close if client_11 => ClientFraming::Chunked,
@@ -251,7 +261,31 @@ pub fn client_head(head: &BackendHead, client_11: bool, keep: bool) -> (Vec<u8>,
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    (out, framing, keep)
+    if let Some(why) = over_limits(&out) {
+        return Err(why);
+    }
+    Ok((out, framing, keep))
+}
+
+/// Why `out`, a head [`client_head`] wrote, breaks the limits
+/// [`parse_response`] holds backends to, or `None`.
+fn over_limits(out: &[u8]) -> Option<String> {
+    // The status line and the empty line that ends the head are no fields.
+    let fields = out.windows(2).filter(|w| w == b"\r\n").count().saturating_sub(2);
+    if fields > MAX_RESPONSE_FIELDS {
+        return Some(format!(
+            "with the director's own framing fields the response head would have {fields} fields, more than \
+             the {MAX_RESPONSE_FIELDS} a response may have"
+        ));
+    }
+    if out.len() > MAX_RESPONSE_HEAD {
+        return Some(format!(
+            "with the director's own framing fields the response head would be {} bytes, more than the \
+             {MAX_RESPONSE_HEAD} a response may have",
+            out.len()
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -278,13 +312,14 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: content-length\r\n\r\n",
             "HTTP/1.1 200 OK\r\nConnection: Content-Length, close\r\nContent-Length: 5\r\n\r\n",
         ] {
-            let (out, framing, keep) = client_head(&head(raw), true, true);
+            let (out, framing, keep) = client_head(&head(raw), true, true).unwrap();
             let text = String::from_utf8(out).unwrap();
             assert_eq!(framing, ClientFraming::Same, "{raw:?}");
             assert_eq!(text.matches("Content-Length: 5\r\n").count(), 1, "{raw:?}\n{text}");
             assert!(keep, "the backend's Connection is hop-by-hop: the client's connection stays");
         }
-        let (out, ..) = client_head(&head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"), true, true);
+        let (out, ..) =
+            client_head(&head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"), true, true).unwrap();
         assert_eq!(String::from_utf8(out).unwrap().matches("Content-Length").count(), 1, "written once");
     }
 
@@ -343,20 +378,59 @@ mod tests {
             "HTTP/1.1 200 OK\r\nConnection: X-Secret, keep-alive\r\nX-Secret: 1\r\nKeep-Alive: timeout=5\r\n\
              Transfer-Encoding: chunked\r\nContent-Type: text/plain\r\nUpgrade: h2c\r\n\r\n",
         );
-        let (bytes, framing, keep) = client_head(&h, true, true);
+        let (bytes, framing, keep) = client_head(&h, true, true).unwrap();
         let text = String::from_utf8(bytes).unwrap();
         assert_eq!(text, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert_eq!((framing, keep), (ClientFraming::Chunked, true));
-        let (bytes, framing, keep) = client_head(&h, false, true);
+        let (bytes, framing, keep) = client_head(&h, false, true).unwrap();
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.ends_with("Content-Type: text/plain\r\nConnection: close\r\n\r\n"), "{text}");
         assert_eq!((framing, keep), (ClientFraming::Close, false));
         let cl = head("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n");
-        let (bytes, framing, keep) = client_head(&cl, false, true);
+        let (bytes, framing, keep) = client_head(&cl, false, true).unwrap();
         assert_eq!(
             String::from_utf8(bytes).unwrap(),
             "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n"
         );
         assert_eq!((framing, keep), (ClientFraming::Same, true));
+    }
+
+    /// Issue 34 item 7: a head the backend sent at the limits, plus the
+    /// director's framing fields, went out past them; what goes out now
+    /// always parses again, or is refused.
+    #[test]
+    fn the_client_head_stays_within_the_limits_backends_are_held_to() {
+        let fields = |n: usize| format!("HTTP/1.1 200 OK\r\n{}\r\n", "X:\r\n".repeat(n));
+        for (client_11, keep, added) in
+            [(true, true, 1), (true, false, 2), (false, true, 1), (false, false, 1)]
+        {
+            for n in [MAX_RESPONSE_FIELDS - added - 1, MAX_RESPONSE_FIELDS - added, MAX_RESPONSE_FIELDS] {
+                let got = client_head(&head(&fields(n)), client_11, keep);
+                if n + added <= MAX_RESPONSE_FIELDS {
+                    let (out, ..) = got.unwrap_or_else(|e| panic!("{n} fields + {added}: {e}"));
+                    assert!(
+                        matches!(parse_response(&out, false), Ok(HeadParse::Complete(_, l)) if l == out.len())
+                    );
+                } else {
+                    let why = got.expect_err("over the field limit");
+                    assert!(why.contains(&format!("{} fields, more than the 128", n + added)), "{why}");
+                }
+            }
+        }
+        // The fuzz target's input: flag 0x01 (an HTTP/1.1 client, not keep-alive), 128 empty fields.
+        assert!(client_head(&head(&fields(128)), true, false).is_err());
+        // A close-delimited head just under the byte limit: the chunked framing takes it over.
+        let pad = MAX_RESPONSE_HEAD - "HTTP/1.1 200 OK\r\nX: \r\n\r\n".len();
+        let raw = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(pad));
+        assert_eq!(raw.len(), MAX_RESPONSE_HEAD);
+        let why = client_head(&head(&raw), true, true).expect_err("over the byte limit");
+        assert!(why.contains("bytes, more than the 32768"), "{why}");
+        let fits = format!(
+            "HTTP/1.1 200 OK\r\nX: {}\r\n\r\n",
+            "a".repeat(pad - "Transfer-Encoding: chunked\r\n".len())
+        );
+        let (out, ..) = client_head(&head(&fits), true, true).unwrap();
+        assert_eq!(out.len(), MAX_RESPONSE_HEAD);
+        assert!(matches!(parse_response(&out, false), Ok(HeadParse::Complete(_, l)) if l == out.len()));
     }
 }

@@ -28,7 +28,8 @@ pub use date::{format_http_date, http_date_now, parse_http_date, with_now};
 pub use error::ParseError;
 pub use framing::BodyFraming;
 pub use request::{
-    parse_request, parse_request_reusing, HeadBuffers, Header, Limits, Method, Parsed, RequestHead, Version,
+    parse_request, parse_request_reusing, HeadBuffers, HeadScan, Header, Limits, Method, Parsed, RequestHead,
+    Version,
 };
 pub use response::{decimal, reason_phrase, FieldLines, ResponseHead};
 pub use syntax::has_token;

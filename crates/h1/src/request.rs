@@ -487,6 +487,11 @@ const STACK_FIELD_SLOTS: usize = 100;
 /// [`Limits::max_header_bytes`] of `buf` are ever looked at, so each call
 /// costs at most that much, however much the caller has buffered.
 ///
+/// The verdict is a function of the bytes: every prefix of `buf` gets
+/// `Partial` or `buf`'s own verdict, and a refusal comes with the first
+/// byte that breaks a rule — of syntax or of size, in the order the bytes
+/// come ([`HeadScan`]) — without waiting for its line to end.
+///
 /// Every error means: answer [`ParseError::status`] and close the connection.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parsed, ParseError> {
     parse_request_reusing(buf, limits, &mut None)
@@ -524,34 +529,45 @@ pub fn parse_request_reusing(
     limits: &Limits,
     spare: &mut Option<HeadBuffers>,
 ) -> Result<Parsed, ParseError> {
-    let buf_window = &buf[..buf.len().min(limits.max_header_bytes)];
-    // Whether the head cannot fit, given that it has not ended in `buf_window`.
-    let over_limit = buf.len() >= limits.max_header_bytes;
-    let incomplete = || {
-        if over_limit {
-            Err(ParseError::HeadersTooLarge)
-        } else {
-            Ok(Parsed::Partial)
-        }
-    };
+    HeadScan::new().parse(buf, limits, spare)
+}
 
-    let Some(line_start) = skip_empty_lines(buf_window)? else {
-        return incomplete();
+/// What [`parse_fast`] can say.
+enum Fast {
+    /// The verdict: a complete head, or a refusal decided by bytes every
+    /// one of which before it keeps the rules (the target's form at the
+    /// request line's end, the meaning of a whole head).
+    Final(Result<Parsed, ParseError>),
+    /// Incomplete, or refused by whatever was looked at first (the error,
+    /// if any): the bytes in order decide ([`scan`]).
+    Undecided(Option<ParseError>),
+}
+
+/// A head read the fast way: the request line, then httparse over the
+/// field section. Right for a complete head; anything else is only a hint.
+fn parse_fast(buf: &[u8], limits: &Limits, spare: &mut Option<HeadBuffers>) -> Fast {
+    let window = &buf[..buf.len().min(limits.max_header_bytes)];
+    let line_start = match skip_empty_lines(window) {
+        Ok(Some(start)) => start,
+        Ok(None) => return Fast::Undecided(None),
+        Err(error) => return Fast::Undecided(Some(error)),
     };
     // A request line that has not ended within its limit plus CRLF is too
     // long; looking further would only waste time.
-    let line_limit = limits.max_request_line.saturating_add(2);
-    let rest = &buf[line_start..];
-    let Some(line) = parse_request_line(&rest[..rest.len().min(line_limit)])? else {
-        return if rest.len() >= line_limit { Err(ParseError::UriTooLong) } else { incomplete() };
+    let rest = &window[line_start..];
+    let line = match parse_request_line(&rest[..rest.len().min(limits.max_request_line.saturating_add(2))]) {
+        Ok(Some(line)) => line,
+        Ok(None) => return Fast::Undecided(None),
+        Err(error) => return Fast::Undecided(Some(error)),
     };
     let method = Method::from_token(line.method);
-    let target = target::parse(&method, line.target)?;
+    let target = match target::parse(&method, line.target) {
+        Ok(target) => target,
+        Err(error) => return Fast::Final(Err(error)),
+    };
 
     let fields_start = line_start + line.len;
-    // Empty if the request line alone exceeds `max_header_bytes`, which makes
-    // the head incomplete and over the limit below.
-    let block = buf_window.get(fields_start..).unwrap_or_default();
+    let block = &window[fields_start..];
     let mut first_slots = [httparse::EMPTY_HEADER; FIRST_FIELD_SLOTS];
     let mut stack_slots;
     let mut heap_slots;
@@ -575,21 +591,14 @@ pub fn parse_request_reusing(
         };
     let (fields_len, fields) = match parsed {
         Ok(httparse::Status::Complete(done)) => done,
-        Ok(httparse::Status::Partial) => {
-            // The line still being received must not exceed its limit either.
-            let tail_start = block.iter().rposition(|&b| b == b'\n').map_or(0, |lf| lf + 1);
-            let tail = &block[tail_start..];
-            let tail = tail.strip_suffix(b"\r").unwrap_or(tail);
-            if tail.len() > limits.max_field_size {
-                return Err(ParseError::HeadersTooLarge);
-            }
-            return incomplete();
-        }
-        Err(error) => return Err(field_section_error(error)),
+        Ok(httparse::Status::Partial) => return Fast::Undecided(None),
+        Err(error) => return Fast::Undecided(Some(field_section_error(error))),
     };
-    check_field_lines(&block[..fields_len], fields, limits.max_field_size)?;
-    let head = validate(&buf[line_start..fields_start + fields_len], method, line, target, fields, spare)?;
-    Ok(Parsed::Complete { head, len: fields_start + fields_len })
+    if let Err(error) = check_field_lines(&block[..fields_len], fields, limits.max_field_size) {
+        return Fast::Undecided(Some(error));
+    }
+    let head = validate(&buf[line_start..fields_start + fields_len], method, line, target, fields, spare);
+    Fast::Final(head.map(|head| Parsed::Complete { head, len: fields_start + fields_len }))
 }
 
 /// Skips the empty lines a request may be preceded by (RFC 9112 §2.2: a
@@ -847,6 +856,9 @@ fn validate(
         },
     })
 }
+
+mod scan;
+pub use scan::HeadScan;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! The access log: Combined Log Format, buffered, safe against log injection.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -65,6 +65,10 @@ pub struct AccessLog {
 struct Inner {
     file: Option<File>,
     buf: Vec<u8>,
+    /// The end of a line whose start a short write left in the file and
+    /// could not take back: written before anything else, so the line is
+    /// finished, not glued to the next.
+    tail: Vec<u8>,
     lost_lines: u64,
     /// Why the last failed write failed.
     last_error: Option<String>,
@@ -78,6 +82,7 @@ impl Inner {
         Inner {
             file,
             buf: Vec::with_capacity(capacity),
+            tail: Vec::new(),
             lost_lines: 0,
             last_error: None,
             reported: 0,
@@ -145,6 +150,11 @@ impl AccessLog {
         inner.flush(&self.target);
         if let LogTarget::File(path) = &self.target {
             inner.file = Some(open_append(path)?);
+            // The end of a line begun in the old file would be a fragment in the new one.
+            if !inner.tail.is_empty() {
+                inner.tail.clear();
+                inner.lost_lines += 1;
+            }
         }
         Ok(())
     }
@@ -172,30 +182,110 @@ impl AccessLog {
 
 impl Inner {
     fn flush(&mut self, target: &LogTarget) {
-        if self.buf.is_empty() {
+        if self.buf.is_empty() && self.tail.is_empty() {
             return;
         }
-        let result = match (target, &mut self.file) {
-            (LogTarget::File(_), Some(file)) => file.write_all(&self.buf),
+        let (lost, error) = match (target, &mut self.file) {
+            (LogTarget::File(_), Some(file)) => write_lines(file, &mut self.tail, &self.buf),
             (LogTarget::Stdout, _) => {
                 let mut out = io::stdout().lock();
                 // Stdout may be a pipe shared by several processes; only
                 // writes of at most PIPE_BUF bytes are atomic there, so
                 // lines go out in batches that fit.
-                pipe_batches(&self.buf).try_for_each(|batch| out.write_all(batch)).and_then(|_| out.flush())
+                let mut sent = 0;
+                let result = pipe_batches(&self.buf)
+                    .try_for_each(|batch| {
+                        out.write_all(batch)?;
+                        sent += lines(batch);
+                        Ok(())
+                    })
+                    .and_then(|()| out.flush());
+                (lines(&self.buf) - sent, result.err())
             }
-            _ => Ok(()),
+            _ => (0, None),
         };
         // Serving goes on when the log cannot be written; the count tells.
         // The lines are dropped, not kept (a log that cannot be written must
         // not grow the server's memory); the next flush tries again, so
         // logging resumes by itself once writes succeed (a disk freed).
-        if let Err(e) = result {
-            self.lost_lines += self.buf.iter().filter(|&&b| b == b'\n').count() as u64;
+        self.lost_lines += lost;
+        if let Some(e) = error {
             self.last_error = Some(e.to_string());
         }
         self.buf.clear();
     }
+}
+
+/// Where [`write_lines`] writes: the log file, or a test's stand-in.
+trait Sink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize>;
+    /// Takes back the last `n` bytes written, if nothing was written after
+    /// them; false if it cannot.
+    fn unwrite(&mut self, n: usize) -> bool;
+}
+
+impl Sink for File {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        Write::write(self, bytes)
+    }
+
+    fn unwrite(&mut self, n: usize) -> bool {
+        // O_APPEND leaves the offset at the end of what this descriptor
+        // wrote; if the file ends there too, no one (another child of a
+        // process model) appended since, and the bytes are ours to cut.
+        let Ok(end) = self.stream_position() else { return false };
+        let n = n as u64;
+        match self.metadata() {
+            Ok(meta) if meta.len() == end && end >= n => self.set_len(end - n).is_ok(),
+            _ => false,
+        }
+    }
+}
+
+/// Writes `tail`, then the whole lines of `buf`, so that the file only
+/// ever holds whole lines: a write cut short by a full disk after part of
+/// a line is taken back, or, if it cannot be (someone wrote after it), the
+/// rest of that line is kept in `tail` and written first next time. Returns
+/// the lines lost — exactly those of `buf` not in the file and not in
+/// `tail` — and the error that lost them.
+fn write_lines(sink: &mut impl Sink, tail: &mut Vec<u8>, buf: &[u8]) -> (u64, Option<io::Error>) {
+    if !tail.is_empty() {
+        let (done, error) = write_some(sink, tail);
+        tail.drain(..done);
+        if let Some(e) = error {
+            // Anything written now would be glued to the unfinished line.
+            return (lines(buf), Some(e));
+        }
+    }
+    let (written, error) = write_some(sink, buf);
+    let Some(e) = error else { return (0, None) };
+    let whole = buf[..written].iter().rposition(|&b| b == b'\n').map_or(0, |lf| lf + 1);
+    let mut lost_from = whole;
+    let partial = written - whole;
+    if partial > 0 && !sink.unwrite(partial) {
+        let end = buf[written..].iter().position(|&b| b == b'\n').map_or(buf.len(), |lf| written + lf + 1);
+        tail.extend_from_slice(&buf[written..end]);
+        lost_from = end;
+    }
+    (lines(&buf[lost_from..]), Some(e))
+}
+
+/// Writes as much of `bytes` as the sink takes: how much, and why not all.
+fn write_some(sink: &mut impl Sink, bytes: &[u8]) -> (usize, Option<io::Error>) {
+    let mut done = 0;
+    while done < bytes.len() {
+        match sink.write(&bytes[done..]) {
+            Ok(0) => return (done, Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (done, Some(e)),
+        }
+    }
+    (done, None)
+}
+
+fn lines(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| b == b'\n').count() as u64
 }
 
 /// POSIX's minimum PIPE_BUF (Linux's too): writes this size or smaller to a
@@ -460,5 +550,183 @@ mod tests {
         assert_eq!(new.lines().count(), 1);
         assert!(new.starts_with("::1 - - ["));
         assert!(new.contains("\"-\" 400 0 \"-\" \"-\""));
+    }
+
+    /// A disk with `room` bytes free: a write takes what fits (a short
+    /// write), then fails with ENOSPC, as a filesystem does. `others`
+    /// bytes written by another process after ours stop a take-back.
+    struct Disk {
+        data: Vec<u8>,
+        room: usize,
+        others: bool,
+    }
+
+    impl Sink for Disk {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::from_raw_os_error(28));
+            }
+            let n = bytes.len().min(self.room);
+            self.data.extend_from_slice(&bytes[..n]);
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn unwrite(&mut self, n: usize) -> bool {
+            if self.others {
+                return false;
+            }
+            self.data.truncate(self.data.len() - n);
+            self.room += n;
+            true
+        }
+    }
+
+    fn numbered_lines(from: usize, to: usize) -> Vec<u8> {
+        (from..to).map(|i| format!("line {i} {}\n", "x".repeat(i % 37))).collect::<String>().into_bytes()
+    }
+
+    /// Every line in `data` is whole and one of ours, each at most once.
+    fn whole_lines(data: &[u8], total: usize) -> usize {
+        assert!(data.is_empty() || data.ends_with(b"\n"), "a partial line at the end: {:?}", show(data));
+        let mut seen = std::collections::HashSet::new();
+        for line in String::from_utf8_lossy(data).lines() {
+            let i: usize = line.split(' ').nth(1).and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
+            assert!(
+                i < total && line == format!("line {i} {}", "x".repeat(i % 37)),
+                "glued or cut: {line:?}"
+            );
+            assert!(seen.insert(i), "line {i} twice");
+        }
+        seen.len()
+    }
+
+    fn show(data: &[u8]) -> String {
+        String::from_utf8_lossy(&data[data.len().saturating_sub(80)..]).into_owned()
+    }
+
+    /// Issue 34, item 5: a disk that fills at any byte of a flush, then
+    /// has room again. The file holds whole lines only, and lines in the
+    /// file plus lines counted lost are the lines logged — whether the
+    /// partial line can be taken back or must be finished.
+    #[test]
+    fn a_full_disk_leaves_whole_lines_and_an_exact_count() {
+        let first = numbered_lines(0, 40);
+        let second = numbered_lines(40, 60);
+        for others in [false, true] {
+            for room in 0..=first.len() {
+                let mut disk = Disk { data: Vec::new(), room, others };
+                let mut tail = Vec::new();
+                let (lost1, err1) = write_lines(&mut disk, &mut tail, &first);
+                assert_eq!(err1.is_some(), room < first.len(), "room {room}");
+                if others {
+                    // The next writer can only append: what is in the file stays.
+                    disk.others = true;
+                }
+                // Space again.
+                disk.room = usize::MAX;
+                let (lost2, err2) = write_lines(&mut disk, &mut tail, &second);
+                assert!(err2.is_none() && tail.is_empty(), "room {room}");
+                let in_file = whole_lines(&disk.data, 60);
+                assert_eq!(
+                    in_file as u64 + lost1 + lost2,
+                    60,
+                    "room {room}, others {others}: {}",
+                    show(&disk.data)
+                );
+            }
+        }
+    }
+
+    /// The disk stays full across flushes while a line is unfinished: new
+    /// lines are not glued to it, and it is finished first once there is room.
+    #[test]
+    fn an_unfinished_line_is_finished_before_any_other() {
+        let first = numbered_lines(0, 3);
+        let mut disk = Disk { data: Vec::new(), room: 12, others: true };
+        let mut tail = Vec::new();
+        let (lost, _) = write_lines(&mut disk, &mut tail, &first);
+        assert_eq!((lost, tail.is_empty()), (1, false), "line 0 whole, line 1 begun, line 2 lost");
+        let (lost, err) = write_lines(&mut disk, &mut tail, &numbered_lines(3, 5));
+        assert_eq!((lost, err.is_some()), (2, true), "still full: the new lines are lost, not glued");
+        disk.room = 3;
+        let (lost, err) = write_lines(&mut disk, &mut tail, &numbered_lines(5, 6));
+        assert_eq!((lost, err.is_some(), tail.is_empty()), (1, true, false), "part of the tail written");
+        disk.room = usize::MAX;
+        let (lost, err) = write_lines(&mut disk, &mut tail, &numbered_lines(6, 8));
+        assert_eq!((lost, err.is_none(), tail.is_empty()), (0, true, true));
+        assert_eq!(whole_lines(&disk.data, 8), 4, "{}", show(&disk.data));
+    }
+
+    /// The same on a real filesystem: a 64 KiB tmpfs filled by another
+    /// file, then emptied (needs root to mount; skipped otherwise).
+    #[test]
+    fn a_full_tmpfs_leaves_whole_lines_and_an_exact_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let mount = |args: &[&str]| {
+            std::process::Command::new(args[0]).args(&args[1..]).status().is_ok_and(|s| s.success())
+        };
+        let path = dir.path().to_str().unwrap().to_string();
+        if !mount(&["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", &path]) {
+            eprintln!("skipped: cannot mount a tmpfs (not root?)");
+            return;
+        }
+        struct Unmount(String);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _unmount = Unmount(path.clone());
+        let log_path = dir.path().join("access.log");
+        let log = AccessLog::open(LogTarget::File(log_path.clone())).unwrap();
+        let filler = dir.path().join("filler");
+        let rec = |i: usize| LogRecord {
+            peer: "127.0.0.1".parse().unwrap(),
+            request_line: Some(format!("GET /{i}/{} HTTP/1.1", "p".repeat(i % 97))),
+            status: 200,
+            body_bytes: i as u64,
+            referer: None,
+            user_agent: Some("test".into()),
+        };
+        let mut logged = 0;
+        for round in 0..6 {
+            // Fill the disk but for a few hundred bytes, log past it, then empty it.
+            let mut f = std::fs::File::create(&filler).unwrap();
+            let chunk = vec![b'f'; 512];
+            while f.write_all(&chunk).is_ok() {}
+            let _ = f.write_all(&chunk[..100 + round * 37]);
+            drop(f);
+            std::fs::remove_file(&filler).unwrap();
+            let mut f = std::fs::File::create(&filler).unwrap();
+            let free = 300 + round * 53;
+            let size = 64 * 1024 - std::fs::metadata(&log_path).unwrap().len() as usize;
+            let _ = f.write_all(&vec![b'f'; size.saturating_sub(free)]);
+            drop(f);
+            for _ in 0..40 {
+                log.record(&rec(logged));
+                logged += 1;
+            }
+            log.flush();
+            std::fs::remove_file(&filler).unwrap();
+            for _ in 0..5 {
+                log.record(&rec(logged));
+                logged += 1;
+            }
+            log.flush();
+        }
+        let data = std::fs::read(&log_path).unwrap();
+        assert!(data.ends_with(b"\n"), "{}", show(&data));
+        let lines = String::from_utf8(data).unwrap();
+        for line in lines.lines() {
+            assert!(
+                line.starts_with("127.0.0.1 - - [") && line.ends_with("\"-\" \"test\""),
+                "glued or cut: {line:?}"
+            );
+            assert_eq!(line.matches("127.0.0.1").count(), 1, "glued: {line:?}");
+        }
+        let lost = log.lost_lines();
+        assert!(lost > 0, "the disk was full");
+        assert_eq!(lines.lines().count() as u64 + lost, logged as u64);
     }
 }

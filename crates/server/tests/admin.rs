@@ -15,6 +15,10 @@ use testkit::{get_once, Client, Docroot, Server, Signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
 
+/// The access log on a full disk: `admin/full_disk.rs`.
+#[path = "admin/full_disk.rs"]
+mod full_disk;
+
 /// `/status.json` once `requests_total` reached `n` and `open`
 /// connections are idle in keep-alive (a response reaches the client a
 /// moment before the server counts it and the connection goes idle; the
@@ -256,6 +260,8 @@ macro_rules! every_model {
             fn status_page() { super::status_page($name) }
             #[test]
             fn trace_rows() { super::trace_rows($name) }
+            #[test]
+            fn a_full_disk_leaves_whole_log_lines_and_an_exact_count() { super::full_disk::check($name) }
         }
     )*};
 }

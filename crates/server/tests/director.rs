@@ -427,6 +427,39 @@ fn responses_are_validated_and_reframed() {
     d.client().request("GET", "/", &[]).assert_status(200);
 }
 
+/// Issue 34 item 7: a close-delimited head at the backend field limit
+/// (128) takes the director's `Transfer-Encoding` to 129; the director
+/// answered with it, and a second director chained in front refused it
+/// with a 502 of its own. Now the first director says 502 itself, and a
+/// head one field under the limit passes through both.
+#[test]
+fn the_director_never_writes_a_response_head_it_would_refuse() {
+    // `/close/N`: N fields, the body delimited by the backend's close.
+    let backend = TestBackend::start(|head, _| {
+        let path = head.split(' ').nth(1).unwrap_or("/");
+        let n: usize = path.trim_start_matches("/close/").parse().unwrap_or(0);
+        format!("HTTP/1.1 200 OK\r\n{}\r\nbody", "X: v\r\n".repeat(n)).into_bytes()
+    });
+    let inner = director(&[backend.addr], &[]);
+    let outer = director(&[inner.addr()], &[]);
+    // 127 fields + Transfer-Encoding = 128, the limit: through one director and through two.
+    for d in [&inner, &outer] {
+        let r = d.client().request("GET", "/close/127", &[]);
+        assert_eq!((r.status, r.body_str().as_str()), (200, "body"), "{}", r.describe());
+        assert_eq!(r.header("Transfer-Encoding"), Some("chunked"), "{}", r.describe());
+        assert_eq!(r.headers.iter().filter(|(n, _)| n == "X").count(), 127, "{}", r.describe());
+    }
+    let r = inner.client().request("GET", "/close/128", &[]);
+    assert_eq!(r.status, 502, "{}", r.describe());
+    assert!(r.body_str().contains("129 fields, more than the 128"), "{}", r.describe());
+    // Through the chain the client gets the inner director's 502 relayed, not a 502 the outer one
+    // makes of a head the inner one should never have written.
+    let r = outer.client().request("GET", "/close/128", &[]);
+    assert_eq!(r.status, 502, "{}", r.describe());
+    assert!(r.body_str().contains("129 fields, more than the 128"), "{}", r.describe());
+    inner.client().request("GET", "/close/1", &[]).assert_status(200);
+}
+
 // ----- admission control ------------------------------------------------------
 
 #[test]

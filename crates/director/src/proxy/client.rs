@@ -385,6 +385,14 @@ impl Director {
                         if head.is_interim() {
                             continue;
                         }
+                        let keep = ex.keep_alive && !ex.close_after;
+                        let (bytes, to_client, keep) = match client_head(&head, ex.client_11, keep) {
+                            Ok(written) => written,
+                            Err(why) => {
+                                self.backends[b].errors += 1;
+                                return self.backend_failed(token, false, &why);
+                            }
+                        };
                         ex.status = head.status;
                         let failed = is_server_error(head.status);
                         if failed {
@@ -403,8 +411,6 @@ impl Director {
                                 .get_or_create(&label("backend", &backend.name))
                                 .observe(latency.as_secs_f64());
                         }
-                        let keep = ex.keep_alive && !ex.close_after;
-                        let (bytes, to_client, keep) = client_head(&head, ex.client_11, keep);
                         ex.close_after |= !keep;
                         c.out.extend_from_slice(&bytes);
                         let Stage::Attached(attachment) = std::mem::replace(&mut ex.stage, Stage::Done)

@@ -39,6 +39,7 @@ use crate::{LogRecord, Pipeline, Route};
 const UNSCHEDULED: u8 = u8::MAX;
 
 mod blocking;
+mod head;
 mod io;
 mod respond;
 mod stream;
@@ -195,14 +196,9 @@ pub struct Connection {
     /// Unparsed input is `buf[start..end]`.
     start: usize,
     end: usize,
-    /// The head being received was parsed, to a `Partial`, up to this many
-    /// bytes from `start`, and its last line begins at `head_line` (both 0
-    /// before the first parse of a head). Bytes that end no line cannot
-    /// complete the head, nor change its verdict unless they cross a limit,
-    /// so such a read does not parse it again: a head dribbled in a byte at
-    /// a time costs linear work, not quadratic.
-    head_seen: u32,
-    head_line: u32,
+    /// The head being received, as far as its bytes were looked at
+    /// (`head.rs`).
+    head_scan: h1::HeadScan,
     state: State,
     mode: Mode,
     /// The SRPT class its socket was last given ([`UNSCHEDULED`] before any).
@@ -332,8 +328,7 @@ impl Connection {
             buf: Box::default(),
             start: 0,
             end: 0,
-            head_seen: 0,
-            head_line: 0,
+            head_scan: h1::HeadScan::new(),
             state: State::Head,
             mode,
             class: UNSCHEDULED,
@@ -666,21 +661,7 @@ impl Connection {
                         } else {
                             None
                         };
-                        let parsed = if self.head_undecided(&p.settings.limits) {
-                            Ok(Parsed::Partial)
-                        } else {
-                            let mut spare = spares::take(&SPARE_HEADS);
-                            let parsed = h1::parse_request_reusing(
-                                &self.buf[self.start..self.end],
-                                &p.settings.limits,
-                                &mut spare,
-                            );
-                            if let Some(spare) = spare {
-                                spares::give_back(&SPARE_HEADS, spare);
-                            }
-                            self.head_parsed(parsed.as_ref().is_ok_and(|p| matches!(p, Parsed::Partial)));
-                            parsed
-                        };
+                        let parsed = self.parse_head(&p.settings.limits);
                         match parsed {
                             Ok(Parsed::Complete { head, len }) => {
                                 self.start += len;
@@ -962,35 +943,6 @@ impl Connection {
             Some(due) => due.min(self.head_deadline),
             None => self.head_deadline,
         }
-    }
-
-    /// Whether the bytes read since the head was last parsed leave its
-    /// verdict as it was (`Partial`): they end no line and cross no limit.
-    fn head_undecided(&self, limits: &h1::Limits) -> bool {
-        let head = &self.buf[self.start..self.end];
-        let (seen, line) = (self.head_seen as usize, self.head_line as usize);
-        if seen == 0 || seen > head.len() || head[seen..].contains(&b'\n') {
-            return false;
-        }
-        let line_limit = if line == 0 { limits.max_request_line } else { limits.max_field_size };
-        head.len() <= limits.max_header_bytes && head.len() - line <= line_limit
-    }
-
-    /// Notes how far the head was parsed: to a `Partial` (`partial`), or
-    /// to a verdict, after which the next head starts afresh.
-    fn head_parsed(&mut self, partial: bool) {
-        if !partial {
-            (self.head_seen, self.head_line) = (0, 0);
-            return;
-        }
-        let head = &self.buf[self.start..self.end];
-        let seen = self.head_seen as usize;
-        if let Some(nl) = head[seen.min(head.len())..].iter().rposition(|&b| b == b'\n') {
-            self.head_line = u32::try_from(seen + nl + 1).unwrap_or(u32::MAX);
-        }
-        self.head_seen = u32::try_from(head.len()).unwrap_or(u32::MAX);
-        #[cfg(test)]
-        tests::PARTIAL_PARSES.with(|n| n.set(n.get() + 1));
     }
 
     /// Answers a planned request with an error page and closes.

@@ -370,3 +370,39 @@ fn target_without_leading_slash() {
 fn garbage_instead_of_a_request() {
     rejects_bytes(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", &[400]);
 }
+
+// --- one head, one answer, however it arrives (issue 34, item 8) ---
+
+/// A field line past 8 KiB, then a malformed one: 431 whole (it was 400,
+/// httparse's syntax error first) and 431 in pieces (it was, the long
+/// line checked alone). The first line that breaks a rule decides.
+#[test]
+fn a_long_line_before_a_bad_one_is_431_however_it_arrives() {
+    let head = format!(
+        "GET /cgi-bin/echo HTTP/1.1\r\nHost: localhost\r\nX-Long: {}\r\nBad Header: x\r\n\r\n",
+        "a".repeat(8200)
+    );
+    rejects(&head, &[431]);
+    let (_root, srv) = server();
+    let cut = head.find("Bad").unwrap();
+    let mut c = srv.client();
+    c.send(&head[..cut]);
+    c.send(&head[cut..]);
+    let r = c.read_response("GET");
+    assert_eq!(r.status, 431, "{}", r.describe());
+}
+
+/// `GE` then `(T / HTTP/1.1`, no line feed ever: refused when the `(`
+/// arrives (400), not after the header timeout (408).
+#[test]
+fn a_split_bad_byte_is_refused_without_a_line_feed() {
+    let (_root, srv) = server();
+    let mut c = srv.client();
+    c.send("GE");
+    // Lets the server read the first piece alone (it answers the same if it does not).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    c.send("(T / HTTP/1.1");
+    let r = c.read_response("GET");
+    assert_eq!(r.status, 400, "{}", r.describe());
+    assert!(c.is_closed());
+}
