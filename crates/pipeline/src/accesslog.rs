@@ -11,17 +11,19 @@ use std::sync::Mutex;
 pub struct LogRecord {
     /// Client address.
     pub peer: IpAddr,
-    /// The request line as received (escaped when written), or `None` if
-    /// not even that could be parsed (logged as `-`).
-    pub request_line: Option<String>,
+    /// The user a `Basic` Authorization names (`%u`), as sent.
+    pub user: Option<Vec<u8>>,
+    /// The request line as received, bytes as they came (escaped when
+    /// written), or `None` if not even that could be read (logged as `-`).
+    pub request_line: Option<Vec<u8>>,
     /// Status sent.
     pub status: u16,
     /// Body bytes actually sent (not the head; nginx's `$body_bytes_sent`).
     pub body_bytes: u64,
-    /// `Referer` request header.
-    pub referer: Option<String>,
-    /// `User-Agent` request header.
-    pub user_agent: Option<String>,
+    /// `Referer` request header, as sent.
+    pub referer: Option<Vec<u8>>,
+    /// `User-Agent` request header, as sent (a Latin-1 one too).
+    pub user_agent: Option<Vec<u8>>,
 }
 
 /// Where log lines go.
@@ -120,7 +122,21 @@ impl AccessLog {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let buf = &mut inner.buf;
         push_ip(buf, rec.peer);
-        buf.extend_from_slice(b" - - [");
+        buf.extend_from_slice(b" - ");
+        // Unquoted: a space in it would split the field, so it is escaped too.
+        let from = buf.len();
+        escape_into(buf, rec.user.as_deref());
+        if buf[from..].contains(&b' ') {
+            let user: Vec<u8> = buf.drain(from..).collect();
+            for b in user {
+                if b == b' ' {
+                    buf.extend_from_slice(b"\\x20");
+                } else {
+                    buf.push(b);
+                }
+            }
+        }
+        buf.extend_from_slice(b" [");
         clf_time(buf, &now);
         buf.extend_from_slice(b"] \"");
         escape_into(buf, rec.request_line.as_deref());
@@ -346,15 +362,16 @@ const NEEDS_ESCAPE: [bool; 256] = {
     table
 };
 
-/// Escapes like nginx: `"` and `\` get a backslash, bytes outside printable
-/// ASCII become `\xHH`, so no request can forge a line or send terminal
-/// escapes to whoever reads the log (nginx CVE-2009-4487).
-fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
-    let Some(value) = value else {
+/// Escapes as nginx's `escape=default` does: `"`, `\`, control bytes and
+/// bytes past ASCII become `\xHH` (`"` is `\x22`), so no request can forge
+/// a line, break a field or send terminal escapes to whoever reads the
+/// log (nginx CVE-2009-4487), and a log tool's combined-format regex
+/// reads every line; the bytes themselves are kept (`\xC3\xA9` is é).
+fn escape_into(buf: &mut Vec<u8>, value: Option<&[u8]>) {
+    let Some(mut rest) = value else {
         buf.push(b'-');
         return;
     };
-    let mut rest = value.as_bytes();
     // Runs of plain bytes (nearly every byte of every line) are copied whole.
     loop {
         let i = plain_prefix(rest);
@@ -362,12 +379,8 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&str>) {
         let Some(&b) = rest.get(i) else {
             return;
         };
-        if b == b'"' || b == b'\\' {
-            buf.extend_from_slice(&[b'\\', b]);
-        } else {
-            const HEX: &[u8; 16] = b"0123456789ABCDEF";
-            buf.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
-        }
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        buf.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
         rest = &rest[i + 1..];
     }
 }
@@ -456,13 +469,13 @@ mod tests {
         assert_eq!(clf, b"22/Nov/2026:10:00:09 +0000");
         let escaped = |v: &str| {
             let mut buf = Vec::new();
-            escape_into(&mut buf, Some(v));
+            escape_into(&mut buf, Some(v.as_bytes()));
             String::from_utf8(buf).unwrap()
         };
         assert_eq!(escaped(""), "");
         assert_eq!(escaped("plain"), "plain");
-        assert_eq!(escaped("\""), "\\\"");
-        assert_eq!(escaped("a\tb\\"), "a\\x09b\\\\");
+        assert_eq!(escaped("\""), "\\x22", "nginx's escape=default");
+        assert_eq!(escaped("a\tb\\"), "a\\x09b\\x5C");
         assert_eq!(escaped("é"), "\\xC3\\xA9");
         // Any byte at any place of a run: the word-at-a-time scan stops
         // exactly where the byte-by-byte one would.
@@ -491,21 +504,23 @@ mod tests {
         let log = AccessLog::open(LogTarget::File(path.clone())).unwrap();
         log.record(&LogRecord {
             peer: "127.0.0.1".parse().unwrap(),
-            request_line: Some("GET /a\"b\u{1b}[31m HTTP/1.1".into()),
+            user: Some(b"al ice".to_vec()),
+            request_line: Some(b"GET /a\"b\x1b[31m HTTP/1.1".to_vec()),
             status: 200,
             body_bytes: 42,
             referer: None,
-            user_agent: Some("curl\\8".into()),
+            // Latin-1, as a browser may send it: kept, escaped.
+            user_agent: Some(b"curl\\8 caf\xe9".to_vec()),
         });
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "", "buffered until flushed");
         log.flush();
         let line = std::fs::read_to_string(&path).unwrap();
         let (prefix, rest) = line.split_once(" [").unwrap();
-        assert_eq!(prefix, "127.0.0.1 - -");
+        assert_eq!(prefix, "127.0.0.1 - al\\x20ice");
         let (time, rest) = rest.split_once("] ").unwrap();
         assert_eq!(time.len(), "22/Nov/2026:10:00:00 +0000".len());
         assert!(time.ends_with(" +0000"));
-        assert_eq!(rest, "\"GET /a\\\"b\\x1B[31m HTTP/1.1\" 200 42 \"-\" \"curl\\\\8\"\n");
+        assert_eq!(rest, "\"GET /a\\x22b\\x1B[31m HTTP/1.1\" 200 42 \"-\" \"curl\\x5C8 caf\\xE9\"\n");
     }
 
     #[test]
@@ -533,6 +548,7 @@ mod tests {
         let log = AccessLog::open(LogTarget::File(path.clone())).unwrap();
         let rec = LogRecord {
             peer: "::1".parse().unwrap(),
+            user: None,
             request_line: None,
             status: 400,
             body_bytes: 0,
@@ -683,7 +699,8 @@ mod tests {
         let filler = dir.path().join("filler");
         let rec = |i: usize| LogRecord {
             peer: "127.0.0.1".parse().unwrap(),
-            request_line: Some(format!("GET /{i}/{} HTTP/1.1", "p".repeat(i % 97))),
+            user: None,
+            request_line: Some(format!("GET /{i}/{} HTTP/1.1", "p".repeat(i % 97)).into_bytes()),
             status: 200,
             body_bytes: i as u64,
             referer: None,

@@ -153,6 +153,7 @@ pub fn refuse_at_capacity(stream: TcpStream, p: &Pipeline, status: u16) {
     if p.access_log.is_enabled() {
         p.access_log.record(&LogRecord {
             peer: peer.ip(),
+            user: None,
             request_line: first_line(&first),
             status,
             body_bytes: reply.out.bytes_sent().saturating_sub(reply.head_len),

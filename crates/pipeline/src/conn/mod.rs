@@ -746,7 +746,7 @@ impl Connection {
                     }
                     let was_empty = self.start == self.end;
                     match self.fill(sock) {
-                        Ok(0) => return Want::Close,
+                        Ok(0) => return self.cut_off(p),
                         // Over TLS the first head's deadline also starts
                         // with its first bytes: the handshake had its own.
                         Ok(_) if was_empty && (self.served > 0 || p.tls.is_some()) => {

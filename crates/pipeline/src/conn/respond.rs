@@ -27,7 +27,7 @@ pub(super) fn record_bytes(record: &LogRecord) -> usize {
     [&record.request_line, &record.referer, &record.user_agent]
         .iter()
         .flat_map(|s| s.as_ref())
-        .map(String::capacity)
+        .map(Vec::capacity)
         .sum()
 }
 
@@ -82,6 +82,7 @@ impl Connection {
         }
         let mut record = spares::take(&SPARE_LOG_RECORDS).unwrap_or_else(|| LogRecord {
             peer: self.info.peer.ip(),
+            user: None,
             request_line: None,
             status: 0,
             body_bytes: 0,
@@ -91,8 +92,9 @@ impl Connection {
         record.peer = self.info.peer.ip();
         (record.status, record.body_bytes) = (0, 0);
         write_request_line(head, record.request_line.get_or_insert_default());
-        overwrite(&mut record.referer, head.header_str("Referer"));
-        overwrite(&mut record.user_agent, head.header_str("User-Agent"));
+        overwrite(&mut record.referer, head.header("Referer"));
+        overwrite(&mut record.user_agent, head.header("User-Agent"));
+        record.user = head.header("Authorization").and_then(basic_user);
         Some(record)
     }
 
@@ -133,10 +135,33 @@ impl Connection {
         );
     }
 
+    /// The client closed in the middle of a request head: logged as nginx
+    /// logs it, `400 0` with what the request line was (nothing is sent).
+    pub(super) fn cut_off(&mut self, p: &Pipeline) -> Want {
+        if self.start < self.end && p.access_log.is_enabled() {
+            let record = LogRecord {
+                peer: self.info.peer.ip(),
+                user: None,
+                request_line: first_line(&self.buf[self.start..self.end]),
+                status: 400,
+                body_bytes: 0,
+                referer: None,
+                user_agent: None,
+            };
+            if self.defer_log {
+                self.deferred_log.push(record);
+            } else {
+                p.access_log.record(&record);
+            }
+        }
+        Want::Close
+    }
+
     /// Answers input that is not a request: parse errors and timeouts.
     pub(super) fn refuse(&mut self, status: u16, p: &Pipeline) {
         let log = p.access_log.is_enabled().then(|| LogRecord {
             peer: self.info.peer.ip(),
+            user: None,
             request_line: first_line(&self.buf[self.start..self.end]),
             status,
             body_bytes: 0,
@@ -275,26 +300,40 @@ impl Connection {
 /// The request line as received, for the log, in place of what `line`
 /// held; built by hand because `format!` costs a measurable share of a
 /// small keep-alive request.
-pub(super) fn write_request_line(head: &RequestHead, line: &mut String) {
+pub(super) fn write_request_line(head: &RequestHead, line: &mut Vec<u8>) {
     let (method, target, version) = (head.method.as_str(), head.target(), version_str(head.version));
     line.clear();
     line.reserve(method.len() + target.len() + version.len() + 2);
-    line.push_str(method);
-    line.push(' ');
-    line.push_str(target);
-    line.push(' ');
-    line.push_str(version);
+    line.extend_from_slice(method.as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(target.as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(version.as_bytes());
 }
 
-/// Sets `slot` to `value`, in the string it already has if any.
-pub(super) fn overwrite(slot: &mut Option<String>, value: Option<&str>) {
+/// Sets `slot` to `value`, in the buffer it already has if any.
+pub(super) fn overwrite(slot: &mut Option<Vec<u8>>, value: Option<&[u8]>) {
     match (slot.as_mut(), value) {
         (Some(old), Some(value)) => {
             old.clear();
-            old.push_str(value);
+            old.extend_from_slice(value);
         }
-        (_, value) => *slot = value.map(str::to_owned),
+        (_, value) => *slot = value.map(<[u8]>::to_vec),
     }
+}
+
+/// The user of a `Basic` Authorization (RFC 7617): the credentials'
+/// bytes before the first `:`, as nginx's `$remote_user` (no password
+/// checked: modus authenticates no one; a script may).
+pub(super) fn basic_user(authorization: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let (scheme, credentials) = authorization.split_at(authorization.iter().position(|&b| b == b' ')?);
+    if !scheme.eq_ignore_ascii_case(b"basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(credentials.trim_ascii()).ok()?;
+    let user = &decoded[..decoded.iter().position(|&b| b == b':').unwrap_or(decoded.len())];
+    (!user.is_empty()).then(|| user.to_vec())
 }
 
 pub(super) fn version_str(v: h1::Version) -> &'static str {
@@ -305,8 +344,8 @@ pub(super) fn version_str(v: h1::Version) -> &'static str {
 }
 
 /// The request line of unparseable input, for the log (bounded, lossy).
-pub(crate) fn first_line(input: &[u8]) -> Option<String> {
+pub(crate) fn first_line(input: &[u8]) -> Option<Vec<u8>> {
     let input = &input[..input.len().min(1024)];
     let line = input.split(|&b| b == b'\r' || b == b'\n').find(|l| !l.is_empty())?;
-    Some(String::from_utf8_lossy(line).into_owned())
+    Some(line.to_vec())
 }

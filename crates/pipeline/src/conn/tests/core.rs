@@ -128,7 +128,7 @@ fn bad_input_gets_400_then_the_connection_lingers_and_closes() {
     assert_eq!(h.drive(), Want::Close);
     assert_eq!(h.records.len(), 1);
     assert_eq!(h.records[0].status, 400);
-    assert_eq!(h.records[0].request_line.as_deref(), Some("GET /a.txt HTTP/1.1"));
+    assert_eq!(h.records[0].request_line.as_deref(), Some(&b"GET /a.txt HTTP/1.1"[..]));
 }
 
 #[test]
@@ -390,4 +390,18 @@ fn an_unknown_method_gets_501_and_the_connection_stays() {
     assert_eq!(h.response().status, 501);
     h.send(GET);
     assert_eq!(h.response().status, 200);
+}
+
+/// The access log's `%u`: the user of a Basic Authorization, bytes as sent.
+#[test]
+fn the_basic_user_is_read_for_the_log() {
+    use super::super::respond::basic_user;
+    // "alice:secret", "bob" (no colon), "é:x" in UTF-8, and others.
+    assert_eq!(basic_user(b"Basic YWxpY2U6c2VjcmV0"), Some(b"alice".to_vec()));
+    assert_eq!(basic_user(b"basic   Ym9i"), Some(b"bob".to_vec()));
+    assert_eq!(basic_user(b"Basic w6k6eA=="), Some("é".as_bytes().to_vec()));
+    assert_eq!(basic_user(b"Bearer YWxpY2U6c2VjcmV0"), None, "not Basic");
+    assert_eq!(basic_user(b"Basic !!!"), None, "not base64");
+    assert_eq!(basic_user(b"Basic OnBhc3M="), None, "no user (':pass')");
+    assert_eq!(basic_user(b"Basic"), None);
 }

@@ -184,7 +184,7 @@ fn deferred_log_records_go_to_the_caller() {
     let mut h = Harness::new();
     h.send(&[GET, b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"].concat());
     assert_eq!(h.statuses(), [(200, 5), (404, h.records[1].body_bytes)]);
-    assert_eq!(h.records[0].request_line.as_deref(), Some("GET /a.txt HTTP/1.1"));
+    assert_eq!(h.records[0].request_line.as_deref(), Some(&b"GET /a.txt HTTP/1.1"[..]));
     assert_eq!(h.records[0].peer, std::net::IpAddr::from([192, 0, 2, 7]));
     assert!(h.conn.take_log().next().is_none(), "taken records are gone");
 }
