@@ -232,7 +232,7 @@ impl ServerBuilder {
                 server.addr = addr;
                 // Ports are reused within a test process: what this server
                 // speaks replaces what an earlier one on the port spoke.
-                crate::tls::set_https(addr, first.split_whitespace().any(|w| w == "https"));
+                crate::tls::set_https(addr, first.split_whitespace().any(|w| w == "https"), server.pid);
             }
             None => {
                 server.kill_and_collect();
@@ -449,7 +449,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         // Before the port is freed: a plain server may be given it next.
-        crate::tls::set_https(self.addr, false);
+        crate::tls::forget(self.addr, self.pid);
         // Also after a clean exit of the master: no worker may outlive the
         // test.
         self.kill_group();
