@@ -55,8 +55,10 @@ stop_spinners() {
     done
     spinners=()
 }
+running=""
 trap stop_spinners EXIT
-trap 'stop_spinners; exit 130' INT TERM
+# The run in progress goes too (its servers are killed by the harness only when it ends normally).
+trap '[ -n "$running" ] && kill "$running" 2>/dev/null; stop_spinners; exit 130' INT TERM
 for _ in $(seq "$SPINNERS"); do
     nice -n "$NICE" timeout "$MAX_TIME" sh -c 'while :; do :; done' &
     spinners+=($!)
@@ -96,8 +98,11 @@ for suite in $SUITES; do
         start=$(date +%s)
         before=$(tcp_counters)
         # shellcheck disable=SC2086 # TEST_ARGS is a word list on purpose
-        nice -n "$NICE" cargo test -q -p modus --test "$suite" -- $TEST_ARGS >"$out" 2>&1
+        nice -n "$NICE" cargo test -q -p modus --test "$suite" -- $TEST_ARGS >"$out" 2>&1 &
+        running=$!
+        wait "$running"
         rc=$?
+        running=""
         secs=$(($(date +%s) - start))
         runs=$((runs + 1))
         result=$(grep -E '^test result:' "$out" | tail -1)
@@ -123,7 +128,7 @@ stop_spinners
 
 failures=$(wc -l <"$failed_file")
 echo
-echo "contended: $runs runs of [$SUITES] with $SPINNERS spinners: $tests tests run, $failures failures, $unfinished unfinished runs"
+echo "contended: $runs runs of [$SUITES] at $(git describe --always --dirty 2>/dev/null) with $SPINNERS spinners: $tests tests run, $failures failures, $unfinished unfinished runs"
 if [ "$failures" -gt 0 ]; then
     echo "failing tests (runs failed in):"
     sort "$failed_file" | uniq -c | sort -rn | sed 's/^/  /'
