@@ -164,6 +164,7 @@ impl ServerBuilder {
     pub fn start(self) -> Server {
         let args = self.command_args();
         let cmdline = format!("{} {:?}", self.bin.display(), args);
+        let starting = crate::starting_a_program();
         let mut child = Command::new(&self.bin)
             .args(&args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -175,6 +176,7 @@ impl ServerBuilder {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {cmdline}: {e}"));
+        drop(starting);
         let pid = child.id();
 
         let stderr_buf = Arc::new(Mutex::new(String::new()));
@@ -505,6 +507,7 @@ where
     S: AsRef<OsStr>,
 {
     let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().into()).collect();
+    let starting = crate::starting_a_program();
     let mut child = Command::new(bin.as_ref())
         .args(&args)
         .stdin(Stdio::null())
@@ -512,6 +515,7 @@ where
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin.as_ref().display()));
+    drop(starting);
     let read_all = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut v = Vec::new();
@@ -550,11 +554,13 @@ mod tests {
     /// given the id since.
     #[test]
     fn an_exited_server_keeps_its_id_until_drop() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("fake-server");
-        std::fs::write(&bin, "#!/bin/sh\necho \"listening on 127.0.0.254:9 model=fake pid=$$\"\n").unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::write_executable(
+            &bin,
+            "#!/bin/sh\necho \"listening on 127.0.0.254:9 model=fake pid=$$\"\n",
+            0o755,
+        );
         let mut srv = Server::builder(&bin).start();
         assert!(srv.wait_exit(Duration::from_secs(10)).success());
         assert!(srv.has_exited());

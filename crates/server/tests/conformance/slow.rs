@@ -162,10 +162,13 @@ fn min_rate_cuts_a_reader_too_slow() {
 /// A script that reads its whole body before it answers, and a server
 /// running it that logs to BASE/access.log.
 fn sink_server(extra: &[&str]) -> (Docroot, testkit::Server, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
     let root = Docroot::standard();
-    root.file("scripts/sink", "#!/bin/sh\ncat > /dev/null\nprintf 'Content-Type: text/plain\\n\\nread\\n'\n");
-    std::fs::set_permissions(root.join("scripts/sink"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    testkit::write_executable(
+        &root.join("scripts/sink"),
+        "#!/bin/sh\ncat > /dev/null\nprintf 'Content-Type: text/plain\\n\\nread\\n'\n",
+        0o755,
+    );
     let log = root.base().join("access.log");
     let scripts = root.join("scripts");
     let mut all = vec!["--cgi-dir", scripts.to_str().unwrap(), "--access-log", log.to_str().unwrap()];
