@@ -26,11 +26,9 @@ fn every_registered_model_runs_the_conformance_suite() {
 /// idle keep-alive connection holds no thread: it waits in the gate), and
 /// the flag that serves it.
 fn busy_root(secs: u32) -> (Docroot, String) {
-    use std::os::unix::fs::PermissionsExt;
     let root = Docroot::standard();
     let script = format!("#!/bin/sh\nsleep {secs}\nprintf 'Content-Type: text/plain\\n\\ndone\\n'\n");
-    root.file("scripts/busy", script);
-    std::fs::set_permissions(root.join("scripts/busy"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    root.executable("scripts/busy", &script);
     let dir = root.join("scripts").to_str().unwrap().to_string();
     (root, dir)
 }
@@ -180,7 +178,6 @@ fn staged_reports_its_queues() {
 /// connection at a time, so there the cap is `--max-clients`.
 #[test]
 fn max_cgi_answers_503_beyond_the_cap() {
-    use std::os::unix::fs::PermissionsExt;
     let root = Docroot::standard();
     let dir = tempfile::Builder::new().prefix("modus-maxcgi-").tempdir().unwrap();
     for (name, text) in [
@@ -188,8 +185,7 @@ fn max_cgi_answers_503_beyond_the_cap() {
         ("hello", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nhello\\n'\n"),
     ] {
         let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        testkit::write_executable(&path, text, 0o755);
     }
     let cgi_dir = dir.path().to_str().unwrap();
     let one_process: &[(&str, &[&str])] = &[
@@ -324,14 +320,12 @@ fn peak_rss(pid: u32) -> u64 {
 /// below the body's size (collected in memory, it held all of it and more).
 fn a_large_chunked_body_reaches_the_script_in_constant_memory(model: &str) {
     use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
     const BODY: usize = 48 << 20;
     let root = Docroot::standard();
-    root.file(
+    root.executable(
         "scripts/sum",
         "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\n'\necho \"$CONTENT_LENGTH\"\ncksum\n",
     );
-    std::fs::set_permissions(root.join("scripts/sum"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let scripts = root.join("scripts").to_str().unwrap().to_string();
     let srv = Server::start(BIN, model, root.path(), &["--cgi-dir", &scripts, "--max-body", "64MiB"]);
     srv.client().request("GET", "/cgi-bin/sum", &[]).assert_status(200);
@@ -387,13 +381,11 @@ fn pool_spools_a_large_chunked_body() {
 /// goes on serving, and a small body still needs no file.
 #[test]
 fn a_body_that_cannot_be_spooled_is_500_and_says_why() {
-    use std::os::unix::fs::PermissionsExt;
     let root = Docroot::standard();
-    root.file(
+    root.executable(
         "scripts/sum",
         "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\n'\necho \"$CONTENT_LENGTH\"\n",
     );
-    std::fs::set_permissions(root.join("scripts/sum"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let scripts = root.join("scripts").to_str().unwrap().to_string();
     let srv = Server::builder(BIN)
         .model("event")

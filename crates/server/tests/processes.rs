@@ -270,10 +270,8 @@ fn finish(held: Vec<TcpStream>) {
 /// merely open holds no thread of the models that read heads in a gate),
 /// and the flag that serves it.
 fn busy_root() -> (Docroot, String) {
-    use std::os::unix::fs::PermissionsExt;
     let root = Docroot::standard();
-    root.file("scripts/busy", "#!/bin/sh\nsleep 8\nprintf 'Content-Type: text/plain\\n\\ndone\\n'\n");
-    std::fs::set_permissions(root.join("scripts/busy"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    root.executable("scripts/busy", "#!/bin/sh\nsleep 8\nprintf 'Content-Type: text/plain\\n\\ndone\\n'\n");
     let dir = root.join("scripts").to_str().unwrap().to_string();
     (root, dir)
 }

@@ -276,7 +276,7 @@ impl Client {
             let n: usize = cl.trim().parse().map_err(|_| invalid(format!("bad Content-Length {cl:?}")))?;
             resp.body = self.read_exact_body(n)?;
         } else {
-            resp.body = self.read_until_close()?;
+            resp.body = self.read_body_to_close()?;
         }
         Ok(resp)
     }
@@ -405,6 +405,32 @@ impl Client {
             body.extend(self.read_exact_body(size)?);
             if !self.read_line()?.is_empty() {
                 return Err(invalid("chunk data not followed by CRLF"));
+            }
+        }
+    }
+
+    /// A body delimited by the close (RFC 9112 §6.3, item 8): complete only
+    /// at a clean end of stream. A reset is the server (or its kernel)
+    /// aborting the connection, and the kernel drops whatever it had not
+    /// sent yet, so the bytes read so far may be any prefix of the body:
+    /// an error naming the reset, not a shorter body that only a byte
+    /// comparison would catch, without its cause.
+    fn read_body_to_close(&mut self) -> io::Result<Vec<u8>> {
+        loop {
+            match self.fill() {
+                Ok(0) => return Ok(std::mem::take(&mut self.buf)),
+                Ok(_) => {}
+                Err(e) if is_reset(&e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{e} after {} bytes of a body delimited by the close: \
+                             the end of such a body is a clean close, a reset may have dropped its tail",
+                            self.buf.len()
+                        ),
+                    ))
+                }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -539,6 +565,30 @@ mod tests {
         ] {
             assert!(canned(reply).try_read_response("GET").is_err(), "{:?}", String::from_utf8_lossy(reply));
         }
+    }
+
+    /// A body delimited by the close that ends in a reset is an error
+    /// that says so, never a shorter body.
+    #[test]
+    fn a_reset_does_not_end_a_body_delimited_by_the_close() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            s.write_all(b"HTTP/1.0 200 OK\r\n\r\npart of a body").unwrap();
+            // SO_LINGER 0: the close is a reset.
+            rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO)).unwrap();
+        });
+        let mut c = Client::connect(addr);
+        c.send("x");
+        server.join().unwrap();
+        let e = c.try_read_response("GET").expect_err("a reset is no end of the body");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+        assert!(e.to_string().contains("delimited by the close"), "{e}");
+        // A clean close still ends one.
+        assert_eq!(canned(b"HTTP/1.0 200 OK\r\n\r\nwhole").read_response("GET").body, b"whole");
     }
 
     #[test]

@@ -105,6 +105,18 @@ impl Docroot {
         self
     }
 
+    /// Creates an executable `rel` (a CGI script), with
+    /// [`write_executable`](crate::write_executable): no program is started
+    /// meanwhile, so none can hold it open for writing when it is run.
+    pub fn executable(&self, rel: &str, contents: &str) -> &Self {
+        let p = self.join(rel);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).expect("create parent dirs");
+        }
+        crate::write_executable(&p, contents, 0o755);
+        self
+    }
+
     /// Replaces file `rel` atomically (write a temporary file, rename over).
     pub fn replace_file(&self, rel: &str, contents: impl AsRef<[u8]>) -> &Self {
         let p = self.join(rel);

@@ -22,11 +22,13 @@
 #![warn(missing_docs)]
 
 mod client;
+mod exec;
 mod fixtures;
 mod server;
 pub mod tls;
 
 pub use client::{get_once, Client, Response};
+pub use exec::{starting_a_program, write_executable};
 pub use fixtures::{Docroot, SECRET};
 pub use server::{run, Output, Server, ServerBuilder, Signal};
 

@@ -1,7 +1,7 @@
 //! Spawning the server binary as a child process.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -164,6 +164,7 @@ impl ServerBuilder {
     pub fn start(self) -> Server {
         let args = self.command_args();
         let cmdline = format!("{} {:?}", self.bin.display(), args);
+        let starting = crate::starting_a_program();
         let mut child = Command::new(&self.bin)
             .args(&args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -175,6 +176,7 @@ impl ServerBuilder {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {cmdline}: {e}"));
+        drop(starting);
         let pid = child.id();
 
         let stderr_buf = Arc::new(Mutex::new(String::new()));
@@ -232,7 +234,7 @@ impl ServerBuilder {
                 server.addr = addr;
                 // Ports are reused within a test process: what this server
                 // speaks replaces what an earlier one on the port spoke.
-                crate::tls::set_https(addr, first.split_whitespace().any(|w| w == "https"));
+                crate::tls::set_https(addr, first.split_whitespace().any(|w| w == "https"), server.pid);
             }
             None => {
                 server.kill_and_collect();
@@ -358,9 +360,8 @@ impl Server {
         }
         let deadline = Instant::now() + timeout;
         loop {
-            match self.child.try_wait() {
+            match self.peek_exit() {
                 Ok(Some(status)) => {
-                    self.exit = Some(status);
                     self.join_output();
                     return status;
                 }
@@ -380,12 +381,34 @@ impl Server {
 
     /// Whether the process has exited (without blocking).
     pub fn has_exited(&mut self) -> bool {
-        if self.exit.is_none() {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                self.exit = Some(s);
-            }
+        matches!(self.peek_exit(), Ok(Some(_)))
+    }
+
+    /// The exit status once the process has exited, without reaping it:
+    /// its zombie keeps its process id — the id of its process group too —
+    /// from being given to another process until drop has signalled the
+    /// group and reaped it. Reaped at once, the id could be reused (this
+    /// machine's pid_max is 32,768, a busy test run goes through it in
+    /// minutes) and drop's SIGKILL to the group would hit the newcomer:
+    /// another test's server, or a CGI script's group, whose response
+    /// would then end early.
+    fn peek_exit(&mut self) -> io::Result<Option<ExitStatus>> {
+        use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+        use std::os::unix::process::ExitStatusExt;
+        if self.exit.is_some() {
+            return Ok(self.exit);
         }
-        self.exit.is_some()
+        let Some(pid) = Pid::from_raw(self.pid as i32) else { return Ok(None) };
+        let peek = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        let Some(status) = waitid(WaitId::Pid(pid), peek)? else { return Ok(None) };
+        // The raw wait status std decodes: the code in the second byte, or the signal.
+        let raw = match (status.exit_status(), status.terminating_signal()) {
+            (Some(code), _) => (code & 0xff) << 8,
+            (None, Some(signal)) => signal & 0x7f,
+            (None, None) => return Ok(None),
+        };
+        self.exit = Some(ExitStatus::from_raw(raw));
+        Ok(self.exit)
     }
 
     /// Everything the server wrote to stderr so far.
@@ -417,8 +440,10 @@ impl Server {
         self.kill_group();
         if self.exit.is_none() {
             let _ = self.child.kill();
-            self.exit = self.child.wait().ok();
         }
+        // Reaps it (a zombie `peek_exit` left, or the process just killed).
+        let reaped = self.child.wait().ok();
+        self.exit = self.exit.or(reaped);
         self.join_output();
         self.exit
     }
@@ -449,14 +474,15 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         // Before the port is freed: a plain server may be given it next.
-        crate::tls::set_https(self.addr, false);
+        crate::tls::forget(self.addr, self.pid);
         // Also after a clean exit of the master: no worker may outlive the
         // test.
         self.kill_group();
         if self.exit.is_none() {
             let _ = self.child.kill();
-            let _ = self.child.wait();
         }
+        // Only now, after the group's signal: see `peek_exit`.
+        let _ = self.child.wait();
         // The output threads end by themselves once the pipes close; don't
         // join them here, a panicking test should not wait on anything.
     }
@@ -481,6 +507,7 @@ where
     S: AsRef<OsStr>,
 {
     let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().into()).collect();
+    let starting = crate::starting_a_program();
     let mut child = Command::new(bin.as_ref())
         .args(&args)
         .stdin(Stdio::null())
@@ -488,6 +515,7 @@ where
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin.as_ref().display()));
+    drop(starting);
     let read_all = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut v = Vec::new();
@@ -519,6 +547,29 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that exited is not reaped before drop: its process id,
+    /// which names its process group, stays its own until drop has sent
+    /// the group SIGKILL, so that signal cannot reach a process that was
+    /// given the id since.
+    #[test]
+    fn an_exited_server_keeps_its_id_until_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("fake-server");
+        crate::write_executable(
+            &bin,
+            "#!/bin/sh\necho \"listening on 127.0.0.254:9 model=fake pid=$$\"\n",
+            0o755,
+        );
+        let mut srv = Server::builder(&bin).start();
+        assert!(srv.wait_exit(Duration::from_secs(10)).success());
+        assert!(srv.has_exited());
+        let stat = format!("/proc/{}/stat", srv.pid());
+        let state = std::fs::read_to_string(&stat).expect("the exited server's id is still its own");
+        assert!(state.contains(") Z "), "a zombie until drop: {state}");
+        drop(srv);
+        assert!(std::fs::read_to_string(&stat).is_err(), "reaped at drop");
+    }
 
     /// A model given with flags runs with them (the conformance suite's
     /// `"event --schedule srpt"`).

@@ -2,7 +2,7 @@
 //! speaks TLS to it, trusting whatever certificate it presents (the
 //! servers under test make their own, self-signed).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -10,26 +10,40 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
-/// Addresses of the servers this test process started with HTTPS.
-fn https_addrs() -> &'static Mutex<HashSet<SocketAddr>> {
-    static ADDRS: OnceLock<Mutex<HashSet<SocketAddr>>> = OnceLock::new();
+/// Addresses of the servers this test process started with HTTPS, each
+/// with the process id of the server that speaks it there.
+fn https_addrs() -> &'static Mutex<HashMap<SocketAddr, u32>> {
+    static ADDRS: OnceLock<Mutex<HashMap<SocketAddr, u32>>> = OnceLock::new();
     ADDRS.get_or_init(Mutex::default)
 }
 
-/// Notes whether the server on `addr` speaks HTTPS (a started server says
-/// so; a stopped one no longer does: its port may serve plain HTTP next).
-pub(crate) fn set_https(addr: SocketAddr, https: bool) {
+/// Notes whether the server `pid` that now listens on `addr` speaks HTTPS:
+/// it holds the port, so whatever was said of an earlier server there is
+/// replaced.
+pub(crate) fn set_https(addr: SocketAddr, https: bool, pid: u32) {
     let mut addrs = https_addrs().lock().unwrap_or_else(|e| e.into_inner());
     if https {
-        addrs.insert(addr);
+        addrs.insert(addr, pid);
     } else {
+        addrs.remove(&addr);
+    }
+}
+
+/// Server `pid` is gone: its port may serve plain HTTP next. Only what was
+/// said of `pid` itself is forgotten — a server that exited before its
+/// `Server` was dropped freed its port then, and another test's HTTPS
+/// server may have been given it since (a busy machine makes that gap
+/// long): that one still speaks HTTPS.
+pub(crate) fn forget(addr: SocketAddr, pid: u32) {
+    let mut addrs = https_addrs().lock().unwrap_or_else(|e| e.into_inner());
+    if addrs.get(&addr) == Some(&pid) {
         addrs.remove(&addr);
     }
 }
 
 /// Whether the server on `addr` speaks HTTPS (a server this process started).
 pub fn is_https(addr: SocketAddr) -> bool {
-    https_addrs().lock().unwrap_or_else(|e| e.into_inner()).contains(&addr)
+    https_addrs().lock().unwrap_or_else(|e| e.into_inner()).contains_key(&addr)
 }
 
 /// The one client configuration (it keeps resumption tickets, as a
@@ -118,5 +132,24 @@ impl Write for ClientStream {
             ClientStream::Plain(s) => s.flush(),
             ClientStream::Tls(s) => s.flush(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that exited early (its port freed) is dropped after another
+    /// test's HTTPS server was given that port: clients of the new one
+    /// must still speak TLS to it.
+    #[test]
+    fn a_server_dropped_late_forgets_only_its_own_port() {
+        let addr: SocketAddr = "127.0.0.254:9".parse().unwrap();
+        set_https(addr, false, 100);
+        set_https(addr, true, 200);
+        forget(addr, 100);
+        assert!(is_https(addr), "the port's new HTTPS server was forgotten");
+        forget(addr, 200);
+        assert!(!is_https(addr));
     }
 }

@@ -312,7 +312,7 @@ struct Plan {
     log: Option<LogRecord>,
     /// Body bytes to drop after the response, if the connection stays open.
     discard: u64,
-    /// Input may still be arriving that we will not read.
+    /// Input may still arrive that we will not read: a body, a keep-alive client's next request.
     unread: bool,
     /// A HEAD request: whatever answers it carries no body.
     head_only: bool,
@@ -924,7 +924,7 @@ impl Connection {
             && !stopping
             && self.served + 1 < settings.max_keepalive_requests;
         let log = self.log_record(&head, p);
-        let unread = self.start < self.end || head.framing != BodyFraming::None;
+        let unread = self.start < self.end || head.framing != BodyFraming::None || head.keep_alive;
         let head_only = head.method == h1::Method::Head;
         let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, body: None };
         let peer = self.info.peer;

@@ -237,6 +237,10 @@ impl Connection {
             if !linger {
                 return Some(Want::Close);
             }
+            // Our FIN follows the response; the client's bytes are read
+            // until it closes too. Closed under bytes it sent (a keep-alive
+            // client's next request at --max-keepalive-requests), the kernel
+            // would reset the connection and drop the response's unsent tail.
             sock.shutdown_write();
             self.state = State::Linger { deadline: self.deadline_base(ended) + p.settings.linger_timeout };
         } else if discard > 0 {

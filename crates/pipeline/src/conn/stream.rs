@@ -138,7 +138,7 @@ impl Connection {
         let keep_alive =
             head.keep_alive && body_ok && !stopping && self.served + 1 < settings.max_keepalive_requests;
         let log = self.log_record(&head, p);
-        let unread = self.start < self.end || head.framing != BodyFraming::None;
+        let unread = self.start < self.end || head.framing != BodyFraming::None || head.keep_alive;
         let body = BodyPlan {
             keep_alive,
             expect_continue: head.expect_continue,
@@ -211,7 +211,7 @@ impl Connection {
                     let len = spool.as_ref().map_or(body.len() as u64, Spool::len);
                     request.head.framing = BodyFraming::Length(len);
                     request.head.expect_continue = false;
-                    plan.unread = self.start < self.end;
+                    plan.unread = self.start < self.end || request.head.keep_alive;
                     if let Some(plan_body) = plan.body.as_mut() {
                         plan_body.collected = body;
                         plan_body.spooled = spool;
@@ -337,7 +337,7 @@ impl Connection {
             Streamed::Done { close } => {
                 let Streaming { responder, plan } = *streaming;
                 let discard = plan.discard + responder.body_unread();
-                let unread = discard > 0 || self.start < self.end;
+                let unread = discard > 0 || self.start < self.end || plan.unread;
                 self.log_streamed(responder.as_ref(), plan, p);
                 drop(responder);
                 self.after_response(sock, close, unread, discard, p)

@@ -7,7 +7,6 @@
 use super::MODEL;
 use crate::common::*;
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 struct Cgi {
@@ -86,9 +85,7 @@ fn cgi_server(args: &[&str]) -> Cgi {
 }
 
 fn write_script(dir: &Path, name: &str, text: &str, mode: u32) {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    testkit::write_executable(&dir.join(name), text, mode);
 }
 
 /// The `NAME=value` lines of `cgi-env`'s output.
@@ -686,9 +683,12 @@ fn demo_site_bundles_the_programs() {
 #[test]
 fn a_cgi_dir_inside_the_root_is_warned_about() {
     let root = Docroot::standard();
-    root.file("scripts/run", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nran\\n'\n");
-    let script = root.join("scripts/run");
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    testkit::write_executable(
+        &root.join("scripts/run"),
+        "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nran\\n'\n",
+        0o755,
+    );
     let srv = serve(MODEL, &root, &["--cgi-dir", root.join("scripts").to_str().unwrap()]);
     let r = srv.client().request("GET", "/cgi-bin/run", &[]);
     r.assert_status(200);

@@ -9,6 +9,7 @@ use std::time::Duration;
 /// can't run or fails (`-k`: over HTTPS the servers are self-signed).
 #[track_caller]
 fn curl(args: &[&str]) -> std::process::Output {
+    let _starting = testkit::starting_a_program();
     let out = std::process::Command::new("curl")
         .args(["-sS", "--max-time", "10", "--noproxy", "*", "-k"])
         .args(args)

@@ -10,7 +10,6 @@
 
 use super::MODEL;
 use crate::common::*;
-use std::os::unix::fs::PermissionsExt;
 
 const STREAMS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/streams.txt"));
 const ANSWERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/answers.txt");
@@ -95,8 +94,7 @@ fn every_model_answers_the_corpus_alike() {
     let root = Docroot::standard();
     let cgi = tempfile::Builder::new().prefix("modus-seen-").tempdir().unwrap();
     let script = cgi.path().join("seen");
-    std::fs::write(&script, SEEN).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    testkit::write_executable(&script, SEEN, 0o755);
     let cgi_dir = cgi.path().to_str().unwrap().to_string();
     let srv =
         serve(MODEL, &root, &["--cgi-dir", &cgi_dir, "--header-timeout", "2s", "--keepalive-timeout", "2s"]);

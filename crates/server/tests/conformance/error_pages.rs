@@ -105,12 +105,11 @@ fn missing_script() {
     let root = site();
     let cgi = tempfile::Builder::new().prefix("modus-cgi-").tempdir().unwrap();
     let script = cgi.path().join("gone");
-    std::fs::write(
+    testkit::write_executable(
         &script,
         "#!/bin/sh\nprintf 'Status: 404 Not Found\\nContent-Type: text/plain\\n\\nmine\\n'\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        0o755,
+    );
     let srv = serve(
         MODEL,
         &root,

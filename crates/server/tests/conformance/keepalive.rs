@@ -233,3 +233,27 @@ fn request_sent_while_a_large_response_is_blocked() {
     read_ok(&mut c, "GET", &big);
     read_ok(&mut c, "GET", HELLO.as_bytes());
 }
+
+/// The server ends the connection (its `--max-keepalive-requests`) after a
+/// response larger than the socket buffers, while the client — which
+/// asked to keep it — has already sent its next request: closing under
+/// those unread bytes made the kernel reset the connection and drop the
+/// response's unsent tail (2.9 MB of 3 MB reached a client that read late).
+/// The server shuts its side after the response and reads until the
+/// client closes, so the response arrives whole and ends with a clean close.
+#[test]
+fn server_close_after_a_large_response_with_the_next_request_already_sent() {
+    let root = Docroot::standard();
+    let big = pseudo_random_bytes(24 << 20, 6);
+    root.file("big.bin", &big);
+    let srv = serve(MODEL, &root, &["--max-keepalive-requests", "1"]);
+    let mut c = srv.client();
+    c.send("GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    // The response has begun: the request was read, so the next one
+    // arrives apart from it, as a keep-alive client's next request does.
+    c.wait_for_bytes(1);
+    c.send(GET_HELLO);
+    let r = read_ok(&mut c, "GET", &big);
+    assert!(r.connection_has("close"), "{}", r.describe());
+    assert_closed_cleanly(&mut c);
+}

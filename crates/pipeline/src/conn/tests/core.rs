@@ -106,8 +106,17 @@ fn the_last_request_a_connection_may_make_is_told_so() {
     let mut h = limits(|s| s.max_keepalive_requests = 2);
     h.send(GET);
     assert!(!h.response().closes());
-    assert_eq!(h.send(GET), Want::Close);
+    // The client asked to keep the connection and may have sent its next
+    // request: our side is shut and its bytes read until it closes, since
+    // closing under them would reset the connection and cut the response.
+    assert_eq!(h.send(GET), Want::Read(h.now + h.p.settings.linger_timeout));
     assert!(h.response().closes());
+    assert!(h.wire.shut_write());
+    h.wire.arrive(GET);
+    assert_eq!(h.drive(), Want::Read(h.now + h.p.settings.linger_timeout));
+    assert!(h.wire.take_written().is_empty(), "a request after the last is not answered");
+    h.wire.client_closes();
+    assert_eq!(h.drive(), Want::Close);
 }
 
 #[test]
@@ -292,10 +301,14 @@ fn a_graceful_stop_ends_idle_connections_and_closes_after_the_current_request() 
 
     let mut h = Harness::new();
     h.wire.arrive(GET);
-    assert_eq!(h.drive_stopping(true), Want::Close);
+    assert_eq!(h.drive_stopping(true), Want::Read(h.now + h.p.settings.linger_timeout));
     let r = h.response();
     assert_eq!(r.status, 200, "a request that arrived before the stop is answered");
     assert!(r.closes());
+    // Closed then by the client (or the linger deadline), not under a
+    // request it may have sent meanwhile.
+    h.wire.client_closes();
+    assert_eq!(h.drive_stopping(true), Want::Close);
 }
 
 /// Edge-triggered drivers are told of every new byte, so after a short read
