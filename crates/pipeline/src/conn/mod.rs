@@ -243,8 +243,6 @@ pub struct Connection {
     /// The caller's clock reading for deadlines ([`Connection::set_now`]),
     /// until the next `drive` ends.
     now: Option<Instant>,
-    /// Stopping: until when an idle connection waits for its next request.
-    stop_due: Option<Instant>,
 }
 
 impl Drop for Connection {
@@ -359,7 +357,6 @@ impl Connection {
             },
             conn_id: pipeline.stats.next_conn_id(),
             now: None,
-            stop_due: None,
         }
     }
 

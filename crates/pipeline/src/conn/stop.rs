@@ -14,7 +14,7 @@ use super::*;
 /// and the client opens its next connection to the new generation. An
 /// idle client's connection closes at the end of the grace, as it would
 /// have at once before.
-pub(super) const STOP_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(1);
 
 impl Connection {
     /// Stopping, with nothing read between requests: the deadline to wait
@@ -26,7 +26,9 @@ impl Connection {
             return None;
         }
         let now = self.now.unwrap_or_else(Instant::now);
-        let due = *self.stop_due.get_or_insert(now + STOP_GRACE);
-        (now < due).then_some(due.min(self.idle_deadline))
+        // Only ever moved earlier, so the grace counts from the first look
+        // after the stop; a request answered since closes the connection.
+        self.idle_deadline = self.idle_deadline.min(now + STOP_GRACE);
+        (now < self.idle_deadline).then_some(self.idle_deadline)
     }
 }
