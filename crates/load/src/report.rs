@@ -226,6 +226,10 @@ pub fn json(a: &LoadArgs, cfg: &Config, o: &Outcome, ending: Ending) -> Value {
         "no_success": no_success(s).is_some(),
         "requests": s.requests,
         "errors": s.total_errors(),
+        // Beside the errors: each a request the server cut (it closed a
+        // kept-alive connection under it), which a browser or `wrk` would
+        // not have re-sent.
+        "resent": s.retries,
         "errors_by_kind": errors_map(s),
         "connect_failures": s.connect_failures,
         "status": status,
@@ -408,8 +412,15 @@ fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
     let codes: Vec<String> = s.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     let _ = writeln!(t, "Status codes: {}", if codes.is_empty() { "none".into() } else { codes.join(", ") });
     let errs = errors_in_words(s);
-    if !errs.is_empty() {
-        let _ = writeln!(t, "Errors:       {}", errs.join(", "));
+    if !errs.is_empty() || s.retries > 0 {
+        let resent = match s.retries {
+            0 => String::new(),
+            n => format!(
+                "{}{n} re-sent after the server closed a keep-alive connection under them (cut: a browser or wrk would fail them)",
+                if errs.is_empty() { "" } else { "; " }
+            ),
+        };
+        let _ = writeln!(t, "Errors:       {}{resent}", errs.join(", "));
     }
     if let Some(warning) = no_success(s) {
         let _ = writeln!(t, "WARNING: {warning}");

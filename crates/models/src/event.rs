@@ -29,7 +29,9 @@
 //!   connections to make room; `Connection` does not say when it is idle
 //!   between requests, so here they keep their slot until they time out.)
 //! * **Stop**: the loop drops the listener (new connections are refused),
-//!   drives every connection with `stopping` (idle ones close at once,
+//!   drives every connection with `stopping` (an idle keep-alive one
+//!   waits a second for the next request it may have sent, answers it with
+//!   `Connection: close`, and closes then or at the end of that grace;
 //!   in-flight ones finish) and returns when none is left.
 //!
 //! **Known weakness (paper 004, and the reason `amped` exists):** the

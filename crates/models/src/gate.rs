@@ -195,10 +195,18 @@ impl Gate {
     }
 
     /// After [`run`](Self::run), once the threads are done: lets the
-    /// connections still here finish what they were sending, closes the
+    /// connections still here finish what they were sending, answers on
+    /// this thread (with `Connection: close`) a request that arrives on an
+    /// idle one within the stop's grace rather than cutting it, closes the
     /// rest, and returns when none is left.
-    pub(crate) fn finish(&mut self, p: &Pipeline) {
-        let mut drop_ready = |_: Client| true;
+    pub(crate) fn finish(&mut self, p: &Pipeline, stop: &Shutdown) {
+        let returns = self.returns();
+        let mut drop_ready = |client: Client| {
+            if let Some(client) = pipeline::serve_ready(client, p, stop) {
+                returns.give_back(client);
+            }
+            true
+        };
         loop {
             self.take_returns(p, true, &mut drop_ready);
             for fd in self.parked.keys().copied().collect::<Vec<_>>() {

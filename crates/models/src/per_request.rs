@@ -85,7 +85,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
     while live.load(Ordering::Acquire) > 0 {
         thread::sleep(Duration::from_millis(20));
     }
-    gate.finish(&pipeline);
+    gate.finish(&pipeline, &shutdown);
     result
 }
 

@@ -95,7 +95,7 @@ fn child(c: &Child) {
         c.gate(&mut gate, &|| true, |client| pool.ready.push(client).is_ok());
         pool.ready.close();
     });
-    gate.finish(&c.pipeline);
+    gate.finish(&c.pipeline, &c.stop);
 }
 
 /// Starts one more thread unless the pool is at its cap.

@@ -80,6 +80,6 @@ fn run(env: ModelEnv) -> io::Result<()> {
     for worker in workers {
         let _ = worker.join();
     }
-    gate.finish(&pipeline);
+    gate.finish(&pipeline, &shutdown);
     result
 }

@@ -74,7 +74,8 @@
 //! * **Stop.** The acceptor drops the listener (new connections are
 //!   refused); every stage drives connections with `stopping`, so they
 //!   close at the next request boundary; the parking thread re-drives idle
-//!   connections once so they close, lets in-flight ones finish, and
+//!   connections once so they close (a keep-alive one after a second's
+//!   grace for the request it may have on its way, `pipeline`'s `stop.rs`), lets in-flight ones finish, and
 //!   returns when no connection is left; then every stage drains and exits.
 
 use std::collections::{BTreeSet, HashMap};

@@ -205,6 +205,12 @@ impl Knobs {
     }
 }
 
+/// The soft open-file limit (`modus serve` has lifted it to the hard one).
+fn open_file_limit() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    limit.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
 fn serve(
     env: ModelEnv,
     knobs: Knobs,
@@ -353,7 +359,12 @@ impl Loop {
             .setup_coop_taskrun()
             .build(RING_ENTRIES)
             .map_err(|e| io::Error::new(e.kind(), unavailable(&e)))?;
-        let max_conns = max_conns.max(1);
+        // The kernel refuses a fixed-file table larger than the open-file
+        // limit (EMFILE), so a loop's share past it would stop the server at
+        // start; sized to the limit, the loop holds as many connections as it
+        // could have descriptors for and, like `event`, pauses its accepting
+        // at that cap instead.
+        let max_conns = max_conns.min(open_file_limit()).max(1);
         ring.submitter().register_files_sparse(max_conns as u32)?;
         let bufs = ManuallyDrop::new(BufRing::register(&ring, RECV_BUFFERS, RECV_BUFFER_SIZE, BUFFER_GROUP)?);
         let mode = if helpers.is_some() { Mode::HandOutScripts } else { Mode::Inline };

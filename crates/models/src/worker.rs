@@ -116,5 +116,5 @@ fn child(c: &Child) {
         // Workers drain what is queued, finish, and the scope joins them.
         queue.close();
     });
-    gate.finish(&c.pipeline);
+    gate.finish(&c.pipeline, &c.stop);
 }

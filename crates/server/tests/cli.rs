@@ -528,6 +528,41 @@ fn running_out_of_descriptors_is_said_once() {
     }
 }
 
+/// A hard open-file limit below `--max-connections` (the default 10,000
+/// here) is a smaller cap, not a failure: every event model starts and
+/// serves under it (`uring` used to size its fixed-file table from the flag
+/// and exit 1 after `listening on`, which the kernel refuses past the limit).
+#[test]
+fn a_hard_open_file_limit_below_max_connections_still_serves() {
+    if run("prlimit", ["--version"], RUN_TIMEOUT).status.code() != Some(0) {
+        eprintln!("skipped: needs prlimit (util-linux) to lower the open-file limit");
+        return;
+    }
+    let root = Docroot::standard();
+    for model in ["event", "amped", "uring"] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("error.log");
+        let srv = Server::builder("prlimit")
+            .subcommand("--nofile=64:64")
+            .no_defaults()
+            .args([BIN, "serve", root.path().to_str().unwrap(), "--model", model, "--listen", "127.0.0.1:0"])
+            .args(["--workers", "2", "--max-connections", "10000"])
+            .args(["--access-log", "off", "--error-log", log.to_str().unwrap()])
+            .start();
+        for _ in 0..3 {
+            let mut c = srv.client();
+            for _ in 0..2 {
+                let r = c.request("GET", "/hello.txt", &[]);
+                r.assert_status(200);
+                assert_eq!(r.body, b"Hello, world!\n", "{model}");
+            }
+        }
+        let said = std::fs::read_to_string(&log).unwrap();
+        assert!(said.contains("exceeds the open-file limit"), "{model}: {said}");
+        assert!(!said.contains("uring loop"), "{model}: {said}");
+    }
+}
+
 /// `--user`: once the port is bound the server (and a process model's
 /// children) runs as that user, so a file only root may read gets 403.
 /// Needs root.

@@ -303,6 +303,29 @@ fn errors_are_classified() {
     assert_eq!(r["connect_failures"]["connection refused (is the server running on that port?)"], 3, "{r}");
 }
 
+/// A server that closes a kept-alive connection under the next request
+/// (read, never answered): `modus load` re-sends it on a new connection,
+/// and says so beside the errors, in the text and in `--json` — each one a
+/// request a browser or `wrk` would have failed.
+#[test]
+fn requests_resent_after_a_keep_alive_close_are_reported_beside_the_errors() {
+    let once = tiny_server(|mut s, _| {
+        if read_head(&mut s) && s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_ok() {
+            // The next request is read whole, so the close is a FIN, not a reset.
+            read_head(&mut s);
+        }
+    });
+    let url = format!("http://{once}/");
+    let r = load_json(&[&url, "-n", "4", "-c", "1"]);
+    assert_eq!(u(&r["requests"]), 4, "{r}");
+    assert_eq!(u(&r["errors"]), 0, "{r}");
+    assert_eq!(u(&r["resent"]), 3, "every request after a connection's first was re-sent: {r}");
+    let out = run(BIN, ["load", &url, "-n", "4", "-c", "1"], LIMIT);
+    let errors =
+        out.stdout.lines().find(|l| l.starts_with("Errors:")).unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(errors.contains("3 re-sent after the server closed a keep-alive connection"), "{}", out.stdout);
+}
+
 /// `latency_2xx_us` leaves the other answers out: here a slow 200 and a
 /// fast 503 alternate, and no 2xx percentile is below the 200's delay.
 #[test]

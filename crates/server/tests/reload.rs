@@ -138,6 +138,129 @@ fn reloads_under_load_lose_nothing(model: &str) {
     );
 }
 
+/// One keep-alive client on a raw socket, sending its next request as soon
+/// as the previous response is whole: how `wrk` and a browser use a
+/// connection. Counts the requests answered and the requests cut — sent,
+/// then the connection ended (end of stream, or a reset) with no response.
+/// A server may close a keep-alive connection between requests: a close
+/// already there before the next request is sent (end of stream readable
+/// before the send) cuts nothing; a close after a response that said
+/// `Connection: close` is expected.
+fn keep_alive_client(
+    addr: std::net::SocketAddr,
+    go: &std::sync::atomic::AtomicBool,
+) -> (u64, u64, Vec<String>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let (mut answered, mut cut, mut why) = (0u64, 0u64, Vec::new());
+    let mut conn: Option<std::net::TcpStream> = None;
+    while go.load(Ordering::Relaxed) {
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => std::net::TcpStream::connect(addr).unwrap(),
+        };
+        // Closed while idle: the end of stream is already readable.
+        c.set_nonblocking(true).unwrap();
+        let mut peek = [0u8; 1];
+        let closed = match c.peek(&mut peek) {
+            Ok(0) => true,
+            Ok(_) => panic!("bytes before a request was sent"),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+            Err(_) => true,
+        };
+        c.set_nonblocking(false).unwrap();
+        if closed {
+            continue;
+        }
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        if c.write_all(b"GET /x.txt HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
+            cut += 1;
+            why.push("write failed".into());
+            continue;
+        }
+        // The response: a head, then Content-Length bytes.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let whole = loop {
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().unwrap())
+                    .unwrap_or_else(|| panic!("no content-length: {head}"));
+                if got.len() >= end + 4 + len {
+                    break Some(head);
+                }
+            }
+            match c.read(&mut buf) {
+                Ok(0) => break None,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => {
+                    why.push(format!("{e}"));
+                    break None;
+                }
+            }
+        };
+        match whole {
+            Some(head) => {
+                assert!(head.starts_with("http/1.1 200"), "{head}");
+                answered += 1;
+                if !head.contains("connection: close") {
+                    conn = Some(c);
+                }
+            }
+            None => {
+                cut += 1;
+                why.push(format!("no whole response ({} bytes)", got.len()));
+            }
+        }
+    }
+    (answered, cut, why)
+}
+
+/// Reloads while 16 raw keep-alive clients send requests back to back:
+/// every request sent is answered; a retiring generation ends a client's
+/// connection only after a response with `Connection: close`, or before
+/// the client sends its next request, never with one unanswered.
+fn reloads_cut_no_request(model: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (site(dir.path(), "A"), site(dir.path(), "B"));
+    let config = dir.path().join("modus.toml");
+    write_config(&config, &a, "");
+    let mut srv = start(model, &config, &dir.path().join("access.log"));
+    assert_eq!(body(&srv), "A");
+    let addr = srv.addr();
+    let go = std::sync::Arc::new(AtomicBool::new(true));
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let go = go.clone();
+            std::thread::spawn(move || keep_alive_client(addr, &go))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..5 {
+        write_config(&config, if i % 2 == 0 { &b } else { &a }, "");
+        srv.signal(Signal::Hup);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    go.store(false, Ordering::Relaxed);
+    let (mut answered, mut cut, mut why) = (0, 0, Vec::new());
+    for client in clients {
+        let (a, c, w) = client.join().unwrap();
+        answered += a;
+        cut += c;
+        why.extend(w);
+    }
+    assert!(poll(|| srv.stderr().matches("SIGHUP: configuration reloaded").count() == 5), "{}", srv.stderr());
+    srv.signal(Signal::Term);
+    let status = srv.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "{model}: {status:?}\n{}", srv.stderr());
+    assert_eq!(cut, 0, "{model}: {cut} requests cut across 5 reloads ({answered} answered): {why:?}");
+    assert!(answered > 100, "{model}: {answered}");
+}
+
 macro_rules! per_model {
     ($($module:ident => $name:literal),* $(,)?) => {$(
         mod $module {
@@ -149,6 +272,11 @@ macro_rules! per_model {
             #[test]
             fn reloads_under_load_lose_nothing() {
                 super::reloads_under_load_lose_nothing($name);
+            }
+
+            #[test]
+            fn reloads_cut_no_request() {
+                super::reloads_cut_no_request($name);
             }
         }
     )*};

@@ -42,6 +42,7 @@ mod blocking;
 mod head;
 mod io;
 mod respond;
+mod stop;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -736,12 +737,8 @@ impl Connection {
                             }
                         }
                     } else if stopping && self.served > 0 {
-                        // Idle between requests: the graceful stop ends it
-                        // — after one look, whatever the last edge said: a
-                        // request that already arrived is answered (with
-                        // `Connection: close`), since closing with it
-                        // unread would make the kernel reset the connection
-                        // under a client that has sent it.
+                        // Idle between requests: look, whatever the last edge
+                        // said; a request there is answered (stop.rs).
                         self.drained = false;
                     }
                     let was_empty = self.start == self.end;
@@ -759,8 +756,7 @@ impl Connection {
                         Ok(_) => {}
                         Err(e) if not_now(&e) => {
                             if stopping && self.start == self.end {
-                                // Accepted before the stop but silent since.
-                                return Want::Close;
+                                return self.stop_wait().map_or(Want::Close, Want::Read);
                             }
                             if self.served == 0 && self.start == self.end && sock.handshaking() {
                                 let accepted = self.head_deadline - p.settings.header_timeout;

@@ -294,10 +294,34 @@ fn a_client_that_leaves_mid_head_is_closed_without_an_answer() {
 
 #[test]
 fn a_graceful_stop_ends_idle_connections_and_closes_after_the_current_request() {
+    // Idle after a request: the next one may be on its way, so the stop
+    // waits for it a moment (closing under it would reset it), and answers
+    // it with `Connection: close`.
     let mut h = Harness::new();
     h.send(GET);
     h.wire.take_written();
-    assert_eq!(h.drive_stopping(true), Want::Close, "idle after a request: closed at once");
+    let grace = h.now + super::super::stop::STOP_GRACE;
+    assert_eq!(h.drive_stopping(true), Want::Read(grace), "idle after a request: a grace");
+    h.now += Duration::from_millis(300);
+    assert_eq!(h.drive_stopping(true), Want::Read(grace), "the grace counts from the stop");
+    h.wire.arrive(GET);
+    assert_eq!(h.drive_stopping(true), Want::Close);
+    let r = h.response();
+    assert_eq!(r.status, 200, "a request that arrives within the grace is answered");
+    assert!(r.closes());
+
+    // Nothing came: closed at the end of the grace, silently.
+    let mut h = Harness::new();
+    h.send(GET);
+    h.wire.take_written();
+    let grace = h.now + super::super::stop::STOP_GRACE;
+    assert_eq!(h.drive_stopping(true), Want::Read(grace));
+    assert!(!h.time_out_at(grace), "closed without an answer");
+    assert!(h.wire.take_written().is_empty());
+
+    // Accepted before the stop and silent since: nothing is on its way.
+    let mut h = Harness::new();
+    assert_eq!(h.drive_stopping(true), Want::Close);
 
     let mut h = Harness::new();
     h.wire.arrive(GET);
