@@ -151,11 +151,12 @@ impl Request {
         self.normal_path.as_deref().unwrap_or(self.head.path())
     }
 
-    /// The same request, to find its script only.
+    /// The same request, to find its script only. Should there be none,
+    /// a body of known length can be dropped unread; a chunked one cannot.
     pub(crate) fn probe(&self) -> Request {
         Request {
             head: self.head.clone(),
-            keep_alive: false,
+            keep_alive: self.keep_alive && matches!(self.head.framing, BodyFraming::Length(_)),
             peer: self.peer,
             local: self.local,
             redirects: 0,
