@@ -6,8 +6,8 @@
 //! * `respond.rs` — writing a response, logging it, and what follows it
 //!   (close, linger, discard a body, wait for the next head);
 //! * `stream.rs` — the states of a request whose handler reads the body
-//!   itself and streams its response (a `Responder`: a CGI script): a
-//!   chunked body collected, a `100 Continue` probe, the responder driven,
+//!   itself and streams its response (a `Responder`: a CGI script): the
+//!   body collected whole, a `100 Continue` probe, the responder driven,
 //!   the request it answers instead;
 //! * `timing.rs` — timestamps, phase durations, deadlines and the gauge;
 //! * `io.rs` — reading into the connection's buffer;

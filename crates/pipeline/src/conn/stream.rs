@@ -43,6 +43,9 @@ pub(super) struct Collect {
     pub(super) started: Instant,
 }
 
+/// Room reserved for a body at most this long when its head arrives.
+const SHORT_BODY: usize = 4096;
+
 /// How the body being collected is framed.
 #[derive(Debug)]
 pub(super) enum Framed {
@@ -436,8 +439,12 @@ pub(super) fn collect(
     now: Instant,
     p: &Pipeline,
 ) -> State {
+    // A short body's room at once; a long one's grows as it arrives, so a
+    // head that only announces a megabyte costs no more than its bytes.
     let (framed, hint) = match request.head.framing {
-        BodyFraming::Length(n) => (Framed::Length(n), usize::try_from(n).unwrap_or(SPOOL_AT).min(SPOOL_AT)),
+        BodyFraming::Length(n) => {
+            (Framed::Length(n), usize::try_from(n).unwrap_or(SHORT_BODY).min(SHORT_BODY))
+        }
         BodyFraming::Chunked | BodyFraming::None => {
             (Framed::Chunked(ChunkedDecoder::new(p.settings.max_body)), 0)
         }
