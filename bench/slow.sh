@@ -10,12 +10,12 @@
 #   bench/slow.sh smoke      # 2 cases, 200 attackers, 4 s: proves the pipeline, BENCHMARKS.md untouched
 #
 # Servers (SERVERS, any subset):
-#   per-request pool staged worker perchild event amped prefork   `modus serve --model M` with its defaults
+#   per-request pool staged worker perchild event amped uring prefork   `modus serve --model M` with its defaults
 #   prefork+direct      prefork behind `modus direct` (which reads whole requests before a backend sees them)
 #   prefork-1addr       prefork with the attack from one address (127.0.0.2) and --max-conns-per-ip 16
 #
 # Environment knobs (defaults in brackets):
-#   ATTACKS        slowloris slowbody slowread                  [all three]
+#   ATTACKS        slowloris slowbody slowread slowupload slowupload-spread   [all five]
 #   ATTACK_CONNS   slow connections kept open                  [1000; smoke: 200]
 #   DURATION       legitimate load per case, after RAMP         [20s; smoke: 4s]
 #   RAMP           attack time before the load starts           [5s; smoke: 2s]
@@ -32,6 +32,12 @@
 # Attacks: slowloris — a head that gains a header line every 10 s; slowbody — a POST announcing 8 KiB to a
 # script that reads its body (cgi dir: `sink`, `cat >/dev/null`), a byte every 10 s; slowread — GET of a 10 MiB
 # file with a 4 KiB receive window, 32 bytes read every second. Closed connections are replaced at once.
+# slowupload (issue 34, item 1) — issue 34's own command: `slowhttptest -c ATTACK_CONNS -B -i 5 -s 1000000
+# -r 200` against /cgi-bin/reader.sh (`cat >/dev/null; echo; echo ok`), a body far past 64 KiB dribbled
+# 32 bytes at most every 5 s, all from 127.0.0.1 (slowhttptest binds no source address: with
+# --max-conns-per-ip it would share the legitimate client's cap, so run it without); slowupload-spread —
+# the same upload from bench/slowclients.py (slowbody, --body 1000000, a byte every 5 s) spread over
+# 127.0.0.2–250.
 # Target: ≥ 99 % answered and p99 ≤ 100 ms on every server but prefork alone.
 #
 # Needs python3, taskset, ss. Exit status 0 when the runs completed (the verdicts are reported), 2 on a
@@ -56,8 +62,8 @@ if [ "$MODE" = smoke ]; then
     ATTACK_CONNS=${ATTACK_CONNS:-200}; DURATION=${DURATION:-4s}; RAMP=${RAMP:-2s}; BENCH_MD=${BENCH_MD:-off}
     REPEAT=${REPEAT:-1}
 fi
-SERVERS=${SERVERS:-"per-request pool staged worker perchild event amped prefork prefork+direct prefork-1addr"}
-ATTACKS=${ATTACKS:-"slowloris slowbody slowread"}
+SERVERS=${SERVERS:-"per-request pool staged worker perchild event amped uring prefork prefork+direct prefork-1addr"}
+ATTACKS=${ATTACKS:-"slowloris slowbody slowread slowupload slowupload-spread"}
 ATTACK_CONNS=${ATTACK_CONNS:-1000}
 DURATION=${DURATION:-20s}
 RAMP=${RAMP:-5s}
@@ -90,6 +96,8 @@ head -c 500 /dev/zero | tr '\0' 'a' >"$DOCROOT/500b.html"
 head -c $((10 << 20)) /dev/urandom >"$DOCROOT/big.bin"
 printf '#!/bin/sh\ncat >/dev/null\nprintf "Content-Type: text/plain\\n\\nread\\n"\n' >"$WORK/cgi/sink"
 chmod 755 "$WORK/cgi/sink"
+printf '#!/bin/sh\ncat >/dev/null; echo; echo ok\n' >"$WORK/cgi/reader.sh"
+chmod 755 "$WORK/cgi/reader.sh"
 
 # start NAME ARGS...: a modus process on SERVER_CPU; sets LAST_PID and LAST_PORT.
 start() {
@@ -121,12 +129,26 @@ case_run() {
         start "$server-$attack-$run-director" direct --listen 127.0.0.1:0 --backend "127.0.0.1:$port" ${DIRECT_ARGS:-}
         target_port=$LAST_PORT
     fi
-    local path=/500b.html
-    case $attack in slowbody) path=/cgi-bin/sink ;; slowread) path=/big.bin ;; esac
-    taskset -c "$LOAD_CPU" python3 "$SCRIPT_DIR/slowclients.py" "$attack" 127.0.0.1 "$target_port" \
-        --conns "$ATTACK_CONNS" --duration $(( $(to_seconds "$RAMP") + $(to_seconds "$DURATION") + 2 )) \
-        --sources "$sources" --path "$path" --interval "$([ "$attack" = slowread ] && echo 1 || echo 10)" \
-        >"$RESULTS_DIR/$server-$attack-$run.attack" 2>&1 &
+    local path=/500b.html attack_secs=$(( $(to_seconds "$RAMP") + $(to_seconds "$DURATION") + 2 ))
+    case $attack in slowbody) path=/cgi-bin/sink ;; slowread) path=/big.bin ;; slowupload*) path=/cgi-bin/reader.sh ;; esac
+    case $attack in
+        slowupload)
+            command -v slowhttptest >/dev/null || die "slowhttptest is needed for the slowupload attack"
+            taskset -c "$LOAD_CPU" slowhttptest -c "$ATTACK_CONNS" -B -i 5 -s 1000000 -r 200 -l "$attack_secs" \
+                -u "http://127.0.0.1:$target_port$path" >"$RESULTS_DIR/$server-$attack-$run.attack" 2>&1 &
+            ;;
+        slowupload-spread)
+            taskset -c "$LOAD_CPU" python3 "$SCRIPT_DIR/slowclients.py" slowbody 127.0.0.1 "$target_port" \
+                --conns "$ATTACK_CONNS" --duration "$attack_secs" --sources "$sources" --path "$path" \
+                --interval 5 --body 1000000 --rate-per-s 200 >"$RESULTS_DIR/$server-$attack-$run.attack" 2>&1 &
+            ;;
+        *)
+            taskset -c "$LOAD_CPU" python3 "$SCRIPT_DIR/slowclients.py" "$attack" 127.0.0.1 "$target_port" \
+                --conns "$ATTACK_CONNS" --duration "$attack_secs" \
+                --sources "$sources" --path "$path" --interval "$([ "$attack" = slowread ] && echo 1 || echo 10)" \
+                >"$RESULTS_DIR/$server-$attack-$run.attack" 2>&1 &
+            ;;
+    esac
     local attacker=$!
     PIDS+=("$attacker")
     sleep "$(to_seconds "$RAMP")"
@@ -149,7 +171,14 @@ ok = sum(n for s, n in d.get("status", {}).items() if s.startswith("2"))
 tried = d.get("requests", 0) + d.get("errors", 0) + d.get("unfinished", 0) + d.get("dropped", 0)
 share = 100.0 * ok / tried if tried else 0.0
 p99 = d.get("latency_us", {}).get("p99", float("nan")) / 1000.0
-note = open(attack_log).read().strip().splitlines()[-1:] or [""]
+import re
+text = re.sub(r"\x1b\[[0-9;]*m", "", open(attack_log, errors="replace").read())
+lines = [l.strip() for l in text.splitlines() if l.strip()]
+if attack == "slowupload":
+    # slowhttptest's last status block: connected / pending / closed / service available.
+    pick = [l for l in lines if l.split(":")[0] in ("connected", "closed", "service available")][-3:]
+    lines = ["slowhttptest " + ", ".join(" ".join(l.split()) for l in pick)]
+note = lines[-1:] or [""]
 print(f"{server}\t{attack}\t{ok}\t{tried}\t{share:.2f}\t{p99:.1f}\t{note[0]}")
 EOF
     log "run $run: $(tail -n 1 "$RESULTS_DIR/runs.tsv")"

@@ -1,7 +1,8 @@
 //! A request body too large to keep in memory, kept in an unnamed file
-//! instead: a chunked body is read whole before its script starts (the
-//! script is told `CONTENT_LENGTH`, RFC 3875 §4.1.2), and a `git push` of
-//! 200 MB must not cost 200 MB of memory per connection. nginx does the
+//! instead: a script's body is read whole before the script starts (a
+//! chunked one's length is the script's `CONTENT_LENGTH`, RFC 3875 §4.1.2,
+//! and no thread or process may wait for a slow sender), and a `git push`
+//! of 200 MB must not cost 200 MB of memory per connection. nginx does the
 //! same with its `client_body_temp_path`; the file lives in `$TMPDIR` (or
 //! `/tmp`), has no name, and is gone when the request is.
 
@@ -10,8 +11,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 
 /// A body past this many bytes goes to a file (nginx's
-/// `client_body_buffer_size` is 8–16 KiB; ours matches what a short
-/// `Content-Length` body may be pre-read with).
+/// `client_body_buffer_size` is 8–16 KiB; ours is what the director
+/// pre-reads of a body).
 pub(crate) const SPOOL_AT: usize = 64 << 10;
 
 /// The spooled body: bytes are appended while it is received, then read

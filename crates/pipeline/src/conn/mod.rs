@@ -6,8 +6,8 @@
 //! * `respond.rs` — writing a response, logging it, and what follows it
 //!   (close, linger, discard a body, wait for the next head);
 //! * `stream.rs` — the states of a request whose handler reads the body
-//!   itself and streams its response (a `Responder`: a CGI script): a
-//!   chunked body collected, a `100 Continue` probe, the responder driven,
+//!   itself and streams its response (a `Responder`: a CGI script): the
+//!   body collected whole, a `100 Continue` probe, the responder driven,
 //!   the request it answers instead;
 //! * `timing.rs` — timestamps, phase durations, deadlines and the gauge;
 //! * `io.rs` — reading into the connection's buffer;
@@ -54,7 +54,7 @@ pub use stream::CLIENT_CLOSED;
 
 use io::SPARE_BUFFERS;
 use respond::Pending;
-use stream::{collect_chunked, preread, BodyPlan, Collect, Preread, Streaming, PREREAD_MAX};
+use stream::{collect, BodyPlan, Collect, Streaming};
 use timing::{Mark, Timing};
 use transport::not_now;
 
@@ -153,11 +153,12 @@ impl Request {
         self.normal_path.as_deref().unwrap_or(self.head.path())
     }
 
-    /// The same request, to find its script only.
+    /// The same request, to find its script only. Should there be none,
+    /// a body of known length can be dropped unread; a chunked one cannot.
     pub(crate) fn probe(&self) -> Request {
         Request {
             head: self.head.clone(),
-            keep_alive: false,
+            keep_alive: self.keep_alive && matches!(self.head.framing, BodyFraming::Length(_)),
             peer: self.peer,
             local: self.local,
             redirects: 0,
@@ -271,15 +272,12 @@ enum State {
     /// Closing after an error: our side is shut, input is drained for a
     /// while so the client reads the response instead of a reset (RFC 9112 §9.6).
     Linger { deadline: Instant },
-    /// Receiving a chunked body for a handler that must know its length
-    /// before it starts (a script: RFC 3875 §4.1.2, bad-input K5).
+    /// Receiving a body whole before its handler starts (a script: it
+    /// must know a chunked body's length, RFC 3875 §4.1.2, bad-input K5;
+    /// and no thread, process or stage may wait for a slow sender).
     Collect(Box<Collect>),
     /// A responder streams the response (a script runs).
     Stream(Box<Streaming>),
-    /// (Handed-out requests) receiving a script's short `Content-Length`
-    /// body whole before the request is handed out, so that no thread or
-    /// stage waits for a slow sender.
-    Preread(Box<Preread>),
 }
 
 /// A request and its plan. Its one allocation lasts from the parsed head
@@ -383,11 +381,11 @@ impl Connection {
         self.mode = mode;
     }
 
-    /// Whether the connection waits for the client between requests — for
-    /// the next head, the rest of a body it drops, or lingering — with
-    /// nothing of the server's under way.
+    /// Whether the connection waits for the client with nothing of the
+    /// server's under way — for the next head, a script's body before the
+    /// script starts, the rest of a body it drops, or lingering.
     pub fn awaits_client(&self) -> bool {
-        matches!(self.state, State::Head | State::Discard { .. } | State::Linger { .. })
+        matches!(self.state, State::Head | State::Collect(_) | State::Discard { .. } | State::Linger { .. })
     }
 
     /// Answers the request announced by [`Want::Process`] with `status`
@@ -628,11 +626,6 @@ impl Connection {
                         return want;
                     }
                 }
-                State::Preread(_) => {
-                    if let Some(want) = self.preread_body(sock, p) {
-                        return want;
-                    }
-                }
                 State::Stream(_) => {
                     if let Some(want) = self.drive_stream(sock, p) {
                         return want;
@@ -686,12 +679,14 @@ impl Connection {
                                             self.fail_planned(plan, 413, p);
                                             continue;
                                         }
-                                        BodyFraming::Chunked if request.head.expect_continue => {
+                                        BodyFraming::Chunked | BodyFraming::Length(1..)
+                                            if request.head.expect_continue =>
+                                        {
                                             // `100 Continue` promises to read the body: first
                                             // make sure there is a script to read it (RFC 9110
                                             // §10.1.1), where a lookup may block. Should there
-                                            // be none, the error closes the connection, since
-                                            // the chunked body cannot be skipped unread.
+                                            // be none, the error closes the connection rather
+                                            // than wait for a body it would drop.
                                             let probe = request.probe();
                                             let mut plan = plan;
                                             if let Some(body) = plan.body.as_mut() {
@@ -700,16 +695,9 @@ impl Connection {
                                             self.state = State::ready(probe, plan);
                                             continue;
                                         }
-                                        BodyFraming::Chunked => {
-                                            self.state = collect_chunked(request, plan, b"", p);
-                                            continue;
-                                        }
-                                        BodyFraming::Length(n)
-                                            if mode == Mode::HandOut
-                                                && n <= PREREAD_MAX
-                                                && !request.head.expect_continue =>
-                                        {
-                                            self.state = preread(request, plan, n, p);
+                                        BodyFraming::Chunked | BodyFraming::Length(1..) => {
+                                            let now = self.deadline_base(None);
+                                            self.state = collect(request, plan, b"", now, p);
                                             continue;
                                         }
                                         _ => {}
@@ -871,10 +859,6 @@ impl Connection {
             State::Stream(streaming) => return self.stream_timed_out(*streaming, p),
             State::Collect(collect) => {
                 self.fail_planned(collect.plan, 408, p);
-                return true;
-            }
-            State::Preread(preread) => {
-                self.fail_planned(preread.plan, 408, p);
                 return true;
             }
             other => self.state = other,

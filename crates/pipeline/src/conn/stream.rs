@@ -1,11 +1,14 @@
 //! The phases of a request whose handler reads the body itself and streams
-//! its response (a [`Responder`]; a CGI script is the one there is): a
-//! chunked body collected first (the handler must know its length, RFC 3875
-//! §4.1.2; past [`SPOOL_AT`] bytes into an unnamed file, so its size costs
-//! disk, not memory — written from the loop's thread, as nginx does), the
-//! `100 Continue` probe, the responder driven, the request it answers
-//! instead (a local redirect), its timeout. What the responder runs is not
-//! this file's business.
+//! its response (a [`Responder`]; a CGI script is the one there is): its
+//! body received whole before the handler starts — a chunked one because
+//! the handler must know its length (RFC 3875 §4.1.2), a `Content-Length`
+//! one so that nothing the handler runs on (a thread, a process, a stage)
+//! ever waits for a slow sender, and every model gives a script the same
+//! input for the same bytes; past [`SPOOL_AT`] bytes into an unnamed file,
+//! so its size costs disk, not memory — written from the loop's thread, as
+//! nginx does (its request buffering) —, the `100 Continue` probe, the
+//! responder driven, the request it answers instead (a local redirect), its
+//! timeout. What the responder runs is not this file's business.
 
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
@@ -20,37 +23,36 @@ use crate::spool::{Spool, SPOOL_AT};
 use crate::stats::{now_ns, Phase};
 use crate::Pipeline;
 
-/// A chunked request body being collected before its handler starts.
+/// A request body being received whole before its handler starts.
 #[derive(Debug)]
 pub(super) struct Collect {
     pub(super) request: Request,
     pub(super) plan: Plan,
-    pub(super) decoder: ChunkedDecoder,
-    /// Decoded bytes not yet in the spool (all of them while under [`SPOOL_AT`]).
+    pub(super) framed: Framed,
+    /// Received (de-chunked) bytes not yet in the spool (all of them while under [`SPOOL_AT`]).
     pub(super) body: Vec<u8>,
     pub(super) spool: Option<Spool>,
+    /// Body bytes received so far (for `--min-rate`).
+    pub(super) received: u64,
     /// `100 Continue` still to send, if the client waits for it.
     pub(super) interim: &'static [u8],
+    /// A total deadline, as for a head: it moves with progress, but never
+    /// past what `--min-rate` allows for the bytes received.
     pub(super) deadline: Instant,
     /// When the body began to be awaited (for `--min-rate`).
     pub(super) started: Instant,
 }
 
-/// A script's `Content-Length` body up to this size is received whole
-/// before a handed-out request leaves the connection (the director
-/// pre-reads as much).
-pub(super) const PREREAD_MAX: u64 = 64 << 10;
+/// Room reserved for a body at most this long when its head arrives.
+const SHORT_BODY: usize = 4096;
 
-/// A short body being received before its request is handed out.
+/// How the body being collected is framed.
 #[derive(Debug)]
-pub(super) struct Preread {
-    pub(super) request: Request,
-    pub(super) plan: Plan,
-    /// The body's length: the buffer holds it all from `start` when done.
-    pub(super) len: usize,
-    /// A total deadline, as for a head.
-    pub(super) deadline: Instant,
-    pub(super) started: Instant,
+pub(super) enum Framed {
+    /// Chunked: decoded as it arrives.
+    Chunked(ChunkedDecoder),
+    /// `Content-Length`: this many bytes still to come.
+    Length(u64),
 }
 
 /// How a request's body reaches a handler that reads it itself.
@@ -58,9 +60,11 @@ pub(super) struct Preread {
 pub(super) struct BodyPlan {
     pub(super) keep_alive: bool,
     pub(super) expect_continue: bool,
-    /// `Content-Length` bytes not yet received (streamed to the handler).
+    /// Body bytes not yet received: the handler's only if it never starts
+    /// (dropped before the next request); a handler that starts has its
+    /// whole body collected first.
     pub(super) remaining: u64,
-    /// A de-chunked body, received in full: in memory, or spooled.
+    /// The body, received in full (de-chunked): in memory, or spooled.
     pub(super) collected: Vec<u8>,
     pub(super) spooled: Option<Spool>,
     /// The request whose handler is being looked for (`Request::probe`),
@@ -156,7 +160,8 @@ impl Connection {
         (request, plan)
     }
 
-    /// Collects a chunked body for its handler. `Some` ends `drive`.
+    /// Receives a body whole for its handler, then readies its request.
+    /// `Some` ends `drive`.
     pub(super) fn collect_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
         let State::Collect(mut c) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the Collect phase");
@@ -175,29 +180,41 @@ impl Connection {
                 continue;
             }
             if self.start < self.end {
-                match c.decoder.decode(&self.buf[self.start..self.end], &mut c.body) {
-                    Ok(n) => {
-                        self.start += n;
-                        // Progress moves the deadline, but never past what
-                        // --min-rate allows for the bytes received so far.
-                        let idle = Instant::now() + p.settings.header_timeout;
-                        c.deadline = match p.settings.rate_deadline(c.started, c.body.len() as u64) {
-                            Some(due) => due.min(idle),
-                            None => idle,
-                        };
-                    }
-                    Err(e) => {
-                        let what = format!("a chunked body for {}", c.request.path());
-                        self.note_limit(e.status(), &what, p);
-                        self.fail_planned(c.plan, e.status(), p);
-                        return None;
+                let held = c.body.len();
+                let input = &self.buf[self.start..self.end];
+                match &mut c.framed {
+                    Framed::Chunked(decoder) => match decoder.decode(input, &mut c.body) {
+                        Ok(n) => self.start += n,
+                        Err(e) => {
+                            let what = format!("a chunked body for {}", c.request.path());
+                            self.note_limit(e.status(), &what, p);
+                            self.fail_planned(c.plan, e.status(), p);
+                            return None;
+                        }
+                    },
+                    Framed::Length(left) => {
+                        let take = usize::try_from(*left).unwrap_or(usize::MAX).min(input.len());
+                        c.body.extend_from_slice(&input[..take]);
+                        self.start += take;
+                        *left -= take as u64;
                     }
                 }
-                let done = c.decoder.is_done();
+                c.received += (c.body.len() - held) as u64;
+                // Progress moves the deadline, but never past what
+                // --min-rate allows for the bytes received so far.
+                let idle = self.now.unwrap_or_else(Instant::now) + p.settings.header_timeout;
+                c.deadline = match p.settings.rate_deadline(c.started, c.received) {
+                    Some(due) => due.min(idle),
+                    None => idle,
+                };
+                let done = match &c.framed {
+                    Framed::Chunked(decoder) => decoder.is_done(),
+                    Framed::Length(left) => *left == 0,
+                };
                 if c.spool.is_some() || c.body.len() >= SPOOL_AT {
                     if let Err(e) = spool_body(&mut c) {
                         p.error_log.error(format_args!(
-                            "a chunked body for {}: cannot spool it to a temp file in {}: {e}; answered 500",
+                            "a body for {}: cannot spool it to a temp file in {}: {e}; answered 500",
                             c.request.path(),
                             std::env::temp_dir().display()
                         ));
@@ -213,6 +230,7 @@ impl Connection {
                     request.head.expect_continue = false;
                     plan.unread = self.start < self.end || request.head.keep_alive;
                     if let Some(plan_body) = plan.body.as_mut() {
+                        plan_body.remaining = 0;
                         plan_body.collected = body;
                         plan_body.spooled = spool;
                         plan_body.expect_continue = false;
@@ -221,7 +239,7 @@ impl Connection {
                     return None;
                 }
             }
-            if Instant::now() >= c.deadline {
+            if self.now.unwrap_or_else(Instant::now) >= c.deadline {
                 self.fail_planned(c.plan, 408, p);
                 return None;
             }
@@ -238,44 +256,6 @@ impl Connection {
                 }
                 Err(_) => {
                     self.log_abandoned(c.plan, p);
-                    return Some(Want::Close);
-                }
-            }
-        }
-    }
-
-    /// Receives a short body whole, then readies its request. `Some` ends `drive`.
-    pub(super) fn preread_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
-        let State::Preread(r) = std::mem::replace(&mut self.state, State::Head) else {
-            unreachable!("called in the Preread phase");
-        };
-        loop {
-            let have = self.end - self.start;
-            if have >= r.len {
-                let Preread { request, plan, .. } = *r;
-                self.state = State::ready(request, plan);
-                return None;
-            }
-            let due = match p.settings.rate_deadline(r.started, have as u64) {
-                Some(due) => due.min(r.deadline),
-                None => r.deadline,
-            };
-            if Instant::now() >= due {
-                self.fail_planned(r.plan, 408, p);
-                return None;
-            }
-            match self.fill(sock) {
-                Ok(0) => {
-                    self.log_abandoned(r.plan, p);
-                    return Some(Want::Close);
-                }
-                Ok(_) => {}
-                Err(e) if not_now(&e) => {
-                    self.state = State::Preread(r);
-                    return Some(Want::Read(due));
-                }
-                Err(_) => {
-                    self.log_abandoned(r.plan, p);
                     return Some(Want::Close);
                 }
             }
@@ -408,7 +388,7 @@ impl Connection {
                     return None;
                 };
                 // The handler exists: ask for the body, then start it.
-                self.state = collect_chunked(*request, plan, CONTINUE, p);
+                self.state = collect(*request, plan, CONTINUE, self.deadline_base(None), p);
                 None
             }
             Reply::Script { spawned, .. } => {
@@ -454,33 +434,40 @@ pub(super) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// response (nginx's 499); never sent.
 pub const CLIENT_CLOSED: u16 = 499;
 
-/// The phase that receives a short `Content-Length` body of `len` bytes.
-pub(super) fn preread(request: Request, plan: Plan, len: u64, p: &Pipeline) -> State {
-    let now = Instant::now();
-    State::Preread(Box::new(Preread {
-        request,
-        plan,
-        len: usize::try_from(len).unwrap_or(usize::MAX),
-        deadline: now + p.settings.header_timeout,
-        started: now,
-    }))
-}
-
-/// The phase that receives a chunked body for its handler, after `interim`.
-pub(super) fn collect_chunked(request: Request, plan: Plan, interim: &'static [u8], p: &Pipeline) -> State {
+/// The phase that receives the body of `request` (chunked, or a
+/// `Content-Length` of at least a byte) for its handler, after `interim`,
+/// from `now` on.
+pub(super) fn collect(
+    request: Request,
+    plan: Plan,
+    interim: &'static [u8],
+    now: Instant,
+    p: &Pipeline,
+) -> State {
+    // A short body's room at once; a long one's grows as it arrives, so a
+    // head that only announces a megabyte costs no more than its bytes.
+    let (framed, hint) = match request.head.framing {
+        BodyFraming::Length(n) => {
+            (Framed::Length(n), usize::try_from(n).unwrap_or(SHORT_BODY).min(SHORT_BODY))
+        }
+        BodyFraming::Chunked | BodyFraming::None => {
+            (Framed::Chunked(ChunkedDecoder::new(p.settings.max_body)), 0)
+        }
+    };
     State::Collect(Box::new(Collect {
         interim,
-        decoder: ChunkedDecoder::new(p.settings.max_body),
-        body: Vec::new(),
+        framed,
+        body: Vec::with_capacity(hint),
         spool: None,
-        deadline: Instant::now() + p.settings.header_timeout,
-        started: Instant::now(),
+        received: 0,
+        deadline: now + p.settings.header_timeout,
+        started: now,
         request,
         plan,
     }))
 }
 
-/// Moves what is decoded so far into the spool, starting it if need be.
+/// Moves what is received so far into the spool, starting it if need be.
 fn spool_body(c: &mut Collect) -> std::io::Result<()> {
     let spool = match &mut c.spool {
         Some(spool) => spool,

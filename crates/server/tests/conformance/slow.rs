@@ -241,3 +241,59 @@ fn a_body_abandoned_midway_is_logged_as_client_closed() {
     assert_eq!(logged(&lines, "POST /cgi-bin/sink?gone HTTP/1.1"), (499, "0".into()), "{lines:#?}");
     assert_eq!(logged(&lines, "POST /cgi-bin/sink?chunked HTTP/1.1"), (499, "0".into()), "{lines:#?}");
 }
+
+#[test]
+fn slow_uploads_to_a_script_take_no_thread() {
+    // Four uploads of 100,000 bytes to a script that reads its body, each
+    // held after 70,000 (past the 64 KiB kept in memory: the rest is
+    // spooled), against two threads or children: a script's body is
+    // received whole by the gate or the loop before the script starts
+    // (issue 34, item 1), so a static request on another connection is
+    // answered while every upload is still incomplete, and each script
+    // then gets its whole body (echoed back). `prefork`'s children hold
+    // one connection each, body or not: the per-address cap defends it.
+    use std::os::unix::fs::PermissionsExt;
+    let prefork = one_connection_per_process();
+    let flags = if prefork {
+        ["--max-clients", "4", "--min-spare", "1", "--max-spare", "2", "--max-conns-per-ip", "1"].to_vec()
+    } else {
+        args(&[])
+    };
+    let root = Docroot::standard();
+    root.file("scripts/echo", "#!/bin/sh\nprintf 'Content-Type: application/octet-stream\\n\\n'\nexec cat\n");
+    std::fs::set_permissions(root.join("scripts/echo"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let scripts = root.join("scripts");
+    let srv = serve(
+        MODEL,
+        &root,
+        &[&flags[..], &["--cgi-dir", scripts.to_str().unwrap(), "--header-timeout", "30s"]].concat(),
+    );
+    let body = pseudo_random_bytes(100_000, 34);
+    let head =
+        format!("POST /cgi-bin/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n", body.len());
+    let mut uploads = Vec::new();
+    for _ in 0..4 {
+        let mut c = testkit::Client::connect_from(srv.addr(), Ipv4Addr::new(127, 0, 0, 2));
+        let _ = c.try_send([head.as_bytes(), &body[..70_000]].concat());
+        uploads.push(c);
+    }
+    // The gate reads what the uploads sent before the next client comes.
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        let r = get(&srv, "/hello.txt");
+        r.assert_status(200);
+        assert_eq!(r.body_str(), "Hello, world!\n");
+    }
+    for (i, c) in uploads.iter_mut().enumerate() {
+        if prefork && (i > 0 || srv.is_https()) {
+            break; // refused at the cap (over TLS, by a close)
+        }
+        let _ = c.try_send(&body[70_000..]);
+        let r = c.read_response("POST");
+        if prefork && r.status == 429 {
+            break; // another upload had the address's one place
+        }
+        r.assert_status(200);
+        assert_bytes_eq(&r.body, &body, "the script's body, echoed");
+    }
+}
