@@ -268,7 +268,8 @@ fn tls_configuration_errors_exit_2_and_say_what_to_do() {
     // HTTPS; one address for both is refused.
     let (code, err) = check(&["--listen", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0", "--tls-self-signed"]);
     assert_eq!(code, 0, "{err}");
-    let (code, err) = check(&["--listen", "127.0.0.1:18443", "--tls-listen", "127.0.0.1:18443", "--tls-self-signed"]);
+    let (code, err) =
+        check(&["--listen", "127.0.0.1:18443", "--tls-listen", "127.0.0.1:18443", "--tls-self-signed"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("name one address"), "{err}");
 
