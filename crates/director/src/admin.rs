@@ -50,6 +50,8 @@ pub struct Metrics {
     pub backend_failures: Family<Labels, Counter>,
     /// Responses that went partly through a temp file.
     pub buffered_to_file: Counter,
+    /// Request bodies read partly into a temp file before admission.
+    pub requests_to_file: Counter,
     uptime: Gauge<f64, AtomicU64>,
     connections: Family<Labels, Gauge>,
     queue_length: Gauge,
@@ -84,6 +86,7 @@ impl Metrics {
             backend_response: Family::new_with_constructor(latency_histogram),
             backend_failures: Family::default(),
             buffered_to_file: Counter::default(),
+            requests_to_file: Counter::default(),
             uptime: Gauge::default(),
             connections: Family::default(),
             queue_length: Gauge::default(),
@@ -124,6 +127,11 @@ impl Metrics {
             "responses_buffered_to_file",
             "Responses read faster than their client took them, partly kept in a temp file.",
             m.buffered_to_file.clone(),
+        );
+        registry.register(
+            "requests_buffered_to_file",
+            "Request bodies read before admission, past 64 KiB in a temp file.",
+            m.requests_to_file.clone(),
         );
         registry.register_with_unit("uptime", "Time since start.", Unit::Seconds, m.uptime.clone());
         registry.register(

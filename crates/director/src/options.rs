@@ -148,6 +148,14 @@ pub struct DirectOptions {
     #[arg(long, default_value = "1GiB", value_name = "SIZE")]
     pub max_buffered_response: Size,
 
+    /// Most of one request body read from the client before it goes to a
+    /// backend (beyond 64 KiB in memory, in a temp file), so a slow upload
+    /// holds no backend slot (nginx's proxy_request_buffering); a longer
+    /// body is streamed under --body-timeout (0: stream every body past
+    /// 64 KiB)
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    pub max_buffered_request: Size,
+
     /// Where backend monitors (`modus monitor`) connect; without it, no
     /// monitoring
     #[arg(long, value_name = "ADDR")]
@@ -225,6 +233,8 @@ pub struct Config {
     pub max_body: u64,
     /// Most bytes of one response in its temp file (0: no buffering).
     pub max_buffered_response: u64,
+    /// Most bytes of one request body in its temp file before admission.
+    pub max_buffered_request: u64,
     /// Monitor listener.
     pub monitor_listen: Option<SocketAddr>,
     /// Status path.
@@ -316,6 +326,7 @@ impl DirectOptions {
             admin,
             max_body: self.max_body.0,
             max_buffered_response: self.max_buffered_response.0,
+            max_buffered_request: self.max_buffered_request.0,
             monitor_listen,
             status_path: self.status_path.clone(),
             shutdown_timeout: self.shutdown_timeout.0,

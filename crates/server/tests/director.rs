@@ -19,6 +19,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_modus");
 /// Response buffering: `director/buffering.rs`.
 #[path = "director/buffering.rs"]
 mod buffering;
+#[path = "director/intake.rs"]
+mod intake;
 
 fn director(backends: &[SocketAddr], extra: &[&str]) -> Server {
     let mut b = Server::builder(BIN).subcommand("direct").no_defaults().args(["--listen", "127.0.0.1:0"]);
@@ -114,6 +116,18 @@ impl TestBackend {
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!("backend saw {} requests, expected {n}", self.requests().len());
+    }
+
+    /// Waits until the backend has read at least `n` bytes.
+    #[track_caller]
+    fn wait_bytes(&self, n: usize) {
+        for _ in 0..1000 {
+            if self.shared.bytes.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("backend read {} bytes, expected {n}", self.shared.bytes.load(Ordering::SeqCst));
     }
 }
 
@@ -1124,8 +1138,10 @@ fn slow_uploads_do_not_hold_a_backend_slot() {
     short.read_response("POST").assert_status(408);
     assert_eq!(backend.shared.bytes.load(Ordering::SeqCst), 0);
 
-    // A long body that stalls half-way: streamed, then abandoned by
-    // --body-timeout, which frees the only backend slot.
+    // A long body that stalls half-way: read into a temp file before
+    // admission, abandoned by --body-timeout; the only backend slot was
+    // free all along (--max-buffered-request 0's streaming is tested in
+    // director/intake.rs).
     let mut long = d.client();
     long.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n");
     long.send(vec![b'x'; 100_000]);
@@ -1136,6 +1152,11 @@ fn slow_uploads_do_not_hold_a_backend_slot() {
     let r = waiting.read_response("POST");
     assert_eq!((r.status, r.body_str().as_str()), (200, "ok"));
     assert_eq!(backend.requests().len(), 1, "only the complete request was answered by the backend");
+    assert_eq!(
+        backend.shared.bytes.load(Ordering::SeqCst),
+        backend.requests()[0].len(),
+        "nothing of the stalled body reached the backend"
+    );
 }
 
 // ----- health ------------------------------------------------------------------

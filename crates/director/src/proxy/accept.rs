@@ -67,6 +67,8 @@ impl Director {
                 chunk_scan: None,
                 continued: false,
                 spill: Spill::Unused,
+                intake: Spill::Unused,
+                intake_after: Vec::new(),
                 ex: None,
             };
             let Some(token) = self.clients.insert(client) else { continue };

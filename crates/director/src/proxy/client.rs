@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use h1::{BodyFraming, ChunkedDecoder, Parsed};
+use h1::{BodyFraming, Parsed};
 
 use super::*;
 use crate::admin::label;
@@ -11,6 +11,7 @@ use crate::forward::{over_limits, request_head};
 use crate::relay::{RequestBody, ResponseBody};
 use crate::response::{client_head, parse_response, HeadParse, MAX_RESPONSE_HEAD};
 use crate::spill::SpillError;
+use intake::{collect_body, Collected};
 
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
@@ -89,6 +90,7 @@ impl Director {
         }
         loop {
             let mut cap = cfg.limits.max_header_bytes;
+            let mut body_spooling = false;
             match h1::parse_request(&c.inbuf, &cfg.limits) {
                 Err(e) => {
                     self.stats.bad_requests += 1;
@@ -109,40 +111,29 @@ impl Director {
                     return Step::Again;
                 }
                 Ok(Parsed::Complete { head, len }) => {
-                    let small = match head.framing {
-                        BodyFraming::Length(n) if n > cfg.max_body => {
+                    if let BodyFraming::Length(n) = head.framing {
+                        if n > cfg.max_body {
                             self.stats.bad_requests += 1;
                             let page = error_page(413, "request body too large");
                             respond_local(c, 413, "text/plain", &page, &[], false, true);
                             return Step::Again;
                         }
-                        BodyFraming::Length(n) if n <= PREBUFFER => n as usize,
-                        BodyFraming::Chunked => {
-                            let (decoder, scanned) = c
-                                .chunk_scan
-                                .get_or_insert_with(|| (Box::new(ChunkedDecoder::new(cfg.max_body)), 0));
-                            let mut sink = Vec::new();
-                            match decoder.decode(&c.inbuf[len + *scanned..], &mut sink) {
-                                Ok(consumed) => *scanned += consumed,
-                                Err(e) => {
-                                    self.stats.bad_requests += 1;
-                                    c.chunk_scan = None;
-                                    let status = e.status();
-                                    let page = error_page(status, e.reason());
-                                    respond_local(c, status, "text/plain", &page, &[], false, true);
-                                    return Step::Again;
-                                }
-                            }
-                            if decoder.is_done() || c.inbuf.len() - len >= PREBUFFER as usize {
-                                0
+                    }
+                    let more = match collect_body(c, head.framing, len, cfg) {
+                        Collected::Enough => None,
+                        Collected::More(upto) => Some(upto),
+                        Collected::Refuse(status, reason, spool_error) => {
+                            if let Some(e) = spool_error {
+                                self.watch.spill_failed("write", &e);
                             } else {
-                                // Not yet: read up to the prebuffer size.
-                                PREBUFFER as usize
+                                self.stats.bad_requests += 1;
                             }
+                            let page = error_page(status, reason);
+                            respond_local(c, status, "text/plain", &page, &[], false, true);
+                            return Step::Again;
                         }
-                        _ => 0,
                     };
-                    if c.inbuf.len() < len + small
+                    if more.is_some()
                         && head.expect_continue
                         && head.version == h1::Version::Http11
                         && !c.continued
@@ -155,7 +146,11 @@ impl Director {
                         c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
                         return Step::Again;
                     }
-                    if c.inbuf.len() >= len + small {
+                    let Some(upto) = more else {
+                        if c.intake.pending() > 0 {
+                            self.stats.requests_to_file += 1;
+                            self.metrics.requests_to_file.inc();
+                        }
                         let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
                         let backend_name = &cfg.backends[0].0;
                         let fwd_head = if is_status {
@@ -199,8 +194,11 @@ impl Director {
                         c.deadline = None;
                         c.head_started = None;
                         return Step::Peek;
-                    }
-                    cap = len + small;
+                    };
+                    cap = upto;
+                    // Past the memory part, a long body must keep moving
+                    // rather than arrive within the header deadline.
+                    body_spooling = c.intake.pending() > 0;
                 }
                 Ok(Parsed::Partial) => {}
             }
@@ -213,6 +211,8 @@ impl Director {
                         let now = Instant::now();
                         c.head_started = Some(now);
                         c.deadline = Some(now + cfg.header_timeout);
+                    } else if body_spooling {
+                        c.deadline = Some(Instant::now() + cfg.body_timeout);
                     }
                 }
                 Io::Blocked => return Step::Blocked,
@@ -334,11 +334,18 @@ impl Director {
         let mut body_moved = false;
         while !ex.body.is_done() && bc.out.len() - bc.out_pos < OUT_CAP {
             if c.inbuf.is_empty() {
-                match read_some(&c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
-                    Io::Data => {}
-                    Io::Blocked => break,
-                    // The client left in the middle of its body.
-                    Io::Eof | Io::Failed => return self.abort(token, false),
+                match intake::refill(&mut c.intake, &mut c.intake_after, &mut c.inbuf) {
+                    Ok(true) => {}
+                    Ok(false) => match read_some(&c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
+                        Io::Data => {}
+                        Io::Blocked => break,
+                        // The client left in the middle of its body.
+                        Io::Eof | Io::Failed => return self.abort(token, false),
+                    },
+                    Err(e) => {
+                        self.watch.spill_failed("read", &e);
+                        return self.abort(token, false);
+                    }
                 }
             }
             match ex.body.forward(&c.inbuf, &mut bc.out) {

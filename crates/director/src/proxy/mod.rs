@@ -6,9 +6,11 @@
 //!
 //! * **REQUEST** — read and validate a request head with `h1::parse_request`
 //!   (the server's own limits and smuggling rules) under a total header
-//!   deadline; a small `Content-Length` body (≤ [`PREBUFFER`]) is read too.
-//!   Nothing reaches a backend before this state is done, so a malformed or
-//!   slow request never holds a backend connection.
+//!   deadline, and its body with it — 64 KiB in memory, the rest in a temp
+//!   file up to `--max-buffered-request` (`intake.rs`), under
+//!   `--body-timeout` once past memory. Nothing reaches a backend before
+//!   this state is done, so a malformed or slow request, or a slow upload,
+//!   never holds a backend connection.
 //! * **PEEK** — admission ([`Director::admit`]): pick the backend with room
 //!   and the fewest requests in flight; none with room → wait in the
 //!   pending queue (bounded by `--queue`, served smallest expected answer
@@ -66,6 +68,7 @@ mod accept;
 mod admin_listener;
 mod client;
 mod health;
+mod intake;
 mod monitors;
 mod queue;
 mod status;
@@ -75,10 +78,9 @@ mod upstream;
 pub use queue::QueueOrder;
 use queue::{PendingQueue, Target};
 
-/// A `Content-Length` body up to this size, or this much of a chunked body
-/// (all of it if it is shorter), is read in REQUEST, before admission, so
-/// that a slow body cannot hold a backend connection either; a longer one
-/// is streamed under `--body-timeout`.
+/// The first bytes of a request body kept in memory in REQUEST; the rest of
+/// it goes to a temp file (`intake.rs`), or, past `--max-buffered-request`
+/// (and for every longer body with `0`), is streamed under `--body-timeout`.
 pub const PREBUFFER: u64 = 64 * 1024;
 /// Bytes buffered in memory towards one peer before the director stops
 /// reading from the other (flow control), or, for a response, sends the
@@ -285,6 +287,11 @@ struct Client {
     /// The response's bytes beyond `out`, in a temp file, while the client
     /// reads slower than its backend sent them (`--max-buffered-response`).
     spill: Spill,
+    /// The request body's bytes beyond its first `PREBUFFER`, read before
+    /// admission (`--max-buffered-request`, `intake.rs`).
+    intake: Spill,
+    /// Bytes that followed a chunked body in `intake`: after it, in order.
+    intake_after: Vec<u8>,
     ex: Option<Exchange>,
 }
 
@@ -348,6 +355,8 @@ struct Stats {
     body_timeouts: u64,
     /// Responses that went partly through a temp file.
     buffered_to_file: u64,
+    /// Request bodies read partly into a temp file before admission.
+    requests_to_file: u64,
     /// Responses completed, by status.
     responses: BTreeMap<u16, u64>,
 }

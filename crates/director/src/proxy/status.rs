@@ -101,6 +101,7 @@ impl Director {
             "connections": connections,
             "responses": responses,
             "responses_buffered_to_file": s.buffered_to_file,
+            "requests_buffered_to_file": s.requests_to_file,
             "latency_us": summary(&self.latencies.request),
             "phases_us": {
                 "queue": summary(&self.latencies.queue),

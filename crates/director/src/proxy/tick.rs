@@ -78,8 +78,13 @@ impl Director {
                     self.close_client(token);
                     return;
                 }
-                self.stats.bad_requests += 1;
-                let page = error_page(408, "request head not received in time");
+                let page = if c.intake.pending() > 0 {
+                    self.stats.body_timeouts += 1;
+                    error_page(408, "request body not received in time")
+                } else {
+                    self.stats.bad_requests += 1;
+                    error_page(408, "request head not received in time")
+                };
                 respond_local(c, 408, "text/plain", &page, &[], false, true);
             }
             ClientState::Peek => {
