@@ -62,8 +62,10 @@ if [ "$MODE" = smoke ]; then
     ATTACK_CONNS=${ATTACK_CONNS:-200}; DURATION=${DURATION:-4s}; RAMP=${RAMP:-2s}; BENCH_MD=${BENCH_MD:-off}
     REPEAT=${REPEAT:-1}
 fi
-SERVERS=${SERVERS:-"per-request pool staged worker perchild event amped uring prefork prefork+direct prefork-1addr"}
-ATTACKS=${ATTACKS:-"slowloris slowbody slowread slowupload slowupload-spread"}
+ALL_SERVERS="per-request pool staged worker perchild event amped uring prefork prefork+direct prefork-1addr"
+ALL_ATTACKS="slowloris slowbody slowread slowupload slowupload-spread"
+SERVERS=${SERVERS:-$ALL_SERVERS}
+ATTACKS=${ATTACKS:-$ALL_ATTACKS}
 ATTACK_CONNS=${ATTACK_CONNS:-1000}
 DURATION=${DURATION:-20s}
 RAMP=${RAMP:-5s}
@@ -126,7 +128,13 @@ case_run() {
     port=$LAST_PORT
     target_port=$port
     if [ "$server" = prefork+direct ]; then
-        start "$server-$attack-$run-director" direct --listen 127.0.0.1:0 --backend "127.0.0.1:$port" ${DIRECT_ARGS:-}
+        local direct_extra=()
+        # slowhttptest sends from the legitimate client's address: the director's per-address cap
+        # (256) would refuse that client, not protect it, so the case runs without one.
+        [ "$attack" = slowupload ] && direct_extra=(--max-conns-per-ip 0)
+        # shellcheck disable=SC2086  # DIRECT_ARGS is a list of flags
+        start "$server-$attack-$run-director" direct --listen 127.0.0.1:0 --backend "127.0.0.1:$port" \
+            "${direct_extra[@]}" ${DIRECT_ARGS:-}
         target_port=$LAST_PORT
     fi
     local path=/500b.html attack_secs=$(( $(to_seconds "$RAMP") + $(to_seconds "$DURATION") + 2 ))
@@ -188,6 +196,12 @@ EOF
 for run in $(seq 1 "$REPEAT"); do
     for attack in $ATTACKS; do
         for server in $SERVERS; do
+            if [ "$server/$attack" = prefork-1addr/slowupload ]; then
+                # The case is the attack from one address other than the client's; slowhttptest
+                # binds none (slowupload-spread is the same upload from 127.0.0.2 here).
+                [ "$run" = 1 ] && log "skipped: prefork-1addr × slowupload (slowhttptest cannot send from 127.0.0.2)"
+                continue
+            fi
             case_run "$server" "$attack" "$run"
         done
     done
@@ -223,7 +237,12 @@ block=$RESULTS_DIR/block.md
     done <"$RESULTS_DIR/rows.tsv"
 } >"$block"
 cat "$block"
-if [ "$BENCH_MD" != off ]; then
+if [ "$BENCH_MD" = off ]; then
+    :
+elif [ "$SERVERS" != "$ALL_SERVERS" ] || [ "$ATTACKS" != "$ALL_ATTACKS" ]; then
+    # The block is the whole table: a subset run must not replace it.
+    log "a subset of the cases: BENCHMARKS.md left as it is (the table above is in $block)"
+else
     replace_md_block "$BENCH_MD" slow "$block"
     log "updated $BENCH_MD"
 fi

@@ -290,6 +290,40 @@ fn start_servers_forks_that_many_children_at_start() {
     stop_cleanly(&mut srv, &kids);
 }
 
+/// A reload forks the new generation as strong as the old one was, not at
+/// the start count: the old children's clients come back at once, and
+/// growing from one child at 1, 2, 4… a second left them seconds in the
+/// backlog (wrk timeouts across reloads).
+#[test]
+fn a_reload_forks_as_many_children_as_were_serving() {
+    let (root, scripts) = busy_root();
+    let mut srv = serve(
+        "prefork",
+        &root,
+        &["--min-spare", "1", "--max-spare", "2", "--start-servers", "1", "--cgi-dir", &scripts],
+    );
+    let pid = srv.pid();
+    let held = hold_connections(&srv, 6);
+    let old = eventually("six busy children and a spare", &srv, || {
+        let kids = children(pid);
+        (kids.len() >= 7).then_some(kids)
+    });
+    srv.signal(Signal::Hup);
+    eventually("the reload", &srv, || srv.stderr().contains("SIGHUP: configuration reloaded").then_some(()));
+    // The master forks the whole generation before it says so.
+    let new: Vec<u32> = children(pid).difference(&old).copied().collect();
+    assert!(
+        new.len() >= 6,
+        "{} children in the new generation after a reload of a generation of {}",
+        new.len(),
+        old.len()
+    );
+    assert_serves(&srv);
+    finish(held);
+    let kids = children(pid);
+    stop_cleanly(&mut srv, &kids);
+}
+
 #[test]
 fn prefork_keeps_spare_processes_within_bounds() {
     let (root, scripts) = busy_root();

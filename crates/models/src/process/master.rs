@@ -118,6 +118,7 @@ impl Master {
         match outcome {
             Ok(new) => {
                 let old: Vec<Pid> = self.children.iter().map(|k| k.pid).collect();
+                let serving = self.children.iter().filter(|k| !k.leaving).count();
                 self.pipeline = new.pipeline;
                 self.tuning = new.tuning;
                 self.scaling = (self.scaling_of)(&self.tuning);
@@ -125,8 +126,16 @@ impl Master {
                 for kid in &mut self.children {
                     kid.leaving = true;
                 }
-                // The new children first: the socket always has takers.
-                for _ in 0..self.first_children() {
+                // The new children first, so the socket always has takers,
+                // and as many as served until now: the clients the old
+                // ones held reconnect at once, and growing from the start
+                // count at 1, 2, 4… a second would leave them in the
+                // backlog for seconds.
+                let strength = match self.scaling {
+                    Scaling::Spare { max_children, .. } => serving.min(max_children),
+                    Scaling::Fixed { .. } => 0,
+                };
+                for _ in 0..self.first_children().max(strength) {
                     self.spawn()?;
                 }
                 for pid in old {

@@ -23,7 +23,8 @@
 //!   the new files) and forward the signal to every child;
 //! * SIGHUP → read the configuration again (`ModelEnv::reload`): the master
 //!   takes the new pipeline and knobs, forks a new generation of children
-//!   at full strength (as at start) and sends the old ones SIGTERM — they
+//!   at full strength (as many as the old one had, at least as many as at
+//!   start, within the new maximum) and sends the old ones SIGTERM — they
 //!   accept no more, finish their requests and exit, and are not replaced.
 //!   A configuration that does not read leaves everything as it is (the
 //!   error log says why), and HUP then only reopens the logs and reads the
