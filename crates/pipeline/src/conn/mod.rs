@@ -751,6 +751,10 @@ impl Connection {
                                 return Want::Read(accepted + p.settings.tls_handshake_timeout);
                             }
                             let pending = self.start < self.end || self.served == 0;
+                            if !pending && self.now.unwrap_or_else(Instant::now) >= self.idle_deadline {
+                                // The last look after the idle deadline found nothing.
+                                return Want::Close;
+                            }
                             return Want::Read(if pending { self.head_due(p) } else { self.idle_deadline });
                         }
                         Err(_) => return Want::Close,
@@ -871,6 +875,7 @@ impl Connection {
                 self.refuse(408, p);
                 true
             }
+            State::Head if self.served > 0 => self.last_look(),
             _ => {
                 self.abort(p);
                 false

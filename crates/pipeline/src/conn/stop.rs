@@ -31,4 +31,16 @@ impl Connection {
         self.idle_deadline = self.idle_deadline.min(now + STOP_GRACE);
         (now < self.idle_deadline).then_some(self.idle_deadline)
     }
+
+    /// The idle deadline (the keep-alive timeout, or a stop's grace) passed
+    /// between requests: drive the connection once more, so a read — not
+    /// the timer — decides. A request that arrived just before the
+    /// deadline, its readiness not yet seen by the loop when the timer
+    /// fired, is answered rather than closed under (the `FIONREAD` look the
+    /// `uring` stop takes, made with the read itself); finding nothing, the
+    /// drive closes, the deadline being past.
+    pub(super) fn last_look(&mut self) -> bool {
+        self.drained = false;
+        true
+    }
 }

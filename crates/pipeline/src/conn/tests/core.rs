@@ -214,8 +214,18 @@ fn a_silent_client_times_out_quietly_but_a_started_head_gets_408() {
     let mut h = Harness::new();
     let Want::Read(idle) = h.send(GET) else { panic!() };
     h.wire.take_written();
-    assert!(!h.time_out_at(idle));
+    assert!(h.time_out_at(idle), "one more read decides");
+    assert_eq!(h.drive(), Want::Close);
     assert!(h.wire.take_written().is_empty());
+
+    // A request there when the idle deadline's timer fires is answered.
+    let mut h = Harness::new();
+    let Want::Read(idle) = h.send(GET) else { panic!() };
+    h.wire.take_written();
+    h.wire.arrive(GET);
+    assert!(h.time_out_at(idle));
+    h.drive();
+    assert_eq!(h.response().status, 200, "a request that came with the deadline is answered");
 
     // A head begun and not finished: 408, then close.
     let mut h = Harness::new();
@@ -313,14 +323,30 @@ fn a_graceful_stop_ends_idle_connections_and_closes_after_the_current_request() 
     assert_eq!(r.status, 200, "a request that arrives within the grace is answered");
     assert!(r.closes());
 
-    // Nothing came: closed at the end of the grace, silently.
+    // Nothing came: at the end of the grace one more read finds nothing,
+    // and the connection closes silently.
     let mut h = Harness::new();
     h.send(GET);
     h.wire.take_written();
     let grace = h.now + super::super::stop::STOP_GRACE;
     assert_eq!(h.drive_stopping(true), Want::Read(grace));
-    assert!(!h.time_out_at(grace), "closed without an answer");
+    assert!(h.time_out_at(grace), "one more read decides");
+    assert_eq!(h.drive_stopping(true), Want::Close);
     assert!(h.wire.take_written().is_empty());
+
+    // A request in the kernel when the grace's timer fires (its readiness
+    // not yet seen): answered, not closed under.
+    let mut h = Harness::new();
+    h.send(GET);
+    h.wire.take_written();
+    let grace = h.now + super::super::stop::STOP_GRACE;
+    assert_eq!(h.drive_stopping(true), Want::Read(grace));
+    h.wire.arrive(GET);
+    assert!(h.time_out_at(grace));
+    assert_eq!(h.drive_stopping(true), Want::Read(h.now + h.p.settings.linger_timeout));
+    let r = h.response();
+    assert_eq!(r.status, 200, "a request that came at the end of the grace is answered");
+    assert!(r.closes());
 
     // Accepted before the stop and silent since: nothing is on its way.
     let mut h = Harness::new();
