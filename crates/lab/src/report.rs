@@ -68,6 +68,7 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     if let Some(network) = meta["network"].as_str() {
         let _ = writeln!(m, "Network: {network}.\n");
     }
+    m.push_str(&crate::hosts::markdown(meta));
     for skipped in meta["skipped"].as_array().into_iter().flatten() {
         let _ = writeln!(
             m,

@@ -1,0 +1,364 @@
+//! The roles of `[hosts]` for the runner: each host connected once (its
+//! facts for the report), the modus binary, the docroot and what the
+//! generators read copied there, servers and fronts started and stopped
+//! there by PID, the generators run there in parallel — the users or
+//! the rate split between them — and merged (`merge.rs`), and each host's
+//! CPU and memory over the point.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::hosts::{Placement, Sample, SshUrl};
+use crate::merge::{merge_reports, split, Generated};
+use crate::remote::{quote, Remote};
+use crate::spec::{ServerSpec, Spec};
+
+/// The hosts of a run, connected; their lab directories removed when dropped.
+pub struct Hosts {
+    pub placement: Placement,
+    remotes: Vec<(Arc<Remote>, Vec<&'static str>)>,
+}
+
+impl std::fmt::Debug for Hosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hosts").field("placement", &self.placement).finish()
+    }
+}
+
+/// Why `server` cannot run where `[hosts]` puts it, if it cannot.
+pub fn unavailable(spec: &Spec, server: &ServerSpec) -> Option<String> {
+    let hosts = spec.hosts.as_ref()?;
+    let remote_backends = hosts.server.is_some() || !hosts.backends.is_empty();
+    if remote_backends {
+        let why = if server.peer.is_some() {
+            "a peer on a host of [hosts] is not supported yet (modus serve only)"
+        } else if server.memory.is_some() || !spec.sweep.memory.is_empty() {
+            "a memory limit on a host of [hosts] is not supported yet"
+        } else if spec.cgi {
+            "CGI on a host of [hosts] is not supported yet"
+        } else if spec.access_log {
+            "access logs on a host of [hosts] are not supported yet"
+        } else {
+            ""
+        };
+        if !why.is_empty() {
+            return Some(why.into());
+        }
+    }
+    if hosts.front.is_some() && server.front.as_deref().is_some_and(|f| f != "direct") {
+        return Some("only a `direct` front runs on a host of [hosts]".into());
+    }
+    if !hosts.load.is_empty() {
+        // The generators must reach what they load: not the lab's loopback.
+        let target_remote = if server.front.is_some() { hosts.front.is_some() } else { remote_backends };
+        if !target_remote {
+            return Some(
+                "its generators are on hosts of [hosts] but what they load runs on the lab's loopback: \
+                 place the server (or its front) on a host too"
+                    .into(),
+            );
+        }
+    }
+    None
+}
+
+impl Hosts {
+    /// Connects to every host of `placement` and makes its lab directory.
+    pub fn connect(placement: Placement) -> Result<Hosts> {
+        let id = std::process::id();
+        let mut remotes = Vec::new();
+        for (i, (url, roles)) in placement.roles().into_iter().enumerate() {
+            // One directory per host and run: hosts may share a file system (namespaces).
+            let dir = format!("/tmp/modus-lab-{id}-h{i}");
+            let remote = Remote::connect(&url, &placement.ssh_options, &dir)?;
+            remotes.push((Arc::new(remote), roles));
+        }
+        Ok(Hosts { placement, remotes })
+    }
+
+    /// The connected host of `url`.
+    pub fn remote(&self, url: &SshUrl) -> Arc<Remote> {
+        let found = self.remotes.iter().find(|(r, _)| &r.url == url);
+        Arc::clone(&found.expect("every host of the placement is connected").0)
+    }
+
+    /// Each host, its roles, address and facts (for `meta.json`).
+    pub fn meta(&self) -> Value {
+        self.remotes
+            .iter()
+            .map(
+                |(r, roles)| json!({"host": r.url.to_string(), "roles": roles, "ip": r.ip, "facts": r.facts}),
+            )
+            .collect()
+    }
+
+    /// Copies to each host what it needs: the modus binary; the docroot
+    /// to a server's; the mixes and streams to a generator's.
+    pub fn prepare(
+        &self,
+        modus: &Path,
+        root: Option<&Path>,
+        out: &Path,
+        workload: Option<&Path>,
+    ) -> Result<()> {
+        for (r, roles) in &self.remotes {
+            r.run(&format!("mkdir -p {}", quote(&r.path("out"))))?;
+            r.copy(modus, "modus")?;
+            if let Some(root) = root.filter(|_| roles.iter().any(|x| *x == "server" || *x == "backend")) {
+                r.copy(root, "docroot")?;
+            }
+            if !roles.contains(&"load") {
+                continue;
+            }
+            for entry in std::fs::read_dir(out)?.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if entry.path().is_dir() && (name == "mixes" || name.starts_with("surge-")) {
+                    r.copy(&entry.path(), &format!("out/{name}"))?;
+                }
+            }
+            if let Some(w) = workload.filter(|w| !w.starts_with(out)) {
+                r.copy(w, "workload")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A local path among `args` as it is on `r` (see [`prepare`](Self::prepare)).
+    fn translate(r: &Remote, arg: &str, out: &Path, workload: Option<&Path>) -> String {
+        let out = out.display().to_string();
+        if let Some(rest) = arg.strip_prefix(&out) {
+            return format!("{}{rest}", r.path("out"));
+        }
+        if let Some(rest) = workload.and_then(|w| arg.strip_prefix(&w.display().to_string())) {
+            return format!("{}{rest}", r.path("workload"));
+        }
+        arg.to_string()
+    }
+
+    /// Starts `modus ARGS` (`serve` or `direct`) on `url`, listening on its address.
+    pub fn start(&self, url: &SshUrl, name: &str, args: Vec<String>) -> Result<RemoteServer> {
+        let remote = self.remote(url);
+        let mut argv = vec![remote.path("modus")];
+        argv.extend(args.into_iter().map(|a| a.replace("{ip}", &remote.ip)));
+        RemoteServer::start(remote, name, argv)
+    }
+
+    /// The docroot on a server's host.
+    pub fn docroot(&self, url: &SshUrl) -> String {
+        self.remote(url).path("docroot")
+    }
+
+    /// The hosts of the servers and fronts, sampled now.
+    pub fn sample_servers(&self) -> Vec<(Arc<Remote>, &'static str, Option<Sample>)> {
+        let servers = self.remotes.iter().filter(|(_, roles)| roles.iter().any(|x| *x != "load"));
+        servers
+            .map(|(r, roles)| {
+                let role = roles.iter().copied().find(|x| *x != "load").unwrap_or("server");
+                (Arc::clone(r), role, r.sample().ok())
+            })
+            .collect()
+    }
+
+    /// Runs `modus load ARGS` on every generator host at once, each with
+    /// its share of `-c` (closed loop: the users) and `-R` (open loop:
+    /// the rate), and merges them: the merged report, and each host's
+    /// record (its CPU busy over its run, memory, its own count).
+    pub fn run_load(
+        &self,
+        args: &[String],
+        out: &Path,
+        workload: Option<&Path>,
+        tag: &str,
+    ) -> Result<(Value, Vec<Value>)> {
+        let n = self.placement.load.len();
+        let value_of = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+        let clients: usize = value_of("-c").and_then(|c| c.parse().ok()).unwrap_or(1);
+        let rate: Option<f64> = value_of("-R").and_then(|r| r.parse().ok());
+        let shares = split(clients, n);
+        let runs: Vec<Result<(Generated, Value)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .placement
+                .load
+                .iter()
+                .zip(&shares)
+                .filter(|(_, c)| **c > 0)
+                .map(|(url, &c)| {
+                    let remote = self.remote(url);
+                    let used = shares.iter().filter(|s| **s > 0).count() as f64;
+                    let mut argv: Vec<String> =
+                        args.iter().map(|a| Self::translate(&remote, a, out, workload)).collect();
+                    let mut i = 0;
+                    while i + 1 < argv.len() {
+                        match argv[i].as_str() {
+                            "-c" => argv[i + 1] = c.to_string(),
+                            "-R" => argv[i + 1] = format!("{}", rate.unwrap_or(0.0) / used),
+                            _ => {}
+                        }
+                        i += 1;
+                    }
+                    scope.spawn(move || generate(&remote, argv, tag))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a generator thread panicked"))))
+                .collect()
+        });
+        let mut generated = Vec::new();
+        let mut records = Vec::new();
+        for run in runs {
+            let (g, record) = run?;
+            generated.push(g);
+            records.push(record);
+        }
+        Ok((merge_reports(&generated)?, records))
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for (r, _) in &self.remotes {
+            r.clean();
+        }
+    }
+}
+
+/// One generator's run on `remote`: its report and histograms, and its
+/// host's record.
+fn generate(remote: &Remote, mut argv: Vec<String>, tag: &str) -> Result<(Generated, Value)> {
+    let hist = remote.path(&format!("out/{tag}.hist"));
+    argv.extend(["--histogram-out".to_string(), hist.clone()]);
+    let json = remote.path(&format!("out/{tag}.json"));
+    let err = remote.path(&format!("out/{tag}.err"));
+    let argv: Vec<String> = argv.iter().map(|a| quote(a)).collect();
+    let script = format!(
+        "cd {dir} && a=$(head -n1 /proc/stat); {modus} load {args} > {json} 2> {err}; rc=$?; \
+         b=$(head -n1 /proc/stat); echo \"$a\"; echo \"$b\"; \
+         grep -E '^(MemTotal|MemAvailable):' /proc/meminfo; echo \"rc=$rc\"; cat {json}; echo; cat {err} >&2",
+        dir = quote(&remote.dir),
+        modus = quote(&remote.path("modus")),
+        args = argv.join(" "),
+        json = quote(&json),
+        err = quote(&err),
+    );
+    let out = remote.command(&script).stdin(std::process::Stdio::null()).output().context("running ssh")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let (a, b) = (lines.next().unwrap_or_default(), lines.next().unwrap_or_default());
+    let mem: Vec<&str> = lines.by_ref().take(2).collect();
+    let before = Sample::parse(&format!("{a}\n{}", mem.join("\n")));
+    let after = Sample::parse(b);
+    let rc = lines.next().unwrap_or_default().to_string();
+    let report: Value =
+        lines.find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok()).ok_or_else(|| {
+            anyhow!(
+                "{}: modus load gave no report ({rc}): {}",
+                remote.url,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })?;
+    let histograms = load::report::read_histograms(&remote.read(&hist)?)
+        .with_context(|| format!("{}: reading {hist}", remote.url))?;
+    let cpu = match (before, after) {
+        (Some(a), Some(b)) => a.busy_pct(&b),
+        _ => f64::NAN,
+    };
+    let record = json!({
+        "role": "load", "host": remote.url.to_string(), "cpu_pct": cpu,
+        "memory_used_kib": before.map(|s| s.mem_used_kib()),
+        "requests": report["requests"], "histogram_count": histograms[0].len(),
+        "connections": argv.iter().position(|a| a == "-c").and_then(|i| argv.get(i + 1)),
+    });
+    Ok((Generated { host: remote.url.to_string(), report, histograms }, record))
+}
+
+/// The records of the server hosts over a load: CPU busy between the two
+/// samples, memory used at the end, and a modus server's `/status.json`.
+pub fn server_records(
+    before: &[(Arc<Remote>, &'static str, Option<Sample>)],
+    after: &[(Arc<Remote>, &'static str, Option<Sample>)],
+    admin: &[(String, String)],
+) -> (Vec<Value>, Option<(u64, usize)>) {
+    let mut server_ns = None;
+    let records = before
+        .iter()
+        .zip(after)
+        .map(|((r, role, a), (_, _, b))| {
+            let (cpu, ns) = match (a, b) {
+                (Some(a), Some(b)) => (a.busy_pct(b), Some(a.busy_ns(b))),
+                _ => (f64::NAN, None),
+            };
+            if *role != "front" {
+                if let Some(ns) = ns {
+                    let cores = r.facts["cores"].as_u64().unwrap_or(1) as usize;
+                    let (sum, n) = server_ns.unwrap_or((0, 0));
+                    server_ns = Some((sum + ns, n + cores));
+                }
+            }
+            let host = r.url.to_string();
+            let status =
+                admin.iter().filter(|(h, _)| *h == host).find_map(|(_, a)| crate::probe::status(a).ok());
+            json!({"role": role, "host": host, "cpu_pct": cpu,
+                   "memory_used_kib": b.map(|s| s.mem_used_kib()), "status": status})
+        })
+        .collect();
+    (records, server_ns)
+}
+
+/// A `modus serve` or `modus direct` on a host, stopped by PID when dropped.
+pub struct RemoteServer {
+    remote: Arc<Remote>,
+    pid: u32,
+    pub addr: String,
+    pub admin: Option<String>,
+    pub front: bool,
+    stopped: bool,
+}
+
+impl RemoteServer {
+    fn start(remote: Arc<Remote>, name: &str, argv: Vec<String>) -> Result<RemoteServer> {
+        let pid = remote.spawn(name, &argv)?;
+        let first = match remote.first_line(name, pid, Duration::from_secs(30)) {
+            Ok(first) => first,
+            Err(e) => {
+                let _ = remote.stop(pid);
+                return Err(e);
+            }
+        };
+        let mut server =
+            RemoteServer { remote, pid, addr: String::new(), admin: None, front: false, stopped: false };
+        let Some(addr) = first.strip_prefix("listening on ").and_then(|rest| rest.split(' ').next()) else {
+            server.stop();
+            bail!("{}: unexpected first line {first:?}", server.remote.url);
+        };
+        server.addr = addr.to_string();
+        server.admin = first.split(' ').find_map(|w| w.strip_prefix("admin=")).map(str::to_string);
+        Ok(server)
+    }
+
+    /// The host it runs on.
+    pub fn host(&self) -> String {
+        self.remote.url.to_string()
+    }
+
+    pub fn in_front(mut self) -> RemoteServer {
+        self.front = true;
+        self
+    }
+
+    pub fn stop(&mut self) {
+        if !std::mem::replace(&mut self.stopped, true) {
+            let _ = self.remote.stop(self.pid);
+        }
+    }
+}
+
+impl Drop for RemoteServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
