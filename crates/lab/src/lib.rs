@@ -453,6 +453,11 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
         None => None,
     };
     let host_meta = hosts.as_ref().map(run::placed::Hosts::meta);
+    if let Some(h) = &hosts {
+        let roles: Vec<String> =
+            h.placement.roles().iter().map(|(url, roles)| format!("{} {url}", roles.join("+"))).collect();
+        placement = format!("hosts over ssh: {}; every other role on this machine", roles.join(", "));
+    }
     let runner =
         run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop, network, hosts };
     let mut meta = meta(spec, out)?;

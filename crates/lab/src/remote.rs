@@ -119,7 +119,9 @@ impl Remote {
     /// ends have it, else `tar` (a directory) or `cat` (a file) over ssh.
     pub fn copy(&self, local: &Path, name: &str) -> Result<()> {
         let target = self.path(name);
-        let rsync_here = Command::new("rsync").arg("--version").output().is_ok_and(|o| o.status.success());
+        // `MODUS_LAB_RSYNC=no`: tar or cat over ssh even where rsync is.
+        let rsync_here = std::env::var("MODUS_LAB_RSYNC").map_or(true, |v| v != "no")
+            && Command::new("rsync").arg("--version").output().is_ok_and(|o| o.status.success());
         let how = if rsync_here && self.facts["rsync"] == true {
             let mut shell = vec!["ssh".to_string(), "-o".into(), "BatchMode=yes".into()];
             for o in &self.options {

@@ -252,6 +252,17 @@ model = "event"
     assert!(report.contains(" cores, Linux "), "{report}");
     let rows = std::fs::read_to_string(out.join("points.csv")).unwrap();
     assert_eq!(rows.lines().count(), 2, "{rows}");
+    for h in records {
+        eprintln!(
+            "{} {}: CPU {:.0} %, {} KiB used",
+            h["role"], h["host"], h["cpu_pct"], h["memory_used_kib"]
+        );
+    }
+    eprintln!("{report}");
+    eprintln!(
+        "merged: {} requests, p99 {} µs; generators: {generators:?}",
+        load["requests"], load["latency_us"]["p99"]
+    );
     // Nothing left behind on the hosts (their /tmp is this one).
     assert_eq!(lab_dirs(), dirs_before);
     drop(hosts);
