@@ -66,7 +66,7 @@ impl Remote {
         remote.ip = ip.to_string();
         let facts = remote
             .run(&format!("mkdir -p {d} && cd {d} && {FACTS_SCRIPT}", d = quote(dir)))
-            .with_context(|| format!("{url}: ssh"))?;
+            .context("connecting with ssh")?;
         remote.facts = parse_facts(&facts);
         Ok(remote)
     }

@@ -176,6 +176,7 @@ duration = "2s"
 warmup = "200ms"
 [hosts]
 server = "{server}"
+front = "{server}"
 load = ["{g1}", "{g2}"]
 ssh-options = ["IdentityFile={key}", "IdentitiesOnly=yes", "StrictHostKeyChecking=no",
                "UserKnownHostsFile=/dev/null", "LogLevel=ERROR", "ConnectTimeout=10"]
@@ -184,6 +185,10 @@ clients = [5]
 [[server]]
 name = "event"
 model = "event"
+[[server]]
+name = "direct"
+model = "pool"
+front = "direct"
 "#,
             server = url(0),
             g1 = url(1),
@@ -249,9 +254,19 @@ model = "event"
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains(&format!("- {} (load): ", url(2))), "{report}");
+    assert!(report.contains(&format!("- {} (server, front): ", url(0))), "{report}");
     assert!(report.contains(" cores, Linux "), "{report}");
     let rows = std::fs::read_to_string(out.join("points.csv")).unwrap();
-    assert_eq!(rows.lines().count(), 2, "{rows}");
+    assert_eq!(rows.lines().count(), 3, "{rows}");
+    // `modus direct` on a host before the backend there: the load went to it, and through it.
+    let fronted: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("raw/direct-c5-p0-u0-r1.json")).unwrap())
+            .unwrap();
+    let load = &fronted["load"];
+    assert_eq!(load["generators"].as_array().map(Vec::len), Some(2), "{load}");
+    assert!(load["status"]["200"].as_u64().is_some_and(|n| n > 0), "{load}");
+    let backend = fronted["hosts"].as_array().unwrap().iter().find(|h| h["role"] == "server").unwrap();
+    assert!(backend["status"]["requests_total"].as_u64().unwrap() > 0, "{backend}");
     for h in records {
         eprintln!(
             "{} {}: CPU {:.0} %, {} KiB used",
@@ -266,4 +281,34 @@ model = "event"
     // Nothing left behind on the hosts (their /tmp is this one).
     assert_eq!(lab_dirs(), dirs_before);
     drop(hosts);
+}
+
+/// A host that does not answer: the run stops at once and names it (no
+/// root needed: ssh to a closed port on loopback).
+#[test]
+fn an_unreachable_host_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("gone.toml");
+    std::fs::write(
+        &spec,
+        r#"name = "gone"
+description = "a server on a host that does not answer"
+docroot = "fixed"
+path = "/500b.bin"
+duration = "300ms"
+[hosts]
+server = "ssh://nobody@127.0.0.1:1"
+ssh-options = ["ConnectTimeout=5", "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"]
+[sweep]
+clients = [1]
+[[server]]
+model = "event"
+"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--out", out.to_str().unwrap()], LIMIT);
+    assert!(!r.status.success(), "{}", r.stdout);
+    assert!(r.stderr.contains("ssh://nobody@127.0.0.1:1"), "{}", r.stderr);
+    assert!(!out.join("points.csv").exists(), "nothing measured");
 }
