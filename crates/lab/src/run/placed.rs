@@ -174,32 +174,18 @@ impl Hosts {
         workload: Option<&Path>,
         tag: &str,
     ) -> Result<(Value, Vec<Value>)> {
-        let n = self.placement.load.len();
-        let value_of = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
-        let clients: usize = value_of("-c").and_then(|c| c.parse().ok()).unwrap_or(1);
-        let rate: Option<f64> = value_of("-R").and_then(|r| r.parse().ok());
-        let shares = split(clients, n);
+        let shares = generator_args(args, self.placement.load.len());
         let runs: Vec<Result<(Generated, Value)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .placement
                 .load
                 .iter()
-                .zip(&shares)
-                .filter(|(_, c)| **c > 0)
-                .map(|(url, &c)| {
+                .zip(shares)
+                .filter_map(|(url, argv)| Some((url, argv?)))
+                .map(|(url, argv)| {
                     let remote = self.remote(url);
-                    let used = shares.iter().filter(|s| **s > 0).count() as f64;
-                    let mut argv: Vec<String> =
-                        args.iter().map(|a| Self::translate(&remote, a, out, workload)).collect();
-                    let mut i = 0;
-                    while i + 1 < argv.len() {
-                        match argv[i].as_str() {
-                            "-c" => argv[i + 1] = c.to_string(),
-                            "-R" => argv[i + 1] = format!("{}", rate.unwrap_or(0.0) / used),
-                            _ => {}
-                        }
-                        i += 1;
-                    }
+                    let argv: Vec<String> =
+                        argv.iter().map(|a| Self::translate(&remote, a, out, workload)).collect();
                     scope.spawn(move || generate(&remote, argv, tag))
                 })
                 .collect();
@@ -225,6 +211,34 @@ impl Drop for Hosts {
             r.clean();
         }
     }
+}
+
+/// `modus load ARGS` for each of `n` generators: `-c` (the connections,
+/// in the closed loop the users) split as evenly as whole numbers allow,
+/// `-R` (the rate) split evenly between those with a connection; `None`
+/// for a generator left without one.
+fn generator_args(args: &[String], n: usize) -> Vec<Option<Vec<String>>> {
+    let value_of = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    let clients: usize = value_of("-c").and_then(|c| c.parse().ok()).unwrap_or(1);
+    let rate: Option<f64> = value_of("-R").and_then(|r| r.parse().ok());
+    let shares = split(clients, n);
+    let used = shares.iter().filter(|s| **s > 0).count().max(1) as f64;
+    shares
+        .into_iter()
+        .map(|c| {
+            (c > 0).then(|| {
+                let mut argv = args.to_vec();
+                for i in 0..argv.len().saturating_sub(1) {
+                    match argv[i].as_str() {
+                        "-c" => argv[i + 1] = c.to_string(),
+                        "-R" => argv[i + 1] = (rate.unwrap_or(0.0) / used).to_string(),
+                        _ => {}
+                    }
+                }
+                argv
+            })
+        })
+        .collect()
 }
 
 /// One generator's run on `remote`: its report and histograms, and its
@@ -360,5 +374,30 @@ impl RemoteServer {
 impl Drop for RemoteServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(' ').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn generators_split_the_users_or_the_rate() {
+        let closed = generator_args(&words("http://h/ -c 5 --json -d 2s"), 2);
+        assert_eq!(closed[0].as_deref(), Some(&words("http://h/ -c 3 --json -d 2s")[..]));
+        assert_eq!(closed[1].as_deref(), Some(&words("http://h/ -c 2 --json -d 2s")[..]));
+        let open = generator_args(&words("http://h/ -c 400 --json -R 300"), 3);
+        for argv in &open {
+            let argv = argv.as_ref().unwrap();
+            assert_eq!(argv[argv.len() - 1], "100", "{argv:?}");
+        }
+        // One connection, two generators: the second sits out, the first takes the whole rate.
+        let one = generator_args(&words("http://h/ -c 1 -R 50"), 2);
+        assert_eq!(one[0].as_deref(), Some(&words("http://h/ -c 1 -R 50")[..]));
+        assert!(one[1].is_none());
     }
 }
