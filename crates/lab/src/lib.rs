@@ -478,7 +478,7 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     eprintln!("modus lab: {} into {}", spec.name, out.display());
     let table = runner.run(spec, |line| eprintln!("{line}"))?;
     if meta.get("hosts").is_some() {
-        let warnings = hosts::generator_warnings(&run::raw_records(out));
+        let warnings = hosts::generator_warnings(&run::placed::raw_records(out));
         for w in &warnings {
             eprintln!("modus lab: warning: {w}");
         }

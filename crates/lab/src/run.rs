@@ -486,22 +486,7 @@ impl Runner {
             let name =
                 if server.backends == 1 { server.name.clone() } else { format!("{}-{}", server.name, i + 1) };
             if let Some((hosts, url)) = self.hosts.as_ref().and_then(|h| Some((h, h.placement.backend(i)?))) {
-                let mut args = vec!["serve".to_string()];
-                if root.is_some() {
-                    args.push(hosts.docroot(url));
-                }
-                args.extend(
-                    ["--model", &server.model, "--listen", "{ip}:0", "--access-log", "off"].map(String::from),
-                );
-                if !server.args.iter().any(|a| a == "--admin" || a.starts_with("--admin=")) {
-                    args.extend(["--admin".into(), "{ip}:0".into()]);
-                }
-                if let Some(n) = server.max_clients {
-                    args.extend(["--max-clients".into(), n.to_string()]);
-                }
-                args.extend(server.args.iter().cloned());
-                let started =
-                    hosts.start(url, &name, args).with_context(|| format!("starting {name} on {url}"))?;
+                let started = hosts.start_backend(url, server, &name, root.is_some())?;
                 backends.push(started.addr.clone());
                 remote.push(started);
                 continue;
@@ -527,14 +512,7 @@ impl Runner {
             None => None,
             Some("direct") if front_host.is_some() => {
                 let (hosts, url) = front_host.expect("checked");
-                let mut args = vec!["direct".to_string(), "--listen".into(), "{ip}:0".into()];
-                for b in &backends {
-                    args.extend(["--backend".into(), b.clone()]);
-                }
-                args.extend(server.front_args.iter().cloned());
-                let name = format!("{}-front", server.name);
-                let started =
-                    hosts.start(url, &name, args).with_context(|| format!("starting {name} on {url}"))?;
+                let started = hosts.start_front(url, server, &backends)?;
                 let addr = started.addr.clone();
                 remote.insert(0, started.in_front());
                 return Ok(Running { servers: parts, remote, addr });
@@ -696,15 +674,11 @@ impl Runner {
         let generators = self.hosts.as_ref().filter(|h| !h.placement.load.is_empty());
         let (out, load_ns) = match generators {
             Some(hosts) => {
-                let args: Vec<String> = load.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-                let args = &args[args.iter().position(|a| a == "load").map_or(0, |i| i + 1)..];
-                let tag = raw_tag(server, at);
-                let (report, records) =
-                    hosts.run_load(args, &self.out, self.workload(spec).as_deref(), &tag)?;
+                let tag = placed::raw_tag(server, at);
+                let (out, records) =
+                    hosts.run_load_command(&load, &self.out, self.workload(spec).as_deref(), &tag)?;
                 host_records = records;
-                let stdout = serde_json::to_vec(&report)?;
-                let status = std::process::ExitStatus::default();
-                (std::process::Output { status, stdout, stderr: Vec::new() }, 0)
+                (out, 0)
             }
             None => run_load(load)?,
         };
@@ -739,6 +713,7 @@ impl Runner {
             Scoreboard::from_statuses(after).spread_since(&Scoreboard::from_statuses(before))
         });
         let cgroups = running.cgroups();
+        let remote_backends = running.remote.iter().any(|s| !s.front);
         running.stop();
         let report = report?;
         let answered_none = report["requests"].as_u64() == Some(0);
@@ -770,11 +745,19 @@ impl Runner {
             latency_ms("p99"),
             report["errors"].as_f64().unwrap_or(0.0),
             if requests > 0.0 { cpu_us / requests } else { 0.0 },
-            pss as f64,
+            // A backend on a host: its memory and disk reads are not read
+            // here (its host's memory is in the record's `hosts`).
+            if remote_backends { f64::NAN } else { pss as f64 },
             if report["generator_fell_behind"] == true { 1.0 } else { 0.0 },
             answered(&|code| code.starts_with('2')),
             answered(&|code| code == "503"),
-            if requests > 0.0 { read_after.saturating_sub(read_before) as f64 / requests } else { 0.0 },
+            if remote_backends {
+                f64::NAN
+            } else if requests > 0.0 {
+                read_after.saturating_sub(read_before) as f64 / requests
+            } else {
+                0.0
+            },
         ];
         let mut phases = phases.unwrap_or_else(|| vec![f64::NAN; 2 + PHASES.len()]);
         // `read` is timed from the head's first byte *seen* — stamped after
@@ -843,22 +826,6 @@ impl Runner {
         }
         Ok((values, record))
     }
-}
-
-/// A point's name among the generators' files on their hosts.
-fn raw_tag(server: &ServerSpec, at: &Coords) -> String {
-    let mut tag = format!("{}-c{}-q{}-{}", server.name, at.clients, at.rate, at.connection);
-    tag.retain(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    tag
-}
-
-/// Every point's raw record in `out/raw/`.
-pub fn raw_records(out: &Path) -> Vec<Value> {
-    let Ok(dir) = std::fs::read_dir(out.join("raw")) else { return Vec::new() };
-    dir.flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok())
-        .collect()
 }
 
 /// Runs `modus load` to its end: its output, and its CPU time (read at

@@ -147,6 +147,66 @@ impl Hosts {
         RemoteServer::start(remote, name, argv)
     }
 
+    /// Starts `modus serve` for `server` on `url`: the docroot copied
+    /// there (`root`; else the embedded demo site), its status listener on.
+    pub fn start_backend(
+        &self,
+        url: &SshUrl,
+        server: &ServerSpec,
+        name: &str,
+        root: bool,
+    ) -> Result<RemoteServer> {
+        let mut args = vec!["serve".to_string()];
+        if root {
+            args.push(self.docroot(url));
+        }
+        args.extend(
+            ["--model", &server.model, "--listen", "{ip}:0", "--access-log", "off"].map(String::from),
+        );
+        if !server.args.iter().any(|a| a == "--admin" || a.starts_with("--admin=")) {
+            args.extend(["--admin".into(), "{ip}:0".into()]);
+        }
+        if let Some(n) = server.max_clients {
+            args.extend(["--max-clients".into(), n.to_string()]);
+        }
+        args.extend(server.args.iter().cloned());
+        self.start(url, name, args).with_context(|| format!("starting {name} on {url}"))
+    }
+
+    /// Starts `modus direct` before `backends` on `url`, as a front.
+    pub fn start_front(
+        &self,
+        url: &SshUrl,
+        server: &ServerSpec,
+        backends: &[String],
+    ) -> Result<RemoteServer> {
+        let mut args = vec!["direct".to_string(), "--listen".into(), "{ip}:0".into()];
+        for b in backends {
+            args.extend(["--backend".into(), b.clone()]);
+        }
+        args.extend(server.front_args.iter().cloned());
+        let name = format!("{}-front", server.name);
+        Ok(self.start(url, &name, args).with_context(|| format!("starting {name} on {url}"))?.in_front())
+    }
+
+    /// [`run_load`](Self::run_load) of the local `modus load` command
+    /// `load` (its arguments after `load`): the merged report as that
+    /// command's output would have been, and the generator hosts' records.
+    pub fn run_load_command(
+        &self,
+        load: &std::process::Command,
+        out: &Path,
+        workload: Option<&Path>,
+        tag: &str,
+    ) -> Result<(std::process::Output, Vec<Value>)> {
+        let args: Vec<String> = load.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args = &args[args.iter().position(|a| a == "load").map_or(0, |i| i + 1)..];
+        let (report, records) = self.run_load(args, out, workload, tag)?;
+        let stdout = serde_json::to_vec(&report)?;
+        let status = std::process::ExitStatus::default();
+        Ok((std::process::Output { status, stdout, stderr: Vec::new() }, records))
+    }
+
     /// The docroot on a server's host.
     pub fn docroot(&self, url: &SshUrl) -> String {
         self.remote(url).path("docroot")
@@ -211,6 +271,22 @@ impl Drop for Hosts {
             r.clean();
         }
     }
+}
+
+/// A point's name among the generators' files on their hosts.
+pub fn raw_tag(server: &ServerSpec, at: &crate::results::Coords) -> String {
+    let mut tag = format!("{}-c{}-q{}-{}", server.name, at.clients, at.rate, at.connection);
+    tag.retain(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    tag
+}
+
+/// Every point's raw record in `out/raw/`.
+pub fn raw_records(out: &Path) -> Vec<Value> {
+    let Ok(dir) = std::fs::read_dir(out.join("raw")) else { return Vec::new() };
+    dir.flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok())
+        .collect()
 }
 
 /// `modus load ARGS` for each of `n` generators: `-c` (the connections,
