@@ -171,9 +171,11 @@ fn a_server_and_two_generators_on_ssh_hosts() {
             r#"name = "hosts"
 description = "event on one host, two generators on two others"
 docroot = "fixed"
-path = "/500b.bin"
+path = "mix:two"
 duration = "2s"
 warmup = "200ms"
+[mixes]
+two = ["3 /500b.bin", "1 /50k.bin"]
 [hosts]
 server = "{server}"
 front = "{server}"
@@ -230,6 +232,9 @@ front = "direct"
     assert_eq!(load["histogram_count"].as_u64().unwrap(), counts.iter().sum::<u64>(), "{load}");
     let requests: u64 = generators.iter().map(|g| g["requests"].as_u64().unwrap()).sum();
     assert_eq!(load["requests"].as_u64().unwrap(), requests);
+    // The mix, copied to each generator's host, was what they asked for: every answer a 200, some of them 50 KB.
+    assert_eq!(load["status"]["200"].as_u64().unwrap(), requests, "{load}");
+    assert!(load["bytes"].as_u64().unwrap() > requests * 2000, "{load}");
     let max: u64 = generators.iter().map(|g| g["latency_us"]["max"].as_u64().unwrap()).max().unwrap();
     assert_eq!(load["latency_us"]["max"].as_u64().unwrap(), max, "the merge's max is the larger one");
     // Each host's CPU and memory over the point; the server's /status.json.
