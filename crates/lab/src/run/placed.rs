@@ -143,7 +143,9 @@ impl Hosts {
     pub fn start(&self, url: &SshUrl, name: &str, args: Vec<String>) -> Result<RemoteServer> {
         let remote = self.remote(url);
         let mut argv = vec![remote.path("modus")];
-        argv.extend(args.into_iter().map(|a| a.replace("{ip}", &remote.ip)));
+        // An address to listen on: an IPv6 one in brackets, before its port.
+        let ip = if remote.ip.contains(':') { format!("[{}]", remote.ip) } else { remote.ip.clone() };
+        argv.extend(args.into_iter().map(|a| a.replace("{ip}", &ip)));
         RemoteServer::start(remote, name, argv)
     }
 
