@@ -267,9 +267,9 @@ front = "direct"
     let fronted: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("raw/direct-c5-p0-u0-r1.json")).unwrap())
             .unwrap();
-    let load = &fronted["load"];
-    assert_eq!(load["generators"].as_array().map(Vec::len), Some(2), "{load}");
-    assert!(load["status"]["200"].as_u64().is_some_and(|n| n > 0), "{load}");
+    let through = &fronted["load"];
+    assert_eq!(through["generators"].as_array().map(Vec::len), Some(2), "{through}");
+    assert!(through["status"]["200"].as_u64().is_some_and(|n| n > 0), "{through}");
     let backend = fronted["hosts"].as_array().unwrap().iter().find(|h| h["role"] == "server").unwrap();
     assert!(backend["status"]["requests_total"].as_u64().unwrap() > 0, "{backend}");
     for h in records {
