@@ -11,6 +11,9 @@
 //! * `busy.rs` — how busy the machine was over a point: others' CPU, the disk.
 //! * `cgroup.rs` — a server's memory limit: a memory cgroup (v1 or v2).
 //! * `netns.rs` — the optional topology: hosts in network namespaces.
+//! * `hosts.rs` — `[hosts]`: roles on other machines, what each host is.
+//! * `remote.rs` — a host over `ssh`: commands, copies, processes by PID.
+//! * `merge.rs` — several generators' reports and HdrHistograms as one.
 //! * `peers.rs` — nginx, lighttpd, h2o and Apache httpd measured beside the
 //!   models; `modus direct` and HAProxy as fronts.
 //! * `results.rs` — `points.csv`.
@@ -25,10 +28,13 @@ pub mod busy;
 pub mod cgroup;
 pub mod claims;
 pub mod columns;
+pub mod hosts;
+pub mod merge;
 pub mod netns;
 pub mod peers;
 pub mod probe;
 pub mod readable;
+pub mod remote;
 pub mod report;
 pub mod reproduction;
 pub mod results;
@@ -335,6 +341,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 front_cpus: None,
                 cgi: false,
                 network: None,
+                hosts: None,
                 context: None,
                 sweep: Sweep {
                     clients,
@@ -437,10 +444,27 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
             }
         }
     }
+    let hosts = match &spec.hosts {
+        Some(h) => {
+            let placement = hosts::Placement::from_spec(h)?;
+            eprintln!("modus lab: connecting to {} host(s) with ssh", placement.roles().len());
+            Some(run::placed::Hosts::connect(placement)?)
+        }
+        None => None,
+    };
+    let host_meta = hosts.as_ref().map(run::placed::Hosts::meta);
+    if let Some(h) = &hosts {
+        let roles: Vec<String> =
+            h.placement.roles().iter().map(|(url, roles)| format!("{} {url}", roles.join("+"))).collect();
+        placement = format!("hosts over ssh: {}; every other role on this machine", roles.join(", "));
+    }
     let runner =
-        run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop, network };
+        run::Runner { modus: std::env::current_exe()?, out: out.to_path_buf(), resume, stop, network, hosts };
     let mut meta = meta(spec, out)?;
     meta["network"] = json!(placement);
+    if let Some(host_meta) = host_meta {
+        meta["hosts"] = host_meta;
+    }
     std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
     if cfg!(debug_assertions) {
         eprintln!(
@@ -453,6 +477,14 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     }
     eprintln!("modus lab: {} into {}", spec.name, out.display());
     let table = runner.run(spec, |line| eprintln!("{line}"))?;
+    if meta.get("hosts").is_some() {
+        let warnings = hosts::generator_warnings(&run::placed::raw_records(out));
+        for w in &warnings {
+            eprintln!("modus lab: warning: {w}");
+        }
+        meta["host_warnings"] = json!(warnings);
+        std::fs::write(out.join("meta.json"), serde_json::to_string_pretty(&meta)?)?;
+    }
     report::write(out, spec, &table, &meta)?;
     if let Some(warning) = busy::warning(&table) {
         eprintln!("modus lab: warning: {warning}");

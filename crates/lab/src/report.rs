@@ -68,6 +68,7 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     if let Some(network) = meta["network"].as_str() {
         let _ = writeln!(m, "Network: {network}.\n");
     }
+    m.push_str(&crate::hosts::markdown(meta));
     for skipped in meta["skipped"].as_array().into_iter().flatten() {
         let _ = writeln!(
             m,
@@ -259,6 +260,20 @@ svg{{max-width:100%;height:auto}}pre{{background:#f4f4f4;padding:.8em;overflow-x
     );
     if let Some(network) = meta["network"].as_str() {
         let _ = write!(h, "<p><small>Network: {}.</small></p>", esc(network));
+    }
+    for host in meta["hosts"].as_array().into_iter().flatten() {
+        let roles: Vec<&str> =
+            host["roles"].as_array().into_iter().flatten().filter_map(|r| r.as_str()).collect();
+        let _ = write!(
+            h,
+            "<p><small>Host {} ({}): {}.</small></p>",
+            esc(host["host"].as_str().unwrap_or("?")),
+            esc(&roles.join(", ")),
+            esc(&crate::hosts::describe(&host["facts"]))
+        );
+    }
+    for w in meta["host_warnings"].as_array().into_iter().flatten() {
+        let _ = write!(h, "<p class=\"fails\">Warning: {}.</p>", esc(w.as_str().unwrap_or("?")));
     }
     for skipped in meta["skipped"].as_array().into_iter().flatten() {
         let _ = write!(

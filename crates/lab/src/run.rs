@@ -111,6 +111,9 @@ pub fn unavailable(spec: &Spec, out: &Path) -> Vec<(String, String)> {
     spec.servers
         .iter()
         .filter_map(|s| {
+            if let Some(why) = placed::unavailable(spec, s) {
+                return Some((s.name.clone(), why));
+            }
             let limit = s.memory.or(spec.sweep.memory.first().copied());
             // Memory cgroups are only tried where a limit is asked for.
             let refused = limit.and_then(|limit| crate::cgroup::memory().err().map(|why| (limit, why)));
@@ -178,6 +181,8 @@ pub struct Runner {
     /// Hosts of their own for the load, the fronts and the backends
     /// (`[network] netns`); none: loopback.
     pub network: Option<crate::netns::Network>,
+    /// The hosts of `[hosts]`, connected; none: every role here.
+    pub hosts: Option<placed::Hosts>,
 }
 
 /// Where a process runs: its network namespace (none: the lab's) and the
@@ -205,6 +210,11 @@ impl Runner {
             .with_context(|| format!("creating {}", self.out.display()))?;
         self.prepare_requests(spec)?;
         let root = self.docroot(spec)?;
+        if let Some(hosts) = &self.hosts {
+            hosts
+                .prepare(&self.modus, root.as_deref(), &self.out, self.workload(spec).as_deref())
+                .context("copying modus and the docroot to the hosts")?;
+        }
         let skipped: Vec<String> = unavailable(spec, &self.out).into_iter().map(|(name, _)| name).collect();
         let plan: Vec<Planned> =
             schedule(spec).into_iter().filter(|p| !skipped.contains(&spec.servers[p.server].name)).collect();
@@ -229,7 +239,8 @@ impl Runner {
                     let mut limited = ServerSpec { memory: p.memory_limit(spec), ..server.clone() };
                     let log = spec.access_log.then(|| access_log_path(&raw));
                     // A modus server traces its requests (`trace.rs`).
-                    let trace = spec.trace.filter(|_| server.peer.is_none()).map(|share| {
+                    let remote = self.hosts.as_ref().is_some_and(|h| h.placement.backend(0).is_some());
+                    let trace = spec.trace.filter(|_| server.peer.is_none() && !remote).map(|share| {
                         let file = crate::trace::path_for(&raw);
                         let sample = share.to_string();
                         limited.args.extend(["--trace".into(), file.display().to_string()]);
@@ -469,9 +480,17 @@ impl Runner {
         log: Option<&Path>,
     ) -> Result<Running> {
         let mut parts = Vec::new();
+        let mut remote = Vec::new();
+        let mut backends: Vec<String> = Vec::new();
         for i in 0..server.backends {
             let name =
                 if server.backends == 1 { server.name.clone() } else { format!("{}-{}", server.name, i + 1) };
+            if let Some((hosts, url)) = self.hosts.as_ref().and_then(|h| Some((h, h.placement.backend(i)?))) {
+                let started = hosts.start_backend(url, server, &name, root.is_some())?;
+                backends.push(started.addr.clone());
+                remote.push(started);
+                continue;
+            }
             let place = self.place(|net| net.backend(i));
             // Each backend its own log: `…-access.log`, `…-2-access.log`.
             let log = log.map(|l| match i {
@@ -483,12 +502,21 @@ impl Runner {
                         .replace("-access.log", &format!("-{}-access.log", i + 1)),
                 ),
             });
-            parts.push(self.start_backend(spec, server, &name, cpus, place, root, log.as_deref())?);
+            let started = self.start_backend(spec, server, &name, cpus, place, root, log.as_deref())?;
+            backends.push(started.addr.clone());
+            parts.push(started);
         }
-        let backends: Vec<String> = parts.iter().map(|p| p.addr.clone()).collect();
         let at = self.place(|net| net.front());
+        let front_host = self.hosts.as_ref().and_then(|h| Some((h, h.placement.front.as_ref()?)));
         let front = match server.front.as_deref() {
             None => None,
+            Some("direct") if front_host.is_some() => {
+                let (hosts, url) = front_host.expect("checked");
+                let started = hosts.start_front(url, server, &backends)?;
+                let addr = started.addr.clone();
+                remote.insert(0, started.in_front());
+                return Ok(Running { servers: parts, remote, addr });
+            }
             Some("direct") => {
                 let mut direct = pinned(&self.modus, front_cpus, at.ns);
                 direct.args(["direct", "--listen", &format!("{}:0", at.ip)]);
@@ -517,7 +545,7 @@ impl Runner {
         // The front first: stopped first, it sends nothing more to the backends.
         let mut servers: Vec<Server> = front.into_iter().collect();
         servers.extend(parts);
-        Ok(Running { servers, addr })
+        Ok(Running { servers, remote, addr })
     }
 
     /// One backend: `modus serve`, or a peer from its configuration in
@@ -608,7 +636,7 @@ impl Runner {
         let status_before = running.statuses();
         let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
-        if self.network.is_some() {
+        if self.network.is_some() || self.hosts.is_some() {
             load.arg("--allow-remote");
         }
         if at.rate > 0 {
@@ -641,8 +669,32 @@ impl Runner {
         // The window the machine's business is measured over: the load's run.
         let window = crate::busy::Snapshot::take();
         let before = running.cpu_ns();
-        let (out, load_ns) = run_load(load)?;
-        let after = running.cpu_ns();
+        let hosts_before = self.hosts.as_ref().map(placed::Hosts::sample_servers);
+        let mut host_records = Vec::new();
+        let generators = self.hosts.as_ref().filter(|h| !h.placement.load.is_empty());
+        let (out, load_ns) = match generators {
+            Some(hosts) => {
+                let tag = placed::raw_tag(server, at);
+                let (out, records) =
+                    hosts.run_load_command(&load, &self.out, self.workload(spec).as_deref(), &tag)?;
+                host_records = records;
+                (out, 0)
+            }
+            None => run_load(load)?,
+        };
+        let mut after = running.cpu_ns();
+        let mut server_cores = None;
+        if let (Some(hosts), Some(before_samples)) = (&self.hosts, hosts_before) {
+            let admins = running.remote_admins();
+            let (records, server_ns) =
+                placed::server_records(&before_samples, &hosts.sample_servers(), &admins);
+            host_records.extend(records);
+            // A server on a host of its own: its CPU is its host's.
+            if let Some((ns, cores)) = server_ns.filter(|_| !running.remote.is_empty()) {
+                after = before + ns;
+                server_cores = Some(cores);
+            }
+        }
         let window = window.until(&crate::busy::Snapshot::take(), after.saturating_sub(before) + load_ns);
         let read_after = running.read_bytes();
         let pss = running.pss_kib();
@@ -661,6 +713,7 @@ impl Runner {
             Scoreboard::from_statuses(after).spread_since(&Scoreboard::from_statuses(before))
         });
         let cgroups = running.cgroups();
+        let remote_backends = running.remote.iter().any(|s| !s.front);
         running.stop();
         let report = report?;
         let answered_none = report["requests"].as_u64() == Some(0);
@@ -692,11 +745,19 @@ impl Runner {
             latency_ms("p99"),
             report["errors"].as_f64().unwrap_or(0.0),
             if requests > 0.0 { cpu_us / requests } else { 0.0 },
-            pss as f64,
+            // A backend on a host: its memory and disk reads are not read
+            // here (its host's memory is in the record's `hosts`).
+            if remote_backends { f64::NAN } else { pss as f64 },
             if report["generator_fell_behind"] == true { 1.0 } else { 0.0 },
             answered(&|code| code.starts_with('2')),
             answered(&|code| code == "503"),
-            if requests > 0.0 { read_after.saturating_sub(read_before) as f64 / requests } else { 0.0 },
+            if remote_backends {
+                f64::NAN
+            } else if requests > 0.0 {
+                read_after.saturating_sub(read_before) as f64 / requests
+            } else {
+                0.0
+            },
         ];
         let mut phases = phases.unwrap_or_else(|| vec![f64::NAN; 2 + PHASES.len()]);
         // `read` is timed from the head's first byte *seen* — stamped after
@@ -727,13 +788,22 @@ impl Runner {
             server_set.extend(crate::busy::cpu_set(front_cpus.as_deref()));
         }
         let load_set = crate::busy::cpu_set(load_cpus.as_deref());
+        if let Some(cores) = server_cores {
+            server_set = (0..cores).collect();
+        }
+        // Generators on hosts of their own: the busiest host's CPU.
+        let remote_load_pct = host_records
+            .iter()
+            .filter(|h| h["role"] == "load")
+            .filter_map(|h| h["cpu_pct"].as_f64())
+            .reduce(f64::max);
         let shaped = spec.network.as_ref().and_then(|n| n.rate.as_deref()).filter(|_| self.network.is_some());
         let link = shaped
             .and_then(crate::busy::tc_rate_bytes)
             .map_or(f64::NAN, |rate| report["bytes_per_s"].as_f64().map_or(f64::NAN, |b| b / rate * 100.0));
         values.extend([
             crate::busy::pct(after.saturating_sub(before), window.seconds, server_set.len()),
-            crate::busy::pct(load_ns, window.seconds, load_set.len()),
+            remote_load_pct.unwrap_or_else(|| crate::busy::pct(load_ns, window.seconds, load_set.len())),
             window.other_cpu_pct,
             window.disk_util_pct,
             link,
@@ -750,6 +820,10 @@ impl Runner {
             "disk_read_bytes": read_after.saturating_sub(read_before),
             "load": report,
         });
+        let mut record = record;
+        if !host_records.is_empty() {
+            record["hosts"] = json!(host_records);
+        }
         Ok((values, record))
     }
 }
@@ -855,6 +929,7 @@ fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+pub mod placed;
 mod process;
 
 use process::{pinned, pinned_in, Running, Server};

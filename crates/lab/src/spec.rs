@@ -62,6 +62,10 @@ pub struct Spec {
     /// default, or hosts of their own (`netns.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkSpec>,
+    /// Roles on other machines, reached with `ssh` (`hosts.rs`); none:
+    /// everything on this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<crate::hosts::HostsSpec>,
     /// Requests drawn from a weighted list of URLs (`modus load --mix`
     /// format: `WEIGHT PATH` per line) instead of `path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -450,6 +454,16 @@ impl Spec {
         }
         if self.sweep.rates.contains(&0) {
             bail!("[sweep] rates: requests per second, each at least 1 (no rates: closed loop)");
+        }
+        if let Some(hosts) = &self.hosts {
+            crate::hosts::Placement::from_spec(hosts)?;
+            if self.network.as_ref().is_some_and(|n| n.netns) {
+                bail!("[hosts] and [network] netns: one placement or the other");
+            }
+            let fewest = self.sweep.clients.iter().min().copied().unwrap_or(1);
+            if hosts.load.len() > fewest {
+                bail!("[hosts] load: {} generators for {fewest} clients: each needs one", hosts.load.len());
+            }
         }
         for path in self.paths() {
             if let Some(name) = path.strip_prefix("mix:") {

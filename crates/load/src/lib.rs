@@ -134,6 +134,12 @@ pub struct LoadArgs {
     /// Write one CSV row per request (µs since the run started)
     #[arg(long, value_name = "FILE.csv")]
     pub timeline: Option<PathBuf>,
+    /// Write the latency HdrHistograms (every answer's, then the 2xx
+    /// answers'; µs, coordinated omission corrected) to FILE in
+    /// HdrHistogram's V2 serialization, so runs of several generators
+    /// merge exactly (`modus lab` with `[hosts] load = [...]`)
+    #[arg(long, value_name = "FILE")]
+    pub histogram_out: Option<PathBuf>,
     /// Allow targets that are not loopback addresses
     #[arg(long)]
     pub allow_remote: bool,
@@ -345,6 +351,10 @@ fn load(a: &LoadArgs) -> Result<u8> {
     };
     if let Some(path) = &a.timeline {
         report::write_timeline(path, &cfg, &outcome.stats)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.histogram_out {
+        report::write_histograms(path, &outcome.stats)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if a.json {

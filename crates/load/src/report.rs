@@ -11,7 +11,8 @@ use crate::engine::{Config, Outcome, BUSY_LIMIT};
 use crate::stats::{ErrorKind, Stats};
 use crate::LoadArgs;
 
-fn pct(h: &Histogram<u64>) -> Value {
+/// A latency histogram's percentiles, as the JSON report gives them.
+pub fn pct(h: &Histogram<u64>) -> Value {
     if h.is_empty() {
         return json!({"p50": 0, "p90": 0, "p99": 0, "p999": 0, "p9999": 0, "max": 0, "min": 0, "mean": 0.0, "stdev": 0.0});
     }
@@ -533,6 +534,29 @@ fn text_totals(t: &mut String, cfg: &Config, o: &Outcome) {
             );
         }
     }
+}
+
+/// `--histogram-out`: the latency histograms — every answer's, then the
+/// 2xx answers' — one after the other in HdrHistogram's V2 serialization
+/// (uncompressed: the file is read back by [`read_histograms`], or by any
+/// HdrHistogram library reading V2 one histogram after the other).
+pub fn write_histograms(path: &Path, s: &Stats) -> std::io::Result<()> {
+    let mut bytes = Vec::new();
+    use hdrhistogram::serialization::Serializer as _;
+    let mut serializer = hdrhistogram::serialization::V2Serializer::new();
+    for h in [&s.latency, &s.latency_2xx] {
+        serializer.serialize(h, &mut bytes).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+    }
+    std::fs::write(path, bytes)
+}
+
+/// The histograms [`write_histograms`] wrote: every answer's and the 2xx answers'.
+pub fn read_histograms(mut bytes: &[u8]) -> anyhow::Result<[Histogram<u64>; 2]> {
+    let mut deserializer = hdrhistogram::serialization::Deserializer::new();
+    let mut next = || -> anyhow::Result<Histogram<u64>> {
+        deserializer.deserialize(&mut bytes).map_err(|e| anyhow::anyhow!("not a V2 histogram: {e:?}"))
+    };
+    Ok([next()?, next()?])
 }
 
 /// The per-request timeline: `intended_us,actual_us,first_byte_us,end_us,status,bytes,error,url`.

@@ -79,6 +79,26 @@ fn counts_and_bytes_are_exact_with_n() {
     }
 }
 
+/// `--histogram-out`: the latency histograms in HdrHistogram's V2
+/// serialization, every answer in them, read back to the report's figures
+/// (what `modus lab` merges from several generators).
+#[test]
+fn the_latency_histograms_are_written_for_an_exact_merge() {
+    let (_root, srv) = server_500b();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("latency.hist");
+    let url = format!("http://{}/500b.bin", srv.addr());
+    let r = load_json(&[&url, "-n", "300", "-c", "3", "--histogram-out", file.to_str().unwrap()]);
+    let [all, ok] = load::report::read_histograms(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(all.len(), u(&r["requests"]), "{r}");
+    assert_eq!(ok.len(), u(&r["status"]["200"]), "{r}");
+    for q in ["max", "p50", "p99"] {
+        let value =
+            if q == "max" { all.max() } else { all.value_at_quantile(if q == "p50" { 0.5 } else { 0.99 }) };
+        assert_eq!(value, u(&r["latency_us"][q]), "{q}: {r}");
+    }
+}
+
 #[test]
 fn mix_file_weights_urls_and_reports_per_class() {
     let (root, srv) = server_500b();

@@ -51,6 +51,8 @@ pub(super) fn pinned_in(
 /// load goes.
 pub(super) struct Running {
     pub(super) servers: Vec<Server>,
+    /// Those on hosts of `[hosts]` (a front first).
+    pub(super) remote: Vec<super::placed::RemoteServer>,
     pub(super) addr: String,
 }
 
@@ -70,8 +72,14 @@ impl Running {
     /// The backends' `/status.json`; `None` when one has none (a peer) or
     /// cannot be asked.
     pub(super) fn statuses(&self) -> Option<Vec<Value>> {
-        let backends = self.servers.iter().filter(|s| !s.front);
-        backends.map(|s| crate::probe::status(s.admin.as_deref()?).ok()).collect()
+        let backends = self.servers.iter().filter(|s| !s.front).map(|s| s.admin.as_deref());
+        let remote = self.remote.iter().filter(|s| !s.front).map(|s| s.admin.as_deref());
+        backends.chain(remote).map(|admin| crate::probe::status(admin?).ok()).collect()
+    }
+
+    /// The status listeners of the servers on hosts: (host, address).
+    pub(super) fn remote_admins(&self) -> Vec<(String, String)> {
+        self.remote.iter().filter_map(|s| Some((s.host(), s.admin.clone()?))).collect()
     }
 
     /// The statuses once the `requests` answered since `before` are
@@ -110,6 +118,7 @@ impl Running {
     }
 
     pub(super) fn stop(&mut self) {
+        self.remote.iter_mut().for_each(super::placed::RemoteServer::stop);
         self.servers.iter_mut().for_each(Server::stop);
     }
 }
