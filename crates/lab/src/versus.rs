@@ -20,6 +20,10 @@ use crate::claims::{DOES_NOT_HOLD, HOLDS, UNDER_LOAD, WITHIN_NOISE};
 use crate::results::{under_load, Coords, Table};
 use crate::spec::Spec;
 
+/// A row of one repeat: its side of 1.0, with no interval to judge noise by.
+pub const ONE_REPEAT_HOLDS: &str = "holds (one repeat: noise unknown)";
+pub const ONE_REPEAT_MISSES: &str = "does not hold (one repeat: noise unknown)";
+
 /// Whether more of `metric` is better (requests per second) rather than less.
 pub fn higher_is_better(metric: &str) -> bool {
     matches!(metric, "throughput" | "goodput")
@@ -65,7 +69,12 @@ pub fn rows(spec: &Spec, table: &Table, metric: &str) -> Vec<Row> {
         spec.servers.iter().filter(|s| s.peer.is_some()).map(|s| s.name.as_str()).collect();
     let ours: Vec<&str> = spec.servers.iter().filter(|s| s.peer.is_none()).map(|s| s.name.as_str()).collect();
     let mut rows = Vec::new();
-    for at in table.coords() {
+    // In the spec's order of the axes' values (file sizes grow), not the text's.
+    let (paths, connections) = (spec.paths(), spec.connections());
+    let place = |list: &[String], v: &str| list.iter().position(|l| l == v).unwrap_or(usize::MAX);
+    let mut coords = table.coords();
+    coords.sort_by_key(|c| (place(&paths, &c.path), place(&connections, &c.connection), c.clone()));
+    for at in coords {
         let best = peers.iter().filter_map(|p| table.mean(p, &at, metric).map(|m| (*p, m))).max_by(|a, b| {
             if up {
                 a.1.total_cmp(&b.1)
@@ -97,6 +106,13 @@ pub fn rows(spec: &Spec, table: &Table, metric: &str) -> Vec<Row> {
             let good = |r: f64| if up { r >= 1.0 } else { r <= 1.0 };
             let verdict = if loaded || peer_loaded {
                 UNDER_LOAD
+            } else if each.len() == 1 {
+                // One repeat cannot tell noise: say so, as the claims do.
+                if good(each[0]) {
+                    ONE_REPEAT_HOLDS
+                } else {
+                    ONE_REPEAT_MISSES
+                }
             } else if each.iter().all(|r| good(*r)) {
                 HOLDS
             } else if each.iter().all(|r| !good(*r)) {
@@ -235,6 +251,11 @@ mod tests {
         assert!((mid.ratio.1 - 25.0 / 21.0).abs() < 1e-9, "ratio of the means: {:?}", mid.ratio);
         // Paired by round: 24/20, 25/22, 26/21 — not min over max.
         assert!((mid.ratio.0 - 25.0 / 22.0).abs() < 1e-9 && (mid.ratio.2 - 26.0 / 21.0).abs() < 1e-9);
+        let mut ordered = spec();
+        ordered.sweep.paths = vec!["/500b.bin".into(), "/50k.bin".into(), "/115k.bin".into()];
+        let order: Vec<String> =
+            super::rows(&ordered, &table, "cpu_per_request").into_iter().map(|r| r.at.path).collect();
+        assert_eq!(order, ["/500b.bin", "/50k.bin", "/115k.bin"], "file sizes grow");
         let large = by_path("/115k.bin");
         assert_eq!((large.peer.as_str(), large.verdict), ("lighttpd", HOLDS));
         let md = markdown(&spec(), &table, "cpu_per_request");
@@ -259,6 +280,10 @@ mod tests {
         let mut table = Table { points };
         let rows = rows(&spec(), &table, "throughput");
         assert_eq!((rows[0].peer.as_str(), rows[0].verdict), ("nginx", HOLDS), "{rows:?}");
+        // One repeat: a side of 1.0, but no verdict on the noise.
+        let first: Vec<Point> = table.points.iter().filter(|p| p.repeat == 1).cloned().collect();
+        let one = super::rows(&spec(), &Table { points: first }, "cpu_per_request");
+        assert_eq!(one[0].verdict, ONE_REPEAT_HOLDS, "{one:?}");
         let behind = METRICS.iter().position(|(m, _)| *m == "fell_behind").unwrap();
         table.points[0].values[behind] = 1.0;
         let rows = super::rows(&spec(), &table, "cpu_per_request");
