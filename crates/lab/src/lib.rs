@@ -20,6 +20,7 @@
 //! * `report.rs` — plots, `report.html`, the ranked table.
 //! * `readable.rs` — round ticks, axis names, ISO times, ≤ 8 series a plot.
 //! * `answer.rs` — `compare`'s answer in words.
+//! * `versus.rs` — each modus server against the best peer, row by row.
 //! * `trace.rs` — per-request traces: `latency_cv`, `queue_slope`, scatters.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
@@ -41,6 +42,7 @@ pub mod results;
 pub mod run;
 pub mod spec;
 pub mod trace;
+pub mod versus;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -389,6 +391,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 claims: Vec::new(),
                 table: Vec::new(),
                 trace: None,
+                best_peer: None,
             };
             let spec = Spec::parse(&toml::to_string(&spec)?, "the compare experiment")?;
             execute(&spec, &out.unwrap_or_else(|| default_out("compare")), false)
@@ -539,6 +542,8 @@ fn meta(spec: &Spec, out: &Path) -> Result<Value> {
         .lines()
         .find_map(|l| l.strip_prefix("model name"))
         .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string());
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpu_id = cpu_id(&cpuinfo);
     let memory_kib = read("/proc/meminfo")
         .lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -556,6 +561,7 @@ fn meta(spec: &Spec, out: &Path) -> Result<Value> {
         "command": command_line(),
         "machine": {
             "cpu": cpu,
+            "cpu_id": cpu_id,
             "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
             "kernel": read("/proc/sys/kernel/osrelease").trim(),
             "memory_mib": memory_kib.map(|k| k / 1024),
@@ -571,9 +577,46 @@ fn meta(spec: &Spec, out: &Path) -> Result<Value> {
     }))
 }
 
+/// The first CPU's vendor, family, model and stepping from `/proc/cpuinfo`
+/// (`GenuineIntel family 6 model 207 stepping 2`), and `, virtual` under a
+/// hypervisor: a virtual machine's model name can be generic ("Intel(R)
+/// Xeon(R) Processor"), and these numbers still tell the generation.
+fn cpu_id(cpuinfo: &str) -> Option<String> {
+    let first = cpuinfo.split("\n\n").next()?;
+    let field = |name: &str| {
+        first.lines().find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            (key.trim() == name).then(|| value.trim().to_string())
+        })
+    };
+    let vendor = field("vendor_id")?;
+    let mut id = format!("{vendor} family {} model {}", field("cpu family")?, field("model")?);
+    if let Some(stepping) = field("stepping") {
+        id.push_str(&format!(" stepping {stepping}"));
+    }
+    if field("flags").is_some_and(|f| f.split(' ').any(|x| x == "hypervisor")) {
+        id.push_str(", virtual");
+    }
+    Some(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_is_named_by_its_numbers_too() {
+        let info = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n\
+                    model name\t: Intel(R) Xeon(R) Processor\nstepping\t: 2\nflags\t\t: fpu hypervisor avx\n\n\
+                    processor\t: 1\nvendor_id\t: Other\n";
+        assert_eq!(cpu_id(info).as_deref(), Some("GenuineIntel family 6 model 207 stepping 2, virtual"));
+        assert_eq!(cpu_id("processor : 0\n"), None, "no vendor: nothing to say");
+        if let Ok(here) = std::fs::read_to_string("/proc/cpuinfo") {
+            if here.contains("vendor_id") {
+                assert!(cpu_id(&here).is_some_and(|id| id.contains(" family ")), "{here}");
+            }
+        }
+    }
 
     #[test]
     fn the_load_generator_gets_the_other_cpus() {

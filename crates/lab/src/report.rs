@@ -56,11 +56,12 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     let machine = &meta["machine"];
     let _ = writeln!(
         m,
-        "modus {} (git {}), {} × {}, kernel {}, {} MiB; {} repeat(s) per point.\n",
+        "modus {} (git {}), {} × {}{}, kernel {}, {} MiB; {} repeat(s) per point.\n",
         meta["modus_version"].as_str().unwrap_or("?"),
         meta["git_revision"].as_str().unwrap_or("?"),
         machine["cpus"],
         machine["cpu"].as_str().unwrap_or("?"),
+        machine["cpu_id"].as_str().map(|id| format!(" ({id})")).unwrap_or_default(),
         machine["kernel"].as_str().unwrap_or("?"),
         machine["memory_mib"],
         spec.repeats,
@@ -85,6 +86,9 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     m.push_str("```\n\n");
     if !spec.claims.is_empty() {
         claims_markdown(&mut m, spec, table);
+    }
+    if let Some(metric) = &spec.best_peer {
+        m.push_str(&crate::versus::markdown(spec, table, metric));
     }
     let metrics = spec.table_metrics();
     let _ = writeln!(
@@ -221,7 +225,7 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn fmt(v: f64) -> String {
+pub(crate) fn fmt(v: f64) -> String {
     if v.abs() >= 100.0 {
         format!("{v:.0}")
     } else if v.abs() >= 1.0 {

@@ -18,7 +18,7 @@ pub struct Spec {
     pub name: String,
     /// What it asks, in a sentence.
     pub description: String,
-    /// What is served: `fixed` (the 500 B / 50 KB / 115 KB files of
+    /// What is served: `fixed` (the 500 B / 50 KB / 115 KB / 1 MB files of
     /// `modus workload fixed`), `demo` (the embedded demo site) or a directory.
     #[serde(default = "default_docroot")]
     pub docroot: String,
@@ -118,6 +118,10 @@ pub struct Spec {
     /// BENCHMARKS.md's blocks); none: throughput, p99 and cpu_per_request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub table: Vec<String>,
+    /// A metric to set every modus server against the best peer on, row
+    /// by row, in the Markdown report (`versus.rs`): `cpu_per_request`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_peer: Option<String>,
 }
 
 /// The points of the sweep: every combination of its axes.
@@ -341,7 +345,7 @@ fn default_x() -> String {
 }
 
 /// The built-in experiments: (name, TOML).
-pub const BUILT_IN: [(&str, &str); 15] = [
+pub const BUILT_IN: [(&str, &str); 16] = [
     ("tiny", include_str!("../../../lab/tiny.toml")),
     ("models-500b", include_str!("../../../lab/models-500b.toml")),
     ("paper000-file-size", include_str!("../../../lab/paper000-file-size.toml")),
@@ -357,6 +361,7 @@ pub const BUILT_IN: [(&str, &str); 15] = [
     ("timing", include_str!("../../../lab/timing.toml")),
     ("reuseport", include_str!("../../../lab/reuseport.toml")),
     ("direct", include_str!("../../../lab/direct.toml")),
+    ("peers-static", include_str!("../../../lab/peers-static.toml")),
 ];
 
 /// The built-in experiments that rerun a paper's (`modus lab run papers`).
@@ -526,6 +531,12 @@ impl Spec {
             if p.stacked && p.log_y {
                 bail!("plot {:?}: stacked bars have a linear y axis (no log-y)", p.name);
             }
+        }
+        if let Some(bad) = self.best_peer.as_ref().filter(|m| matching(m) != [m.as_str()]) {
+            bail!("best-peer: {bad:?} is not a metric ({})", metric_names());
+        }
+        if self.best_peer.is_some() && !self.servers.iter().any(|s| s.peer.is_some()) {
+            bail!("best-peer: no [[server]] is a peer");
         }
         if let Some(bad) = self.table.iter().find(|m| matching(m) != [m.as_str()]) {
             bail!("table: {bad:?} is not a metric ({})", metric_names());
@@ -748,6 +759,50 @@ mod tests {
         assert_eq!(fronted, ["apache-prefork-direct", "prefork-direct"]);
         assert!(["p50_2xx", "p99_2xx", "other_5xx"].iter().all(|m| direct.table_metrics().contains(m)));
         assert_eq!(load("tiny").unwrap().table_metrics(), ["throughput", "p99", "cpu_per_request"]);
+    }
+
+    /// Issue 35's table as an experiment: every size, both connection
+    /// modes, the tuned nginx and the other peers beside three models,
+    /// logs on, pinned apart, judged against the best peer on CPU.
+    #[test]
+    fn peers_static_measures_issue_35s_table() {
+        let spec = load("peers-static").unwrap();
+        assert_eq!(spec.paths(), ["/500b.bin", "/50k.bin", "/115k.bin", "/1m.bin"]);
+        assert_eq!(spec.connections(), ["keep-alive", "close"]);
+        let peers: Vec<&str> = spec.servers.iter().filter_map(|s| s.peer.as_deref()).collect();
+        assert_eq!(peers, ["nginx-tuned", "lighttpd", "h2o", "apache-event"]);
+        let models: Vec<&str> =
+            spec.servers.iter().filter(|s| s.peer.is_none()).map(|s| s.model.as_str()).collect();
+        assert_eq!(models, ["event", "amped", "uring"]);
+        assert!(spec.access_log && spec.repeats == 3);
+        assert_eq!((spec.server_cpus.as_deref(), spec.load_cpus.as_deref()), (Some("0"), Some("1")));
+        assert_eq!(spec.best_peer.as_deref(), Some("cpu_per_request"));
+        let points =
+            spec.servers.len() * spec.paths().len() * spec.connections().len() * spec.repeats as usize;
+        // About 0.3 s per point to start, check and stop a server: ~12 minutes in all.
+        let each = spec.duration.0 + spec.warmup.0 + std::time::Duration::from_millis(300);
+        assert!(
+            each * points as u32 <= std::time::Duration::from_secs(15 * 60),
+            "{points} points of {each:?}"
+        );
+        let e = format!(
+            "{:#}",
+            Spec::parse(
+                "name = \"x\"\ndescription = \"d\"\nbest-peer = \"speed\"\n[sweep]\nclients = [1]\n[[server]]\npeer = \"nginx\"\n",
+                "t"
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("best-peer: \"speed\" is not a metric"), "{e}");
+        let e = format!(
+            "{:#}",
+            Spec::parse(
+                "name = \"x\"\ndescription = \"d\"\nbest-peer = \"cpu_per_request\"\n[sweep]\nclients = [1]\n[[server]]\nmodel = \"event\"\n",
+                "t"
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("best-peer: no [[server]] is a peer"), "{e}");
     }
 
     #[test]

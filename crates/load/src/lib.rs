@@ -412,7 +412,7 @@ pub enum WorkloadCommand {
         #[arg(long, default_value_t = 10 << 20)]
         max_size: u64,
     },
-    /// Fixed-size files of the classic server benchmarks: 500b.bin, 50k.bin, 115k.bin
+    /// Fixed-size files of the classic server benchmarks: 500b.bin, 50k.bin, 115k.bin (and 1m.bin)
     Fixed {
         /// Output directory
         #[arg(long)]

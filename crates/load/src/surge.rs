@@ -449,8 +449,11 @@ fn generate_parts(p: &SurgeParams, out: &Path, write_docs: bool, write_stream: b
     Ok(manifest)
 }
 
-/// The papers' fixed-size files: 500 B, 50 KB and 115 KB.
-pub const FIXED: [(&str, usize); 3] = [("500b.bin", 500), ("50k.bin", 50 * 1024), ("115k.bin", 115 * 1024)];
+/// The papers' fixed-size files: 500 B, 50 KB and 115 KB; and 1 MB, the
+/// largest file modus's cache keeps by default (`--max-cached-file 1MiB`).
+/// Appended last: each file's content depends on its place in the list.
+pub const FIXED: [(&str, usize); 4] =
+    [("500b.bin", 500), ("50k.bin", 50 * 1024), ("115k.bin", 115 * 1024), ("1m.bin", 1 << 20)];
 
 /// Writes the fixed-size files into `out` (deterministic content).
 pub fn fixed(out: &Path, seed: u64) -> Result<()> {

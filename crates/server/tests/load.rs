@@ -177,7 +177,7 @@ fn surge_workload_is_generated_served_and_replayed() {
     let fixed = dir.path().join("fixed");
     let f = run(BIN, ["workload", "fixed", "--out", fixed.to_str().unwrap()], LIMIT);
     assert!(f.status.success(), "{}", f.stderr);
-    for (name, size) in [("500b.bin", 500), ("50k.bin", 51200), ("115k.bin", 117760)] {
+    for (name, size) in [("500b.bin", 500), ("50k.bin", 51200), ("115k.bin", 117760), ("1m.bin", 1048576)] {
         assert_eq!(std::fs::metadata(fixed.join(name)).unwrap().len(), size);
     }
 }

@@ -203,6 +203,11 @@ pub struct Outbound {
     /// The first sent chunk that was made for this response (the head,
     /// usually), kept for [`recycle`](Self::recycle).
     spent: Vec<u8>,
+    /// The connection closes (or shuts down its side) right after this
+    /// response ([`closing`](Self::closing)).
+    closing: bool,
+    /// TCP_CORK is on: a closing response with a file in it.
+    corked: bool,
 }
 
 impl Outbound {
@@ -229,10 +234,26 @@ impl Outbound {
     /// there was none): a sent head's buffer, to write the next head into.
     pub fn recycle(&mut self) -> Vec<u8> {
         self.chunks.clear();
-        (self.front_sent, self.sent) = (0, 0);
+        (self.front_sent, self.sent, self.closing, self.corked) = (0, 0, false, false);
         let mut spent = std::mem::take(&mut self.spent);
         spent.clear();
         spent
+    }
+
+    /// Says the connection is closed (or its sending side shut down) as
+    /// soon as this response is out: the last bytes in memory then go with
+    /// `MSG_MORE`, and the kernel holds them until the close, whose FIN
+    /// leaves in the same segment — nginx's `tcp_nopush` does this with
+    /// TCP_CORK. Without it the response and the FIN are two segments,
+    /// and on a connection per request the client acknowledges the first
+    /// on its own: three segments where one does (BENCHMARKS.md,
+    /// "Performance round 3"). A file's last bytes go with `sendfile`,
+    /// which takes no flags: a response with a file sets TCP_CORK before
+    /// its first write instead (one `setsockopt`, as nginx's tcp_nopush
+    /// spends; the close ends the cork). The caller must close right after
+    /// [`Progress::Done`]: held bytes wait for it.
+    pub fn closing(&mut self, closing: bool) {
+        self.closing = closing;
     }
 
     /// Chunks the queue has room for without growing (a multipart reply
@@ -288,6 +309,10 @@ impl Outbound {
     /// The write loop, `BOUNDED` by `allowed` bytes or not: the unbounded
     /// one, every response's under FIFO, keeps no count.
     fn write<const BOUNDED: bool>(&mut self, sock: &TcpStream, mut allowed: u64) -> io::Result<Progress> {
+        if self.closing && !self.corked && self.chunks.iter().any(|c| matches!(c, Chunk::File { .. })) {
+            // Best effort: without the cork the FIN leaves on its own.
+            self.corked = rustix::net::sockopt::set_tcp_cork(sock, true).is_ok();
+        }
         loop {
             if BOUNDED && allowed == 0 {
                 return Ok(if self.chunks.is_empty() { Progress::Done } else { Progress::Paused });
@@ -347,11 +372,19 @@ impl Outbound {
                 }
             }
         }
-        if file_follows && count == 1 {
-            return rustix::net::send(sock, &slices[0], SendFlags::MORE).map_err(io::Error::from);
+        // The response's last bytes, with the close to follow.
+        let last = self.closing && !file_follows && count == self.chunks.len() && !(BOUNDED && budget == 0);
+        match (file_follows || last, count) {
+            (true, 1) => rustix::net::send(sock, &slices[0], SendFlags::MORE).map_err(io::Error::from),
+            (true, _) => {
+                rustix::net::sendmsg(sock, &slices[..count], &mut Default::default(), SendFlags::MORE)
+                    .map_err(io::Error::from)
+            }
+            (false, _) => {
+                let mut writer = sock;
+                writer.write_vectored(&slices[..count])
+            }
         }
-        let mut writer = sock;
-        writer.write_vectored(&slices[..count])
     }
 
     fn write_file(&self, sock: &TcpStream, allowed: u64) -> io::Result<usize> {
@@ -499,6 +532,80 @@ mod tests {
         client.read_to_end(&mut got).unwrap();
         assert_eq!(&got[..4], b"head");
         assert_eq!(&got[4..], &data[1000..]);
+    }
+
+    /// A closing response's tail waits in the kernel for the FIN, so the
+    /// two leave together; an open connection's response leaves at once.
+    #[test]
+    fn a_closing_responses_last_bytes_wait_for_the_fin() {
+        for (closing, chunks) in [(true, 1), (true, 3), (false, 3)] {
+            let (server, mut client) = pair();
+            let mut out = Outbound::new();
+            out.push(Chunk::Bytes(Data::Owned(b"HTTP/1.1 200 OK\r\n\r\n".to_vec())));
+            for i in 1..chunks {
+                out.push(Chunk::Bytes(Data::Owned(vec![b'0' + i as u8; 700])));
+            }
+            out.closing(closing);
+            let want: Vec<u8> = out
+                .chunks
+                .iter()
+                .flat_map(|c| match c {
+                    Chunk::Bytes(d) => d.as_slice().to_vec(),
+                    Chunk::File { .. } => unreachable!(),
+                })
+                .collect();
+            assert_eq!(out.write_to(&server).unwrap(), Progress::Done);
+            client.set_nonblocking(true).unwrap();
+            let mut got = vec![0u8; 4096];
+            // Loopback delivers a pushed segment within the send itself.
+            let early = match (&client).read(&mut got) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Ok(n) => n,
+                Err(e) => panic!("{e}"),
+            };
+            got.truncate(early);
+            assert_eq!(early == 0, closing, "closing {closing}: {early} bytes arrived before the FIN");
+            client.set_nonblocking(false).unwrap();
+            server.shutdown(std::net::Shutdown::Write).unwrap();
+            client.read_to_end(&mut got).unwrap();
+            assert_eq!(got, want, "closing {closing}, {chunks} chunk(s)");
+            // The flag does not outlive the response.
+            out.recycle();
+            assert!(!out.closing);
+        }
+    }
+
+    /// With a file in it, a closing response corks the socket: the file's
+    /// tail, too, waits for the FIN.
+    #[test]
+    fn a_closing_response_with_a_file_waits_for_the_fin_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("body.bin");
+        std::fs::write(&path, vec![b'f'; 3000]).unwrap();
+        let file = Arc::new(File::open(&path).unwrap());
+        for closing in [true, false] {
+            let (server, mut client) = pair();
+            let mut out = Outbound::new();
+            out.push(Chunk::Bytes(Data::Static(b"head")));
+            out.push(Chunk::File { file: file.clone(), offset: 0, len: 3000 });
+            out.closing(closing);
+            assert_eq!(out.write_to(&server).unwrap(), Progress::Done);
+            assert_eq!(rustix::net::sockopt::tcp_cork(&server).unwrap(), closing);
+            client.set_nonblocking(true).unwrap();
+            let mut got = vec![0u8; 8192];
+            let early = match (&client).read(&mut got) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Ok(n) => n,
+                Err(e) => panic!("{e}"),
+            };
+            got.truncate(early);
+            assert_eq!(early == 0, closing, "closing {closing}: {early} bytes arrived before the FIN");
+            client.set_nonblocking(false).unwrap();
+            server.shutdown(std::net::Shutdown::Write).unwrap();
+            client.read_to_end(&mut got).unwrap();
+            assert_eq!((&got[..4], got.len()), (&b"head"[..], 3004), "closing {closing}");
+            assert!(got[4..].iter().all(|b| *b == b'f'));
+        }
     }
 
     #[test]

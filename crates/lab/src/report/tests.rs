@@ -145,6 +145,14 @@ fn the_markdown_has_the_command_the_machine_and_medians() {
     assert!(md.contains("| pool | clients=8 | 1300 (1000–2000) |"), "the median, not the mean: {md}");
     let old = markdown(&spec, &table, &serde_json::json!({}));
     assert!(old.contains("Command: `modus lab run tiny`."), "{old}");
+    // A virtual machine's generic model name, with the numbers that tell its generation.
+    let mut with_id = meta.clone();
+    with_id["machine"]["cpu_id"] = "GenuineIntel family 6 model 207 stepping 2, virtual".into();
+    let md = markdown(&spec, &table, &with_id);
+    assert!(
+        md.contains("2 × Xeon (GenuineIntel family 6 model 207 stepping 2, virtual), kernel 6.18"),
+        "{md}"
+    );
 }
 
 /// Compare's 9 models and 7 peers: two facets (models, peers), each at

@@ -174,7 +174,7 @@ impl Connection {
     /// `at`: a timestamp just taken (timing on), when the write starts.
     pub(super) fn respond(
         &mut self,
-        reply: Response,
+        mut reply: Response,
         log: Option<LogRecord>,
         discard: u64,
         linger: bool,
@@ -186,6 +186,9 @@ impl Connection {
         self.set_state(ConnState::Writing);
         let started = self.deadline_base(self.tm.write_start.get());
         let deadline = started + p.settings.send_timeout;
+        // Closed (or shut down, lingering) as soon as it is out: its tail and
+        // the FIN leave in one segment.
+        reply.out.closing(reply.close);
         let pending = Pending {
             reply,
             log,
