@@ -132,7 +132,9 @@ pub(crate) struct Counts {
     /// Gaps within sessions (ms): a histogram, constant in the log's length.
     pub(crate) think_ms: hdrhistogram::Histogram<u64>,
     /// Requests per minute since the first.
-    pub(crate) per_minute: Vec<u64>,
+    pub(crate) rate: RateSeries,
+    /// Requests in the busiest second.
+    pub(crate) peak_second: u64,
     pub(crate) first: Option<i64>,
     pub(crate) last: i64,
 }
@@ -140,6 +142,36 @@ pub(crate) struct Counts {
 impl Counts {
     fn skip(&mut self, why: impl Into<String>) {
         *self.skipped.entry(why.into()).or_default() += 1;
+    }
+}
+
+/// Requests per bucket of seconds since the first, in constant memory:
+/// past [`RateSeries::MAX`] buckets, neighbours merge and the width doubles.
+pub(crate) struct RateSeries {
+    pub(crate) width_s: u64,
+    pub(crate) counts: Vec<u64>,
+}
+
+impl Default for RateSeries {
+    fn default() -> RateSeries {
+        RateSeries { width_s: 1, counts: Vec::new() }
+    }
+}
+
+impl RateSeries {
+    const MAX: usize = 1 << 12;
+
+    fn add(&mut self, at_s: u64, n: u64) {
+        let mut i = (at_s / self.width_s) as usize;
+        while i >= Self::MAX {
+            self.counts = self.counts.chunks(2).map(|p| p.iter().sum()).collect();
+            self.width_s *= 2;
+            i = (at_s / self.width_s) as usize;
+        }
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts[i] += n;
     }
 }
 
@@ -263,12 +295,9 @@ impl Reader {
             let t0 = *self.t0.get_or_insert(second);
             self.c.first.get_or_insert(second);
             self.c.last = second;
-            let minute = ((second - t0) / 60) as usize;
-            if self.c.per_minute.len() <= minute {
-                self.c.per_minute.resize(minute + 1, 0);
-            }
-            self.c.per_minute[minute] += reqs.len() as u64;
             let n = reqs.len() as u64;
+            self.c.rate.add((second - t0) as u64, n);
+            self.c.peak_second = self.c.peak_second.max(n);
             for (i, r) in reqs.into_iter().enumerate() {
                 let t = (second - t0) as u64 * 1_000_000 + i as u64 * 1_000_000 / n;
                 let u = &mut self.users[r.user as usize];
@@ -356,7 +385,8 @@ pub fn from_log(p: &FromLogParams, out: &Path) -> Result<Value> {
             cgi_requests: 0,
             sessions: 0,
             think_ms: hdrhistogram::Histogram::new(3).expect("3 significant figures"),
-            per_minute: Vec::new(),
+            rate: RateSeries::default(),
+            peak_second: 0,
             first: None,
             last: 0,
         },
@@ -480,12 +510,24 @@ mod tests {
         assert_eq!(e[0].size, Some(10), "the largest size seen");
         assert_eq!(m["realised"]["requests"], 5);
         assert_eq!(m["realised"]["span_s"], 3);
+        assert_eq!(m["realised"]["peak_second_rps"], 3);
         let (_d, _, fast) = run(&log, |p| p.speed = 4.0);
         assert_eq!(
             fast.iter().map(|e| e.time_us).collect::<Vec<_>>(),
             [0, 83_333, 166_666, 250_000, 500_000]
         );
         assert_eq!((fast[3].off_us, fast[4].off_us), (166_666, 500_000), "gaps shrink too");
+    }
+
+    #[test]
+    fn the_rate_series_stays_small() {
+        let mut r = RateSeries::default();
+        for s in 0..100_000 {
+            r.add(s, 2);
+        }
+        assert!(r.counts.len() <= RateSeries::MAX && r.width_s == 32, "{} × {}", r.counts.len(), r.width_s);
+        assert_eq!(r.counts.iter().sum::<u64>(), 200_000);
+        assert_eq!(r.counts[0], 64);
     }
 
     #[test]

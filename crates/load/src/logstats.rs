@@ -20,15 +20,16 @@ pub(crate) fn manifest(p: &FromLogParams, docs: &[Doc], users: usize, c: &Counts
     sizes.sort_unstable();
     let total: u64 = sizes.iter().sum();
     let span_s = c.first.map_or(0, |f| c.last - f + 1).max(1);
-    // The rate over time, in at most RATE_BUCKETS buckets of whole minutes.
-    let width = c.per_minute.len().div_ceil(RATE_BUCKETS).max(1);
+    // The rate over time, in at most RATE_BUCKETS buckets.
+    let per = c.rate.counts.len().div_ceil(RATE_BUCKETS).max(1);
+    let width = per as u64 * c.rate.width_s;
     let rates: Vec<f64> = c
-        .per_minute
-        .chunks(width)
-        .map(|b| b.iter().sum::<u64>() as f64 / (60 * b.len()) as f64)
+        .rate
+        .counts
+        .chunks(per)
+        .map(|b| b.iter().sum::<u64>() as f64 / width as f64)
         .map(|r| (r * 1000.0).round() / 1000.0)
         .collect();
-    let peak_minute = c.per_minute.iter().copied().max().unwrap_or(0) as f64 / 60.0;
     let q = |h: &hdrhistogram::Histogram<u64>, q: f64| {
         if h.is_empty() {
             0.0
@@ -58,7 +59,7 @@ pub(crate) fn manifest(p: &FromLogParams, docs: &[Doc], users: usize, c: &Counts
             "cgi_share": if c.requests > 0 { c.cgi_requests as f64 / c.requests as f64 } else { 0.0 },
             "span_s": span_s,
             "mean_rate_rps": c.requests as f64 / span_s as f64,
-            "peak_minute_rps": peak_minute,
+            "peak_second_rps": c.peak_second,
             "zipf_exponent_mle": fit::zipf_mle(&counts),
             "zipf_slope_ls": ls_slope(&counts),
             "size_body_mu": sf.mu, "size_body_sigma": sf.sigma,
@@ -75,7 +76,7 @@ pub(crate) fn manifest(p: &FromLogParams, docs: &[Doc], users: usize, c: &Counts
             "read_s": read_s,
         },
         "skipped": c.skipped,
-        "rate": {"bucket_s": width * 60, "rps": rates},
+        "rate": {"bucket_s": width, "rps": rates},
     })
 }
 
@@ -126,10 +127,10 @@ pub fn describe(dir: &std::path::Path, m: &Value) -> String {
     );
     let _ = writeln!(
         out,
-        "  span {} s, mean {:.2} req/s, busiest minute {:.2} req/s (replayed at speed {})",
+        "  span {} s, mean {:.2} req/s, busiest second {} requests (replayed at speed {})",
         r["span_s"],
         f("mean_rate_rps"),
-        f("peak_minute_rps"),
+        r["peak_second_rps"],
         m["parameters"]["speed"]
     );
     let _ = writeln!(out, "fitted (SURGE beside):");
