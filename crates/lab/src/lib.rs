@@ -17,6 +17,8 @@
 //! * `report.rs` — plots, `report.html`, the ranked table.
 //! * `readable.rs` — round ticks, axis names, ISO times, ≤ 8 series a plot.
 //! * `answer.rs` — `compare`'s answer in words.
+//! * `replay.rs` — `compare --workload --speeds`: a recorded workload at its
+//!   own arrival times, sped up, and the answer for it.
 //! * `trace.rs` — per-request traces: `latency_cv`, `queue_slope`, scatters.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
@@ -29,6 +31,7 @@ pub mod netns;
 pub mod peers;
 pub mod probe;
 pub mod readable;
+pub mod replay;
 pub mod report;
 pub mod reproduction;
 pub mod results;
@@ -55,6 +58,8 @@ pub struct LabArgs {
 }
 
 /// What the lab does.
+// Parsed once per run: a boxed `Compare` would save nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug, Clone)]
 pub enum LabCommand {
     /// List the built-in experiments (and those in --dir)
@@ -133,6 +138,14 @@ pub enum LabCommand {
         /// on a busy machine: the ranking is of their means)
         #[arg(long, default_value_t = 3, value_name = "N")]
         repeats: u32,
+        /// With --workload: replay it open loop at its own arrival times,
+        /// at these multiples of its recorded rate (each point replays the
+        /// stream's first DURATION × SPEED seconds), until each server falls over
+        #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "workload")]
+        speeds: Option<Vec<f64>>,
+        /// With --speeds: a server falls over where its p99 passes this (or it errs, or serves less than offered)
+        #[arg(long, default_value = "100ms", value_name = "DURATION")]
+        p99_bound: units::Dur,
     },
 }
 
@@ -281,8 +294,27 @@ fn lab(args: LabArgs) -> Result<()> {
             server_cpus,
             out,
             repeats,
+            speeds,
+            p99_bound,
         } => {
             let root = root.or_else(|| workload.as_ref().map(|w| w.join("docs")));
+            // A recorded workload at its own times: open loop, a rate per speed.
+            let shape = match (&workload, &speeds) {
+                (Some(dir), Some(speeds)) => {
+                    if speeds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+                        return Err(usage(anyhow!("--speeds: every speed must be a positive number")));
+                    }
+                    let shape = replay::shape(dir).map_err(usage)?;
+                    print!("{}", load::surge::stats(dir).unwrap_or_else(|e| format!("{e:#}\n")));
+                    Some((shape.clone(), replay::rates(&shape, speeds)))
+                }
+                _ => None,
+            };
+            // Open loop: one pool of connections, the largest asked for.
+            let clients = match &shape {
+                Some(_) => vec![clients.iter().copied().max().unwrap_or(64)],
+                None => clients,
+            };
             let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
             let (mix, workload) = (mix.map(absolute), workload.map(absolute));
             let chosen: Vec<&str> =
@@ -309,20 +341,34 @@ fn lab(args: LabArgs) -> Result<()> {
             let spec = Spec {
                 name: "compare".into(),
                 description: format!(
-                    "Every model serving {} ({}), closed loop, {} clients",
+                    "Every model serving {} ({}), {}",
                     root.as_ref().map_or("the demo site".into(), |r| r.display().to_string()),
-                    match (&mix, &workload) {
-                        (Some(m), _) => format!("the mix in {m}"),
-                        (_, Some(w)) => format!("the SURGE stream in {w}"),
+                    match (&mix, &workload, &shape) {
+                        (Some(m), _, _) => format!("the mix in {m}"),
+                        (_, Some(w), Some((s, _))) => format!(
+                            "the stream in {w} at its own arrival times, {:.1} req/s recorded, sped up",
+                            s.mean_rps
+                        ),
+                        (_, Some(w), None) => format!("the SURGE stream in {w}"),
                         _ => path.clone(),
                     },
-                    clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                    if shape.is_some() {
+                        "open loop, connections".to_string()
+                    } else {
+                        "closed loop".to_string()
+                    } + &format!(
+                        ", {} clients",
+                        clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                    )
                 ),
                 docroot: root.as_ref().map_or("demo".into(), |r| r.display().to_string()),
                 path,
                 mix,
                 workload,
                 surge_think: true,
+                stream_rate: shape.as_ref().map(|(s, _)| s.mean_rps),
+                stream_peak: shape.as_ref().map(|(s, _)| s.peak_rps),
+                p99_bound_ms: shape.as_ref().map(|_| p99_bound.0.as_secs_f64() * 1e3),
                 access_log: false,
                 mixes: Default::default(),
                 duration,
@@ -333,14 +379,14 @@ fn lab(args: LabArgs) -> Result<()> {
                 server_cpus,
                 load_cpus: load_cpus.flatten(),
                 front_cpus: None,
-                cgi: false,
+                cgi: shape.as_ref().is_some_and(|(s, _)| s.cgi),
                 network: None,
                 context: None,
                 sweep: Sweep {
                     clients,
                     paths: Vec::new(),
                     server_cpus: Vec::new(),
-                    rates: Vec::new(),
+                    rates: shape.as_ref().map(|(_, r)| r.clone()).unwrap_or_default(),
                     memory: Vec::new(),
                     connection: Vec::new(),
                 },
@@ -373,7 +419,7 @@ fn lab(args: LabArgs) -> Result<()> {
                     .iter()
                     .map(|y| Plot {
                         name: y.to_string(),
-                        x: "clients".into(),
+                        x: if shape.is_some() { "rate" } else { "clients" }.into(),
                         y: y.to_string(),
                         log_x: true,
                         ..Plot::default()
@@ -460,6 +506,7 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     print!("{}", report::ranking(spec, &table));
     if report::answers(spec) {
         print!("\n{}", answer::answer(spec, &table));
+        print!("{}", replay::answer(spec, &table));
     }
     for c in &spec.claims {
         let v = claims::Claim::parse(&c.expr, &spec.server_names())?.judge(&table);

@@ -611,8 +611,15 @@ impl Runner {
         if self.network.is_some() {
             load.arg("--allow-remote");
         }
-        if at.rate > 0 {
-            load.args(["-R", &at.rate.to_string()]);
+        match spec.stream_rate.filter(|r| *r > 0.0) {
+            // The workload's own arrival times, sped up to the point's rate.
+            Some(recorded) if at.rate > 0 => {
+                load.args(["--stream-times", &format!("{}", at.rate as f64 / recorded)]);
+            }
+            _ if at.rate > 0 => {
+                load.args(["-R", &at.rate.to_string()]);
+            }
+            _ => {}
         }
         if at.connection == "close" {
             load.arg("--close");
