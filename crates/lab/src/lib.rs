@@ -437,6 +437,9 @@ fn lab(args: LabArgs) -> Result<()> {
 
 /// Runs `spec` into `out`, then writes the plots, the report and the ranking.
 fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
+    // Peers are started with their configuration under `out`, from a
+    // prefix of their own: a relative `out` would be read relative to that.
+    let out = &std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
     // Everything the experiment starts is charged to one cpuacct group, so
     // "the machine was busy" counts only what is not the experiment.
     let _accounting = busy::Accounting::join();

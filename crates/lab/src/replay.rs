@@ -52,8 +52,10 @@ pub fn shape(dir: &Path) -> Result<Shape> {
         peak = peak.max(in_second);
     }
     let Some(first) = first else { bail!("{} holds no requests", path.display()) };
-    // A stream within one second has a rate of its requests per second.
-    let span_s = ((last - first) as f64 / 1e6).max(1.0);
+    // n arrivals span n − 1 gaps: the rate counts the last one's too (a
+    // log's second of 40 requests is 40 req/s, not 40/0.975).
+    let gaps = (last - first) as f64 / 1e6;
+    let span_s = if requests > 1 { gaps * requests as f64 / (requests - 1) as f64 } else { 0.0 }.max(1.0);
     Ok(Shape { requests, span_s, mean_rps: requests as f64 / span_s, peak_rps: peak as f64, cgi })
 }
 
@@ -73,6 +75,8 @@ struct AtSpeed {
     p99: (f64, f64, f64),
     /// Why it fell over here, if it did.
     over: Option<String>,
+    /// The load generator fell behind in some repeat: it, not the server, may be the limit.
+    behind: bool,
 }
 
 fn at_speeds(spec: &Spec, table: &Table, server: &str, recorded: f64, bound: f64) -> Vec<AtSpeed> {
@@ -100,14 +104,20 @@ fn at_speeds(spec: &Spec, table: &Table, server: &str, recorded: f64, bound: f64
                 Some(format!("{failed} of {} runs measured nothing", points.len()))
             } else if errors > 0.0 {
                 Some(format!("{errors:.0} errors"))
-            } else if behind > 0 {
-                Some("the load generator fell behind (its limit here, not the server's)".to_string())
             } else if p99 > bound {
                 Some(format!("p99 {} ms over the {} ms bound", tick(p99), tick(bound)))
             } else {
                 None
             };
-            Some(AtSpeed { speed: at.rate as f64 / recorded, at, throughput, p99: (p99, lo, hi), over })
+            let behind = behind > 0;
+            Some(AtSpeed {
+                speed: at.rate as f64 / recorded,
+                at,
+                throughput,
+                p99: (p99, lo, hi),
+                over,
+                behind,
+            })
         })
         .collect();
     out.sort_by(|a, b| a.speed.total_cmp(&b.speed));
@@ -197,6 +207,15 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
                 );
             }
         }
+        let behind: Vec<String> =
+            v.iter().filter(|a| a.behind).map(|a| format!("{}×", tick(a.speed))).collect();
+        if !behind.is_empty() {
+            let _ = write!(
+                line,
+                " (the load generator fell behind at {}: there it, not the server, may be the limit)",
+                behind.join(", ")
+            );
+        }
         rows.push((best, line));
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -257,13 +276,20 @@ mod tests {
             ("pool", 1600, [1000.0, 1000.0], 90.0, 12.0),
             ("amped", 100, [100.0, 100.0], 1.0, 3.0),
         ]);
+        let mut t = t;
+        let behind = crate::columns::METRICS.iter().position(|(n, _)| *n == "fell_behind").unwrap();
+        t.points[4].values[behind] = 1.0;
         let a = answer(&spec, &t);
+        assert!(
+            a.contains("(the load generator fell behind at 16×: there it, not the server, may be the limit)"),
+            "{a}"
+        );
         assert!(
             a.starts_with("The workload: 100 req/s recorded on average, 250 req/s in its busiest second."),
             "{a}"
         );
         assert!(a.contains("Lowest p99 at 1× the recorded rate: event, 2.5 ms (2–3 over 2 repeats); within noise of it (p99 min–max overlap): pool."), "{a}");
-        assert!(a.contains("event: held up to 4× (400 req/s, p99 5.5 ms); the recorded peak has 1.6× headroom; falls over at 16× (rate=1600): p99 300 ms over the 50 ms bound."), "{a}");
+        assert!(a.contains("event: held up to 4× (400 req/s, p99 5.5 ms); the recorded peak has 1.6× headroom; falls over at 16× (rate=1600): p99 300 ms over the 50 ms bound (the load generator"), "{a}");
         assert!(a.contains("pool: held up to 1× (100 req/s, p99 3 ms); the recorded peak has 0.4× headroom; falls over at 4× (rate=400): p99 80.5 ms over the 50 ms bound."), "{a}");
         assert!(a.contains("amped: did not hold even 1×; falls over at 1× (rate=100): 6 errors."), "{a}");
         let no_fall = table(&[("event", 100, [100.0, 100.0], 2.0, 0.0)]);
@@ -283,7 +309,7 @@ mod tests {
         )
         .unwrap();
         let s = shape(dir.path()).unwrap();
-        assert_eq!((s.requests, s.span_s, s.peak_rps, s.cgi), (5, 4.0, 3.0, true));
-        assert_eq!(rates(&s, &[1.0, 2.0, 0.1]), [1, 3]);
+        assert_eq!((s.requests, s.span_s, s.peak_rps, s.cgi), (5, 5.0, 3.0, true));
+        assert_eq!(rates(&s, &[1.0, 2.5, 0.1]), [1, 3]);
     }
 }

@@ -633,7 +633,12 @@ impl Runner {
             load.args(["--mix", mix]);
         }
         if let Some(stream) = self.stream(spec, at.clients) {
-            load.arg("--workload").arg(stream).arg("--repeat-stream");
+            load.arg("--workload").arg(stream);
+            // At its own times the stream is not repeated (modus load
+            // refuses both): a point replays its first DURATION × speed.
+            if spec.stream_rate.is_none() || at.rate == 0 {
+                load.arg("--repeat-stream");
+            }
             // Each client a SURGE user with its OFF times (closed loop).
             if spec.workload.as_deref() == Some("surge") && spec.surge_think && at.rate == 0 {
                 load.arg("--stream-think");

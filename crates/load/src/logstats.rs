@@ -147,14 +147,22 @@ pub fn describe(dir: &std::path::Path, m: &Value) -> String {
         f("size_body_mu"),
         f("size_body_sigma")
     );
-    let _ = writeln!(
-        out,
-        "  size tail   Pareto k {} α {:.3}, {:.1} % of files ({} censored at the max)   SURGE α 1.1, 7 %",
-        m["parameters"]["size_tail_k"],
-        f("size_tail_alpha"),
-        f("size_tail_fraction") * 100.0,
-        r["size_censored_at_max"]
-    );
+    if f("size_tail_fraction") > 0.0005 {
+        let _ = writeln!(
+            out,
+            "  size tail   Pareto k {} α {:.3}, {:.1} % of files ({} censored at the max)   SURGE α 1.1, 7 %",
+            m["parameters"]["size_tail_k"],
+            f("size_tail_alpha"),
+            f("size_tail_fraction") * 100.0,
+            r["size_censored_at_max"]
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  size tail   none: no file above k = {} reads as a Pareto tail           SURGE α 1.1, 7 %",
+            m["parameters"]["size_tail_k"]
+        );
+    }
     let _ = writeln!(
         out,
         "  sizes       min {} median {} mean {:.0} max {}",

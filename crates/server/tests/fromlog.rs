@@ -107,3 +107,78 @@ fn a_surge_log_written_by_modus_goes_through_from_log_and_back() {
     let r = load_json(&[&url, "--workload", w, "-c", "32", "--stream-times", "4", "--checksum"]);
     assert_eq!((r["requests"].as_u64(), r["errors"].as_u64()), (Some(10_000), Some(0)), "{r}");
 }
+
+/// `lab compare --workload DIR --speeds`: a small log (static files and
+/// a CGI share) made into a workload, replayed at its own times at 1× and
+/// 4× against two models, answered in words, and one point per speed.
+#[test]
+fn compare_replays_a_log_workload_at_speeds_and_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let mut text = String::new();
+    // 20 s at 40 requests a second from 8 clients; every tenth request a script.
+    for i in 0..800u32 {
+        let (s, client) = (i / 40, i % 8);
+        let target = if i % 10 == 0 { format!("/search.php?q={i}") } else { format!("/p/{}.html", i % 37) };
+        let size = 200 + (i % 37) * 300;
+        text += &format!(
+            "10.0.0.{client} - - [01/Jan/2024:00:00:{s:02} +0000] \"GET {target} HTTP/1.1\" 200 {size} \"-\" \"ua {client}\" 0.001\n"
+        );
+    }
+    std::fs::write(&log, text).unwrap();
+    let work = dir.path().join("w");
+    let stats = ok(&["workload", "from-log", log.to_str().unwrap(), "--out", work.to_str().unwrap()]);
+    assert!(stats.contains("800 requests replayed") && stats.contains("(10.0 %)"), "{stats}");
+    let out = dir.path().join("cmp");
+    let args = [
+        "lab",
+        "compare",
+        "--workload",
+        work.to_str().unwrap(),
+        "--speeds",
+        "1,4",
+        "--models",
+        "event,pool",
+        "--peers",
+        "none",
+        "--duration",
+        "1s",
+        "--repeats",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let answer = ok(&args);
+    assert!(answer.contains("The workload: 40 req/s recorded on average"), "{answer}");
+    assert!(
+        answer.contains("Lowest p99 at 1× the recorded rate") || answer.contains("No server served"),
+        "{answer}"
+    );
+    for model in ["event", "pool"] {
+        let line = answer
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{model}: ")))
+            .unwrap_or_else(|| panic!("{answer}"));
+        assert!(line.contains("falls over at") || line.contains("did not fall over up to 4×"), "{line}");
+    }
+    // A point per model, speed and repeat, at 40 and 160 req/s.
+    let csv = std::fs::read_to_string(out.join("points.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2 * 2 * 2, "{csv}");
+    for rate in ["40", "160"] {
+        assert_eq!(rows.iter().filter(|r| r.split(',').nth(4) == Some(rate)).count(), 4, "{csv}");
+    }
+    // The CGI share went to the bundled spin program, at the log's 1 ms.
+    let raw = std::fs::read_dir(out.join("raw"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("q0-r1"))
+        .unwrap();
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(raw).unwrap()).unwrap();
+    assert!(record["load"]["per_class"]["cgi"]["requests"].as_u64().unwrap_or(0) > 0, "{record}");
+    assert!(
+        record["load"]["status"]["200"].as_u64().unwrap_or(0) > 0
+            && record["load"]["status"]["404"].is_null(),
+        "{record}"
+    );
+}
