@@ -13,7 +13,13 @@ use crate::surge;
 const RATE_BUCKETS: usize = 48;
 
 /// The manifest of a workload made from a log.
-pub(crate) fn manifest(p: &FromLogParams, docs: &[Doc], users: usize, c: &Counts, read_s: f64) -> Value {
+pub(crate) fn manifest(
+    p: &FromLogParams,
+    docs: &[Doc],
+    users: usize,
+    c: &Counts,
+    read_s: (f64, f64),
+) -> Value {
     let mut sizes: Vec<u64> = docs.iter().filter(|d| !d.cgi).map(|d| d.size).collect();
     let counts: Vec<u64> = docs.iter().filter(|d| !d.cgi).map(|d| d.requests).collect();
     let sf = fit::size_mixture(&sizes, 133_000.0);
@@ -73,7 +79,9 @@ pub(crate) fn manifest(p: &FromLogParams, docs: &[Doc], users: usize, c: &Counts
             "think_median_s": q(&c.think_ms, 0.5),
             "think_p90_s": q(&c.think_ms, 0.9),
             "think_gaps": c.think_ms.len(),
-            "read_s": read_s,
+            "read_s": read_s.0,
+            "read_cpu_s": read_s.1,
+            "lines_per_cpu_s": c.lines as f64 / read_s.1.max(1e-9),
         },
         "skipped": c.skipped,
         "rate": {"bucket_s": width, "rps": rates},
