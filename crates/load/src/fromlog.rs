@@ -259,8 +259,12 @@ struct Reader {
     flushed_to: Option<i64>,
     t0: Option<i64>,
     stream: BufWriter<File>,
+    write_error: Option<std::io::Error>,
     c: Counts,
 }
+
+/// A stream record in the temporary file: time, gap, user, document.
+const RECORD: usize = 24;
 
 impl Reader {
     fn line(&mut self, raw: &[u8], times: &mut TimeCache) {
@@ -360,7 +364,15 @@ impl Reader {
                 if self.docs[r.doc as usize].cgi {
                     self.c.cgi_requests += 1;
                 }
-                let _ = writeln!(self.stream, "{t} {} {off} {}", r.user, r.doc);
+                // Fixed-size binary records: no formatting on the hot path.
+                let mut rec = [0u8; RECORD];
+                rec[0..8].copy_from_slice(&t.to_le_bytes());
+                rec[8..16].copy_from_slice(&off.to_le_bytes());
+                rec[16..20].copy_from_slice(&r.user.to_le_bytes());
+                rec[20..24].copy_from_slice(&r.doc.to_le_bytes());
+                if let Err(e) = self.stream.write_all(&rec) {
+                    self.write_error.get_or_insert(e);
+                }
             }
         }
     }
@@ -406,7 +418,7 @@ pub fn from_log(p: &FromLogParams, out: &Path) -> Result<Value> {
         inputs.push((first_time(path)?.unwrap_or(i64::MAX), path.clone()));
     }
     inputs.sort();
-    let tmp = out.join("stream.ids.tmp");
+    let tmp = out.join("stream.records.tmp");
     let mut r = Reader {
         p: p.clone(),
         docs: Vec::new(),
@@ -417,6 +429,7 @@ pub fn from_log(p: &FromLogParams, out: &Path) -> Result<Value> {
         flushed_to: None,
         t0: None,
         stream: BufWriter::with_capacity(1 << 20, File::create(&tmp)?),
+        write_error: None,
         c: Counts {
             lines: 0,
             skipped: BTreeMap::new(),
@@ -451,6 +464,9 @@ pub fn from_log(p: &FromLogParams, out: &Path) -> Result<Value> {
         }
     }
     r.drain(i64::MAX);
+    if let Some(e) = r.write_error.take() {
+        return Err(e).with_context(|| format!("writing {}", tmp.display()));
+    }
     r.stream.flush()?;
     drop(r.stream);
     let read_s = (started.elapsed().as_secs_f64(), cpu() - cpu_started);
@@ -483,12 +499,16 @@ pub fn from_log(p: &FromLogParams, out: &Path) -> Result<Value> {
         "# modus workload from-log: TIME_US USER OFF_US SIZE PATH (SIZE - : a CGI request, length unchecked)"
     )?;
     let mut dropped = 0u64;
-    for line in BufReader::new(File::open(&tmp)?).lines() {
-        let line = line?;
-        let mut f = line.split(' ').map(|x| x.parse::<u64>().unwrap_or(0));
-        let (t, u, off, d) = (f.next(), f.next(), f.next(), f.next());
-        let (Some(t), Some(u), Some(off), Some(d)) = (t, u, off, d) else { continue };
-        let d = d as usize;
+    let mut records = BufReader::with_capacity(1 << 20, File::open(&tmp)?);
+    let mut rec = [0u8; RECORD];
+    loop {
+        match records.read_exact(&mut rec) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(e).context("reading the stream's records back"),
+        }
+        let word = |r: std::ops::Range<usize>| rec[r].iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b));
+        let (t, off, u, d) = (word(0..8), word(8..16), word(16..20), word(20..24) as usize);
         if !written[d] {
             dropped += 1;
             continue;
