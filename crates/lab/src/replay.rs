@@ -198,6 +198,14 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
                     a.at.label(table),
                     a.over.as_deref().unwrap_or("")
                 );
+                let later: Vec<String> = v
+                    .iter()
+                    .filter(|b| b.speed > a.speed && b.over.is_none())
+                    .map(|b| format!("{}×", tick(b.speed)))
+                    .collect();
+                if !later.is_empty() {
+                    let _ = write!(line, ", yet held {} (unsteady: repeat it)", later.join(", "));
+                }
             }
             None => {
                 let _ = write!(
@@ -217,6 +225,33 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
             );
         }
         rows.push((best, line));
+    }
+    // The highest rate held, and who is within noise of it: the open
+    // loop serves what it is offered until it cannot, so the peak that
+    // counts is the highest held, not the highest served.
+    let tops: Vec<(&str, f64)> = per
+        .iter()
+        .filter_map(|(name, v)| {
+            let held = v.iter().take_while(|a| a.over.is_none()).count();
+            let top = v.get(held.checked_sub(1)?)?;
+            Some((name.as_str(), top.speed))
+        })
+        .collect();
+    if let Some(highest) = tops.iter().map(|t| t.1).max_by(f64::total_cmp) {
+        let at_top: Vec<&str> = tops.iter().filter(|t| t.1 == highest).map(|t| t.0).collect();
+        let last = per.iter().flat_map(|(_, v)| v.iter().map(|a| a.speed)).fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "Highest peak held: {} at {}× ({} req/s){}.",
+            at_top.join(", "),
+            tick(highest),
+            tick(highest * recorded),
+            if highest >= last {
+                " — the highest speed asked for: raise --speeds to separate them"
+            } else {
+                ""
+            }
+        );
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     for (_, line) in rows {
@@ -297,6 +332,19 @@ mod tests {
             answer(&spec, &no_fall).contains("did not fall over up to 1×"),
             "{}",
             answer(&spec, &no_fall)
+        );
+        assert!(a.contains("Highest peak held: event at 4× (400 req/s)."), "{a}");
+        let one = answer(&spec, &no_fall);
+        assert!(
+            one.contains("Highest peak held: event at 1× (100 req/s) — the highest speed asked for"),
+            "{one}"
+        );
+        let unsteady =
+            table(&[("pool", 100, [100.0, 100.0], 90.0, 0.0), ("pool", 400, [400.0, 400.0], 3.0, 0.0)]);
+        let u = answer(&spec, &unsteady);
+        assert!(
+            u.contains("falls over at 1× (rate=100): p99 90.5 ms over the 50 ms bound, yet held 4× (unsteady: repeat it)"),
+            "{u}"
         );
     }
 
