@@ -305,8 +305,9 @@ fn lab(args: LabArgs) -> Result<()> {
                         return Err(usage(anyhow!("--speeds: every speed must be a positive number")));
                     }
                     let shape = replay::shape(dir).map_err(usage)?;
-                    print!("{}", load::surge::stats(dir).unwrap_or_else(|e| format!("{e:#}\n")));
-                    Some((shape.clone(), replay::rates(&shape, speeds)))
+                    let described = load::surge::stats(dir).unwrap_or_else(|e| format!("{e:#}\n"));
+                    print!("{described}");
+                    Some((shape.clone(), replay::rates(&shape, speeds), described))
                 }
                 _ => None,
             };
@@ -345,7 +346,7 @@ fn lab(args: LabArgs) -> Result<()> {
                     root.as_ref().map_or("the demo site".into(), |r| r.display().to_string()),
                     match (&mix, &workload, &shape) {
                         (Some(m), _, _) => format!("the mix in {m}"),
-                        (_, Some(w), Some((s, _))) => format!(
+                        (_, Some(w), Some((s, _, _))) => format!(
                             "the stream in {w} at its own arrival times, {:.1} req/s recorded, sped up",
                             s.mean_rps
                         ),
@@ -366,8 +367,8 @@ fn lab(args: LabArgs) -> Result<()> {
                 mix,
                 workload,
                 surge_think: true,
-                stream_rate: shape.as_ref().map(|(s, _)| s.mean_rps),
-                stream_peak: shape.as_ref().map(|(s, _)| s.peak_rps),
+                stream_rate: shape.as_ref().map(|(s, _, _)| s.mean_rps),
+                stream_peak: shape.as_ref().map(|(s, _, _)| s.peak_rps),
                 p99_bound_ms: shape.as_ref().map(|_| p99_bound.0.as_secs_f64() * 1e3),
                 access_log: false,
                 mixes: Default::default(),
@@ -379,14 +380,14 @@ fn lab(args: LabArgs) -> Result<()> {
                 server_cpus,
                 load_cpus: load_cpus.flatten(),
                 front_cpus: None,
-                cgi: shape.as_ref().is_some_and(|(s, _)| s.cgi),
+                cgi: shape.as_ref().is_some_and(|(s, _, _)| s.cgi),
                 network: None,
                 context: None,
                 sweep: Sweep {
                     clients,
                     paths: Vec::new(),
                     server_cpus: Vec::new(),
-                    rates: shape.as_ref().map(|(_, r)| r.clone()).unwrap_or_default(),
+                    rates: shape.as_ref().map(|(_, r, _)| r.clone()).unwrap_or_default(),
                     memory: Vec::new(),
                     connection: Vec::new(),
                 },
@@ -430,7 +431,13 @@ fn lab(args: LabArgs) -> Result<()> {
                 trace: None,
             };
             let spec = Spec::parse(&toml::to_string(&spec)?, "the compare experiment")?;
-            execute(&spec, &out.unwrap_or_else(|| default_out("compare")), false)
+            let out = out.unwrap_or_else(|| default_out("compare"));
+            if let Some((_, _, described)) = &shape {
+                // The log's own shape beside the results.
+                std::fs::create_dir_all(&out)?;
+                std::fs::write(out.join("workload.txt"), described)?;
+            }
+            execute(&spec, &out, false)
         }
     }
 }

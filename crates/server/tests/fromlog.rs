@@ -161,6 +161,12 @@ fn compare_replays_a_log_workload_at_speeds_and_answers() {
             .unwrap_or_else(|| panic!("{answer}"));
         assert!(line.contains("falls over at") || line.contains("did not fall over up to 4×"), "{line}");
     }
+    assert!(answer.contains("Highest peak held: "), "{answer}");
+    let shape = std::fs::read_to_string(out.join("workload.txt")).unwrap();
+    assert!(
+        shape.contains("(modus workload from-log)") && shape.contains("CGI: 1 targets, 80 requests"),
+        "{shape}"
+    );
     // A point per model, speed and repeat, at 40 and 160 req/s.
     let csv = std::fs::read_to_string(out.join("points.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().skip(1).collect();
