@@ -369,6 +369,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 surge_think: true,
                 stream_rate: shape.as_ref().map(|(s, _, _)| s.mean_rps),
                 stream_peak: shape.as_ref().map(|(s, _, _)| s.peak_rps),
+                stream_span_s: shape.as_ref().map(|(s, _, _)| s.span_s),
                 p99_bound_ms: shape.as_ref().map(|_| p99_bound.0.as_secs_f64() * 1e3),
                 access_log: false,
                 mixes: Default::default(),

@@ -253,6 +253,25 @@ pub fn answer(spec: &Spec, table: &Table) -> String {
             }
         );
     }
+    // A replay faster than span / point ends with the stream, before the
+    // point: fewer requests a second than offered, said so.
+    if let Some(span) = spec.stream_span_s {
+        let point_s = (spec.duration.0 + spec.warmup.0).as_secs_f64();
+        let mut short: Vec<f64> = per.iter().flat_map(|(_, v)| v.iter().map(|a| a.speed)).collect();
+        short.sort_by(f64::total_cmp);
+        short.dedup();
+        short.retain(|s| span / s < point_s);
+        if !short.is_empty() {
+            let list: Vec<String> = short.iter().map(|s| format!("{}×", tick(*s))).collect();
+            let _ = writeln!(
+                out,
+                "At {} the {} s stream ends before the {} s point does: those points served fewer requests a second than offered (a shorter --duration, or a longer log, measures them whole).",
+                list.join(", "),
+                tick(span),
+                tick(point_s)
+            );
+        }
+    }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     for (_, line) in rows {
         let _ = writeln!(out, "  {line}.");
@@ -279,6 +298,9 @@ mod tests {
         spec.stream_rate = Some(100.0);
         spec.stream_peak = Some(250.0);
         spec.p99_bound_ms = Some(50.0);
+        spec.stream_span_s = Some(100.0);
+        spec.duration = units::Dur(std::time::Duration::from_secs(10));
+        spec.warmup = units::Dur(std::time::Duration::ZERO);
         spec
     }
 
@@ -334,6 +356,7 @@ mod tests {
             answer(&spec, &no_fall)
         );
         assert!(a.contains("Highest peak held: event at 4× (400 req/s)."), "{a}");
+        assert!(a.contains("At 16× the 100 s stream ends before the 10 s point does"), "{a}");
         let one = answer(&spec, &no_fall);
         assert!(
             one.contains("Highest peak held: event at 1× (100 req/s) — the highest speed asked for"),

@@ -89,6 +89,10 @@ pub struct Spec {
     /// whose headroom `compare` states.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_peak: Option<f64>,
+    /// With `stream_rate`: the stream's span (s), to tell where a fast
+    /// replay runs out before the point ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_span_s: Option<f64>,
     /// With `stream_rate`: a server "falls over" at a speed where its p99
     /// passes this (ms), or where it errs or serves less than offered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
