@@ -113,7 +113,7 @@ pub enum LabCommand {
         /// Requests from a weighted list of URLs instead (`WEIGHT PATH` per line, as `modus load --mix`)
         #[arg(long, value_name = "FILE", conflicts_with = "workload")]
         mix: Option<PathBuf>,
-        /// Requests replayed from a `modus workload surge` directory instead; ROOT defaults to its docs/
+        /// Requests replayed from a `modus workload surge` or `from-log` directory instead; ROOT defaults to its docs/
         #[arg(long, value_name = "DIR")]
         workload: Option<PathBuf>,
         /// Models to compare, comma-separated, or `all`
@@ -122,7 +122,7 @@ pub enum LabCommand {
         /// Peers to measure beside them, comma-separated, `all` (those installed) or `none`
         #[arg(long, default_value = "all", value_name = "LIST")]
         peers: String,
-        /// Closed-loop clients at each point
+        /// Closed-loop clients at each point (with --speeds: the open loop's connections, the largest)
         #[arg(long, default_value = "1,4,16,64", value_name = "LIST", value_delimiter = ',')]
         clients: Vec<usize>,
         /// Measured time per point
@@ -140,10 +140,10 @@ pub enum LabCommand {
         repeats: u32,
         /// With --workload: replay it open loop at its own arrival times,
         /// at these multiples of its recorded rate (each point replays the
-        /// stream's first DURATION × SPEED seconds), until each server falls over
+        /// stream's first DURATION × SPEED seconds); the answer says where each server falls over
         #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "workload")]
         speeds: Option<Vec<f64>>,
-        /// With --speeds: a server falls over where its p99 passes this (or it errs, or serves less than offered)
+        /// With --speeds: a server falls over where its p99 passes this (or it errs)
         #[arg(long, default_value = "100ms", value_name = "DURATION")]
         p99_bound: units::Dur,
     },
