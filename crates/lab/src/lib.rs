@@ -21,6 +21,8 @@
 //! * `readable.rs` — round ticks, axis names, ISO times, ≤ 8 series a plot.
 //! * `answer.rs` — `compare`'s answer in words.
 //! * `versus.rs` — each modus server against the best peer, row by row.
+//! * `replay.rs` — `compare --workload --speeds`: a recorded workload at its
+//!   own arrival times, sped up, and the answer for it.
 //! * `trace.rs` — per-request traces: `latency_cv`, `queue_slope`, scatters.
 //! * `reproduction.rs` — `REPRODUCTION.md` over the papers' experiments.
 
@@ -36,6 +38,7 @@ pub mod peers;
 pub mod probe;
 pub mod readable;
 pub mod remote;
+pub mod replay;
 pub mod report;
 pub mod reproduction;
 pub mod results;
@@ -63,6 +66,8 @@ pub struct LabArgs {
 }
 
 /// What the lab does.
+// Parsed once per run: a boxed `Compare` would save nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug, Clone)]
 pub enum LabCommand {
     /// List the built-in experiments (and those in --dir)
@@ -116,7 +121,7 @@ pub enum LabCommand {
         /// Requests from a weighted list of URLs instead (`WEIGHT PATH` per line, as `modus load --mix`)
         #[arg(long, value_name = "FILE", conflicts_with = "workload")]
         mix: Option<PathBuf>,
-        /// Requests replayed from a `modus workload surge` directory instead; ROOT defaults to its docs/
+        /// Requests replayed from a `modus workload surge` or `from-log` directory instead; ROOT defaults to its docs/
         #[arg(long, value_name = "DIR")]
         workload: Option<PathBuf>,
         /// Models to compare, comma-separated, or `all`
@@ -125,7 +130,7 @@ pub enum LabCommand {
         /// Peers to measure beside them, comma-separated, `all` (those installed) or `none`
         #[arg(long, default_value = "all", value_name = "LIST")]
         peers: String,
-        /// Closed-loop clients at each point
+        /// Closed-loop clients at each point (with --speeds: the open loop's connections, the largest)
         #[arg(long, default_value = "1,4,16,64", value_name = "LIST", value_delimiter = ',')]
         clients: Vec<usize>,
         /// Measured time per point
@@ -141,6 +146,14 @@ pub enum LabCommand {
         /// on a busy machine: the ranking is of their means)
         #[arg(long, default_value_t = 3, value_name = "N")]
         repeats: u32,
+        /// With --workload: replay it open loop at its own arrival times,
+        /// at these multiples of its recorded rate (each point replays the
+        /// stream's first DURATION × SPEED seconds); the answer says where each server falls over
+        #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "workload")]
+        speeds: Option<Vec<f64>>,
+        /// With --speeds: a server falls over where its p99 passes this (or it errs)
+        #[arg(long, default_value = "100ms", value_name = "DURATION")]
+        p99_bound: units::Dur,
     },
 }
 
@@ -289,8 +302,28 @@ fn lab(args: LabArgs) -> Result<()> {
             server_cpus,
             out,
             repeats,
+            speeds,
+            p99_bound,
         } => {
             let root = root.or_else(|| workload.as_ref().map(|w| w.join("docs")));
+            // A recorded workload at its own times: open loop, a rate per speed.
+            let shape = match (&workload, &speeds) {
+                (Some(dir), Some(speeds)) => {
+                    if speeds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+                        return Err(usage(anyhow!("--speeds: every speed must be a positive number")));
+                    }
+                    let shape = replay::shape(dir).map_err(usage)?;
+                    let described = load::surge::stats(dir).unwrap_or_else(|e| format!("{e:#}\n"));
+                    print!("{described}");
+                    Some((shape.clone(), replay::rates(&shape, speeds), described))
+                }
+                _ => None,
+            };
+            // Open loop: one pool of connections, the largest asked for.
+            let clients = match &shape {
+                Some(_) => vec![clients.iter().copied().max().unwrap_or(64)],
+                None => clients,
+            };
             let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
             let (mix, workload) = (mix.map(absolute), workload.map(absolute));
             let chosen: Vec<&str> =
@@ -317,20 +350,35 @@ fn lab(args: LabArgs) -> Result<()> {
             let spec = Spec {
                 name: "compare".into(),
                 description: format!(
-                    "Every model serving {} ({}), closed loop, {} clients",
+                    "Every model serving {} ({}), {}",
                     root.as_ref().map_or("the demo site".into(), |r| r.display().to_string()),
-                    match (&mix, &workload) {
-                        (Some(m), _) => format!("the mix in {m}"),
-                        (_, Some(w)) => format!("the SURGE stream in {w}"),
+                    match (&mix, &workload, &shape) {
+                        (Some(m), _, _) => format!("the mix in {m}"),
+                        (_, Some(w), Some((s, _, _))) => format!(
+                            "the stream in {w} at its own arrival times, {:.1} req/s recorded, sped up",
+                            s.mean_rps
+                        ),
+                        (_, Some(w), None) => format!("the SURGE stream in {w}"),
                         _ => path.clone(),
                     },
-                    clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                    if shape.is_some() {
+                        "open loop, connections".to_string()
+                    } else {
+                        "closed loop".to_string()
+                    } + &format!(
+                        ", {} clients",
+                        clients.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                    )
                 ),
                 docroot: root.as_ref().map_or("demo".into(), |r| r.display().to_string()),
                 path,
                 mix,
                 workload,
                 surge_think: true,
+                stream_rate: shape.as_ref().map(|(s, _, _)| s.mean_rps),
+                stream_peak: shape.as_ref().map(|(s, _, _)| s.peak_rps),
+                stream_span_s: shape.as_ref().map(|(s, _, _)| s.span_s),
+                p99_bound_ms: shape.as_ref().map(|_| p99_bound.0.as_secs_f64() * 1e3),
                 access_log: false,
                 mixes: Default::default(),
                 duration,
@@ -341,7 +389,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 server_cpus,
                 load_cpus: load_cpus.flatten(),
                 front_cpus: None,
-                cgi: false,
+                cgi: shape.as_ref().is_some_and(|(s, _, _)| s.cgi),
                 network: None,
                 hosts: None,
                 context: None,
@@ -349,7 +397,7 @@ fn lab(args: LabArgs) -> Result<()> {
                     clients,
                     paths: Vec::new(),
                     server_cpus: Vec::new(),
-                    rates: Vec::new(),
+                    rates: shape.as_ref().map(|(_, r, _)| r.clone()).unwrap_or_default(),
                     memory: Vec::new(),
                     connection: Vec::new(),
                 },
@@ -382,7 +430,7 @@ fn lab(args: LabArgs) -> Result<()> {
                     .iter()
                     .map(|y| Plot {
                         name: y.to_string(),
-                        x: "clients".into(),
+                        x: if shape.is_some() { "rate" } else { "clients" }.into(),
                         y: y.to_string(),
                         log_x: true,
                         ..Plot::default()
@@ -394,13 +442,22 @@ fn lab(args: LabArgs) -> Result<()> {
                 best_peer: None,
             };
             let spec = Spec::parse(&toml::to_string(&spec)?, "the compare experiment")?;
-            execute(&spec, &out.unwrap_or_else(|| default_out("compare")), false)
+            let out = out.unwrap_or_else(|| default_out("compare"));
+            if let Some((_, _, described)) = &shape {
+                // The log's own shape beside the results.
+                std::fs::create_dir_all(&out)?;
+                std::fs::write(out.join("workload.txt"), described)?;
+            }
+            execute(&spec, &out, false)
         }
     }
 }
 
 /// Runs `spec` into `out`, then writes the plots, the report and the ranking.
 fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
+    // Peers are started with their configuration under `out`, from a
+    // prefix of their own: a relative `out` would be read relative to that.
+    let out = &std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
     // Everything the experiment starts is charged to one cpuacct group, so
     // "the machine was busy" counts only what is not the experiment.
     let _accounting = busy::Accounting::join();
@@ -494,7 +551,17 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     }
     print!("{}", report::ranking(spec, &table));
     if report::answers(spec) {
-        print!("\n{}", answer::answer(spec, &table));
+        let general = answer::answer(spec, &table);
+        if spec.stream_rate.is_some() {
+            // Open loop, every server serves what it is offered until it
+            // cannot: the peak-throughput ranking says little; its doubts
+            // about the machine still hold.
+            let doubts = general.lines().filter(|l| l.starts_with("Unreliable"));
+            print!("\n{}", doubts.map(|l| format!("{l}\n")).collect::<String>());
+            print!("{}", replay::answer(spec, &table));
+        } else {
+            print!("\n{general}");
+        }
     }
     for c in &spec.claims {
         let v = claims::Claim::parse(&c.expr, &spec.server_names())?.judge(&table);

@@ -639,8 +639,15 @@ impl Runner {
         if self.network.is_some() || self.hosts.is_some() {
             load.arg("--allow-remote");
         }
-        if at.rate > 0 {
-            load.args(["-R", &at.rate.to_string()]);
+        match spec.stream_rate.filter(|r| *r > 0.0) {
+            // The workload's own arrival times, sped up to the point's rate.
+            Some(recorded) if at.rate > 0 => {
+                load.args(["--stream-times", &format!("{}", at.rate as f64 / recorded)]);
+            }
+            _ if at.rate > 0 => {
+                load.args(["-R", &at.rate.to_string()]);
+            }
+            _ => {}
         }
         if at.connection == "close" {
             load.arg("--close");
@@ -654,7 +661,12 @@ impl Runner {
             load.args(["--mix", mix]);
         }
         if let Some(stream) = self.stream(spec, at.clients) {
-            load.arg("--workload").arg(stream).arg("--repeat-stream");
+            load.arg("--workload").arg(stream);
+            // At its own times the stream is not repeated (modus load
+            // refuses both): a point replays its first DURATION × speed.
+            if spec.stream_rate.is_none() || at.rate == 0 {
+                load.arg("--repeat-stream");
+            }
             // Each client a SURGE user with its OFF times (closed loop).
             if spec.workload.as_deref() == Some("surge") && spec.surge_think && at.rate == 0 {
                 load.arg("--stream-think");

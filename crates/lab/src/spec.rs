@@ -84,6 +84,23 @@ pub struct Spec {
     /// papers' user equivalents do; `false`: back to back.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub surge_think: bool,
+    /// With `workload`: the open-loop `rates` replay the stream at its own
+    /// arrival times (`modus load --stream-times RATE/stream_rate`), this
+    /// being the stream's mean rate (req/s), instead of Poisson arrivals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_rate: Option<f64>,
+    /// With `stream_rate`: the stream's busiest second (req/s), the peak
+    /// whose headroom `compare` states.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_peak: Option<f64>,
+    /// With `stream_rate`: the stream's span (s), to tell where a fast
+    /// replay runs out before the point ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_span_s: Option<f64>,
+    /// With `stream_rate`: a server "falls over" at a speed where its p99
+    /// passes this (ms), or where it errs or serves less than offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_bound_ms: Option<f64>,
     /// modus servers write their access log (Combined format) to
     /// `raw/POINT-access.log` instead of `--access-log off`; peers log
     /// there too (paper 003's logging share).

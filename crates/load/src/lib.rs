@@ -2,9 +2,13 @@
 //! loop, coordinated-omission corrected) and `modus workload` (SURGE and
 //! fixed-size document sets). Shares nothing with the server.
 
+pub mod accesslog;
 pub mod dist;
 pub mod engine;
+pub mod fit;
+pub mod fromlog;
 pub mod http;
+pub mod logstats;
 pub mod report;
 pub mod stats;
 pub mod surge;
@@ -421,9 +425,33 @@ pub enum WorkloadCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// A workload from access logs (Combined or Common Log Format, plain or gzip): DIR/docs and DIR/stream.txt
+    FromLog {
+        /// The logs (rotated files in any order: read oldest first)
+        #[arg(required = true)]
+        logs: Vec<PathBuf>,
+        /// Output directory
+        #[arg(long, default_value = "workload")]
+        out: PathBuf,
+        /// Rename the paths (keeping sizes and extensions)
+        #[arg(long)]
+        anonymize: bool,
+        /// Replay this many times faster than recorded (times and gaps divided by X)
+        #[arg(long, value_name = "X", default_value_t = 1.0)]
+        speed: f64,
+        /// Only requests in FROM..TO (RFC 3339 UTC times or Unix seconds; either side may be empty)
+        #[arg(long, value_name = "FROM..TO", value_parser = fromlog::parse_window)]
+        window: Option<(Option<i64>, Option<i64>)>,
+        /// CPU time of each CGI-like request (query string, .php, /cgi-bin/) [default: the line's request time, else 10]
+        #[arg(long, value_name = "N")]
+        cgi_ms: Option<u64>,
+        /// Random seed for the documents' content
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Print a workload's parameters and realised distributions
     Stats {
-        /// A directory written by `modus workload surge`
+        /// A directory written by `modus workload surge` or `from-log`
         dir: PathBuf,
     },
 }
@@ -440,6 +468,17 @@ pub fn workload_main(a: WorkloadArgs) -> ExitCode {
                 println!("{} {size}", out.join(name).display());
             }
         }),
+        WorkloadCommand::FromLog { logs, out, anonymize, speed, window, cgi_ms, seed } => {
+            let p = fromlog::FromLogParams {
+                inputs: logs,
+                anonymize,
+                speed,
+                window: window.unwrap_or_default(),
+                cgi_ms,
+                seed,
+            };
+            fromlog::from_log(&p, &out).and_then(|_| surge::stats(&out)).map(|s| print!("{s}"))
+        }
         WorkloadCommand::Stats { dir } => surge::stats(&dir).map(|s| print!("{s}")),
     };
     match result {

@@ -99,8 +99,9 @@ pub struct StreamEntry {
     pub user: u32,
     /// Delay since this user's previous request (its OFF time).
     pub off_us: u64,
-    /// Size of the file (bytes).
-    pub size: u64,
+    /// Size of the file (bytes); `None` (`-`): a response whose length is
+    /// not known in advance (a CGI request of `workload from-log`).
+    pub size: Option<u64>,
     /// The file's path below the documents' directory.
     pub path: String,
 }
@@ -115,7 +116,12 @@ impl StreamEntry {
                 .parse()
                 .with_context(|| format!("bad {what}"))
         };
-        let (time_us, user, off_us, size) = (num("time")?, num("user")?, num("off time")?, num("size")?);
+        let (time_us, user, off_us) = (num("time")?, num("user")?, num("off time")?);
+        let size = match f.next() {
+            Some("-") => None,
+            Some(s) => Some(s.parse().context("bad size")?),
+            None => bail!("missing size"),
+        };
         let path = f.next().context("missing path")?.to_string();
         if !path.starts_with('/') || f.next().is_some() {
             bail!("want `TIME_US USER OFF_US SIZE /PATH`");
@@ -359,7 +365,13 @@ fn generate_parts(p: &SurgeParams, out: &Path, write_docs: bool, write_stream: b
             };
             let off_us = (off_s * 1e6).round() as u64;
             clock += off_us;
-            entries.push(StreamEntry { time_us: clock, user, off_us, size: sizes[f].0, path: file_path(f) });
+            entries.push(StreamEntry {
+                time_us: clock,
+                user,
+                off_us,
+                size: Some(sizes[f].0),
+                path: file_path(f),
+            });
         }
         clocks.push(std::cmp::Reverse((clock, user)));
         i += objects;
@@ -382,7 +394,7 @@ fn generate_parts(p: &SurgeParams, out: &Path, write_docs: bool, write_stream: b
     let mut stream = String::with_capacity(entries.len() * 40);
     stream.push_str("# modus workload surge: TIME_US USER OFF_US SIZE PATH\n");
     for e in &entries {
-        let _ = writeln!(stream, "{} {} {} {} {}", e.time_us, e.user, e.off_us, e.size, e.path);
+        let _ = writeln!(stream, "{} {} {} {} {}", e.time_us, e.user, e.off_us, e.size.unwrap_or(0), e.path);
     }
     if write_stream {
         fs::write(out.join(STREAM_FILE), &stream)?;
@@ -395,7 +407,7 @@ fn generate_parts(p: &SurgeParams, out: &Path, write_docs: bool, write_stream: b
     let total_bytes: u64 = sizes.iter().map(|s| s.0).sum();
     let ln_d: Vec<f64> = distances.iter().map(|d| d.ln()).collect();
     let (d_mu, d_sigma) = mean_sd(&ln_d);
-    let requested_bytes: u64 = entries.iter().map(|e| e.size).sum();
+    let requested_bytes: u64 = entries.iter().filter_map(|e| e.size).sum();
     let mut per_file = std::collections::HashMap::new();
     for e in &entries {
         *per_file.entry(e.path.as_str()).or_insert(0usize) += 1;
@@ -472,23 +484,47 @@ pub fn stats(dir: &Path) -> Result<String> {
     let text = fs::read_to_string(dir.join(MANIFEST_FILE))
         .with_context(|| format!("{}: not a workload directory (no {MANIFEST_FILE})", dir.display()))?;
     let m: Value = serde_json::from_str(&text).context("parsing the manifest")?;
-    let stream = fs::read_to_string(dir.join(STREAM_FILE)).context("reading the stream")?;
+    let stream =
+        std::io::BufReader::new(fs::File::open(dir.join(STREAM_FILE)).context("reading the stream")?);
     let mut checked = std::collections::HashSet::new();
     let mut bad = 0;
     let mut n = 0;
-    for line in stream.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let e = StreamEntry::parse(line)?;
+    for line in std::io::BufRead::lines(stream) {
+        let line = line?;
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let e = StreamEntry::parse(&line)?;
         n += 1;
+        let Some(size) = e.size else { continue };
         if checked.insert(e.path.clone()) {
-            let meta = fs::metadata(dir.join(DOCS_DIR).join(e.path.trim_start_matches('/')));
-            if meta.map(|m| m.len()).ok() != Some(e.size) {
+            let file = crate::fromlog::file_of(e.path.as_bytes()).unwrap_or_default();
+            let meta = fs::metadata(dir.join(DOCS_DIR).join(file));
+            if meta.map(|m| m.len()).ok() != Some(size) {
                 bad += 1;
             }
         }
     }
     let mut out = String::new();
-    let _ = writeln!(out, "workload {}", dir.display());
-    let _ = writeln!(out, "  {}", m["reference"].as_str().unwrap_or(""));
+    if m["generator"] == "modus workload from-log" {
+        out = crate::logstats::describe(dir, &m);
+    } else {
+        let _ = writeln!(out, "workload {}", dir.display());
+        let _ = writeln!(out, "  {}", m["reference"].as_str().unwrap_or(""));
+        surge_parameters(&mut out, &m);
+    }
+    let _ = writeln!(
+        out,
+        "checked: {n} requests, {} distinct files on disk, {bad} missing or of the wrong size",
+        checked.len()
+    );
+    if bad > 0 {
+        bail!("{out}{bad} files are missing or of the wrong size");
+    }
+    Ok(out)
+}
+
+fn surge_parameters(out: &mut String, m: &Value) {
     let _ = writeln!(out, "parameters:");
     if let Some(o) = m["parameters"].as_object() {
         for (k, v) in o {
@@ -505,15 +541,6 @@ pub fn stats(dir: &Path) -> Result<String> {
             let _ = writeln!(out, "  {k:<24} {v}");
         }
     }
-    let _ = writeln!(
-        out,
-        "checked: {n} requests, {} distinct files on disk, {bad} missing or of the wrong size",
-        checked.len()
-    );
-    if bad > 0 {
-        bail!("{out}{bad} files are missing or of the wrong size");
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -653,8 +680,10 @@ mod tests {
         let e = StreamEntry::parse("10 2 5 1234 /d00/f00001.bin").unwrap();
         assert_eq!(
             (e.time_us, e.user, e.off_us, e.size, e.path.as_str()),
-            (10, 2, 5, 1234, "/d00/f00001.bin")
+            (10, 2, 5, Some(1234), "/d00/f00001.bin")
         );
+        assert_eq!(StreamEntry::parse("10 2 5 - /cgi-bin/spin?ms=3").unwrap().size, None);
+        assert!(StreamEntry::parse("10 2 5 x /a").is_err());
         assert!(StreamEntry::parse("10 2 5 1234 rel").is_err());
         assert!(StreamEntry::parse("10 2 5").is_err());
     }

@@ -264,9 +264,9 @@ impl Workload {
             let ti = match index.get(&e.path) {
                 Some(&ti) => ti,
                 None => {
-                    let class = class_index(&mut classes, crate::surge::size_class(e.size));
+                    let class = class_index(&mut classes, e.size.map_or("cgi", crate::surge::size_class));
                     let full = base.join(e.path.trim_start_matches('/')).unwrap_or_else(|_| e.path.clone());
-                    let expect_sum = if checksum {
+                    let expect_sum = if checksum && e.size.is_some() {
                         let file = dir.join(crate::surge::DOCS_DIR).join(e.path.trim_start_matches('/'));
                         let body =
                             std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -274,7 +274,7 @@ impl Workload {
                     } else {
                         None
                     };
-                    targets.push(Target { path: full, class, expect_len: Some(e.size), expect_sum });
+                    targets.push(Target { path: full, class, expect_len: e.size, expect_sum });
                     index.insert(e.path.clone(), targets.len() - 1);
                     targets.len() - 1
                 }
