@@ -446,7 +446,7 @@ fn lab(args: LabArgs) -> Result<()> {
             if let Some((_, _, described)) = &shape {
                 // The log's own shape beside the results.
                 std::fs::create_dir_all(&out)?;
-                std::fs::write(out.join("workload.txt"), described)?;
+                std::fs::write(out.join(report::WORKLOAD_FILE), described)?;
             }
             execute(&spec, &out, false)
         }

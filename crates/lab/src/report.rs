@@ -28,10 +28,29 @@ pub fn write(out: &Path, spec: &Spec, table: &Table, meta: &Value) -> Result<()>
         std::fs::write(plots.join(format!("{}.csv", p.name)), csv)?;
         svgs.push((p.name.clone(), svg));
     }
-    std::fs::write(out.join("report.html"), html(spec, table, meta, &svgs))?;
-    std::fs::write(out.join("report.md"), markdown(spec, table, meta))?;
+    let mut html = html(spec, table, meta, &svgs);
+    let mut markdown = markdown(spec, table, meta);
+    // `compare --workload`: the recorded workload's own shape (rate over
+    // time, sizes, popularity, what its log skipped) beside the results.
+    if let Ok(shape) = std::fs::read_to_string(out.join(WORKLOAD_FILE)) {
+        let section = format!(
+            "<section id=\"workload\"><h2>The workload replayed</h2><pre>{}</pre></section>",
+            esc(&shape)
+        );
+        match html.rfind("</body>") {
+            Some(at) => html.insert_str(at, &section),
+            None => html.push_str(&section),
+        }
+        let _ = write!(markdown, "\n#### The workload replayed\n\n```\n{}\n```\n", shape.trim_end());
+    }
+    std::fs::write(out.join("report.html"), html)?;
+    std::fs::write(out.join("report.md"), markdown)?;
     Ok(())
 }
+
+/// Where `compare --workload` keeps `modus workload stats` of what it
+/// replays, in the results directory.
+pub const WORKLOAD_FILE: &str = "workload.txt";
 
 /// The report as Markdown, for BENCHMARKS.md and issue threads: the
 /// command that made the results, the machine, the ranking, the claims

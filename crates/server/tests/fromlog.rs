@@ -167,6 +167,14 @@ fn compare_replays_a_log_workload_at_speeds_and_answers() {
         shape.contains("(modus workload from-log)") && shape.contains("CGI: 1 targets, 80 requests"),
         "{shape}"
     );
+    // The log's shape is in the report beside the results.
+    for report in ["report.md", "report.html"] {
+        let text = std::fs::read_to_string(out.join(report)).unwrap();
+        assert!(
+            text.contains("The workload replayed") && text.contains("CGI: 1 targets, 80 requests"),
+            "{report}"
+        );
+    }
     // A point per model, speed and repeat, at 40 and 160 req/s.
     let csv = std::fs::read_to_string(out.join("points.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().skip(1).collect();
