@@ -6,10 +6,6 @@
 #![warn(missing_docs)]
 
 mod accept;
-
-/// Said (once a minute, see `ErrorLog::error_once`) when accepting fails for lack of descriptors or memory.
-pub(crate) const ACCEPT_HINT: &str = "out of descriptors or memory: new connections wait in the backlog \
-    (raise the open-file limit, ulimit -n, or lower --max-connections)";
 mod amped;
 mod board;
 mod event;

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use transport::accept::{self, Failed};
+
 /// The first argument that runs it: `modus https-redirect TLS_PORT`.
 pub const ARG: &str = "https-redirect";
 
@@ -46,7 +48,18 @@ pub fn serve_if_invoked() -> Option<ExitCode> {
     let _ = listener.set_nonblocking(false);
     let busy = Arc::new(AtomicUsize::new(0));
     loop {
-        let Ok((stream, _)) = listener.accept() else { continue };
+        let stream = match accept::accept(&listener, accept::Mode::Blocking) {
+            Ok((stream, _)) => stream,
+            Err((Failed::Retry | Failed::Empty, _)) => continue,
+            Err((Failed::Pause, _)) => {
+                std::thread::sleep(accept::PAUSE);
+                continue;
+            }
+            Err((Failed::Gone, e)) => {
+                eprintln!("modus {ARG}: accept: {e}");
+                return Some(ExitCode::FAILURE);
+            }
+        };
         if busy.load(Ordering::Relaxed) >= MAX_AT_ONCE {
             // Closed at once: the client retries, the redirector stays up.
             continue;
