@@ -298,6 +298,13 @@ fn demo_programs_run_from_the_modus_binary() {
     let out = run_modus(&["demo-cgi", "nope"]);
     assert_exit(&out, 2);
     assert!(out.stderr.contains("spin, echo, env"), "{}", out.stderr);
+    let out = run_modus(&["demo-cgi"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("want one program name: spin, echo, env"), "{}", out.stderr);
+    // The other roles the server starts the binary in come before the CLI too.
+    let out = run_modus(&["https-redirect"]);
+    assert_exit(&out, 2);
+    assert!(out.stderr.contains("want the HTTPS port"), "{}", out.stderr);
     // Not offered to users: it is the server's business.
     assert!(!run_modus(&["--help"]).stdout.contains("demo-cgi"));
 }
@@ -488,7 +495,9 @@ fn completions_and_manual_pages() {
 }
 
 /// Out of descriptors, accepting fails for as long as the cause lasts; the
-/// error log says so once (with the fix), not once per attempt.
+/// error log says so once (with the fix), not once per attempt — through
+/// each kind of accepting loop: the gate (`pool`), the thread acceptor
+/// (`staged`), the event loop and `uring`'s multishot accept.
 #[test]
 fn running_out_of_descriptors_is_said_once() {
     if run("prlimit", ["--version"], RUN_TIMEOUT).status.code() != Some(0) {
@@ -496,7 +505,7 @@ fn running_out_of_descriptors_is_said_once() {
         return;
     }
     let root = Docroot::standard();
-    for model in ["pool", "event"] {
+    for model in ["pool", "staged", "event", "uring"] {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("error.log");
         let srv = Server::builder("prlimit")
