@@ -104,6 +104,10 @@ const BUFFER_GROUP: u16 = 0;
 /// Unread input past which a connection's receive is paused, and below
 /// which it resumes.
 const INBOX_HIGH: usize = 256 << 10;
+/// Bytes queued or in flight past which a connection's write says "not
+/// now": its send buffer (the kernel's own comes after it), and the size
+/// of a splice pipe.
+const SEND_WINDOW: usize = 256 << 10;
 
 /// What a completion is for: the top four bits of its user data; the rest
 /// is a connection's (or a poll's) slab token (kind 0, so those bits are

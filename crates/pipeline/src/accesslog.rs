@@ -452,6 +452,13 @@ fn push_ip(buf: &mut Vec<u8>, ip: IpAddr) {
     }
 }
 
+/// The request line of unparseable input, for the log (bounded, lossy).
+pub(crate) fn first_line(input: &[u8]) -> Option<Vec<u8>> {
+    let input = &input[..input.len().min(1024)];
+    let line = input.split(|&b| b == b'\r' || b == b'\n').find(|l| !l.is_empty())?;
+    Some(line.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,7 +55,7 @@ use transport::{Shutdown, Wire};
 
 use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
-use crate::options::Config;
+use crate::options::{Config, QueueOrder};
 use crate::relay::{RequestBody, ResponseBody};
 use crate::spill::Spill;
 use crate::watch::Watch;
@@ -72,7 +72,6 @@ mod status;
 mod tick;
 mod upstream;
 
-pub use queue::QueueOrder;
 use queue::{PendingQueue, Target};
 
 /// A `Content-Length` body up to this size, or this much of a chunked body
