@@ -23,7 +23,11 @@ enum Command {
     /// Serve a directory (or, with no ROOT, the built-in demo site)
     Serve(Box<config::ServeOptions>),
     /// List the concurrency models
-    Models,
+    Models {
+        /// Only their names, one a line (for scripts)
+        #[arg(long)]
+        names: bool,
+    },
     /// Generate load against a server (open or closed loop; loopback only by default)
     Load(Box<load::LoadArgs>),
     /// Generate workloads: SURGE document trees and request streams, fixed-size files
@@ -126,7 +130,13 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Serve(options) => serve::main(*options),
-        Command::Models => {
+        Command::Models { names: true } => {
+            for m in models::MODELS {
+                println!("{}", m.name);
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Models { names: false } => {
             // What `--schedule srpt` orders: the link in every model, and
             // the loop's turns where a loop serves many connections.
             for m in models::MODELS {
