@@ -12,8 +12,16 @@
 
 BENCH_TAG=${BENCH_TAG:-bench}
 
-# Every model of `modus serve --model` (`modus models`), in the order the tables list them.
-ALL_MODELS="per-request pool staged prefork worker perchild event amped uring"
+# Every model of `modus serve --model`, in the registry's order (the order the tables list them):
+# `modus models --names` of MODUS_BIN, else of the release build, else of `cargo run` — so a model
+# added to the registry is measured with no edit here.
+registry_models() {
+    local bin=${MODUS_BIN:-${REPO:-.}/target/release/modus}
+    { [ -x "$bin" ] && "$bin" models --names 2>/dev/null; } \
+        || (cd "${REPO:-.}" && cargo run --release -q -p modus -- models --names)
+}
+ALL_MODELS=$(registry_models | paste -sd' ') || { echo "bench: cannot list the models (modus models --names)" >&2; exit 2; }
+[ -n "$ALL_MODELS" ] || { echo "bench: modus models --names listed nothing" >&2; exit 2; }
 
 log() { printf '[%s] %s\n' "$BENCH_TAG" "$*" >&2; }
 die() { log "error: $*"; exit 2; }

@@ -2,6 +2,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
@@ -57,7 +58,7 @@ pub struct DirectOptions {
     /// target answered the fewest bytes last time (a flood of large
     /// downloads waits behind small requests), fifo as they came
     #[arg(long, default_value = "srpt", value_name = "fifo|srpt")]
-    pub queue_order: crate::proxy::QueueOrder,
+    pub queue_order: QueueOrder,
 
     /// HTML page sent with 503 when a request cannot be admitted
     #[arg(long, value_name = "FILE")]
@@ -194,7 +195,7 @@ pub struct Config {
     /// Pending queue wait limit.
     pub queue_timeout: Duration,
     /// Pending queue order.
-    pub queue_order: crate::proxy::QueueOrder,
+    pub queue_order: QueueOrder,
     /// Busy page body.
     pub busy_page: Vec<u8>,
     /// Retry-After seconds.
@@ -332,5 +333,25 @@ impl DirectOptions {
             shutdown_timeout: self.shutdown_timeout.0,
             limits: h1::Limits::default(),
         })
+    }
+}
+
+/// `--queue-order`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// First come, first served.
+    Fifo,
+    /// Fewest expected response bytes first.
+    Srpt,
+}
+
+impl FromStr for QueueOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<QueueOrder, String> {
+        match s {
+            "fifo" => Ok(QueueOrder::Fifo),
+            "srpt" => Ok(QueueOrder::Srpt),
+            _ => Err(format!("{s:?}: expected fifo or srpt")),
+        }
     }
 }

@@ -38,6 +38,11 @@ impl Watch {
         Watch { said: backends.iter().map(Said::of).collect(), log: ErrorLog::stderr() }
     }
 
+    /// Says (once a minute) that accepting on a listener failed and pauses.
+    pub(crate) fn accept_paused(&self, e: &std::io::Error) {
+        self.log.error_once("accept", format_args!("accept: {e}: {}", transport::accept::PAUSE_HINT));
+    }
+
     /// Logs every change since the last call.
     pub(crate) fn report(&mut self, backends: &[Backend]) {
         for (b, said) in backends.iter().zip(self.said.iter_mut()) {

@@ -361,7 +361,7 @@ pub struct Usage {
     /// The clients of the point.
     pub clients: usize,
     /// The connections the server serves at once, each holding a worker
-    /// ([`ServerSpec::connection_slots`](crate::spec::ServerSpec::connection_slots)),
+    /// (`ServerSpec::connection_slots`),
     /// when the spec is known.
     pub slots: Option<usize>,
 }
@@ -533,19 +533,12 @@ impl Claim {
 
     /// The verdict on `table` (the module's doc says how).
     pub fn judge(&self, table: &Table) -> Verdict {
-        self.judge_in(table, None)
+        self.judge_in(table, &|_| None)
     }
 
-    /// [`judge`](Self::judge), its reasons knowing the servers of `spec`
-    /// (their connection slots).
-    pub fn judge_in(&self, table: &Table, spec: Option<&crate::spec::Spec>) -> Verdict {
-        let slots = |server: &str| {
-            spec?
-                .servers
-                .iter()
-                .find(|s| s.name == server)
-                .and_then(crate::spec::ServerSpec::connection_slots)
-        };
+    /// [`judge`](Self::judge), its reasons knowing each server's connection
+    /// slots (`Spec::slots_of`).
+    pub fn judge_in(&self, table: &Table, slots: &dyn Fn(&str) -> Option<usize>) -> Verdict {
         let mut points = Vec::new();
         let mut seen: Vec<(At, At)> = Vec::new();
         for at in table.coords() {

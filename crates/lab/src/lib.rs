@@ -157,9 +157,16 @@ pub enum LabCommand {
     },
 }
 
-/// The models `modus serve` knows, as `modus models` lists them.
-const MODELS: [&str; 9] =
-    ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped", "uring"];
+/// The models `modus serve` knows: the registry, as `modus models --names`
+/// of this binary gives it (the lab runs inside `modus`).
+fn registered_models() -> Result<Vec<String>> {
+    let modus = std::env::current_exe()?;
+    let out = std::process::Command::new(&modus).args(["models", "--names"]).output()?;
+    if !out.status.success() {
+        anyhow::bail!("{} models --names: {}", modus.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
+}
 
 /// `modus lab`.
 pub fn lab_main(args: LabArgs) -> ExitCode {
@@ -326,11 +333,18 @@ fn lab(args: LabArgs) -> Result<()> {
             };
             let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p).display().to_string();
             let (mix, workload) = (mix.map(absolute), workload.map(absolute));
-            let chosen: Vec<&str> =
-                if models == "all" { MODELS.to_vec() } else { models.split(',').map(str::trim).collect() };
+            let registered = registered_models()?;
+            let chosen: Vec<&str> = if models == "all" {
+                registered.iter().map(String::as_str).collect()
+            } else {
+                models.split(',').map(str::trim).collect()
+            };
             for m in &chosen {
-                if !MODELS.contains(m) {
-                    return Err(usage(anyhow!("--models: no model {m:?} (they are {})", MODELS.join(", "))));
+                if !registered.iter().any(|r| r == m) {
+                    return Err(usage(anyhow!(
+                        "--models: no model {m:?} (they are {})",
+                        registered.join(", ")
+                    )));
                 }
             }
             let chosen_peers: Vec<&str> = match peers.as_str() {

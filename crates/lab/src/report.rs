@@ -156,7 +156,11 @@ fn claims_markdown(m: &mut String, spec: &Spec, table: &Table) {
         .claims
         .iter()
         .map(|c| {
-            (c, Claim::parse(&c.expr, &spec.server_names()).map(|cl| (cl.judge_in(table, Some(spec)), cl)))
+            (
+                c,
+                Claim::parse(&c.expr, &spec.server_names())
+                    .map(|cl| (cl.judge_in(table, &|s| spec.slots_of(s)), cl)),
+            )
         })
         .collect();
     if verdicts.iter().any(|(_, v)| v.as_ref().is_ok_and(|(v, _)| v.repeats() == 1)) {
@@ -400,7 +404,7 @@ fn claims_html(h: &mut String, spec: &Spec, table: &Table) {
                 continue;
             }
         };
-        let v = claim.judge_in(table, Some(spec));
+        let v = claim.judge_in(table, &|s| spec.slots_of(s));
         one_repeat |= v.repeats() == 1;
         let class = |word: &str| match word {
             "holds" => "holds",

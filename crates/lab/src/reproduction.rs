@@ -89,7 +89,7 @@ pub fn markdown(runs: &[Run]) -> String {
     for run in runs {
         for c in &run.spec.claims {
             let word = Claim::parse(&c.expr, &run.spec.server_names())
-                .map_or("invalid", |cl| cl.judge_in(&run.table, Some(&run.spec)).word);
+                .map_or("invalid", |cl| cl.judge_in(&run.table, &|s| run.spec.slots_of(s)).word);
             let _ = writeln!(m, "| [{}](#{}) | {} | **{word}** |", run.name, run.name, c.text);
         }
     }
@@ -171,7 +171,7 @@ fn section(m: &mut String, run: &Run) {
             }
             Ok(claim) => {
                 let _ = writeln!(m, "- **The claim as measured:** `{}`: {}.", c.expr, claim.wants());
-                let v = claim.judge_in(&run.table, Some(&run.spec));
+                let v = claim.judge_in(&run.table, &|s| run.spec.slots_of(s));
                 let (holds, noise, misses, under) = v.counts();
                 let counted = holds + noise + misses;
                 let mut tally = format!(

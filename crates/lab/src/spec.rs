@@ -387,6 +387,12 @@ pub fn papers() -> impl Iterator<Item = &'static str> {
 }
 
 impl Spec {
+    /// The connection slots of the server named `server`
+    /// ([`ServerSpec::connection_slots`]), for a claim's reasons.
+    pub fn slots_of(&self, server: &str) -> Option<usize> {
+        self.servers.iter().find(|s| s.name == server).and_then(ServerSpec::connection_slots)
+    }
+
     /// Parses and checks a spec; errors name the line and the key.
     pub fn parse(text: &str, origin: &str) -> Result<Spec> {
         let mut spec: Spec = toml::from_str(text).with_context(|| format!("in {origin}"))?;

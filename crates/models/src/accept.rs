@@ -2,9 +2,9 @@
 
 use std::io;
 use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
 
 use pipeline::Pipeline;
+use transport::accept::{self, Failed};
 use transport::{Shutdown, Wake};
 
 /// Accepts until `stop` fires, handing each connection to `dispatch`.
@@ -31,34 +31,25 @@ pub fn run(
         }
         // Take everything queued before waiting again: one wake-up, many connections.
         loop {
-            match listener.accept() {
-                // Linux does not pass O_NONBLOCK on to accepted sockets:
-                // they are blocking, as the thread models want.
+            match accept::accept(listener, accept::Mode::Blocking) {
                 Ok((stream, _)) => {
                     if !dispatch(stream) {
                         return Ok(());
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if is_transient(&e) => {
+                Err((Failed::Retry, _)) => {}
+                Err((Failed::Empty, _)) => break,
+                Err((Failed::Pause, e)) => {
                     // Out of descriptors or memory: back off instead of
                     // spinning on a listener that stays readable.
                     pipeline
                         .error_log
-                        .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
-                    std::thread::sleep(Duration::from_millis(50));
+                        .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                    std::thread::sleep(accept::PAUSE);
                     break;
                 }
-                // The peer gave up between SYN and accept: not our problem.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
-                Err(e) => return Err(e),
+                Err((Failed::Gone, e)) => return Err(e),
             }
         }
     }
-}
-
-pub(crate) fn is_transient(e: &io::Error) -> bool {
-    use rustix::io::Errno;
-    matches!(Errno::from_io_error(e), Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM))
 }

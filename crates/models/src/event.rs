@@ -65,8 +65,7 @@ use std::time::{Duration, Instant};
 
 use pipeline::schedule::{self, Due, Schedule};
 use pipeline::{refuse_at_capacity, ConnInfo, Connection, IpSlot, Mode, Pipeline, Want};
-use rustix::io::Errno;
-use rustix::net::SocketFlags;
+use transport::accept::{self, Failed};
 use transport::deadlines::{self, Deadlines};
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::slab::{self, Slab};
@@ -231,10 +230,6 @@ const PIPE: u64 = slab::FLAG;
 const ACCEPT_BATCH: usize = 64;
 /// Events taken per wait.
 const EVENTS: usize = 256;
-/// How long accepting pauses when out of descriptors or memory: the
-/// listener stays readable, and retrying at once would spin (nginx
-/// disables its accept events for a while in the same case).
-const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// What a connection is waiting for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -445,45 +440,26 @@ impl Loop {
                 }
                 return;
             }
-            // accept4 makes the socket non-blocking in the same call.
-            match rustix::net::acceptfrom_with(&*listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
-                Ok((fd, peer)) => {
-                    let stream = TcpStream::from(fd);
-                    let peer =
-                        peer.and_then(|a| SocketAddr::try_from(a).ok()).or_else(|| stream.peer_addr().ok());
-                    // No address: the peer already left.
-                    if let Some(peer) = peer {
-                        // The wait reported the first; the others may have
-                        // come, request and all, after a file changed that
-                        // it did not yet report: they wait for their edge.
-                        self.open(stream, peer, n == 0 || !self.watching);
-                    }
-                }
-                Err(Errno::AGAIN) => return,
-                // Interrupted, or the peer gave up between SYN and accept, or
-                // (Linux) a network error already pending on the new socket:
-                // accept(2) says to retry.
-                Err(
-                    Errno::INTR
-                    | Errno::CONNABORTED
-                    | Errno::PROTO
-                    | Errno::NETDOWN
-                    | Errno::NOPROTOOPT
-                    | Errno::HOSTDOWN
-                    | Errno::NONET
-                    | Errno::HOSTUNREACH
-                    | Errno::OPNOTSUPP
-                    | Errno::NETUNREACH,
-                ) => {}
-                Err(e) => {
-                    // Out of descriptors or memory (or something odd): the
-                    // listener stays readable, so stop watching it for a while
-                    // instead of spinning; open connections carry on.
-                    let e = io::Error::from(e);
+            match accept::accept(&listener, accept::Mode::NonBlocking) {
+                // The wait reported the first; the others may have come,
+                // request and all, after a file changed that it did not yet
+                // report: they wait for their edge.
+                Ok((stream, peer)) => self.open(stream, peer, n == 0 || !self.watching),
+                Err((Failed::Retry, _)) => {}
+                Err((Failed::Empty, _)) => return,
+                Err((Failed::Pause, e)) => {
+                    // The listener stays readable: stop watching it for a
+                    // while instead of spinning; open connections carry on.
                     self.pipeline
                         .error_log
-                        .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
-                    self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+                        .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                    return;
+                }
+                // Only the loop's own stop closes its listener.
+                Err((Failed::Gone, e)) => {
+                    self.pipeline.error_log.error_once("accept", format_args!("accept: {e}"));
+                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
                     return;
                 }
             }
@@ -507,7 +483,7 @@ impl Loop {
                 Ok(()) => self.listening = true,
                 Err(e) => {
                     self.pipeline.error_log.error(format_args!("accept: re-registering the listener: {e}"));
-                    self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
                 }
             }
         } else {

@@ -25,14 +25,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pipeline::{refuse_at_capacity, Client, Gated, Pipeline, BLOCKING_TICK};
 use rustix::io::Errno;
-use rustix::net::SocketFlags;
+use transport::accept::{self, Failed};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 use transport::Shutdown;
 
@@ -180,7 +180,7 @@ impl Gate {
                             // Out of descriptors: the listener stays
                             // readable; stop watching it for a while rather
                             // than spin (the event loops do the same).
-                            pause_accept = Some(Instant::now() + Duration::from_millis(50));
+                            pause_accept = Some(Instant::now() + accept::PAUSE);
                         }
                     },
                     fd => {
@@ -243,27 +243,17 @@ impl Gate {
             if !room() {
                 return Accepting::Go;
             }
-            let stream =
-                match rustix::net::acceptfrom_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
-                    Ok((fd, peer)) => {
-                        let stream = TcpStream::from(fd);
-                        let peer = peer
-                            .and_then(|a| SocketAddr::try_from(a).ok())
-                            .or_else(|| stream.peer_addr().ok());
-                        let Some(peer) = peer else { continue };
-                        (stream, peer)
-                    }
-                    Err(Errno::AGAIN) => return Accepting::Go,
-                    Err(Errno::INTR | Errno::CONNABORTED) => continue,
-                    Err(e) if crate::accept::is_transient(&e.into()) => {
-                        let e = io::Error::from(e);
-                        p.error_log.error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
-                        return Accepting::Pause;
-                    }
-                    // EINVAL: a process model's master shut the listener down.
-                    Err(_) => return Accepting::Done,
-                };
-            let (stream, peer) = stream;
+            let (stream, peer) = match accept::accept(listener, accept::Mode::NonBlocking) {
+                Ok(pair) => pair,
+                Err((Failed::Retry, _)) => continue,
+                Err((Failed::Empty, _)) => return Accepting::Go,
+                Err((Failed::Pause, e)) => {
+                    p.error_log.error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                    return Accepting::Pause;
+                }
+                // A process model's master shut the listener down.
+                Err((Failed::Gone, _)) => return Accepting::Done,
+            };
             let slot = match p.admit(peer.ip()) {
                 Ok(slot) => slot,
                 Err(_over_cap) => {

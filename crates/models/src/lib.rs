@@ -2,14 +2,10 @@
 //! pipeline, where work waits. Each model is one file that only schedules;
 //! the protocol lives in `pipeline::Connection` and is the same for all.
 //!
-//! Adding a model = one file + one line in [`MODELS`].
+//! Adding a model = one file + one line in the registry ([`each_model!`]).
 #![warn(missing_docs)]
 
 mod accept;
-
-/// Said (once a minute, see `ErrorLog::error_once`) when accepting fails for lack of descriptors or memory.
-pub(crate) const ACCEPT_HINT: &str = "out of descriptors or memory: new connections wait in the backlog \
-    (raise the open-file limit, ulimit -n, or lower --max-connections)";
 mod amped;
 mod board;
 mod event;
@@ -232,18 +228,40 @@ impl ModelInfo {
     }
 }
 
-/// The one list of models.
-pub const MODELS: &[ModelInfo] = &[
-    per_request::MODEL,
-    pool::MODEL,
-    event::MODEL,
-    amped::MODEL,
-    uring::MODEL,
-    staged::MODEL,
-    prefork::MODEL,
-    worker::MODEL,
-    perchild::MODEL,
-];
+/// The registry: every model's module and `--model` name, one line each,
+/// in the order tables list them (threads, processes, event loops).
+/// It calls `$then! { module => "name", … }`, so whatever needs a model
+/// per item — [`MODELS`] here, a module of tests per model in the
+/// conformance suite and the reload tests — is written from this one list.
+/// Adding a model = its file + one line here.
+#[macro_export]
+macro_rules! each_model {
+    ($then:ident) => {
+        $then! {
+            per_request => "per-request",
+            pool => "pool",
+            staged => "staged",
+            prefork => "prefork",
+            worker => "worker",
+            perchild => "perchild",
+            event => "event",
+            amped => "amped",
+            uring => "uring",
+        }
+    };
+}
+
+macro_rules! registry {
+    ($($module:ident => $name:literal),* $(,)?) => {
+        /// The one list of models (the registry, [`each_model!`]).
+        pub const MODELS: &[ModelInfo] = &[$($module::MODEL),*];
+
+        /// Each registry line's name is its model's own.
+        #[cfg(test)]
+        const REGISTERED: &[(&str, &str)] = &[$(($name, $module::MODEL.name)),*];
+    };
+}
+each_model!(registry);
 
 /// Looks a model up by its `--model` name.
 pub fn find(name: &str) -> Option<&'static ModelInfo> {
@@ -253,4 +271,21 @@ pub fn find(name: &str) -> Option<&'static ModelInfo> {
 /// The model names, for messages.
 pub fn names() -> Vec<&'static str> {
     MODELS.iter().map(|m| m.name).collect()
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+
+    #[test]
+    fn every_registry_line_names_its_model_and_every_name_is_one_model() {
+        for (registered, own) in REGISTERED {
+            assert_eq!(registered, own, "the registry line and the model's MODEL.name differ");
+            assert_eq!(find(registered).map(|m| m.name), Some(*own));
+        }
+        let mut names: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), MODELS.len(), "a name registered twice");
+    }
 }

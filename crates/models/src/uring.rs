@@ -66,6 +66,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
+use transport::accept::{self, Failed};
 use transport::deadlines::{self, Deadlines};
 use transport::slab::Slab;
 use transport::{Shutdown, Wire};
@@ -103,8 +104,10 @@ const BUFFER_GROUP: u16 = 0;
 /// Unread input past which a connection's receive is paused, and below
 /// which it resumes.
 const INBOX_HIGH: usize = 256 << 10;
-/// How long accepting pauses when out of descriptors or memory.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// Bytes queued or in flight past which a connection's write says "not
+/// now": its send buffer (the kernel's own comes after it), and the size
+/// of a splice pipe.
+const SEND_WINDOW: usize = 256 << 10;
 
 /// What a completion is for: the top four bits of its user data; the rest
 /// is a connection's (or a poll's) slab token (kind 0, so those bits are
@@ -559,14 +562,20 @@ impl Loop {
             }
             return;
         }
-        match -result {
-            libc::ECANCELED | libc::EAGAIN | libc::EINTR | libc::ECONNABORTED | libc::EPROTO => {}
-            errno => {
-                let e = io::Error::from_raw_os_error(errno);
+        // A cancelled multishot (at the cap, or at the stop) is no failure.
+        if -result == libc::ECANCELED {
+            return;
+        }
+        match accept::classify(-result) {
+            Failed::Retry | Failed::Empty => {}
+            // The ring's accept outlives a listener only at the stop, which
+            // cancels it first: pause as for an error accept(2) does not name.
+            Failed::Pause | Failed::Gone => {
+                let e = io::Error::from_raw_os_error(-result);
                 self.pipeline
                     .error_log
-                    .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
-                self.accept_resume = Some(Instant::now() + ACCEPT_PAUSE);
+                    .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                self.accept_resume = Some(Instant::now() + accept::PAUSE);
             }
         }
     }

@@ -123,32 +123,20 @@ impl AccessLog {
         let buf = &mut inner.buf;
         push_ip(buf, rec.peer);
         buf.extend_from_slice(b" - ");
-        // Unquoted: a space in it would split the field, so it is escaped too.
-        let from = buf.len();
-        escape_into(buf, rec.user.as_deref());
-        if buf[from..].contains(&b' ') {
-            let user: Vec<u8> = buf.drain(from..).collect();
-            for b in user {
-                if b == b' ' {
-                    buf.extend_from_slice(b"\\x20");
-                } else {
-                    buf.push(b);
-                }
-            }
-        }
+        escape_into(buf, rec.user.as_deref(), Field::Bare);
         buf.extend_from_slice(b" [");
         clf_time(buf, &now);
         buf.extend_from_slice(b"] \"");
-        escape_into(buf, rec.request_line.as_deref());
+        escape_into(buf, rec.request_line.as_deref(), Field::Quoted);
         let mut digits = [0; 20];
         buf.extend_from_slice(b"\" ");
         buf.extend_from_slice(h1::decimal(rec.status.into(), &mut digits));
         buf.push(b' ');
         buf.extend_from_slice(h1::decimal(rec.body_bytes, &mut digits));
         buf.extend_from_slice(b" \"");
-        escape_into(buf, rec.referer.as_deref());
+        escape_into(buf, rec.referer.as_deref(), Field::Quoted);
         buf.extend_from_slice(b"\" \"");
-        escape_into(buf, rec.user_agent.as_deref());
+        escape_into(buf, rec.user_agent.as_deref(), Field::Quoted);
         buf.extend_from_slice(b"\"\n");
         if inner.buf.len() >= FLUSH_AT {
             inner.flush(&self.target);
@@ -350,8 +338,17 @@ pub(crate) fn clf_time(buf: &mut Vec<u8>, imf: &[u8; 29]) {
     buf.extend_from_slice(&clf);
 }
 
-/// Bytes [`escape_into`] rewrites: one table load per byte, where the
-/// range test and two comparisons cost several instructions.
+/// Where a value goes in the line, which decides whether a space is escaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    /// Inside `"…"`: a space is kept.
+    Quoted,
+    /// Unquoted (`%u`): a space would split the field, so it is `\x20`.
+    Bare,
+}
+
+/// Bytes [`escape_into`] rewrites in a quoted field: one table load per
+/// byte, where the range test and two comparisons cost several instructions.
 const NEEDS_ESCAPE: [bool; 256] = {
     let mut table = [true; 256];
     let mut b = 0x20;
@@ -362,19 +359,27 @@ const NEEDS_ESCAPE: [bool; 256] = {
     table
 };
 
+/// The same in a bare field: the space too.
+const NEEDS_ESCAPE_BARE: [bool; 256] = {
+    let mut table = NEEDS_ESCAPE;
+    table[b' ' as usize] = true;
+    table
+};
+
 /// Escapes as nginx's `escape=default` does: `"`, `\`, control bytes and
 /// bytes past ASCII become `\xHH` (`"` is `\x22`), so no request can forge
 /// a line, break a field or send terminal escapes to whoever reads the
 /// log (nginx CVE-2009-4487), and a log tool's combined-format regex
 /// reads every line; the bytes themselves are kept (`\xC3\xA9` is é).
-fn escape_into(buf: &mut Vec<u8>, value: Option<&[u8]>) {
+/// In a [`Field::Bare`] a space is escaped as well.
+fn escape_into(buf: &mut Vec<u8>, value: Option<&[u8]>, field: Field) {
     let Some(mut rest) = value else {
         buf.push(b'-');
         return;
     };
     // Runs of plain bytes (nearly every byte of every line) are copied whole.
     loop {
-        let i = plain_prefix(rest);
+        let i = plain_prefix(rest, field);
         buf.extend_from_slice(&rest[..i]);
         let Some(&b) = rest.get(i) else {
             return;
@@ -387,8 +392,9 @@ fn escape_into(buf: &mut Vec<u8>, value: Option<&[u8]>) {
 
 /// How many leading bytes of `bytes` need no escaping: eight at a time
 /// while none of a word's does (bit tricks on a `u64`: a byte below 0x20,
-/// above 0x7e, or equal to `"` or `\`), then byte by byte.
-fn plain_prefix(bytes: &[u8]) -> usize {
+/// above 0x7e, or equal to `"` or `\` — or a space in a bare field),
+/// then byte by byte.
+fn plain_prefix(bytes: &[u8], field: Field) -> usize {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGHS: u64 = ONES * 0x80;
     // Nonzero iff a byte of `v` is zero.
@@ -399,13 +405,21 @@ fn plain_prefix(bytes: &[u8]) -> usize {
         let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
         let high = (w.wrapping_add(ONES) | w) & HIGHS;
         let special = has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')));
-        if control | high | special != 0 {
+        let space = match field {
+            Field::Quoted => 0,
+            Field::Bare => has_zero(w ^ (ONES * u64::from(b' '))),
+        };
+        if control | high | special | space != 0 {
             break;
         }
         plain += 8;
     }
     let tail = &bytes[plain..];
-    plain + tail.iter().position(|&b| NEEDS_ESCAPE[b as usize]).unwrap_or(tail.len())
+    let table = match field {
+        Field::Quoted => &NEEDS_ESCAPE,
+        Field::Bare => &NEEDS_ESCAPE_BARE,
+    };
+    plain + tail.iter().position(|&b| table[b as usize]).unwrap_or(tail.len())
 }
 
 /// The client address as `Display` writes it; IPv4 (nearly every line)
@@ -438,6 +452,13 @@ fn push_ip(buf: &mut Vec<u8>, ip: IpAddr) {
     }
 }
 
+/// The request line of unparseable input, for the log (bounded, lossy).
+pub(crate) fn first_line(input: &[u8]) -> Option<Vec<u8>> {
+    let input = &input[..input.len().min(1024)];
+    let line = input.split(|&b| b == b'\r' || b == b'\n').find(|l| !l.is_empty())?;
+    Some(line.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,33 +488,40 @@ mod tests {
         let mut clf = Vec::new();
         clf_time(&mut clf, b"Sun, 22 Nov 2026 10:00:09 GMT");
         assert_eq!(clf, b"22/Nov/2026:10:00:09 +0000");
-        let escaped = |v: &str| {
+        let escaped_in = |v: &str, field| {
             let mut buf = Vec::new();
-            escape_into(&mut buf, Some(v.as_bytes()));
+            escape_into(&mut buf, Some(v.as_bytes()), field);
             String::from_utf8(buf).unwrap()
         };
+        let escaped = |v: &str| escaped_in(v, Field::Quoted);
+        assert_eq!(escaped("al ice"), "al ice");
+        assert_eq!(escaped_in("al ice", Field::Bare), "al\\x20ice", "a space would split a bare field");
+        assert_eq!(escaped_in("a  long name\t", Field::Bare), "a\\x20\\x20long\\x20name\\x09");
         assert_eq!(escaped(""), "");
         assert_eq!(escaped("plain"), "plain");
         assert_eq!(escaped("\""), "\\x22", "nginx's escape=default");
         assert_eq!(escaped("a\tb\\"), "a\\x09b\\x5C");
         assert_eq!(escaped("é"), "\\xC3\\xA9");
         // Any byte at any place of a run: the word-at-a-time scan stops
-        // exactly where the byte-by-byte one would.
-        for b in 0..=255u8 {
-            for at in 0..20 {
-                let mut run = vec![b'a'; 20];
-                run[at] = b;
-                let expected = if NEEDS_ESCAPE[b as usize] { at } else { 20 };
-                assert_eq!(plain_prefix(&run), expected, "byte {b:#04x} at {at}");
-                run[19] = b'"';
-                let expected = if NEEDS_ESCAPE[b as usize] && at < 19 { at } else { 19 };
-                assert_eq!(plain_prefix(&run), expected, "byte {b:#04x} at {at}, quote last");
+        // exactly where the byte-by-byte one would, in both kinds of field.
+        for (field, table) in [(Field::Quoted, &NEEDS_ESCAPE), (Field::Bare, &NEEDS_ESCAPE_BARE)] {
+            for b in 0..=255u8 {
+                for at in 0..20 {
+                    let mut run = vec![b'a'; 20];
+                    run[at] = b;
+                    let expected = if table[b as usize] { at } else { 20 };
+                    assert_eq!(plain_prefix(&run, field), expected, "byte {b:#04x} at {at} ({field:?})");
+                    run[19] = b'"';
+                    let expected = if table[b as usize] && at < 19 { at } else { 19 };
+                    assert_eq!(plain_prefix(&run, field), expected, "byte {b:#04x} at {at}, quote last");
+                }
             }
         }
         // Every byte: printable ASCII passes except `"` and `\`.
         for b in 0..=255u8 {
             let plain = (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\';
             assert_eq!(NEEDS_ESCAPE[b as usize], !plain, "byte {b:#04x}");
+            assert_eq!(NEEDS_ESCAPE_BARE[b as usize], !plain || b == b' ', "byte {b:#04x}");
         }
     }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use transport::Wire;
 
-use super::conn::first_line;
+use crate::accesslog::first_line;
 use crate::{response, LogRecord, Pipeline};
 
 /// Counters in the table: addresses are hashed into them, so two

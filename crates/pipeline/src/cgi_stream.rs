@@ -1,18 +1,19 @@
 //! Moving bytes between a client and a running CGI script, without ever
-//! blocking: the request body from the socket to the script's stdin, its
-//! stdout (head parsed, then framed) to the socket, its stderr to the error
-//! log — all at once, so a script that prints before it reads its input
-//! cannot deadlock against us (bad-input K11).
+//! blocking: the request body (collected whole by the connection before the
+//! script starts, in memory or spooled) to the script's stdin, its stdout
+//! (head parsed, then framed) to the socket, its stderr to the error log —
+//! all at once, so a script that prints before it reads its input cannot
+//! deadlock against us (bad-input K11).
 //!
 //! A script's run is the [`Responder`] the connection drives: its `pump`
 //! goes as far as every descriptor allows and says what it waits for;
-//! socket I/O never waits (`Wire::read_now`, `Wire::write_now`), so the same code runs on a
+//! socket I/O never waits (`Wire::write_now`), so the same code runs on a
 //! blocking model's socket (which then `poll`s, see
 //! [`Connection::wait_blocking`](crate::Connection::wait_blocking)) and on
 //! an event loop's non-blocking one (which registers the pipes in epoll).
 //! Memory is bounded: at most [`OUT_HIGH`] bytes of output and
-//! [`IN_CHUNK`] bytes of body are held, so a 3 GB response streams in
-//! constant space.
+//! [`IN_CHUNK`] bytes of a spooled body are held, so a 3 GB response
+//! streams in constant space.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -55,7 +56,7 @@ impl Spawned {
 const OUT_HIGH: usize = 64 << 10;
 /// One read from the script.
 const READ_SIZE: usize = 16 << 10;
-/// Body bytes read from the client per step.
+/// Spooled body bytes read back per step.
 const IN_CHUNK: usize = 64 << 10;
 /// A partial stderr line is logged once it grows this long.
 const MAX_STDERR_LINE: usize = 4096;
@@ -101,8 +102,6 @@ struct CgiRun {
     keep_alive: bool,
     version: Version,
     head_only: bool,
-    /// Body bytes still to come from the client (its `Content-Length`).
-    body_remaining: u64,
     /// A spooled body, still being passed to the script.
     spool: Option<Spool>,
     stdin_buf: Vec<u8>,
@@ -126,44 +125,21 @@ struct CgiRun {
     /// open (a background child holds it): its response ends [`EXIT_GRACE`]
     /// later.
     exited_at: Option<Instant>,
-    /// When the request body began to be passed on, and its bytes received
-    /// so far (with those that came with the head), for `--min-rate`.
-    body_started: Instant,
-    body_received: u64,
 }
 
 impl CgiRun {
-    /// When the body still to come falls below `--min-rate`, if it does.
-    fn body_due(&self, p: &Pipeline) -> Option<Instant> {
-        if self.body_remaining == 0 || self.sp.process.stdin.is_none() {
-            return None;
-        }
-        p.settings.rate_deadline(self.body_started, self.body_received)
-    }
-
-    fn body_overdue(&self, p: &Pipeline, now: Instant) -> bool {
-        self.body_due(p).is_some_and(|due| due <= now)
-    }
-
     fn new(sp: Box<Spawned>, body: BodyStart, p: &Pipeline) -> CgiRun {
-        let BodyStart { keep_alive, buffered, spooled, remaining, expect_continue } = body;
-        let body_received = buffered.len() as u64;
+        let BodyStart { keep_alive, buffered, spooled } = body;
         let timeout = p.settings.cgi.as_ref().map_or(Duration::from_secs(60), |c| c.timeout);
-        let mut out = Vec::new();
-        if expect_continue && remaining > 0 {
-            // RFC 9110 §10.1.1: the script will read the body, so ask for it.
-            out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-        }
         CgiRun {
             version: sp.head.version,
             head_only: sp.head.method == h1::Method::Head,
             sp,
             keep_alive,
-            body_remaining: remaining,
             spool: spooled,
             stdin_buf: buffered,
             stdin_pos: 0,
-            out,
+            out: Vec::new(),
             out_pos: 0,
             script_head: Vec::new(),
             state: Out::Head,
@@ -176,8 +152,6 @@ impl CgiRun {
             deadline: Instant::now() + timeout,
             timeout,
             exited_at: None,
-            body_started: Instant::now(),
-            body_received,
         }
     }
 
@@ -199,13 +173,7 @@ impl CgiRun {
         let pr = &self.sp.process;
         let out_pending = self.out_pos < self.out.len();
         let stdin_pending = self.stdin_pos < self.stdin_buf.len();
-        let need_body = pr.stdin.is_some() && !stdin_pending && self.body_remaining > 0;
-        let socket = match (need_body, out_pending) {
-            (true, true) => Some(Interest::BOTH),
-            (true, false) => Some(Interest::READABLE),
-            (false, true) => Some(Interest::WRITABLE),
-            (false, false) => None,
-        };
+        let socket = out_pending.then_some(Interest::WRITABLE);
         let mut fds = Vec::with_capacity(4);
         if stdin_pending {
             fds.extend(pr.stdin.as_ref().map(|fd| (fd.as_fd(), Interest::WRITABLE)));
@@ -233,7 +201,7 @@ impl CgiRun {
         self.pump_stderr(p);
         loop {
             let mut progress = false;
-            match self.pump_stdin(sock, p) {
+            match self.pump_stdin(p) {
                 Ok(true) => progress = true,
                 Ok(false) => {}
                 Err(end) => return end,
@@ -295,20 +263,12 @@ impl CgiRun {
         } else if now >= self.deadline {
             return Streamed::TimedOut;
         }
-        let wake = self.exited_at.map_or(self.deadline, |at| self.deadline.min(at + EXIT_GRACE));
-        match self.body_due(p) {
-            // A body trickling in keeps the script "progressing" forever:
-            // --min-rate bounds it (the stop answers 408).
-            Some(due) if due <= now => Streamed::TimedOut,
-            Some(due) => Streamed::Wait(due.min(wake)),
-            None => Streamed::Wait(wake),
-        }
+        Streamed::Wait(self.exited_at.map_or(self.deadline, |at| self.deadline.min(at + EXIT_GRACE)))
     }
 
-    /// Body to the script: buffered bytes first, then more from the socket
-    /// (never beyond the body, so a pipelined request stays unread).
-    /// `Err`: how the run ends (the client vanished mid-body).
-    fn pump_stdin(&mut self, sock: &dyn Wire, p: &Pipeline) -> Result<bool, Streamed> {
+    /// Body to the script: the bytes in memory, or the spool's, read back
+    /// a chunk at a time. `Err`: how the run ends (the spool failed).
+    fn pump_stdin(&mut self, p: &Pipeline) -> Result<bool, Streamed> {
         let Some(stdin) = &self.sp.process.stdin else { return Ok(false) };
         let mut progress = false;
         if self.stdin_pos < self.stdin_buf.len() {
@@ -358,41 +318,9 @@ impl CgiRun {
                 }
             };
         }
-        if self.body_remaining == 0 {
-            // §4.2: the script sees end-of-file after exactly CONTENT_LENGTH bytes.
-            self.sp.process.stdin = None;
-            return Ok(true);
-        }
-        let want = self.body_remaining.min(IN_CHUNK as u64) as usize;
-        self.stdin_buf.resize(want, 0);
-        match sock.read_now(&mut self.stdin_buf[..]) {
-            Ok(0) => {
-                self.client_left();
-                Err(Streamed::Abort)
-            }
-            Ok(n) => {
-                self.stdin_buf.truncate(n);
-                self.body_remaining -= n as u64;
-                self.body_received += n as u64;
-                Ok(true)
-            }
-            Err(e) if not_now(&e) => {
-                self.stdin_buf.clear();
-                Ok(progress)
-            }
-            Err(_) => {
-                self.client_left();
-                Err(Streamed::Abort)
-            }
-        }
-    }
-
-    /// The client went away in the middle of the body: if nothing was
-    /// sent, the log says so with nginx's 499, not the 200 a script never gave.
-    fn client_left(&mut self) {
-        if !self.started {
-            self.status = crate::conn::CLIENT_CLOSED;
-        }
+        // §4.2: the script sees end-of-file after exactly CONTENT_LENGTH bytes.
+        self.sp.process.stdin = None;
+        Ok(true)
     }
 
     /// The script's output: head, then body. `Err` ends the run.
@@ -704,18 +632,8 @@ impl Responder for CgiRun {
     /// group goes (bad-input K12).
     fn stop(&mut self, p: &Pipeline) -> Option<u16> {
         self.sp.process.kill();
-        let status = if self.body_overdue(p, Instant::now()) {
-            // The client's fault, not the script's: a 408, as for a slow head.
-            p.error_log.info(format_args!(
-                "cgi {}: request body slower than --min-rate ({} bytes/s); script stopped",
-                self.sp.process.name, p.settings.min_rate
-            ));
-            408
-        } else {
-            p.error_log.error(format_args!("cgi {}: timed out; killed", self.sp.process.name));
-            504
-        };
-        (!self.started).then_some(status)
+        p.error_log.error(format_args!("cgi {}: timed out; killed", self.sp.process.name));
+        (!self.started).then_some(504)
     }
 
     fn status(&self) -> u16 {
@@ -724,9 +642,5 @@ impl Responder for CgiRun {
 
     fn body_bytes(&self) -> u64 {
         self.body_bytes
-    }
-
-    fn body_unread(&self) -> u64 {
-        self.body_remaining
     }
 }

@@ -1,10 +1,10 @@
 //! A response the connection streams instead of writing it from a queue.
 //!
 //! Most answers are an [`Outbound`](transport::Outbound) built at once.
-//! Some are produced while they are sent, by something that also reads the
-//! rest of the request body from the client — a CGI script today. Such a
-//! [`Responder`] moves its own bytes between the client's [`Wire`] and its
-//! source; the connection only drives it, waits for what it says, logs it
+//! Some are produced while they are sent, by something that runs beside
+//! the connection — a CGI script today, given the request's body whole.
+//! Such a [`Responder`] moves its own bytes from its source to the client's
+//! [`Wire`]; the connection only drives it, waits for what it says, logs it
 //! and goes on with what it leaves. The connection knows nothing of what a
 //! responder runs.
 
@@ -24,15 +24,10 @@ use crate::Pipeline;
 pub(crate) struct BodyStart {
     /// The connection may stay open after the response.
     pub keep_alive: bool,
-    /// Body bytes already received: a de-chunked body, or the part of a
-    /// `Content-Length` body that came with the head.
+    /// The body, received in full before the responder starts (de-chunked).
     pub buffered: Vec<u8>,
-    /// A de-chunked body too large for memory, received in full.
+    /// A body too large for memory, received in full.
     pub spooled: Option<crate::spool::Spool>,
-    /// Body bytes still to be read from the client.
-    pub remaining: u64,
-    /// The client waits for `100 Continue` before sending them.
-    pub expect_continue: bool,
 }
 
 /// What [`Responder::pump`] reached.
@@ -94,7 +89,4 @@ pub(crate) trait Responder: fmt::Debug + Send {
 
     /// Body bytes sent (or queued) to the client, for the log.
     fn body_bytes(&self) -> u64;
-
-    /// Request body bytes it did not read: dropped before the next request.
-    fn body_unread(&self) -> u64;
 }

@@ -27,6 +27,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::{json, Map, Value};
 use statuspage::{esc, fmt_us, Resource};
+use transport::accept::{self, Failed};
 use transport::{Shutdown, Wake};
 
 /// What the admin pages show about the server besides its stats.
@@ -65,9 +66,18 @@ pub fn run(listener: TcpListener, source: &dyn Fn() -> Snapshot, info: &Info, st
             Ok(Wake::Timeout) => continue,
             Ok(Wake::Ready) => {}
         }
-        while let Ok((stream, _)) = listener.accept() {
-            let rates = rates(&samples);
-            answer(stream, source, info, rates);
+        loop {
+            match accept::accept(&listener, accept::Mode::Blocking) {
+                Ok((stream, _)) => answer(stream, source, info, rates(&samples)),
+                Err((Failed::Retry, _)) => {}
+                Err((Failed::Empty, _)) => break,
+                // The listener stays readable: wait instead of spinning.
+                Err((Failed::Pause, _)) => {
+                    std::thread::sleep(accept::PAUSE);
+                    break;
+                }
+                Err((Failed::Gone, _)) => return,
+            }
         }
     }
 }

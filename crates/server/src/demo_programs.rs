@@ -20,22 +20,17 @@ mod spin;
 /// The first argument that runs one of them (`modus demo-cgi NAME`).
 pub const SUBCOMMAND: &str = "demo-cgi";
 
-/// The program asked for, when the binary was started as one of them.
-pub fn invoked() -> Option<String> {
-    let mut args = std::env::args_os().skip(1);
-    if args.next()? != SUBCOMMAND {
-        return None;
-    }
-    let name = args.next()?.into_string().ok()?;
-    args.next().is_none().then_some(name)
-}
-
 /// Their URL names, which are also their names on `modus demo-cgi`.
 pub const NAMES: [&str; 3] = ["spin", "echo", "env"];
 
-/// `modus demo-cgi NAME`.
-pub fn run(name: &str) -> ExitCode {
-    match name {
+/// `modus demo-cgi NAME`; `args` are those after [`SUBCOMMAND`].
+pub fn run(args: &[OsString]) -> ExitCode {
+    let [name] = args else {
+        eprintln!("modus {SUBCOMMAND}: want one program name: {}", NAMES.join(", "));
+        return ExitCode::from(2);
+    };
+    let name = name.to_string_lossy();
+    match &*name {
         "spin" => spin::main(),
         "env" => env::main(),
         "echo" => {

@@ -23,7 +23,11 @@ enum Command {
     /// Serve a directory (or, with no ROOT, the built-in demo site)
     Serve(Box<config::ServeOptions>),
     /// List the concurrency models
-    Models,
+    Models {
+        /// Only their names, one a line (for scripts)
+        #[arg(long)]
+        names: bool,
+    },
     /// Generate load against a server (open or closed loop; loopback only by default)
     Load(Box<load::LoadArgs>),
     /// Generate workloads: SURGE document trees and request streams, fixed-size files
@@ -92,20 +96,28 @@ fn die_quietly_on_closed_stdout() {
     }
 }
 
+/// The roles the server starts this binary again for: not commands of the
+/// CLI (its help and completions do not offer them), so told apart here,
+/// by the first argument, before clap reads the arguments. `None`: none of
+/// them was asked for.
+fn run_role() -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    let first = args.next()?;
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    Some(match first.to_str()? {
+        // The plain listener beside HTTPS (`--listen` with `--tls-listen`).
+        redirect::ARG => redirect::serve(&rest),
+        // The keeper `--user` leaves root for.
+        transport::keeper::ARG => transport::keeper::serve(&rest),
+        // The demo site's CGI programs (`modus demo-cgi NAME`).
+        demo_programs::SUBCOMMAND => demo_programs::run(&rest),
+        _ => return None,
+    })
+}
+
 fn main() -> ExitCode {
-    // The plain listener beside HTTPS (`--listen` with `--tls-listen`).
-    if let Some(code) = redirect::serve_if_invoked() {
+    if let Some(code) = run_role() {
         return code;
-    }
-    // The keeper `--user` leaves root for (transport::keeper).
-    if let Some(code) = transport::keeper::serve_if_invoked() {
-        return code;
-    }
-    // The demo site's CGI programs, which the server runs as
-    // `modus demo-cgi NAME`: not a command of the CLI (its help and
-    // completions do not offer it).
-    if let Some(name) = demo_programs::invoked() {
-        return demo_programs::run(&name);
     }
     let cli = Cli::parse();
     let serving = match &cli.command {
@@ -118,7 +130,13 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Serve(options) => serve::main(*options),
-        Command::Models => {
+        Command::Models { names: true } => {
+            for m in models::MODELS {
+                println!("{}", m.name);
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Models { names: false } => {
             // What `--schedule srpt` orders: the link in every model, and
             // the loop's turns where a loop serves many connections.
             for m in models::MODELS {

@@ -7,6 +7,7 @@
 //! threads) and a flood on the plain port takes nothing from the HTTPS one.
 //! It ends with the server (`PR_SET_PDEATHSIG`).
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -14,6 +15,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use transport::accept::{self, Failed};
 
 /// The first argument that runs it: `modus https-redirect TLS_PORT`.
 pub const ARG: &str = "https-redirect";
@@ -23,16 +26,12 @@ const MAX_AT_ONCE: usize = 256;
 /// A request head must arrive whole within this (a slow client is cut).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The redirector's side, when this binary was started as [`ARG`]; `None`
-/// otherwise.
-pub fn serve_if_invoked() -> Option<ExitCode> {
-    let mut args = std::env::args().skip(1);
-    if args.next()? != ARG {
-        return None;
-    }
-    let Some(port) = args.next().and_then(|p| p.parse::<u16>().ok()) else {
+/// The redirector's side, when this binary was started as [`ARG`]; `args`
+/// are those after it.
+pub fn serve(args: &[OsString]) -> ExitCode {
+    let Some(port) = args.first().and_then(|p| p.to_str()?.parse::<u16>().ok()) else {
         eprintln!("modus {ARG}: want the HTTPS port");
-        return Some(ExitCode::from(2));
+        return ExitCode::from(2);
     };
     // Gone with the server that started it, whatever way it ends.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
@@ -40,13 +39,24 @@ pub fn serve_if_invoked() -> Option<ExitCode> {
         Ok(fd) => TcpListener::from(fd),
         Err(e) => {
             eprintln!("modus {ARG}: no listening socket on standard input: {e}");
-            return Some(ExitCode::FAILURE);
+            return ExitCode::FAILURE;
         }
     };
     let _ = listener.set_nonblocking(false);
     let busy = Arc::new(AtomicUsize::new(0));
     loop {
-        let Ok((stream, _)) = listener.accept() else { continue };
+        let stream = match accept::accept(&listener, accept::Mode::Blocking) {
+            Ok((stream, _)) => stream,
+            Err((Failed::Retry | Failed::Empty, _)) => continue,
+            Err((Failed::Pause, _)) => {
+                std::thread::sleep(accept::PAUSE);
+                continue;
+            }
+            Err((Failed::Gone, e)) => {
+                eprintln!("modus {ARG}: accept: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         if busy.load(Ordering::Relaxed) >= MAX_AT_ONCE {
             // Closed at once: the client retries, the redirector stays up.
             continue;

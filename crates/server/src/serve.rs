@@ -441,7 +441,8 @@ fn admin_info(
         settings.push(("max-connections", t.max_connections.to_string()));
     } else if caps.event_driven {
         settings.push(("workers", t.workers.to_string()));
-        if model.name == "amped" {
+        // An event loop that hands its pipeline to helper threads (`amped`).
+        if !caps.pipeline_on_loop {
             settings.push(("helpers", t.helpers.to_string()));
         }
         settings.push(("max-connections", t.max_connections.to_string()));

@@ -282,14 +282,5 @@ macro_rules! per_model {
     )*};
 }
 
-per_model! {
-    per_request => "per-request",
-    pool => "pool",
-    staged => "staged",
-    prefork => "prefork",
-    worker => "worker",
-    perchild => "perchild",
-    event => "event",
-    amped => "amped",
-    uring => "uring",
-}
+// Every model of the registry.
+models::each_model!(per_model);

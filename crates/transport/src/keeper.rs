@@ -125,15 +125,12 @@ fn status(reply: &mut UnixStream) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(i32::from_le_bytes(errno)))
 }
 
-/// The keeper's side, when this binary was started as [`ARG`]: `None`
-/// otherwise. Serves requests on standard input until its end of file.
-pub fn serve_if_invoked() -> Option<ExitCode> {
-    let mut args = std::env::args_os().skip(1);
-    if args.next()? != ARG {
-        return None;
-    }
-    let paths: Vec<PathBuf> = args.map(PathBuf::from).collect();
-    let requests = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+/// The keeper's side, when this binary was started as [`ARG`] (`args` are
+/// those after it: the paths it may open). Serves requests on standard
+/// input until its end of file.
+pub fn serve(args: &[std::ffi::OsString]) -> ExitCode {
+    let paths: Vec<PathBuf> = args.iter().map(PathBuf::from).collect();
+    let Ok(requests) = std::io::stdin().as_fd().try_clone_to_owned() else { return ExitCode::FAILURE };
     loop {
         let mut request = [0u8; 5];
         let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -142,10 +139,10 @@ pub fn serve_if_invoked() -> Option<ExitCode> {
         let got = match rustix::net::recvmsg(&requests, iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
             Ok(got) => got,
             Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return Some(ExitCode::FAILURE),
+            Err(_) => return ExitCode::FAILURE,
         };
         if got.bytes == 0 {
-            return Some(ExitCode::SUCCESS);
+            return ExitCode::SUCCESS;
         }
         let reply: Option<OwnedFd> = control.drain().find_map(|m| match m {
             RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),

@@ -5,7 +5,9 @@
 //!   [`Progress::Done`] or [`Progress::Blocked`], so the same code serves a
 //!   blocking socket (a timed-out `SO_SNDTIMEO` shows up as `Blocked`) and a
 //!   non-blocking one driven by epoll.
-//! * [`listener`] — bound listening sockets with the options a server wants.
+//! * [`listener`] — bound listening sockets with the options a server wants;
+//!   [`accept`] — taking connections off them, and the one reading of
+//!   accept(2)'s errors every accepting loop shares.
 //! * [`Shutdown`] — a stop flag that also wakes threads waiting for a listener.
 //! * [`Wire`] — the byte stream a connection is driven over: a socket, or
 //!   bytes in memory in tests.
@@ -17,6 +19,7 @@
 //!   and their timeouts in (`event`, `amped` and the director's loop).
 #![warn(missing_docs)]
 
+pub mod accept;
 pub mod deadlines;
 pub mod keeper;
 pub mod listener;

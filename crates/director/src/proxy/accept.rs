@@ -1,8 +1,9 @@
 //! Accepting client connections under the caps (in all: 503; per address: 429).
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::time::Instant;
 
+use transport::accept::{self, Failed};
 use transport::poller::{Interest, Trigger};
 
 use super::*;
@@ -12,17 +13,20 @@ impl Director {
     pub(super) fn accept(&mut self) {
         for _ in 0..ACCEPT_BATCH {
             let Some(listener) = &self.listener else { return };
-            let (mut stream, peer) = match listener.accept() {
+            let (mut stream, peer) = match accept::accept(listener, accept::Mode::NonBlocking) {
                 Ok(pair) => pair,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
+                Err((Failed::Retry, _)) => continue,
+                Err((Failed::Empty, _)) => return,
+                // Out of descriptors or memory (or the listener gone, which
+                // only the stop does, having taken it out first): the tick
+                // puts it back rather than the loop spinning on it.
+                Err((Failed::Pause | Failed::Gone, e)) => {
+                    self.watch.accept_paused(&e);
                     self.pause_listener(LISTENER);
                     return;
                 }
             };
             self.stats.accepted += 1;
-            let _ = stream.set_nonblocking(true);
             let ip = peer.ip();
             let per_ip = self.per_ip.get(&ip).copied().unwrap_or(0);
             if self.clients.len() >= self.cfg.max_conns {

@@ -1,10 +1,10 @@
 //! The admin listener (`--admin`): status page, JSON, metrics.
 
-use std::io::{self};
 use std::net::Shutdown as NetShutdown;
 use std::time::Instant;
 
 use h1::Parsed;
+use transport::accept::{self, Failed};
 use transport::poller::{Interest, Trigger};
 
 use super::*;
@@ -13,16 +13,19 @@ impl Director {
     pub(super) fn accept_admins(&mut self) {
         for _ in 0..ACCEPT_BATCH {
             let Some(l) = &self.admin_listener else { return };
-            let stream = match l.accept() {
+            let stream = match accept::accept(l, accept::Mode::NonBlocking) {
                 Ok((stream, _)) => stream,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
+                Err((Failed::Retry, _)) => continue,
+                Err((Failed::Empty, _)) => return,
+                // Out of descriptors or memory (or the listener gone, which
+                // only the stop does, having taken it out first): the tick
+                // puts it back rather than the loop spinning on it.
+                Err((Failed::Pause | Failed::Gone, e)) => {
+                    self.watch.accept_paused(&e);
                     self.pause_listener(ADMIN_LISTENER);
                     return;
                 }
             };
-            let _ = stream.set_nonblocking(true);
             let admin = AdminConn { stream, inbuf: Vec::new(), out: Vec::new(), out_pos: 0, answered: false };
             let Some(token) = self.admins.insert(admin) else { continue };
             let Some(a) = self.admins.get(token) else { continue };

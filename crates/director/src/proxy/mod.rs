@@ -57,7 +57,7 @@ use transport::{Shutdown, Wire};
 
 use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
-use crate::options::Config;
+use crate::options::{Config, QueueOrder};
 use crate::relay::{RequestBody, ResponseBody};
 use crate::spill::Spill;
 use crate::watch::Watch;
@@ -75,7 +75,6 @@ mod status;
 mod tick;
 mod upstream;
 
-pub use queue::QueueOrder;
 use queue::{PendingQueue, Target};
 
 /// The first bytes of a request body kept in memory in REQUEST; the rest of

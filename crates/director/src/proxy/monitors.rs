@@ -1,8 +1,8 @@
 //! Monitor connections (`modus monitor`) and their reports.
 
-use std::io::{self};
 use std::time::{Duration, Instant};
 
+use transport::accept::{self, Failed};
 use transport::poller::{Interest, Trigger};
 
 use super::*;
@@ -13,16 +13,19 @@ impl Director {
     pub(super) fn accept_monitors(&mut self) {
         for _ in 0..ACCEPT_BATCH {
             let Some(l) = &self.monitor_listener else { return };
-            let (stream, peer) = match l.accept() {
+            let (stream, peer) = match accept::accept(l, accept::Mode::NonBlocking) {
                 Ok(pair) => pair,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
+                Err((Failed::Retry, _)) => continue,
+                Err((Failed::Empty, _)) => return,
+                // Out of descriptors or memory (or the listener gone, which
+                // only the stop does, having taken it out first): the tick
+                // puts it back rather than the loop spinning on it.
+                Err((Failed::Pause | Failed::Gone, e)) => {
+                    self.watch.accept_paused(&e);
                     self.pause_listener(MONITOR_LISTENER);
                     return;
                 }
             };
-            let _ = stream.set_nonblocking(true);
             let monitor = MonConn {
                 stream,
                 peer: peer.ip(),

@@ -9,31 +9,10 @@
 //! never answered yet counts as small; ties go in arrival order; the queue
 //! timeout bounds every wait either way.
 
+use crate::backend::LARGE;
+use crate::options::QueueOrder;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::str::FromStr;
-
-use crate::backend::LARGE;
-
-/// `--queue-order`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QueueOrder {
-    /// First come, first served.
-    Fifo,
-    /// Fewest expected response bytes first.
-    Srpt,
-}
-
-impl FromStr for QueueOrder {
-    type Err = String;
-    fn from_str(s: &str) -> Result<QueueOrder, String> {
-        match s {
-            "fifo" => Ok(QueueOrder::Fifo),
-            "srpt" => Ok(QueueOrder::Srpt),
-            _ => Err(format!("{s:?}: expected fifo or srpt")),
-        }
-    }
-}
 
 /// A request target as the queue knows it: a 64-bit hash of its text, so
 /// an exchange carries no copy of its target (two targets that collide

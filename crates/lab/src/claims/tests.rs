@@ -334,7 +334,7 @@ fn a_server_short_of_connection_slots_is_named_as_its_own_limit() {
         ],
     };
     let c = claim("throughput(server=pool) >= throughput(server=event)");
-    let v = c.judge_in(&table, Some(&spec));
+    let v = c.judge_in(&table, &|s| spec.slots_of(s));
     assert_eq!(
         v.points[0].reason,
         "pool: nothing saturated, server CPU 40 %; event: nothing saturated, server CPU 40 %"

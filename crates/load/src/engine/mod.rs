@@ -39,6 +39,7 @@ use crate::stats::{ErrorKind, Stats};
 use crate::target::{Chooser, Workload};
 
 mod conn;
+mod wire;
 mod worker;
 
 use worker::Worker;

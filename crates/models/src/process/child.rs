@@ -4,6 +4,7 @@
 use super::*;
 use crate::gate::{Door, Gate};
 use pipeline::{refuse_at_capacity, Client};
+use transport::accept::{self, Failed};
 
 /// Bytes per report message (well under `PIPE_BUF`, so writes are atomic).
 pub(super) const REPORT_LEN: usize = 16;
@@ -173,26 +174,20 @@ impl Child {
     /// Blocking accept on the shared listener (one waiter woken per
     /// connection; returns [`Accepted::Idle`] every [`BLOCKING_TICK`]).
     pub fn accept(&self) -> Accepted {
-        match self.listener.accept() {
+        match accept::accept(&self.listener, accept::Mode::Blocking) {
             Ok((stream, _)) => Accepted::Conn(stream),
-            Err(e) => match Errno::from_io_error(&e) {
-                // SO_RCVTIMEO passed; a signal; a peer that gave up.
-                Some(Errno::AGAIN | Errno::INTR | Errno::CONNABORTED) => Accepted::Idle,
-                Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM) => {
-                    // Out of descriptors or memory: back off, don't spin.
-                    self.pipeline
-                        .error_log
-                        .error_once("accept", format_args!("accept: {e}: {}", crate::ACCEPT_HINT));
-                    thread::sleep(Duration::from_millis(50));
-                    Accepted::Idle
-                }
-                // EINVAL: the master shut the listener down.
-                Some(Errno::INVAL) => Accepted::Closed,
-                _ => {
-                    self.pipeline.error_log.error(format_args!("accept: {e}"));
-                    Accepted::Closed
-                }
-            },
+            // SO_RCVTIMEO passed; a signal; a peer that gave up.
+            Err((Failed::Empty | Failed::Retry, _)) => Accepted::Idle,
+            Err((Failed::Pause, e)) => {
+                // Out of descriptors or memory: back off, don't spin.
+                self.pipeline
+                    .error_log
+                    .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                thread::sleep(accept::PAUSE);
+                Accepted::Idle
+            }
+            // The master shut the listener down.
+            Err((Failed::Gone, _)) => Accepted::Closed,
         }
     }
 

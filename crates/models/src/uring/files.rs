@@ -45,8 +45,7 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types};
 
-use super::socket::FilePiece;
-use super::{user_data, Loop, OP_DRAIN, OP_FILL};
+use super::{user_data, Loop, OP_DRAIN, OP_FILL, SEND_WINDOW};
 
 /// How file chunks leave, from `MODUS_URING_FILES`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +82,7 @@ pub(crate) fn sends_files() -> bool {
 
 /// What a pipe is asked to hold: the connection's whole send window, so a
 /// piece usually moves in one fill and one drain.
-const PIPE_SIZE: usize = super::socket::SEND_WINDOW;
+const PIPE_SIZE: usize = SEND_WINDOW;
 /// Empty pipes a loop keeps for the next pieces.
 const PIPES_KEPT: usize = 16;
 
@@ -155,6 +154,14 @@ impl Drop for Pipes {
         let idle = std::mem::take(&mut self.idle).len();
         self.count.open.fetch_sub(idle, Ordering::Relaxed);
     }
+}
+
+/// A range of a file to send without reading it into memory.
+#[derive(Debug)]
+pub(super) struct FilePiece {
+    pub(super) file: Arc<File>,
+    pub(super) offset: u64,
+    pub(super) len: usize,
 }
 
 /// A file piece on its way, with the pipe it goes through.

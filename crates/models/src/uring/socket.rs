@@ -34,9 +34,9 @@ use std::sync::Arc;
 use transport::tls::{Carrier, TlsStream};
 use transport::{Chunk, Data, Outbound, Progress, Wire};
 
-/// Bytes queued or in flight past which a write says "not now": the
-/// connection's send buffer (the kernel's own comes after it).
-pub(super) const SEND_WINDOW: usize = 256 << 10;
+use super::files::{FilePiece, FileSend};
+use super::SEND_WINDOW;
+
 /// A file chunk is read into memory this much at a time.
 const FILE_PIECE: usize = 64 << 10;
 /// An emptied inbox keeps its allocation up to this size.
@@ -72,14 +72,6 @@ fn give_back(mut buf: Vec<u8>) {
     }
 }
 
-/// A range of a file to send without reading it into memory.
-#[derive(Debug)]
-pub(super) struct FilePiece {
-    pub(super) file: Arc<File>,
-    pub(super) offset: u64,
-    pub(super) len: usize,
-}
-
 /// The bytes of one `sendmsg` on their way: they stay here, at the
 /// addresses the kernel was given, until the completion (and, for a
 /// zero-copy send, its notification) says the kernel is done with them.
@@ -91,7 +83,7 @@ pub(super) struct Batch {
     /// The first iovec not wholly sent.
     at: usize,
     left: usize,
-    pub(super) file: Option<super::files::FileSend>,
+    pub(super) file: Option<FileSend>,
 }
 
 impl Batch {
@@ -372,7 +364,7 @@ impl RingSocket {
         io.in_flight += taken;
         io.queued -= taken;
         let mut batch = Batch::new(&mut before);
-        batch.file = Some(super::files::FileSend::new(piece));
+        batch.file = Some(FileSend::new(piece));
         Some(batch)
     }
 

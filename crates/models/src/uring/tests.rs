@@ -58,7 +58,7 @@ fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harn
 }
 
 fn big() -> Vec<u8> {
-    (0..socket::SEND_WINDOW * 3 + 777).map(|i| (i % 251) as u8).collect()
+    (0..super::SEND_WINDOW * 3 + 777).map(|i| (i % 251) as u8).collect()
 }
 
 impl Harness {
@@ -229,7 +229,7 @@ fn loop_pipe_fds() -> usize {
                 .is_ok_and(|target| target.to_string_lossy().starts_with("pipe:"))
                 // SAFETY: F_GETPIPE_SZ reads a number about the descriptor
                 // and changes nothing; a descriptor closed meanwhile fails.
-                && unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) } == socket::SEND_WINDOW as i32
+                && unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) } == super::SEND_WINDOW as i32
         })
         .count()
 }

@@ -49,8 +49,6 @@ mod tests;
 mod timing;
 
 pub use blocking::{serve_blocking, serve_ready, Client, Gated, BLOCKING_TICK, WRITE_PATIENCE};
-pub(crate) use respond::first_line;
-pub use stream::CLIENT_CLOSED;
 
 use io::SPARE_BUFFERS;
 use respond::Pending;

@@ -6,6 +6,7 @@ use h1::RequestHead;
 use transport::Wire;
 
 use super::*;
+use crate::accesslog::first_line;
 use crate::reply::Reply;
 use crate::response::{self, Response};
 use crate::spares::{self, Spares};
@@ -348,11 +349,4 @@ pub(super) fn version_str(v: h1::Version) -> &'static str {
         h1::Version::Http10 => "HTTP/1.0",
         h1::Version::Http11 => "HTTP/1.1",
     }
-}
-
-/// The request line of unparseable input, for the log (bounded, lossy).
-pub(crate) fn first_line(input: &[u8]) -> Option<Vec<u8>> {
-    let input = &input[..input.len().min(1024)];
-    let line = input.split(|&b| b == b'\r' || b == b'\n').find(|l| !l.is_empty())?;
-    Some(line.to_vec())
 }

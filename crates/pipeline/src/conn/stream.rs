@@ -316,7 +316,7 @@ impl Connection {
             }
             Streamed::Done { close } => {
                 let Streaming { responder, plan } = *streaming;
-                let discard = plan.discard + responder.body_unread();
+                let discard = plan.discard;
                 let unread = discard > 0 || self.start < self.end || plan.unread;
                 self.log_streamed(responder.as_ref(), plan, p);
                 drop(responder);
@@ -332,9 +332,8 @@ impl Connection {
                 let Streaming { responder, plan } = *streaming;
                 let keep_alive = plan.body.as_ref().is_some_and(|b| b.keep_alive);
                 let request = Request::routed(p, *head, keep_alive, self.info.peer, local, redirects);
-                // The first response's body is dropped, and what it did not
-                // read of the request's body is dropped after the new one.
-                let discard = plan.discard + responder.body_unread();
+                // The first response's body is dropped.
+                let discard = plan.discard;
                 drop(responder);
                 let plan = Plan { body: Some(BodyPlan::spent(keep_alive)), discard, ..plan };
                 self.state = State::ready(request, plan);
@@ -397,18 +396,9 @@ impl Connection {
                     self.fail_planned(plan, 500, p);
                     return None;
                 };
-                let BodyPlan { keep_alive, expect_continue, mut remaining, collected, spooled, .. } = body;
-                let buffered = if collected.is_empty() && spooled.is_none() {
-                    // The part of the body that arrived with the head.
-                    let take = remaining.min((self.end - self.start) as u64) as usize;
-                    let bytes = self.buf[self.start..self.start + take].to_vec();
-                    self.start += take;
-                    remaining -= take as u64;
-                    bytes
-                } else {
-                    collected
-                };
-                let start = BodyStart { keep_alive, buffered, spooled, remaining, expect_continue };
+                // The body was collected whole before the script was asked for.
+                let BodyPlan { keep_alive, collected, spooled, .. } = body;
+                let start = BodyStart { keep_alive, buffered: collected, spooled };
                 let responder = spawned.responder(start, p);
                 plan.body = Some(BodyPlan::spent(keep_alive));
                 self.state = State::Stream(Box::new(Streaming { responder, plan }));

@@ -16,8 +16,10 @@
 //! cargo test -p modus conformance::pool::range::suffix         # exact
 //! ```
 //!
-//! **Adding a model is one line** in the `models!` invocation at the bottom.
-//! **Adding a feature file** is one line in the macro and one
+//! **Adding a model** needs nothing here: the suite runs every model of
+//! the registry (`models::each_model!`), plain and over TLS
+//! (`conformance::<model>::tls::`).
+//! **Adding a feature file** is one line in `features!` and one
 //! `#[cfg(any())] mod` line (see below).
 //!
 //! Feature files are pulled in with `include!` (a file can't be a module of
@@ -68,65 +70,107 @@ mod timeouts;
 #[cfg(any())]
 mod traversal;
 
-/// Expands every feature file once per `module_name => "model-name"` pair;
-/// the name may carry flags (`"event --schedule srpt"`), so one model runs
-/// the whole suite under another setting too.
+/// The feature files, as modules of the module it is called in (which
+/// holds `MODEL`).
+macro_rules! features {
+    () => {
+        mod accesslog {
+            include!("accesslog.rs");
+        }
+        mod bad_input {
+            include!("bad_input.rs");
+        }
+        mod cache {
+            include!("cache.rs");
+        }
+        mod cgi {
+            include!("cgi.rs");
+        }
+        mod clients {
+            include!("clients.rs");
+        }
+        mod compress {
+            include!("compress.rs");
+        }
+        mod conditional {
+            include!("conditional.rs");
+        }
+        mod equivalence {
+            include!("equivalence.rs");
+        }
+        mod error_pages {
+            include!("error_pages.rs");
+        }
+        mod keepalive {
+            include!("keepalive.rs");
+        }
+        mod methods {
+            include!("methods.rs");
+        }
+        mod range {
+            include!("range.rs");
+        }
+        mod shutdown {
+            include!("shutdown.rs");
+        }
+        mod slow {
+            include!("slow.rs");
+        }
+        mod static_files {
+            include!("static_files.rs");
+        }
+        mod timeouts {
+            include!("timeouts.rs");
+        }
+        mod traversal {
+            include!("traversal.rs");
+        }
+    };
+}
+
+/// Every feature file once per `module_name => "model-name"` pair; the
+/// name may carry flags (`"event --schedule srpt"`), so one model runs the
+/// whole suite under another setting too.
 macro_rules! models {
     ($($module:ident => $name:literal),* $(,)?) => {$(
         mod $module {
             /// The `--model` value these tests run against.
             const MODEL: &str = $name;
+            features!();
+        }
+    )*};
+}
 
-            mod accesslog { include!("accesslog.rs"); }
-            mod bad_input { include!("bad_input.rs"); }
-            mod cache { include!("cache.rs"); }
-            mod cgi { include!("cgi.rs"); }
-            mod clients { include!("clients.rs"); }
-            mod compress { include!("compress.rs"); }
-            mod conditional { include!("conditional.rs"); }
-            mod equivalence { include!("equivalence.rs"); }
-            mod error_pages { include!("error_pages.rs"); }
-            mod keepalive { include!("keepalive.rs"); }
-            mod methods { include!("methods.rs"); }
-            mod range { include!("range.rs"); }
-            mod shutdown { include!("shutdown.rs"); }
-            mod slow { include!("slow.rs"); }
-            mod static_files { include!("static_files.rs"); }
-            mod timeouts { include!("timeouts.rs"); }
-            mod traversal { include!("traversal.rs"); }
+/// Every model of the registry, plain and over HTTPS (one byte stream,
+/// one answer, with or without TLS underneath: the testkit's clients speak
+/// TLS to a server that announces https) — `<model>::…` and
+/// `<model>::tls::…`.
+macro_rules! registered {
+    ($($module:ident => $name:literal),* $(,)?) => {$(
+        mod $module {
+            /// The `--model` value these tests run against.
+            const MODEL: &str = $name;
+            features!();
+
+            mod tls {
+                /// The `--model` value these tests run against.
+                const MODEL: &str = concat!($name, " --tls-self-signed");
+                features!();
+            }
         }
     )*};
 }
 
 mod conformance {
-    // One line per concurrency model: `module_ident => "--model name"`.
+    // Every model: the registry's list (`models::each_model!`).
+    models::each_model!(registered);
+
     models! {
-        per_request => "per-request",
-        pool => "pool",
-        prefork => "prefork",
-        worker => "worker",
-        perchild => "perchild",
-        staged => "staged",
-        event => "event",
-        amped => "amped",
-        uring => "uring",
         // SRPT changes the write path (bounded writes, socket priorities):
         // the models whose loops it concerns run everything under it too.
         event_srpt => "event --schedule srpt",
         amped_srpt => "amped --schedule srpt",
         // And same-document grouping, whose misses wait on one another's read.
         amped_srpt_group => "amped --schedule srpt-group",
-        // Every model again over HTTPS: one byte stream, one answer, with
-        // or without TLS underneath (the testkit's clients speak TLS to a
-        // server that announces https).
-        per_request_tls => "per-request --tls-self-signed",
-        pool_tls => "pool --tls-self-signed",
-        prefork_tls => "prefork --tls-self-signed",
-        worker_tls => "worker --tls-self-signed",
-        perchild_tls => "perchild --tls-self-signed",
-        staged_tls => "staged --tls-self-signed",
-        event_tls => "event --tls-self-signed",
-        amped_tls => "amped --tls-self-signed",
-        uring_tls => "uring --tls-self-signed",
     }
 }

@@ -121,3 +121,47 @@ fn a_body_over_the_limit_is_streamed_whole() {
     r.assert_status(200);
     assert_bytes_eq(&r.body, &body, "a body over the limit, streamed");
 }
+
+#[test]
+fn slow_uploads_do_not_hold_a_backend_slot() {
+    let backend = echo_backend();
+    let d = director(
+        &[backend.addr],
+        &[
+            "--backend-conns",
+            "1",
+            "--max-backend-conns",
+            "1",
+            "--header-timeout",
+            "500ms",
+            "--body-timeout",
+            "500ms",
+        ],
+    );
+    // A short chunked body that stalls: pre-buffered in REQUEST, so it
+    // never reaches the backend and ends with the header deadline.
+    let mut short = d.client();
+    short.send("POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+    short.read_response("POST").assert_status(408);
+    assert_eq!(backend.shared.bytes.load(Ordering::SeqCst), 0);
+
+    // A long body that stalls half-way: read into a temp file before
+    // admission, abandoned by --body-timeout; the only backend slot was
+    // free all along (--max-buffered-request 0's streaming is tested in
+    // director/intake.rs).
+    let mut long = d.client();
+    long.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n");
+    long.send(vec![b'x'; 100_000]);
+    let mut waiting = d.client();
+    waiting.send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok");
+    long.read_response("POST").assert_status(408);
+    assert!(long.is_closed());
+    let r = waiting.read_response("POST");
+    assert_eq!((r.status, r.body_str().as_str()), (200, "ok"));
+    assert_eq!(backend.requests().len(), 1, "only the complete request was answered by the backend");
+    assert_eq!(
+        backend.shared.bytes.load(Ordering::SeqCst),
+        backend.requests()[0].len(),
+        "nothing of the stalled body reached the backend"
+    );
+}

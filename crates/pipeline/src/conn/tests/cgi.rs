@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::*;
+use crate::conn::stream::CLIENT_CLOSED;
 use crate::{CgiSettings, Program, Scripts};
 
 /// A harness whose `/cgi-bin/NAME` runs each `(NAME, shell script)`.
