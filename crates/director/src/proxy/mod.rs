@@ -39,8 +39,9 @@
 //! deadline) and serves the admin listener (`--admin`, rendered by
 //! [`crate::admin`]); neither ever blocks it.
 //!
-//! Its files: this one (the types, the loop), `accept.rs`, `client.rs` (the
-//! four states), `upstream.rs` (backend connections, pools, passive
+//! Its files: this one (the types, the loop), `accept.rs`, `client.rs`
+//! (REQUEST and PEEK), `exchange.rs` (RECEIVE and RESPONSE), `intake.rs` (a
+//! request body read before admission), `upstream.rs` (backend connections, pools, passive
 //! health), `tick.rs` (timers), `health.rs` (active checks),
 //! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot).
 
@@ -67,6 +68,7 @@ use transport::slab::Slab;
 mod accept;
 mod admin_listener;
 mod client;
+mod exchange;
 mod health;
 mod intake;
 mod monitors;
