@@ -320,7 +320,7 @@ fn lab(args: LabArgs) -> Result<()> {
                         return Err(usage(anyhow!("--speeds: every speed must be a positive number")));
                     }
                     let shape = replay::shape(dir).map_err(usage)?;
-                    let described = load::surge::stats(dir).unwrap_or_else(|e| format!("{e:#}\n"));
+                    let described = load::logstats::stats(dir).unwrap_or_else(|e| format!("{e:#}\n"));
                     print!("{described}");
                     Some((shape.clone(), replay::rates(&shape, speeds), described))
                 }

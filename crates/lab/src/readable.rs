@@ -202,6 +202,18 @@ pub fn facets(series: &[(&str, f64)]) -> Vec<Facet> {
         .collect()
 }
 
+/// A measured value as a table shows it: whole above 100, two decimals
+/// above 1, three below.
+pub(crate) fn fmt(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

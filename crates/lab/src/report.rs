@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::claims::Claim;
 mod plot;
 
-use crate::readable;
+use crate::readable::{self, fmt};
 use crate::results::Table;
 use crate::spec::Spec;
 use plot::{plot, trace_plot, unit};
@@ -246,16 +246,6 @@ pub fn replace_block(text: &str, name: &str, body: &str) -> Result<String> {
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-pub(crate) fn fmt(v: f64) -> String {
-    if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
 }
 
 /// The self-contained report.

@@ -136,9 +136,9 @@ pub fn rows(spec: &Spec, table: &Table, metric: &str) -> Vec<Row> {
 
 fn cell(v: (f64, f64, f64)) -> String {
     if v.2 > v.1 {
-        format!("{} ({}–{})", crate::report::fmt(v.0), crate::report::fmt(v.1), crate::report::fmt(v.2))
+        format!("{} ({}–{})", crate::readable::fmt(v.0), crate::readable::fmt(v.1), crate::readable::fmt(v.2))
     } else {
-        crate::report::fmt(v.0)
+        crate::readable::fmt(v.0)
     }
 }
 

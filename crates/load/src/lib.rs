@@ -461,7 +461,7 @@ pub fn workload_main(a: WorkloadArgs) -> ExitCode {
     let result = match a.command {
         WorkloadCommand::Surge { out, files, requests, users, seed, max_size } => {
             let p = surge::SurgeParams { files, requests, users, seed, max_size };
-            surge::generate(&p, &out).and_then(|_| surge::stats(&out)).map(|s| print!("{s}"))
+            surge::generate(&p, &out).and_then(|_| logstats::stats(&out)).map(|s| print!("{s}"))
         }
         WorkloadCommand::Fixed { out, seed } => surge::fixed(&out, seed).map(|()| {
             for (name, size) in surge::FIXED {
@@ -477,9 +477,9 @@ pub fn workload_main(a: WorkloadArgs) -> ExitCode {
                 cgi_ms,
                 seed,
             };
-            fromlog::from_log(&p, &out).and_then(|_| surge::stats(&out)).map(|s| print!("{s}"))
+            fromlog::from_log(&p, &out).and_then(|_| logstats::stats(&out)).map(|s| print!("{s}"))
         }
-        WorkloadCommand::Stats { dir } => surge::stats(&dir).map(|s| print!("{s}")),
+        WorkloadCommand::Stats { dir } => logstats::stats(&dir).map(|s| print!("{s}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,103 +1,17 @@
-//! What `modus workload from-log` found: the manifest it writes, and
-//! `modus workload stats` of such a directory, beside SURGE's parameters.
+//! `modus workload stats DIR`, of a directory of either origin: the files
+//! checked against the stream, then SURGE's parameters, or what
+//! `modus workload from-log` found beside SURGE's.
 
 use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
 
-use serde_json::{json, Value};
+use anyhow::{bail, Context, Result};
 
-use crate::fit;
-use crate::fromlog::{Counts, Doc, FromLogParams, REORDER_S, SESSION_GAP_S};
+use serde_json::Value;
+
+use crate::fromlog::{self, SESSION_GAP_S};
 use crate::surge;
-
-/// Most buckets of the rate over time kept in the manifest.
-const RATE_BUCKETS: usize = 48;
-
-/// The manifest of a workload made from a log.
-pub(crate) fn manifest(
-    p: &FromLogParams,
-    docs: &[Doc],
-    users: usize,
-    c: &Counts,
-    read_s: (f64, f64),
-) -> Value {
-    let mut sizes: Vec<u64> = docs.iter().filter(|d| !d.cgi).map(|d| d.size).collect();
-    let counts: Vec<u64> = docs.iter().filter(|d| !d.cgi).map(|d| d.requests).collect();
-    let sf = fit::size_mixture(&sizes, 133_000.0);
-    sizes.sort_unstable();
-    let total: u64 = sizes.iter().sum();
-    let span_s = c.first.map_or(0, |f| c.last - f + 1).max(1);
-    // The rate over time, in at most RATE_BUCKETS buckets.
-    let per = c.rate.counts.len().div_ceil(RATE_BUCKETS).max(1);
-    let width = per as u64 * c.rate.width_s;
-    let rates: Vec<f64> = c
-        .rate
-        .counts
-        .chunks(per)
-        .map(|b| b.iter().sum::<u64>() as f64 / width as f64)
-        .map(|r| (r * 1000.0).round() / 1000.0)
-        .collect();
-    let q = |h: &hdrhistogram::Histogram<u64>, q: f64| {
-        if h.is_empty() {
-            0.0
-        } else {
-            h.value_at_quantile(q) as f64 / 1e3
-        }
-    };
-    json!({
-        "schema": 1,
-        "generator": "modus workload from-log",
-        "reference": "fitted to the models of Barford & Crovella, Generating Representative Web Workloads for Network and Server Performance Evaluation, SIGMETRICS 1998 (SURGE), Table 2",
-        "parameters": {
-            "inputs": p.inputs.iter().map(|i| i.display().to_string()).collect::<Vec<_>>(),
-            "anonymize": p.anonymize, "speed": p.speed,
-            "window": [p.window.0, p.window.1], "cgi_ms": p.cgi_ms, "seed": p.seed,
-            "session_gap_s": SESSION_GAP_S, "reorder_s": REORDER_S,
-            "size_tail_k": sf.k,
-        },
-        "realised": {
-            "lines": c.lines,
-            "requests": c.requests,
-            "users": users,
-            "sessions": c.sessions,
-            "documents": sizes.len(),
-            "cgi_targets": docs.iter().filter(|d| d.cgi).count(),
-            "cgi_requests": c.cgi_requests,
-            "cgi_share": if c.requests > 0 { c.cgi_requests as f64 / c.requests as f64 } else { 0.0 },
-            "span_s": span_s,
-            "mean_rate_rps": c.requests as f64 / span_s as f64,
-            "peak_second_rps": c.peak_second,
-            "zipf_exponent_mle": fit::zipf_mle(&counts),
-            "zipf_slope_ls": ls_slope(&counts),
-            "size_body_mu": sf.mu, "size_body_sigma": sf.sigma,
-            "size_tail_alpha": sf.alpha, "size_tail_fraction": sf.tail_fraction,
-            "size_censored_at_max": sf.censored,
-            "size_min": sizes.first().copied().unwrap_or(0),
-            "size_median": sizes.get(sizes.len() / 2).copied().unwrap_or(0),
-            "size_mean": if sizes.is_empty() { 0.0 } else { total as f64 / sizes.len() as f64 },
-            "size_max": sizes.last().copied().unwrap_or(0),
-            "total_bytes": total,
-            "think_median_s": q(&c.think_ms, 0.5),
-            "think_p90_s": q(&c.think_ms, 0.9),
-            "think_gaps": c.think_ms.len(),
-            "read_s": read_s.0,
-            "read_cpu_s": read_s.1,
-            "lines_per_cpu_s": c.lines as f64 / read_s.1.max(1e-9),
-        },
-        "skipped": c.skipped,
-        "rate": {"bucket_s": width, "rps": rates},
-    })
-}
-
-/// The least-squares log-log slope (negated), SURGE's own check.
-fn ls_slope(counts: &[u64]) -> f64 {
-    let mut c: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
-    c.sort_unstable_by(|a, b| b.cmp(a));
-    if c.len() > 1 {
-        -surge::zipf_slope(&c)
-    } else {
-        0.0
-    }
-}
 
 /// `modus workload stats` of a from-log directory.
 pub fn describe(dir: &std::path::Path, m: &Value) -> String {
@@ -200,4 +114,113 @@ pub fn describe(dir: &std::path::Path, m: &Value) -> String {
         }
     }
     out
+}
+
+/// `modus workload stats DIR`: the manifest's parameters and realised
+/// distributions, after checking the files on disk against the stream.
+pub fn stats(dir: &Path) -> Result<String> {
+    let text = fs::read_to_string(dir.join(surge::MANIFEST_FILE)).with_context(|| {
+        format!("{}: not a workload directory (no {})", dir.display(), surge::MANIFEST_FILE)
+    })?;
+    let m: Value = serde_json::from_str(&text).context("parsing the manifest")?;
+    let stream =
+        std::io::BufReader::new(fs::File::open(dir.join(surge::STREAM_FILE)).context("reading the stream")?);
+    let mut checked = std::collections::HashSet::new();
+    let mut bad = 0;
+    let mut n = 0;
+    for line in std::io::BufRead::lines(stream) {
+        let line = line?;
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let e = surge::StreamEntry::parse(&line)?;
+        n += 1;
+        let Some(size) = e.size else { continue };
+        if checked.insert(e.path.clone()) {
+            let file = fromlog::file_of(e.path.as_bytes()).unwrap_or_default();
+            let meta = fs::metadata(dir.join(surge::DOCS_DIR).join(file));
+            if meta.map(|m| m.len()).ok() != Some(size) {
+                bad += 1;
+            }
+        }
+    }
+    let mut out = String::new();
+    if m["generator"] == "modus workload from-log" {
+        out = describe(dir, &m);
+    } else {
+        let _ = writeln!(out, "workload {}", dir.display());
+        let _ = writeln!(out, "  {}", m["reference"].as_str().unwrap_or(""));
+        surge_parameters(&mut out, &m);
+    }
+    let _ = writeln!(
+        out,
+        "checked: {n} requests, {} distinct files on disk, {bad} missing or of the wrong size",
+        checked.len()
+    );
+    if bad > 0 {
+        bail!("{out}{bad} files are missing or of the wrong size");
+    }
+    Ok(out)
+}
+
+fn surge_parameters(out: &mut String, m: &Value) {
+    let _ = writeln!(out, "parameters:");
+    if let Some(o) = m["parameters"].as_object() {
+        for (k, v) in o {
+            let _ = writeln!(out, "  {k:<20} {v}");
+        }
+    }
+    let _ = writeln!(out, "realised:");
+    if let Some(o) = m["realised"].as_object() {
+        for (k, v) in o {
+            let v = match v.as_f64() {
+                Some(f) if f.fract() != 0.0 => format!("{f:.4}"),
+                _ => v.to_string(),
+            };
+            let _ = writeln!(out, "  {k:<24} {v}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fromlog::{from_log, FromLogParams};
+
+    /// A directory of either origin is checked file by file against its
+    /// stream and described as what made it; a file gone is said.
+    #[test]
+    fn stats_checks_and_describes_a_surge_or_a_log_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let surge_dir = dir.path().join("surge");
+        let p = surge::SurgeParams { files: 50, requests: 500, users: 5, seed: 2, max_size: 4096 };
+        surge::generate(&p, &surge_dir).unwrap();
+        let text = stats(&surge_dir).unwrap();
+        assert!(text.contains("0 missing") && text.contains("parameters:"), "{text}");
+
+        let log = dir.path().join("access.log");
+        let line = |t: &str, path: &str, size: u32| {
+            format!("10.0.0.1 - - [01/Jan/2024:00:00:0{t} +0000] \"GET {path} HTTP/1.1\" 200 {size} \"-\" \"ua\"\n")
+        };
+        fs::write(
+            &log,
+            [line("0", "/a.html", 10), line("1", "/b.png", 20), line("2", "/a.html", 12)].concat(),
+        )
+        .unwrap();
+        let from = dir.path().join("from");
+        let p = FromLogParams {
+            inputs: vec![log],
+            anonymize: false,
+            speed: 1.0,
+            window: (None, None),
+            cgi_ms: None,
+            seed: 1,
+        };
+        from_log(&p, &from).unwrap();
+        let text = stats(&from).unwrap();
+        assert!(text.contains("(modus workload from-log)") && text.contains("0 missing"), "{text}");
+        fs::remove_file(from.join(surge::DOCS_DIR).join("b.png")).unwrap();
+        let e = format!("{:#}", stats(&from).unwrap_err());
+        assert!(e.contains("1 files are missing or of the wrong size"), "{e}");
+    }
 }

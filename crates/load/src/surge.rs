@@ -478,71 +478,6 @@ pub fn fixed(out: &Path, seed: u64) -> Result<()> {
     Ok(())
 }
 
-/// `modus workload stats DIR`: the manifest's parameters and realised
-/// distributions, after checking the files on disk against the stream.
-pub fn stats(dir: &Path) -> Result<String> {
-    let text = fs::read_to_string(dir.join(MANIFEST_FILE))
-        .with_context(|| format!("{}: not a workload directory (no {MANIFEST_FILE})", dir.display()))?;
-    let m: Value = serde_json::from_str(&text).context("parsing the manifest")?;
-    let stream =
-        std::io::BufReader::new(fs::File::open(dir.join(STREAM_FILE)).context("reading the stream")?);
-    let mut checked = std::collections::HashSet::new();
-    let mut bad = 0;
-    let mut n = 0;
-    for line in std::io::BufRead::lines(stream) {
-        let line = line?;
-        if line.starts_with('#') || line.is_empty() {
-            continue;
-        }
-        let e = StreamEntry::parse(&line)?;
-        n += 1;
-        let Some(size) = e.size else { continue };
-        if checked.insert(e.path.clone()) {
-            let file = crate::fromlog::file_of(e.path.as_bytes()).unwrap_or_default();
-            let meta = fs::metadata(dir.join(DOCS_DIR).join(file));
-            if meta.map(|m| m.len()).ok() != Some(size) {
-                bad += 1;
-            }
-        }
-    }
-    let mut out = String::new();
-    if m["generator"] == "modus workload from-log" {
-        out = crate::logstats::describe(dir, &m);
-    } else {
-        let _ = writeln!(out, "workload {}", dir.display());
-        let _ = writeln!(out, "  {}", m["reference"].as_str().unwrap_or(""));
-        surge_parameters(&mut out, &m);
-    }
-    let _ = writeln!(
-        out,
-        "checked: {n} requests, {} distinct files on disk, {bad} missing or of the wrong size",
-        checked.len()
-    );
-    if bad > 0 {
-        bail!("{out}{bad} files are missing or of the wrong size");
-    }
-    Ok(out)
-}
-
-fn surge_parameters(out: &mut String, m: &Value) {
-    let _ = writeln!(out, "parameters:");
-    if let Some(o) = m["parameters"].as_object() {
-        for (k, v) in o {
-            let _ = writeln!(out, "  {k:<20} {v}");
-        }
-    }
-    let _ = writeln!(out, "realised:");
-    if let Some(o) = m["realised"].as_object() {
-        for (k, v) in o {
-            let v = match v.as_f64() {
-                Some(f) if f.fract() != 0.0 => format!("{f:.4}"),
-                _ => v.to_string(),
-            };
-            let _ = writeln!(out, "  {k:<24} {v}");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,7 +557,6 @@ mod tests {
         let slope = f("zipf_slope_stream");
         assert!((slope + 1.0).abs() < 0.03, "Zipf slope of the stream {slope}");
         assert_eq!(r["files_requested"], 1000);
-        assert!(stats(dir.path()).unwrap().contains("0 missing"));
     }
 
     #[test]
