@@ -52,7 +52,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
@@ -93,6 +93,10 @@ pub enum LabCommand {
         /// Runs of every point (overrides the experiment's)
         #[arg(long, value_name = "N")]
         repeats: Option<u32>,
+        /// The load's client (overrides the experiment's): `modus-load`,
+        /// or `wrk` for closed-loop experiments of one path a point
+        #[arg(long, value_enum, value_name = "CLIENT")]
+        generator: Option<spec::Generator>,
     },
     /// Rebuild the plots and report of a results directory (no rerun);
     /// for a `papers` directory, every experiment's and REPRODUCTION.md
@@ -227,7 +231,7 @@ fn lab(args: LabArgs) -> Result<()> {
             }
             Ok(())
         }
-        LabCommand::Run { experiment, quick, out, resume, repeats } if experiment == "papers" => {
+        LabCommand::Run { experiment, quick, out, resume, repeats, generator } if experiment == "papers" => {
             let out = out.unwrap_or_else(|| default_out("papers"));
             for name in spec::papers() {
                 let mut spec = spec::load(name).map_err(usage)?;
@@ -237,19 +241,25 @@ fn lab(args: LabArgs) -> Result<()> {
                 if let Some(r) = repeats {
                     spec.repeats = r.max(1);
                 }
+                if let Some(g) = generator {
+                    spec = spec.with_generator(g).map_err(usage)?;
+                }
                 execute(&spec, &out.join(name), resume)?;
             }
             reproduction::write(&out)?;
             println!("reproduction: {}", out.join("REPRODUCTION.md").display());
             Ok(())
         }
-        LabCommand::Run { experiment, quick, out, resume, repeats } => {
+        LabCommand::Run { experiment, quick, out, resume, repeats, generator } => {
             let mut spec = spec::load(&experiment).map_err(usage)?;
             if quick {
                 spec = spec.quick();
             }
             if let Some(r) = repeats {
                 spec.repeats = r.max(1);
+            }
+            if let Some(g) = generator {
+                spec = spec.with_generator(g).map_err(usage)?;
             }
             let out = out.unwrap_or_else(|| default_out(&spec.name));
             execute(&spec, &out, resume)
@@ -406,6 +416,7 @@ fn lab(args: LabArgs) -> Result<()> {
                 cgi: shape.as_ref().is_some_and(|(s, _, _)| s.cgi),
                 network: None,
                 hosts: None,
+                generator: spec::Generator::ModusLoad,
                 context: None,
                 sweep: Sweep {
                     clients,
@@ -475,6 +486,14 @@ fn execute(spec: &Spec, out: &Path, resume: bool) -> Result<()> {
     // Everything the experiment starts is charged to one cpuacct group, so
     // "the machine was busy" counts only what is not the experiment.
     let _accounting = busy::Accounting::join();
+    if spec.generator == spec::Generator::Wrk
+        && !std::process::Command::new("wrk")
+            .arg("-v")
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty() || !o.stderr.is_empty())
+    {
+        bail!("{}: generator = \"wrk\", and wrk is not installed (apt-get install wrk)", spec.name);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
     std::fs::create_dir_all(out)?;

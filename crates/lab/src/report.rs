@@ -75,7 +75,7 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
     let machine = &meta["machine"];
     let _ = writeln!(
         m,
-        "modus {} (git {}), {} × {}{}, kernel {}, {} MiB; {} repeat(s) per point.\n",
+        "modus {} (git {}), {} × {}{}, kernel {}, {} MiB; {} repeat(s) per point; load from {}.\n",
         meta["modus_version"].as_str().unwrap_or("?"),
         meta["git_revision"].as_str().unwrap_or("?"),
         machine["cpus"],
@@ -84,6 +84,7 @@ pub fn markdown(spec: &Spec, table: &Table, meta: &Value) -> String {
         machine["kernel"].as_str().unwrap_or("?"),
         machine["memory_mib"],
         spec.repeats,
+        spec.generator.name(),
     );
     if let Some(network) = meta["network"].as_str() {
         let _ = writeln!(m, "Network: {network}.\n");

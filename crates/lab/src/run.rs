@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::columns::{METRICS, PHASES};
 use crate::probe::{Scoreboard, Timing};
 use crate::results::{Coords, Point, Table};
-use crate::spec::{ServerSpec, Spec};
+use crate::spec::{Generator, ServerSpec, Spec};
 
 /// One point to measure: `spec.servers[server]` at `clients`, the
 /// `path`-th path, the `cpus`-th CPU set, the `rate`-th rate, the
@@ -634,7 +634,21 @@ impl Runner {
         let url = format!("http://{}{}", running.addr, if mix.is_some() { "/" } else { &at.path });
         let read_before = running.read_bytes();
         let status_before = running.statuses();
-        let mut load = pinned(&self.modus, load_cpus.as_deref(), self.place(|net| net.client()).ns);
+        let load_ns_place = self.place(|net| net.client()).ns;
+        let wrk = spec.generator == Generator::Wrk;
+        let wrk_command = |seconds| {
+            let timeout = spec.timeout.map(|t| t.0);
+            wrk::command(
+                load_cpus.as_deref(),
+                load_ns_place,
+                &url,
+                at.clients,
+                seconds,
+                at.connection == "close",
+                timeout,
+            )
+        };
+        let mut load = pinned(&self.modus, load_cpus.as_deref(), load_ns_place);
         load.args(["load", &url, "-c", &at.clients.to_string(), "--json"]);
         if self.network.is_some() || self.hosts.is_some() {
             load.arg("--allow-remote");
@@ -678,6 +692,13 @@ impl Runner {
             "--warmup",
             &units::Dur(spec.warmup.0).to_string(),
         ]);
+        if wrk {
+            // Its warm-up is a run of its own, before the measured window.
+            if !spec.warmup.0.is_zero() {
+                wrk::warm_up(wrk_command(spec.warmup.0))?;
+            }
+            load = wrk_command(spec.duration.0);
+        }
         // The window the machine's business is measured over: the load's run.
         let window = crate::busy::Snapshot::take();
         let before = running.cpu_ns();
@@ -710,9 +731,13 @@ impl Runner {
         let window = window.until(&crate::busy::Snapshot::take(), after.saturating_sub(before) + load_ns);
         let read_after = running.read_bytes();
         let pss = running.pss_kib();
-        let report: Result<Value> = serde_json::from_slice(&out.stdout).map_err(|e| {
-            anyhow!("modus load gave no report ({e}): {}", String::from_utf8_lossy(&out.stderr))
-        });
+        let report: Result<Value> = if wrk {
+            wrk::report(&String::from_utf8_lossy(&out.stdout), at.clients, load_ns, at.connection == "close")
+        } else {
+            serde_json::from_slice(&out.stdout).map_err(|e| {
+                anyhow!("modus load gave no report ({e}): {}", String::from_utf8_lossy(&out.stderr))
+            })
+        };
         let requests = report.as_ref().map_or(0.0, |r| {
             r["requests"].as_f64().unwrap_or(0.0) + r["warmup_requests"].as_f64().unwrap_or(0.0)
         });
@@ -943,6 +968,7 @@ fn free_port() -> Result<u16> {
 
 pub mod placed;
 mod process;
+mod wrk;
 
 use process::{pinned, pinned_in, Running, Server};
 

@@ -139,6 +139,34 @@ pub struct Spec {
     /// by row, in the Markdown report (`versus.rs`): `cpu_per_request`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_peer: Option<String>,
+    /// The client every point's load comes from: `modus load` (the
+    /// default), or `wrk` — closed loop only, one thread — the client the
+    /// peers' own benchmarks use (`run/wrk.rs`: why the server's CPU per
+    /// request depends on it). `modus lab run --generator` overrides it.
+    #[serde(default, skip_serializing_if = "Generator::is_default")]
+    pub generator: Generator,
+}
+
+/// Who sends a point's requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Generator {
+    #[default]
+    ModusLoad,
+    Wrk,
+}
+
+impl Generator {
+    fn is_default(&self) -> bool {
+        *self == Generator::ModusLoad
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Generator::ModusLoad => "modus load",
+            Generator::Wrk => "wrk",
+        }
+    }
 }
 
 /// The points of the sweep: every combination of its axes.
@@ -525,6 +553,20 @@ impl Spec {
         if self.repeats == 0 {
             bail!("repeats must be at least 1");
         }
+        if self.generator == Generator::Wrk {
+            if !self.sweep.rates.is_empty() {
+                bail!("generator = \"wrk\" is closed loop: no [sweep] rates");
+            }
+            if self.mix.is_some()
+                || self.workload.is_some()
+                || self.paths().iter().any(|p| p.starts_with("mix:"))
+            {
+                bail!("generator = \"wrk\" asks for one path a point: no mix or workload");
+            }
+            if self.hosts.is_some() {
+                bail!("generator = \"wrk\" runs here: no [hosts]");
+            }
+        }
         if self.trace.is_some_and(|f| !(f > 0.0 && f <= 1.0)) {
             bail!("trace: a share of the requests, more than 0 and at most 1");
         }
@@ -634,6 +676,14 @@ impl Spec {
     /// Whether some point runs under a memory limit.
     pub fn limits_memory(&self) -> bool {
         !self.sweep.memory.is_empty() || self.servers.iter().any(|s| s.memory.is_some())
+    }
+
+    /// The spec with its load from `generator`, checked again (wrk is
+    /// for closed-loop experiments of one path a point).
+    pub fn with_generator(mut self, generator: Generator) -> Result<Spec> {
+        self.generator = generator;
+        self.check()?;
+        Ok(self)
     }
 
     /// The spec for a quick look: one short round at the ends of the

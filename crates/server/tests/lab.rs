@@ -429,6 +429,54 @@ fn a_connection_per_request_is_an_axis() {
     }
 }
 
+/// wrk as the generator (`generator = "wrk"`, or `lab run --generator
+/// wrk`): its text read into the record, what it sent seen in the
+/// server's own access log, both connection modes; open loop refused.
+#[test]
+fn wrk_can_be_the_generator() {
+    if !installed("wrk") {
+        eprintln!("wrk is not installed: skipped (apt-get install wrk)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("wrk.toml");
+    let text =
+        "name = \"wrk\"\ndescription = \"d\"\npath = \"/500b.bin\"\nduration = \"1s\"\nwarmup = \"1s\"\n\
+                access-log = true\n[sweep]\nclients = [2]\nconnection = [\"keep-alive\", \"close\"]\n\
+                [[server]]\nmodel = \"pool\"\nargs = [\"--max-keepalive-requests\", \"100000000\"]\n";
+    std::fs::write(&spec, text).unwrap();
+    let out = tmp.path().join("out");
+    let r = run(
+        BIN,
+        ["lab", "run", spec.to_str().unwrap(), "--generator", "wrk", "--out", out.to_str().unwrap()],
+        LIMIT,
+    );
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    for (k, mode) in [(0, "keep-alive"), (1, "close")] {
+        let raw: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("raw/pool-c2-p0-u0-k{k}-r1.json"))).unwrap(),
+        )
+        .unwrap();
+        let load = &raw["load"];
+        assert_eq!(load["generator"], "wrk", "{load}");
+        let requests = load["requests"].as_f64().unwrap();
+        assert!(requests > 0.0 && load["errors"] == 0, "{mode}: {load}");
+        assert!(load["latency_us"]["p99"].as_f64().unwrap() > 0.0, "{load}");
+        // The warm-up's requests and the measured ones, each in the log.
+        let log = std::fs::read_to_string(out.join(format!("raw/pool-c2-p0-u0-k{k}-r1-access.log"))).unwrap();
+        let logged = log.lines().filter(|l| l.contains("\"GET /500b.bin HTTP/1.1\" 200 500 ")).count();
+        assert!(logged as f64 >= requests, "{mode}: {logged} logged for {requests} measured");
+        let cpu = raw["point"]["cpu_per_request"].as_f64().unwrap();
+        assert!(cpu > 0.0, "{mode}: the server's CPU per request: {cpu}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("load from wrk"), "{report}");
+    std::fs::write(&spec, text.replace("clients = [2]", "clients = [2]\nrates = [100]")).unwrap();
+    let r = run(BIN, ["lab", "run", spec.to_str().unwrap(), "--generator", "wrk"], LIMIT);
+    assert_eq!(r.status.code(), Some(2), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("closed loop"), "{}", r.stderr);
+}
+
 /// The built-in reuseport spec (bench/reuseport.sh's experiment): how
 /// evenly event's two loops took the work, from their scoreboard lines
 /// before and after each point, shared listener and one per loop, both
