@@ -1,5 +1,6 @@
 //! The workspace's shape, kept: no `.rs` file under `crates/` past
-//! [`MAX_LINES`] lines, and no import circle between the files of a crate.
+//! [`MAX_LINES`] lines, no import circle between the files of a crate, and
+//! docs/ARCHITECTURE.md naming every module file and no file that is gone.
 //!
 //! A crate's files are its modules (`src/a.rs` or `src/a/mod.rs` is
 //! `crate::a`, `src/a/b.rs` is `crate::a::b`; `tests/`, `benches/` and
@@ -544,4 +545,50 @@ fn tree(tokens: &[String], prefix: &[String], out: &mut Vec<Vec<String>>) {
     if !path.is_empty() {
         out.push(path);
     }
+}
+
+/// The map stays true to the tree: every module file under a crate's
+/// `src/` is named in docs/ARCHITECTURE.md (as `name.rs`, `` `name` ``,
+/// `` `name:: `` or `crate::name`), and every `*.rs` file the map names
+/// exists.
+#[test]
+fn the_architecture_map_names_every_module_and_only_files_that_exist() {
+    let root = workspace();
+    let map = fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let mut files = Vec::new();
+    rust_files(&root.join("crates"), &mut files);
+    rust_files(&root.join("fuzz"), &mut files);
+    let unnamed: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let rel = f.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+            rel.contains("/src/") && !rel.contains("/tests/") && !rel.starts_with("fuzz/")
+        })
+        .filter_map(|f| {
+            let stem = f.file_stem()?.to_str()?;
+            if ["lib", "main", "mod", "tests"].contains(&stem) {
+                return None;
+            }
+            let named =
+                [format!("{stem}.rs"), format!("`{stem}`"), format!("`{stem}::"), format!("::{stem}`")]
+                    .iter()
+                    .any(|p| map.contains(p.as_str()));
+            (!named).then(|| f.strip_prefix(&root).unwrap().display().to_string())
+        })
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "docs/ARCHITECTURE.md does not name these modules (say what each holds):\n  {}",
+        unnamed.join("\n  ")
+    );
+    let present: BTreeSet<String> =
+        files.iter().filter_map(|f| Some(f.file_name()?.to_str()?.to_string())).collect();
+    let mut absent: Vec<&str> = map
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .filter(|w| w.len() > 3 && w.ends_with(".rs"))
+        .filter(|w| !present.contains(*w))
+        .collect();
+    absent.sort();
+    absent.dedup();
+    assert!(absent.is_empty(), "docs/ARCHITECTURE.md names files that do not exist: {absent:?}");
 }
