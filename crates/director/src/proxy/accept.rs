@@ -59,12 +59,8 @@ impl Director {
             let client = Client {
                 stream,
                 peer,
-                readable: false,
-                writable: false,
+                io: Buffered::new(),
                 state: ClientState::Request,
-                inbuf: Vec::new(),
-                out: Vec::new(),
-                out_pos: 0,
                 deadline: Some(now + self.cfg.header_timeout),
                 armed: None,
                 head_started: Some(now),

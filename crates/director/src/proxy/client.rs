@@ -41,14 +41,14 @@ impl Director {
 
     pub(super) fn step(&mut self, token: u64) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
-        let in_memory = c.out.len() - c.out_pos;
+        let in_memory = c.io.unsent();
         if c.spill.pending() > 0 && in_memory < OUT_CAP {
-            if let Err(e) = c.spill.take_into(&mut c.out, OUT_CAP - in_memory) {
+            if let Err(e) = c.spill.take_into(&mut c.io.out, OUT_CAP - in_memory) {
                 self.watch.spill_failed("read", &e);
                 return self.abort(token, false);
             }
         }
-        let wrote = match flush(&c.stream, &mut c.writable, &mut c.out, &mut c.out_pos) {
+        let wrote = match c.io.flush(&c.stream) {
             Ok(w) => w,
             Err(()) => return Step::Close,
         };
@@ -66,10 +66,10 @@ impl Director {
             }
             ClientState::Receive | ClientState::Response => self.step_exchange(token, wrote),
             ClientState::Linger => {
-                let mut sink = Vec::new();
+                // What comes now is dropped: the connection is closing.
                 loop {
-                    sink.clear();
-                    match read_some(&c.stream, &mut c.readable, &mut sink, READ_SIZE) {
+                    c.io.inbuf.clear();
+                    match c.io.fill(&c.stream, READ_SIZE) {
                         Io::Data => {}
                         Io::Blocked => return Step::Blocked,
                         Io::Eof | Io::Failed => return Step::Close,
@@ -83,14 +83,14 @@ impl Director {
     pub(super) fn step_request(&mut self, token: u64) -> Step {
         let cfg = &self.cfg;
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
-        if c.out_pos < c.out.len() {
+        if !c.io.flushed() {
             // Responses go out in order: finish the previous one first.
             return Step::Blocked;
         }
         loop {
             let mut cap = cfg.limits.max_header_bytes;
             let mut body_spooling = false;
-            match h1::parse_request(&c.inbuf, &cfg.limits) {
+            match h1::parse_request(&c.io.inbuf, &cfg.limits) {
                 Err(e) => {
                     self.stats.bad_requests += 1;
                     let status = e.status();
@@ -142,7 +142,7 @@ impl Director {
                         // slot frees (a client that never sends it then
                         // holds no slot).
                         c.continued = true;
-                        c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                        c.io.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
                         return Step::Again;
                     }
                     let Some(upto) = more else {
@@ -162,7 +162,7 @@ impl Director {
                             respond_local(c, 431, "text/plain", &error_page(431, &why), &[], false, true);
                             return Step::Again;
                         }
-                        c.inbuf.drain(..len);
+                        c.io.inbuf.drain(..len);
                         c.chunk_scan = None;
                         let continued = std::mem::take(&mut c.continued);
                         self.stats.requests += 1;
@@ -201,8 +201,8 @@ impl Director {
                 }
                 Ok(Parsed::Partial) => {}
             }
-            let was_empty = c.inbuf.is_empty();
-            match read_some(&c.stream, &mut c.readable, &mut c.inbuf, cap) {
+            let was_empty = c.io.inbuf.is_empty();
+            match c.io.fill(&c.stream, cap) {
                 Io::Data => {
                     if was_empty && c.head_started.is_none() {
                         // The header deadline runs from the first byte; the
@@ -295,7 +295,7 @@ impl Director {
         }
         let body_pending = !ex.body.is_done();
         if ex.expect_continue && body_pending {
-            c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            c.io.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         c.state = ClientState::Receive;
         // While the body is coming, the client must keep it moving; after
@@ -303,7 +303,7 @@ impl Director {
         c.deadline = Some(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
         let bc = self.bconns.get_mut(btoken).expect("checked above");
         bc.client = Some(token);
-        bc.out.extend_from_slice(&ex.fwd_head);
+        bc.io.out.extend_from_slice(&ex.fwd_head);
         bc.deadline = None;
         self.ready.push_back(token);
     }
@@ -327,7 +327,7 @@ impl Director {
         }
         c.state = ClientState::Request;
         let now = Instant::now();
-        if c.inbuf.is_empty() {
+        if c.io.inbuf.is_empty() {
             c.head_started = None;
             c.deadline = Some(now + self.cfg.keepalive_timeout);
         } else {
@@ -347,10 +347,8 @@ impl Director {
         backend.served += 1;
         if let Some(bc) = self.bconns.get_mut(btoken) {
             bc.client = None;
-            if reuse && backend.up && bc.out_pos == bc.out.len() {
+            if reuse && backend.up && bc.io.flushed() {
                 bc.reused = true;
-                bc.out.clear();
-                bc.out_pos = 0;
                 backend.idle.push(btoken);
             } else {
                 self.close_bconn(btoken);

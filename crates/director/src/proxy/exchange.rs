@@ -22,10 +22,10 @@ impl Director {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
         if ex.is_done() {
-            if c.out_pos < c.out.len() || c.spill.pending() > 0 {
+            if !c.io.flushed() || c.spill.pending() > 0 {
                 // Still writable: `out` went out whole and the temp file
                 // has more for the next step.
-                return if c.writable { Step::Again } else { Step::Blocked };
+                return if c.io.writable { Step::Again } else { Step::Blocked };
             }
             return self.finish(token);
         }
@@ -57,11 +57,11 @@ impl Director {
         let mut progress = false;
         let body_was_pending = !ex.body.is_done();
         let mut body_moved = false;
-        while !ex.body.is_done() && bc.out.len() - bc.out_pos < OUT_CAP {
-            if c.inbuf.is_empty() {
-                match intake::refill(&mut c.intake, &mut c.intake_after, &mut c.inbuf) {
+        while !ex.body.is_done() && bc.io.unsent() < OUT_CAP {
+            if c.io.inbuf.is_empty() {
+                match intake::refill(&mut c.intake, &mut c.intake_after, &mut c.io.inbuf) {
                     Ok(true) => {}
-                    Ok(false) => match read_some(&c.stream, &mut c.readable, &mut c.inbuf, READ_SIZE) {
+                    Ok(false) => match c.io.fill(&c.stream, READ_SIZE) {
                         Io::Data => {}
                         Io::Blocked => break,
                         // The client left in the middle of its body.
@@ -73,9 +73,9 @@ impl Director {
                     }
                 }
             }
-            match ex.body.forward(&c.inbuf, &mut bc.out) {
+            match ex.body.forward(&c.io.inbuf, &mut bc.io.out) {
                 Ok(consumed) => {
-                    c.inbuf.drain(..consumed);
+                    c.io.inbuf.drain(..consumed);
                 }
                 Err(e) => {
                     self.stats.bad_requests += 1;
@@ -92,15 +92,15 @@ impl Director {
         } else if body_was_pending && ex.body.is_done() {
             c.deadline = Some(Instant::now() + cfg.backend_timeout);
         }
-        match flush(&bc.stream, &mut bc.writable, &mut bc.out, &mut bc.out_pos) {
+        match bc.io.flush(&bc.stream) {
             Ok(w) => progress |= w,
             Err(()) => {
-                let retry = ex.retryable && bc.reused && bc.inbuf.is_empty() && !ex.head_sent();
+                let retry = ex.retryable && bc.reused && bc.io.inbuf.is_empty() && !ex.head_sent();
                 return Err(self.backend_failed(token, retry, "backend connection failed"));
             }
         }
         if let Stage::Attached(a) = &mut ex.stage {
-            if a.sent.is_none() && ex.body.is_done() && bc.out_pos == bc.out.len() {
+            if a.sent.is_none() && ex.body.is_done() && bc.io.flushed() {
                 a.sent = Some(Instant::now());
             }
         }
@@ -117,13 +117,13 @@ impl Director {
         };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
         loop {
-            match parse_response(&bc.inbuf, ex.head_request) {
+            match parse_response(&bc.io.inbuf, ex.head_request) {
                 Err(reason) => {
                     self.backends[b].errors += 1;
                     return self.backend_failed(token, false, reason);
                 }
                 Ok(HeadParse::Complete(head, len)) => {
-                    bc.inbuf.drain(..len);
+                    bc.io.inbuf.drain(..len);
                     if head.is_interim() {
                         continue;
                     }
@@ -153,7 +153,7 @@ impl Director {
                             .observe(latency.as_secs_f64());
                     }
                     ex.close_after |= !keep;
-                    c.out.extend_from_slice(&bytes);
+                    c.io.out.extend_from_slice(&bytes);
                     let Stage::Attached(attachment) = std::mem::replace(&mut ex.stage, Stage::Done) else {
                         unreachable!("RECEIVE is attached");
                     };
@@ -175,8 +175,8 @@ impl Director {
                 }
                 Ok(HeadParse::Partial) => {}
             }
-            let had = bc.inbuf.len();
-            match read_some(&bc.stream, &mut bc.readable, &mut bc.inbuf, MAX_RESPONSE_HEAD + 1) {
+            let had = bc.io.inbuf.len();
+            match bc.io.fill(&bc.stream, MAX_RESPONSE_HEAD + 1) {
                 Io::Data => progress = true,
                 Io::Blocked => break,
                 Io::Eof | Io::Failed => {
@@ -201,14 +201,14 @@ impl Director {
         };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
         // RESPONSE: backend → client as fast as the backend sends. What the
-        // client has not taken waits in `c.out` up to OUT_CAP, then in the
+        // client has not taken waits in `c.io.out` up to OUT_CAP, then in the
         // temp file up to --max-buffered-response; past that, the backend
-        // is read at the client's pace. Bytes go to the file once `c.out`
+        // is read at the client's pace. Bytes go to the file once `c.io.out`
         // is full and as long as the file has any, so they stay in order.
         let Stage::Relaying(_, relay) = &mut ex.stage else { unreachable!("RESPONSE relays") };
         let mut spilled = 0;
         while !relay.is_done() {
-            let to_file = c.spill.pending() > 0 || c.out.len() - c.out_pos >= OUT_CAP;
+            let to_file = c.spill.pending() > 0 || c.io.unsent() >= OUT_CAP;
             if to_file {
                 if spilled >= SPILL_PER_TURN {
                     return Step::Yield;
@@ -221,23 +221,23 @@ impl Director {
                 }
             }
             let size = if to_file { SPILL_READ_SIZE } else { READ_SIZE };
-            let closed = bc.inbuf.is_empty()
-                && match read_sized(&bc.stream, &mut bc.readable, &mut bc.inbuf, size, size) {
+            let closed = bc.io.inbuf.is_empty()
+                && match bc.io.fill_sized(&bc.stream, size, size) {
                     Io::Data => false,
                     Io::Blocked => break,
                     Io::Eof | Io::Failed => true,
                 };
             progress = true;
-            let start = c.out.len();
+            let start = c.io.out.len();
             let relayed = if closed {
                 // The end of a body that runs to the close, or a truncation.
-                relay.backend_closed(&mut c.out).map(|()| 0)
+                relay.backend_closed(&mut c.io.out).map(|()| 0)
             } else {
-                relay.relay(&bc.inbuf, &mut c.out)
+                relay.relay(&bc.io.inbuf, &mut c.io.out)
             };
             match relayed {
                 Ok(consumed) => {
-                    bc.inbuf.drain(..consumed);
+                    bc.io.inbuf.drain(..consumed);
                 }
                 // The client cannot be told except by closing.
                 Err(_) => {
@@ -246,16 +246,16 @@ impl Director {
                     return self.abort(token, true);
                 }
             }
-            if to_file && c.out.len() > start {
-                match c.spill.append(&c.out[start..]) {
+            if to_file && c.io.out.len() > start {
+                match c.spill.append(&c.io.out[start..]) {
                     Ok(made) => {
                         if made {
                             self.stats.buffered_to_file += 1;
                             self.metrics.buffered_to_file.inc();
                         }
-                        spilled += c.out.len() - start;
-                        self.spill_budget = self.spill_budget.saturating_sub(c.out.len() - start);
-                        c.out.truncate(start);
+                        spilled += c.io.out.len() - start;
+                        self.spill_budget = self.spill_budget.saturating_sub(c.io.out.len() - start);
+                        c.io.out.truncate(start);
                     }
                     // The file is empty, so the bytes may stay in memory,
                     // in order; the rest goes at the client's pace.
@@ -270,13 +270,11 @@ impl Director {
         if relay.is_done() {
             // The backend is free as soon as its response is read, whatever
             // the client's speed: reuse it only if the exchange was clean.
-            // A body that is Done is only copied into `bc.out`; if a backend
+            // A body that is Done is only copied into `bc.io.out`; if a backend
             // answered early, part of it may still be unsent, and the next
             // request on that connection would be read as its tail.
-            let reuse = relay.backend_reusable()
-                && bc.inbuf.is_empty()
-                && ex.body.is_done()
-                && bc.out_pos == bc.out.len();
+            let reuse =
+                relay.backend_reusable() && bc.io.inbuf.is_empty() && ex.body.is_done() && bc.io.flushed();
             if !ex.body.is_done() {
                 // The backend answered before the whole body was sent: the
                 // rest of it is unread, so the client connection must close.

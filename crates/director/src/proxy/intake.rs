@@ -32,7 +32,7 @@ pub(super) enum Collected {
     Refuse(u16, &'static str, Option<io::Error>),
 }
 
-/// Reads the body of the request whose head is `c.inbuf[..len]` as far as
+/// Reads the body of the request whose head is `c.io.inbuf[..len]` as far as
 /// REQUEST does: a `Content-Length` body of at most `PREBUFFER +
 /// --max-buffered-request` bytes whole (a longer one is streamed, as with `0`), a
 /// chunked one until its end or until the file is full.
@@ -40,7 +40,7 @@ pub(super) enum Collected {
 /// the next request lands between the memory part and the file.
 pub(super) fn collect_body(c: &mut Client, framing: BodyFraming, len: usize, cfg: &Config) -> Collected {
     let max_buffered = cfg.max_buffered_request;
-    let in_memory = (c.inbuf.len() - len) as u64;
+    let in_memory = (c.io.inbuf.len() - len) as u64;
     match framing {
         BodyFraming::Length(n) if n <= PREBUFFER => {
             if in_memory >= n {
@@ -54,18 +54,18 @@ pub(super) fn collect_body(c: &mut Client, framing: BodyFraming, len: usize, cfg
             if let Err(refused) = spool_beyond_memory(c, len) {
                 return refused;
             }
-            let have = (c.inbuf.len() - len) as u64 + c.intake.pending();
+            let have = (c.io.inbuf.len() - len) as u64 + c.intake.pending();
             if have >= n {
                 return Collected::Enough;
             }
             let next = (n - have).min(SPILL_READ_SIZE as u64) as usize;
-            Collected::More(c.inbuf.len() + next)
+            Collected::More(c.io.inbuf.len() + next)
         }
         BodyFraming::Chunked => {
             let (decoder, scanned) =
                 c.chunk_scan.get_or_insert_with(|| (Box::new(ChunkedDecoder::new(cfg.max_body)), 0));
             let mut sink = Vec::new();
-            match decoder.decode(&c.inbuf[len + *scanned..], &mut sink) {
+            match decoder.decode(&c.io.inbuf[len + *scanned..], &mut sink) {
                 Ok(consumed) => *scanned += consumed,
                 Err(e) => {
                     c.chunk_scan = None;
@@ -77,7 +77,7 @@ pub(super) fn collect_body(c: &mut Client, framing: BodyFraming, len: usize, cfg
                 if c.intake.pending() > 0 {
                     // The body's last bytes after those in the file, and
                     // what followed the body after both, in the order they came.
-                    c.intake_after = c.inbuf.split_off(end);
+                    c.intake_after = c.io.inbuf.split_off(end);
                     if let Err(refused) = spool_beyond_memory(c, len) {
                         return refused;
                     }
@@ -93,12 +93,12 @@ pub(super) fn collect_body(c: &mut Client, framing: BodyFraming, len: usize, cfg
                     return refused;
                 }
                 if let Some((_, scanned)) = c.chunk_scan.as_mut() {
-                    *scanned = c.inbuf.len() - len;
+                    *scanned = c.io.inbuf.len() - len;
                 }
                 if !c.intake.has_room(max_buffered) {
                     return Collected::Enough;
                 }
-                return Collected::More(c.inbuf.len() + SPILL_READ_SIZE);
+                return Collected::More(c.io.inbuf.len() + SPILL_READ_SIZE);
             }
             Collected::More(len + PREBUFFER as usize)
         }
@@ -111,12 +111,12 @@ pub(super) fn collect_body(c: &mut Client, framing: BodyFraming, len: usize, cfg
 /// body is streamed: `Err(Enough)`.
 fn spool_beyond_memory(c: &mut Client, len: usize) -> Result<(), Collected> {
     let keep = len + PREBUFFER as usize;
-    if c.inbuf.len() <= keep {
+    if c.io.inbuf.len() <= keep {
         return Ok(());
     }
-    match c.intake.append(&c.inbuf[keep..]) {
+    match c.intake.append(&c.io.inbuf[keep..]) {
         Ok(_) => {
-            c.inbuf.truncate(keep);
+            c.io.inbuf.truncate(keep);
             Ok(())
         }
         Err(SpillError::Create(_)) if c.intake.pending() == 0 => Err(Collected::Enough),

@@ -43,7 +43,8 @@
 //! (REQUEST and PEEK), `exchange.rs` (RECEIVE and RESPONSE), `intake.rs` (a
 //! request body read before admission), `upstream.rs` (backend connections, pools, passive
 //! health), `tick.rs` (timers), `health.rs` (active checks),
-//! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot).
+//! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot),
+//! `buffered.rs` (the buffers and readiness every peer has).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -67,6 +68,7 @@ use transport::slab::Slab;
 
 mod accept;
 mod admin_listener;
+mod buffered;
 mod client;
 mod exchange;
 mod health;
@@ -77,6 +79,7 @@ mod status;
 mod tick;
 mod upstream;
 
+use buffered::{Buffered, Io};
 use queue::{PendingQueue, Target};
 
 /// The first bytes of a request body kept in memory in REQUEST; the rest of
@@ -268,12 +271,8 @@ impl Exchange {
 struct Client {
     stream: transport::Stream,
     peer: SocketAddr,
-    readable: bool,
-    writable: bool,
+    io: Buffered,
     state: ClientState,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
     deadline: Option<Instant>,
     armed: Option<Instant>,
     /// The next request's head started (first byte, or accept for a fresh
@@ -300,12 +299,8 @@ struct BConn {
     stream: TcpStream,
     backend: usize,
     connected: bool,
-    readable: bool,
-    writable: bool,
     client: Option<u64>,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
+    io: Buffered,
     /// Has carried a complete exchange: a failure before the first response
     /// byte may be the backend closing an idle keep-alive connection.
     reused: bool,
@@ -316,9 +311,7 @@ struct BConn {
 /// An `--admin` client.
 struct AdminConn {
     stream: TcpStream,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
+    io: Buffered,
     answered: bool,
 }
 
@@ -327,15 +320,13 @@ struct Probe {
     stream: TcpStream,
     backend: usize,
     connected: bool,
-    out: Vec<u8>,
-    out_pos: usize,
-    inbuf: Vec<u8>,
+    io: Buffered,
 }
 
 struct MonConn {
     stream: TcpStream,
     peer: IpAddr,
-    inbuf: Vec<u8>,
+    io: Buffered,
     backends: Option<Vec<usize>>,
     interval: Duration,
 }
@@ -389,82 +380,6 @@ fn summary(h: &Histogram<u64>) -> Value {
         "p50": h.value_at_quantile(0.5),
         "p99": h.value_at_quantile(0.99),
     })
-}
-
-enum Io {
-    Data,
-    Eof,
-    Blocked,
-    Failed,
-}
-
-fn read_some(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize) -> Io {
-    read_sized(stream, readable, buf, cap, READ_SIZE)
-}
-
-/// [`read_some`] with reads of up to `size` bytes.
-fn read_sized(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize, size: usize) -> Io {
-    if !*readable || buf.len() >= cap {
-        return Io::Blocked;
-    }
-    let start = buf.len();
-    buf.resize(start + size.min(cap - start), 0);
-    let r = stream.read(&mut buf[start..]);
-    match r {
-        Ok(0) => {
-            buf.truncate(start);
-            Io::Eof
-        }
-        Ok(n) => {
-            buf.truncate(start + n);
-            Io::Data
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            buf.truncate(start);
-            *readable = false;
-            Io::Blocked
-        }
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-            buf.truncate(start);
-            Io::Data
-        }
-        Err(_) => {
-            buf.truncate(start);
-            Io::Failed
-        }
-    }
-}
-
-/// Writes what it can; `Err` if the peer is gone. `Ok(true)` if anything
-/// was written.
-fn flush(stream: &dyn Wire, writable: &mut bool, out: &mut Vec<u8>, pos: &mut usize) -> Result<bool, ()> {
-    let mut progress = false;
-    while *pos < out.len() && *writable {
-        match stream.write_now(&out[*pos..]) {
-            Ok(0) => return Err(()),
-            Ok(n) => {
-                *pos += n;
-                progress = true;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => *writable = false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Err(()),
-        }
-    }
-    // What a TLS session encrypted but could not send yet goes out too.
-    match stream.flush_pending() {
-        Ok(true) => {}
-        Ok(false) => *writable = false,
-        Err(_) => return Err(()),
-    }
-    if *pos == out.len() {
-        out.clear();
-        *pos = 0;
-    } else if *pos >= OUT_CAP {
-        out.drain(..*pos);
-        *pos = 0;
-    }
-    Ok(progress)
 }
 
 /// A response the director writes itself.
@@ -659,21 +574,34 @@ impl Director {
                     (0, STOP) => self.begin_stop(),
                     (CLIENT, _) => {
                         if let Some(c) = self.clients.get_mut(token) {
-                            c.readable |= ev.is_readable();
-                            c.writable |= ev.is_writable();
+                            c.io.ready(ev.is_readable(), ev.is_writable());
                             self.drive(token);
                         }
                     }
                     (BCONN, _) => {
                         if let Some(b) = self.bconns.get_mut(token) {
-                            b.readable |= ev.is_readable();
-                            b.writable |= ev.is_writable();
+                            b.io.ready(ev.is_readable(), ev.is_writable());
                             self.backend_event(token, ev.is_gone());
                         }
                     }
-                    (MONITOR, _) => self.monitor_event(token),
-                    (ADMIN, _) => self.admin_event(token),
-                    (PROBE, _) => self.probe_event(token, ev.is_gone()),
+                    (MONITOR, _) => {
+                        if let Some(m) = self.monitors.get_mut(token) {
+                            m.io.ready(ev.is_readable(), false);
+                            self.monitor_event(token);
+                        }
+                    }
+                    (ADMIN, _) => {
+                        if let Some(a) = self.admins.get_mut(token) {
+                            a.io.ready(ev.is_readable(), ev.is_writable());
+                            self.admin_event(token);
+                        }
+                    }
+                    (PROBE, _) => {
+                        if let Some(p) = self.probes.get_mut(token) {
+                            p.io.ready(ev.is_readable(), ev.is_writable());
+                            self.probe_event(token, ev.is_gone());
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -711,7 +639,7 @@ fn respond_local(
         None => (true, false, false),
     };
     let keep = keep && keep_alive && !close_now;
-    c.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
+    c.io.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
     let ex = c.ex.get_or_insert_with(|| Exchange {
         fwd_head: Vec::new(),
         target: None,
@@ -740,8 +668,8 @@ fn discard_body(c: &mut Client) -> bool {
     let Some(ex) = c.ex.as_mut() else { return false };
     match ex.body {
         RequestBody::Done => true,
-        RequestBody::Length(n) if (c.inbuf.len() as u64) >= n => {
-            c.inbuf.drain(..n as usize);
+        RequestBody::Length(n) if (c.io.inbuf.len() as u64) >= n => {
+            c.io.inbuf.drain(..n as usize);
             ex.body = RequestBody::Done;
             true
         }

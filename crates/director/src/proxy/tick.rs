@@ -72,7 +72,7 @@ impl Director {
         c.deadline = None;
         match c.state {
             ClientState::Request => {
-                if c.inbuf.is_empty() {
+                if c.io.inbuf.is_empty() {
                     // Idle keep-alive, or connected and never sent a byte:
                     // close quietly.
                     self.close_client(token);
@@ -101,7 +101,7 @@ impl Director {
                 let backend = ex.and_then(Exchange::backend);
                 let backend_reading = backend
                     .and_then(|(_, bt)| self.bconns.get(bt))
-                    .is_some_and(|bc| bc.connected && bc.out_pos == bc.out.len());
+                    .is_some_and(|bc| bc.connected && bc.io.flushed());
                 if body_pending && backend_reading {
                     // The client stopped sending its body: its fault, and
                     // the backend slot is freed now.

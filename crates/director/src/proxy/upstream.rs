@@ -33,12 +33,8 @@ impl Director {
             stream,
             backend: b,
             connected: false,
-            readable: false,
-            writable: false,
             client: None,
-            inbuf: Vec::new(),
-            out: Vec::new(),
-            out_pos: 0,
+            io: Buffered::new(),
             reused: false,
             deadline: Some(Instant::now() + self.cfg.connect_timeout),
             armed: None,
@@ -57,7 +53,7 @@ impl Director {
     pub(super) fn backend_event(&mut self, token: u64, gone: bool) {
         let Some(bc) = self.bconns.get_mut(token) else { return };
         if !bc.connected {
-            if !(bc.writable || gone) {
+            if !(bc.io.writable || gone) {
                 return;
             }
             let failure = match bc.stream.take_error() {
@@ -77,9 +73,9 @@ impl Director {
             None => {
                 // An idle pooled connection has nothing to say: EOF (the
                 // backend closed it), an error, or stray bytes all end it.
-                if bc.readable {
-                    let mut buf = Vec::new();
-                    match read_some(&bc.stream, &mut bc.readable, &mut buf, 1) {
+                if bc.io.readable {
+                    let one_more = bc.io.inbuf.len() + 1;
+                    match bc.io.fill(&bc.stream, one_more) {
                         Io::Blocked => {}
                         _ => {
                             let b = bc.backend;
