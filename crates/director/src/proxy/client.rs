@@ -171,21 +171,32 @@ impl Director {
                             BodyFraming::Length(n) => RequestBody::Length(n),
                             BodyFraming::Chunked => RequestBody::chunked(cfg.max_body),
                         };
-                        let retryable = body.is_done();
                         c.ex = Some(Exchange {
                             fwd_head,
                             // Only the size-ordered queue reads it: FIFO keeps no copy.
                             target: (cfg.queue_order == QueueOrder::Srpt && head.method != h1::Method::Head)
                                 .then(|| Target::of(head.target())),
-                            head_request: head.method == h1::Method::Head,
-                            client_11: head.version == h1::Version::Http11,
-                            keep_alive: head.keep_alive && self.stopping.is_none(),
-                            expect_continue: head.expect_continue && !continued,
-                            body,
-                            retryable,
+                            version: head.version,
+                            answer: if head.method == h1::Method::Head {
+                                Answer::HeadOnly
+                            } else {
+                                Answer::Full
+                            },
+                            after: if head.keep_alive && self.stopping.is_none() {
+                                After::KeepAlive
+                            } else {
+                                After::Close
+                            },
+                            upload: Upload::new(
+                                body,
+                                if head.expect_continue && !continued {
+                                    Expect::Continue
+                                } else {
+                                    Expect::Nothing
+                                },
+                            ),
                             attempts: 0,
                             stage: Stage::Parsed,
-                            close_after: false,
                             started: Instant::now(),
                             status: 0,
                         });
@@ -293,8 +304,8 @@ impl Director {
             record(&mut self.latencies.queue, waited);
             self.metrics.queue_wait.observe(waited.as_secs_f64());
         }
-        let body_pending = !ex.body.is_done();
-        if ex.expect_continue && body_pending {
+        let body_pending = !ex.upload.is_done();
+        if ex.upload.owes_continue() {
             c.io.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         c.state = ClientState::Receive;
@@ -319,7 +330,7 @@ impl Director {
         let took = ex.started.elapsed();
         record(&mut self.latencies.request, took);
         self.metrics.request_duration.observe(took.as_secs_f64());
-        if ex.close_after || !ex.keep_alive || self.stopping.is_some() {
+        if !ex.after.keeps_alive() || self.stopping.is_some() {
             c.stream.shutdown_write();
             c.state = ClientState::Linger;
             c.deadline = Some(Instant::now() + LINGER);

@@ -55,9 +55,9 @@ impl Director {
         };
         let Some(ex) = c.ex.as_mut() else { return Err(Step::Close) };
         let mut progress = false;
-        let body_was_pending = !ex.body.is_done();
+        let body_was_pending = !ex.upload.is_done();
         let mut body_moved = false;
-        while !ex.body.is_done() && bc.io.unsent() < OUT_CAP {
+        while !ex.upload.is_done() && bc.io.unsent() < OUT_CAP {
             if c.io.inbuf.is_empty() {
                 match intake::refill(&mut c.intake, &mut c.intake_after, &mut c.io.inbuf) {
                     Ok(true) => {}
@@ -73,7 +73,7 @@ impl Director {
                     }
                 }
             }
-            match ex.body.forward(&c.io.inbuf, &mut bc.io.out) {
+            match ex.upload.forward(&c.io.inbuf, &mut bc.io.out) {
                 Ok(consumed) => {
                     c.io.inbuf.drain(..consumed);
                 }
@@ -88,19 +88,19 @@ impl Director {
         if body_moved && c.state == ClientState::Receive {
             let now = Instant::now();
             c.deadline =
-                Some(if ex.body.is_done() { now + cfg.backend_timeout } else { now + cfg.body_timeout });
-        } else if body_was_pending && ex.body.is_done() {
+                Some(if ex.upload.is_done() { now + cfg.backend_timeout } else { now + cfg.body_timeout });
+        } else if body_was_pending && ex.upload.is_done() {
             c.deadline = Some(Instant::now() + cfg.backend_timeout);
         }
         match bc.io.flush(&bc.stream) {
             Ok(w) => progress |= w,
             Err(()) => {
-                let retry = ex.retryable && bc.reused && bc.io.inbuf.is_empty() && !ex.head_sent();
+                let retry = ex.upload.resendable() && bc.reused && bc.io.inbuf.is_empty() && !ex.head_sent();
                 return Err(self.backend_failed(token, retry, "backend connection failed"));
             }
         }
         if let Stage::Attached(a) = &mut ex.stage {
-            if a.sent.is_none() && ex.body.is_done() && bc.io.flushed() {
+            if a.sent.is_none() && ex.upload.is_done() && bc.io.flushed() {
                 a.sent = Some(Instant::now());
             }
         }
@@ -117,7 +117,7 @@ impl Director {
         };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
         loop {
-            match parse_response(&bc.io.inbuf, ex.head_request) {
+            match parse_response(&bc.io.inbuf, ex.answer.head_only()) {
                 Err(reason) => {
                     self.backends[b].errors += 1;
                     return self.backend_failed(token, false, reason);
@@ -127,8 +127,9 @@ impl Director {
                     if head.is_interim() {
                         continue;
                     }
-                    let keep = ex.keep_alive && !ex.close_after;
-                    let (bytes, to_client, keep) = match client_head(&head, ex.client_11, keep) {
+                    let client_11 = ex.version == h1::Version::Http11;
+                    let (bytes, to_client, keep) = match client_head(&head, client_11, ex.after.keeps_alive())
+                    {
                         Ok(written) => written,
                         Err(why) => {
                             self.backends[b].errors += 1;
@@ -152,7 +153,7 @@ impl Director {
                             .get_or_create(&label("backend", &backend.name))
                             .observe(latency.as_secs_f64());
                     }
-                    ex.close_after |= !keep;
+                    ex.after.close_unless(keep);
                     c.io.out.extend_from_slice(&bytes);
                     let Stage::Attached(attachment) = std::mem::replace(&mut ex.stage, Stage::Done) else {
                         unreachable!("RECEIVE is attached");
@@ -180,7 +181,7 @@ impl Director {
                 Io::Data => progress = true,
                 Io::Blocked => break,
                 Io::Eof | Io::Failed => {
-                    let retry = ex.retryable && bc.reused && had == 0 && ex.body.is_done();
+                    let retry = ex.upload.resendable() && bc.reused && had == 0;
                     return self.backend_failed(token, retry, "backend closed before responding");
                 }
             }
@@ -274,11 +275,11 @@ impl Director {
             // answered early, part of it may still be unsent, and the next
             // request on that connection would be read as its tail.
             let reuse =
-                relay.backend_reusable() && bc.io.inbuf.is_empty() && ex.body.is_done() && bc.io.flushed();
-            if !ex.body.is_done() {
+                relay.backend_reusable() && bc.io.inbuf.is_empty() && ex.upload.is_done() && bc.io.flushed();
+            if !ex.upload.is_done() {
                 // The backend answered before the whole body was sent: the
                 // rest of it is unread, so the client connection must close.
-                ex.close_after = true;
+                ex.after = After::Close;
             }
             self.release(token, reuse);
             return Step::Again;

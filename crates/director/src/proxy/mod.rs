@@ -44,7 +44,8 @@
 //! request body read before admission), `upstream.rs` (backend connections, pools, passive
 //! health), `tick.rs` (timers), `health.rs` (active checks),
 //! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot),
-//! `buffered.rs` (the buffers and readiness every peer has).
+//! `buffered.rs` (the buffers and readiness every peer has), `stage.rs`
+//! (what an exchange is and holds).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -60,7 +61,6 @@ use transport::{Shutdown, Wire};
 use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
 use crate::options::{Config, QueueOrder};
-use crate::relay::{RequestBody, ResponseBody};
 use crate::spill::Spill;
 use crate::watch::Watch;
 use transport::deadlines::Deadlines;
@@ -75,12 +75,14 @@ mod health;
 mod intake;
 mod monitors;
 mod queue;
+mod stage;
 mod status;
 mod tick;
 mod upstream;
 
 use buffered::{Buffered, Io};
 use queue::{PendingQueue, Target};
+use stage::{After, Answer, Attachment, Exchange, Expect, Stage, Upload};
 
 /// The first bytes of a request body kept in memory in REQUEST; the rest of
 /// it goes to a temp file (`intake.rs`), or, past `--max-buffered-request`
@@ -163,109 +165,6 @@ impl ClientState {
         self as usize
     }
     const NAMES: [&'static str; 5] = ["REQUEST", "PEEK", "RECEIVE", "RESPONSE", "LINGER"];
-}
-
-/// One request/response exchange.
-#[derive(Debug)]
-struct Exchange {
-    fwd_head: Vec<u8>,
-    /// The request's target, for what the pending queue learns of its
-    /// answer's size; `None` for a HEAD (no body to expect) and with
-    /// `--queue-order fifo` (nothing is learned).
-    target: Option<Target>,
-    head_request: bool,
-    client_11: bool,
-    keep_alive: bool,
-    expect_continue: bool,
-    body: RequestBody,
-    /// The request has no body, so it may be sent again after a failure
-    /// before any response byte on a reused connection.
-    retryable: bool,
-    attempts: u32,
-    /// Where it is: parsed, queued, attached, relaying, done.
-    stage: Stage,
-    close_after: bool,
-    /// The request was parsed (REQUEST done).
-    started: Instant,
-    /// The status answered (relayed or local).
-    status: u16,
-}
-
-/// Where an exchange is, paper 002's REQUEST → PEEK → RECEIVE → RESPONSE as
-/// the exchange sees it. The client connection's [`ClientState`] says what
-/// its socket waits for; this says what the exchange holds.
-#[derive(Debug)]
-enum Stage {
-    /// Parsed; PEEK decides where it goes (again, after a failed attempt).
-    Parsed,
-    /// In the pending queue since then: no backend had room.
-    Queued(Instant),
-    /// On a backend connection: the request goes out, the response head
-    /// is awaited (RECEIVE).
-    Attached(Attachment),
-    /// The response head went to the client, the body follows (RESPONSE);
-    /// a failure from here on can only abort the connection.
-    Relaying(Attachment, ResponseBody),
-    /// Answered, by a backend or by the director: over once the client's
-    /// output is flushed.
-    Done,
-}
-
-/// An exchange's hold on a backend connection.
-#[derive(Debug)]
-struct Attachment {
-    /// The backend, and the token of its connection.
-    backend: (usize, u64),
-    /// The backend's requests in flight when this one was attached.
-    inflight: usize,
-    /// When the whole request (head and body) had been written to the
-    /// backend: the limiter's latency clock starts there, so a client's
-    /// slow upload is not the backend's latency. `None` before (an early
-    /// answer or a failure during the upload gives no latency sample).
-    sent: Option<Instant>,
-}
-
-impl Exchange {
-    fn is_queued(&self) -> bool {
-        matches!(self.stage, Stage::Queued(_))
-    }
-
-    fn is_done(&self) -> bool {
-        matches!(self.stage, Stage::Done)
-    }
-
-    /// The response head has gone to the client.
-    fn head_sent(&self) -> bool {
-        matches!(self.stage, Stage::Relaying(..) | Stage::Done)
-    }
-
-    fn attachment(&self) -> Option<&Attachment> {
-        match &self.stage {
-            Stage::Attached(a) | Stage::Relaying(a, _) => Some(a),
-            _ => None,
-        }
-    }
-
-    /// The backend and its connection's token, while attached.
-    fn backend(&self) -> Option<(usize, u64)> {
-        self.attachment().map(|a| a.backend)
-    }
-
-    /// Lets go of the backend connection: an attached exchange goes back to
-    /// PEEK's decision, a relaying one is over.
-    fn detach(&mut self) -> Option<Attachment> {
-        match std::mem::replace(&mut self.stage, Stage::Parsed) {
-            Stage::Attached(a) => Some(a),
-            Stage::Relaying(a, _) => {
-                self.stage = Stage::Done;
-                Some(a)
-            }
-            other => {
-                self.stage = other;
-                None
-            }
-        }
-    }
 }
 
 struct Client {
@@ -635,29 +534,15 @@ fn respond_local(
     close_now: bool,
 ) {
     let (client_11, keep_alive, head_only) = match &c.ex {
-        Some(ex) => (ex.client_11, ex.keep_alive, ex.head_request),
+        Some(ex) => (ex.version == h1::Version::Http11, ex.after.keeps_alive(), ex.answer.head_only()),
         None => (true, false, false),
     };
     let keep = keep && keep_alive && !close_now;
     c.io.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
-    let ex = c.ex.get_or_insert_with(|| Exchange {
-        fwd_head: Vec::new(),
-        target: None,
-        head_request: false,
-        client_11: true,
-        keep_alive: false,
-        expect_continue: false,
-        body: RequestBody::Done,
-        retryable: false,
-        attempts: 0,
-        stage: Stage::Done,
-        close_after: true,
-        started: Instant::now(),
-        status,
-    });
+    let ex = c.ex.get_or_insert_with(|| Exchange::local(status));
     ex.stage = Stage::Done;
     ex.status = status;
-    ex.close_after |= !keep;
+    ex.after.close_unless(keep);
     c.state = ClientState::Response;
     c.deadline = None;
 }
@@ -666,14 +551,12 @@ fn respond_local(
 /// stay open after a local answer; false if the body is not all here.
 fn discard_body(c: &mut Client) -> bool {
     let Some(ex) = c.ex.as_mut() else { return false };
-    match ex.body {
-        RequestBody::Done => true,
-        RequestBody::Length(n) if (c.io.inbuf.len() as u64) >= n => {
-            c.io.inbuf.drain(..n as usize);
-            ex.body = RequestBody::Done;
+    match ex.upload.discard(c.io.inbuf.len()) {
+        Some(n) => {
+            c.io.inbuf.drain(..n);
             true
         }
-        _ => false,
+        None => false,
     }
 }
 
@@ -682,59 +565,4 @@ fn discard_body(c: &mut Client) -> bool {
 fn describe_io(e: &io::Error) -> String {
     let text = e.to_string();
     text.split(" (os error").next().unwrap_or(&text).to_lowercase()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::response::{ClientFraming, Framing};
-
-    fn exchange(stage: Stage) -> Exchange {
-        Exchange {
-            fwd_head: b"GET / HTTP/1.1\r\n\r\n".to_vec(),
-            target: Some(Target::of("/")),
-            head_request: false,
-            client_11: true,
-            keep_alive: true,
-            expect_continue: false,
-            body: RequestBody::Done,
-            retryable: true,
-            attempts: 0,
-            stage,
-            close_after: false,
-            started: Instant::now(),
-            status: 0,
-        }
-    }
-
-    fn attachment() -> Attachment {
-        Attachment { backend: (1, 42), inflight: 3, sent: None }
-    }
-
-    /// Letting go of a backend sends an attached exchange back to PEEK's
-    /// decision (a retry, or an answer of the director's own) and ends a
-    /// relaying one; a queued or finished exchange holds no backend.
-    #[test]
-    fn detaching_follows_the_stage() {
-        let mut ex = exchange(Stage::Attached(attachment()));
-        assert_eq!(ex.backend(), Some((1, 42)));
-        assert!(!ex.head_sent());
-        assert_eq!(ex.detach().map(|a| a.backend), Some((1, 42)));
-        assert!(matches!(ex.stage, Stage::Parsed));
-        assert_eq!(ex.backend(), None);
-
-        let body = ResponseBody::new(Framing::Length(5), ClientFraming::Same, false);
-        let mut ex = exchange(Stage::Relaying(attachment(), body));
-        assert!(ex.head_sent(), "after the head, a failure can only abort");
-        assert_eq!(ex.detach().map(|a| a.inflight), Some(3));
-        assert!(ex.is_done() && ex.head_sent());
-
-        let mut ex = exchange(Stage::Queued(Instant::now()));
-        assert!(ex.is_queued());
-        assert!(ex.detach().is_none());
-        assert!(ex.is_queued(), "still in the queue, to be taken out of it");
-
-        let mut ex = exchange(Stage::Done);
-        assert!(ex.detach().is_none() && ex.is_done());
-    }
 }

@@ -97,7 +97,7 @@ impl Director {
             }
             ClientState::Receive => {
                 let ex = c.ex.as_ref();
-                let body_pending = ex.is_some_and(|ex| !ex.body.is_done());
+                let body_pending = ex.is_some_and(|ex| !ex.upload.is_done());
                 let backend = ex.and_then(Exchange::backend);
                 let backend_reading = backend
                     .and_then(|(_, bt)| self.bconns.get(bt))
