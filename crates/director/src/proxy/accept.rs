@@ -64,11 +64,8 @@ impl Director {
                 deadline: Some(now + self.cfg.header_timeout),
                 armed: None,
                 head_started: Some(now),
-                chunk_scan: None,
-                continued: false,
                 spill: Spill::Unused,
-                intake: Spill::Unused,
-                intake_after: Vec::new(),
+                intake: Intake::new(),
                 ex: None,
             };
             let Some(token) = self.clients.insert(client) else { continue };

@@ -3,14 +3,10 @@
 
 use std::time::Instant;
 
-use h1::{BodyFraming, Parsed};
-
 use super::*;
 use crate::admin::label;
 use crate::backend::{pick, LARGE};
-use crate::forward::{over_limits, request_head};
-use crate::relay::RequestBody;
-use intake::{collect_body, Collected};
+use request::{read_request, Cause, Refusal, RequestRead};
 
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
@@ -79,7 +75,8 @@ impl Director {
         }
     }
 
-    /// REQUEST: read and validate a head (and a small body).
+    /// REQUEST: read and validate a head (and a small body); what the
+    /// bytes make of it is [`read_request`]'s to say.
     pub(super) fn step_request(&mut self, token: u64) -> Step {
         let cfg = &self.cfg;
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
@@ -88,130 +85,49 @@ impl Director {
             return Step::Blocked;
         }
         loop {
-            let mut cap = cfg.limits.max_header_bytes;
-            let mut body_spooling = false;
-            match h1::parse_request(&c.io.inbuf, &cfg.limits) {
-                Err(e) => {
-                    self.stats.bad_requests += 1;
-                    let status = e.status();
-                    respond_local(c, status, "text/plain", &error_page(status, e.reason()), &[], false, true);
-                    return Step::Again;
-                }
-                Ok(Parsed::Complete { head, .. }) if head.method == h1::Method::Connect => {
-                    // A tunnel is not an exchange the director can admit,
-                    // time or relay: refused here, before any backend
-                    // (one that answered 200 would hold its slot for good).
-                    self.stats.bad_requests += 1;
-                    let page = error_page(
-                        501,
-                        "CONNECT is not supported: the director relays requests, not tunnels",
-                    );
-                    respond_local(c, 501, "text/plain", &page, &[], false, true);
-                    return Step::Again;
-                }
-                Ok(Parsed::Complete { head, len }) => {
-                    if let BodyFraming::Length(n) = head.framing {
-                        if n > cfg.max_body {
-                            self.stats.bad_requests += 1;
-                            let page = error_page(413, "request body too large");
-                            respond_local(c, 413, "text/plain", &page, &[], false, true);
-                            return Step::Again;
-                        }
-                    }
-                    let more = match collect_body(c, head.framing, len, cfg) {
-                        Collected::Enough => None,
-                        Collected::More(upto) => Some(upto),
-                        Collected::Refuse(status, reason, spool_error) => {
-                            if let Some(e) = spool_error {
-                                self.watch.spill_failed("write", &e);
-                            } else {
-                                self.stats.bad_requests += 1;
-                            }
-                            let page = error_page(status, reason);
-                            respond_local(c, status, "text/plain", &page, &[], false, true);
-                            return Step::Again;
-                        }
-                    };
-                    if more.is_some()
-                        && head.expect_continue
-                        && head.version == h1::Version::Http11
-                        && !c.continued
-                    {
-                        // The body is pre-buffered here, so the client is
-                        // told to send it now rather than when a backend
-                        // slot frees (a client that never sends it then
-                        // holds no slot).
-                        c.continued = true;
-                        c.io.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            let (cap, spooling) =
+                match read_request(&mut c.io.inbuf, &mut c.intake, cfg, c.peer, self.stopping.is_some()) {
+                    RequestRead::More { cap, spooling } => (cap, spooling),
+                    RequestRead::Continue => {
+                        c.io.out.extend_from_slice(CONTINUE);
                         return Step::Again;
                     }
-                    let Some(upto) = more else {
-                        if c.intake.pending() > 0 {
+                    RequestRead::Refuse(Refusal { status, reason, cause }) => {
+                        match cause {
+                            Cause::Client => self.stats.bad_requests += 1,
+                            Cause::Forwarded => {
+                                if c.intake.file.pending() > 0 {
+                                    self.stats.requests_to_file += 1;
+                                    self.metrics.requests_to_file.inc();
+                                }
+                                self.stats.bad_requests += 1;
+                            }
+                            Cause::Spool(e) => self.watch.spill_failed("write", &e),
+                        }
+                        respond_local(
+                            c,
+                            status,
+                            "text/plain",
+                            &error_page(status, &reason),
+                            &[],
+                            false,
+                            true,
+                        );
+                        return Step::Again;
+                    }
+                    RequestRead::Ready(ex) => {
+                        if c.intake.file.pending() > 0 {
                             self.stats.requests_to_file += 1;
                             self.metrics.requests_to_file.inc();
                         }
-                        let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
-                        let backend_name = &cfg.backends[0].0;
-                        let fwd_head = if is_status {
-                            Vec::new()
-                        } else {
-                            request_head(&head, c.peer, cfg.tls.is_some(), backend_name)
-                        };
-                        if let Some(why) = over_limits(&fwd_head, &cfg.limits) {
-                            self.stats.bad_requests += 1;
-                            respond_local(c, 431, "text/plain", &error_page(431, &why), &[], false, true);
-                            return Step::Again;
-                        }
-                        c.io.inbuf.drain(..len);
-                        c.chunk_scan = None;
-                        let continued = std::mem::take(&mut c.continued);
                         self.stats.requests += 1;
-                        let body = match head.framing {
-                            BodyFraming::None | BodyFraming::Length(0) => RequestBody::Done,
-                            BodyFraming::Length(n) => RequestBody::Length(n),
-                            BodyFraming::Chunked => RequestBody::chunked(cfg.max_body),
-                        };
-                        c.ex = Some(Exchange {
-                            fwd_head,
-                            // Only the size-ordered queue reads it: FIFO keeps no copy.
-                            target: (cfg.queue_order == QueueOrder::Srpt && head.method != h1::Method::Head)
-                                .then(|| Target::of(head.target())),
-                            version: head.version,
-                            answer: if head.method == h1::Method::Head {
-                                Answer::HeadOnly
-                            } else {
-                                Answer::Full
-                            },
-                            after: if head.keep_alive && self.stopping.is_none() {
-                                After::KeepAlive
-                            } else {
-                                After::Close
-                            },
-                            upload: Upload::new(
-                                body,
-                                if head.expect_continue && !continued {
-                                    Expect::Continue
-                                } else {
-                                    Expect::Nothing
-                                },
-                            ),
-                            attempts: 0,
-                            stage: Stage::Parsed,
-                            started: Instant::now(),
-                            status: 0,
-                        });
+                        c.ex = Some(ex);
                         c.state = ClientState::Peek;
                         c.deadline = None;
                         c.head_started = None;
                         return Step::Peek;
-                    };
-                    cap = upto;
-                    // Past the memory part, a long body must keep moving
-                    // rather than arrive within the header deadline.
-                    body_spooling = c.intake.pending() > 0;
-                }
-                Ok(Parsed::Partial) => {}
-            }
+                    }
+                };
             let was_empty = c.io.inbuf.is_empty();
             match c.io.fill(&c.stream, cap) {
                 Io::Data => {
@@ -221,7 +137,7 @@ impl Director {
                         let now = Instant::now();
                         c.head_started = Some(now);
                         c.deadline = Some(now + cfg.header_timeout);
-                    } else if body_spooling {
+                    } else if spooling {
                         c.deadline = Some(Instant::now() + cfg.body_timeout);
                     }
                 }
@@ -306,7 +222,7 @@ impl Director {
         }
         let body_pending = !ex.upload.is_done();
         if ex.upload.owes_continue() {
-            c.io.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            c.io.out.extend_from_slice(CONTINUE);
         }
         c.state = ClientState::Receive;
         // While the body is coming, the client must keep it moving; after

@@ -59,7 +59,7 @@ impl Director {
         let mut body_moved = false;
         while !ex.upload.is_done() && bc.io.unsent() < OUT_CAP {
             if c.io.inbuf.is_empty() {
-                match intake::refill(&mut c.intake, &mut c.intake_after, &mut c.io.inbuf) {
+                match intake::refill(&mut c.intake, &mut c.io.inbuf) {
                     Ok(true) => {}
                     Ok(false) => match c.io.fill(&c.stream, READ_SIZE) {
                         Io::Data => {}

@@ -40,8 +40,9 @@
 //! [`crate::admin`]); neither ever blocks it.
 //!
 //! Its files: this one (the types, the loop), `accept.rs`, `client.rs`
-//! (REQUEST and PEEK), `exchange.rs` (RECEIVE and RESPONSE), `intake.rs` (a
-//! request body read before admission), `upstream.rs` (backend connections, pools, passive
+//! (REQUEST and PEEK), `request.rs` (what REQUEST makes of the bytes read),
+//! `exchange.rs` (RECEIVE and RESPONSE), `intake.rs` (a request body read
+//! before admission), `upstream.rs` (backend connections, pools, passive
 //! health), `tick.rs` (timers), `health.rs` (active checks),
 //! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot),
 //! `buffered.rs` (the buffers and readiness every peer has), `stage.rs`
@@ -52,7 +53,6 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use h1::ChunkedDecoder;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use transport::poller::{Events, Interest, Poller, Trigger};
@@ -60,7 +60,7 @@ use transport::{Shutdown, Wire};
 
 use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
-use crate::options::{Config, QueueOrder};
+use crate::options::Config;
 use crate::spill::Spill;
 use crate::watch::Watch;
 use transport::deadlines::Deadlines;
@@ -75,14 +75,16 @@ mod health;
 mod intake;
 mod monitors;
 mod queue;
+mod request;
 mod stage;
 mod status;
 mod tick;
 mod upstream;
 
 use buffered::{Buffered, Io};
-use queue::{PendingQueue, Target};
-use stage::{After, Answer, Attachment, Exchange, Expect, Stage, Upload};
+use intake::Intake;
+use queue::PendingQueue;
+use stage::{After, Attachment, Exchange, Stage};
 
 /// The first bytes of a request body kept in memory in REQUEST; the rest of
 /// it goes to a temp file (`intake.rs`), or, past `--max-buffered-request`
@@ -104,6 +106,8 @@ const SPILL_PER_LOOP: usize = 1024 * 1024;
 /// One read of a response that goes to a temp file (fewer, larger reads:
 /// the bytes only pass through).
 const SPILL_READ_SIZE: usize = 64 * 1024;
+/// The interim answer to `Expect: 100-continue`.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// One read.
 const READ_SIZE: usize = 16 * 1024;
 /// Connections accepted per listener event (the rest on the next round).
@@ -177,20 +181,12 @@ struct Client {
     /// The next request's head started (first byte, or accept for a fresh
     /// connection): the header deadline runs from here.
     head_started: Option<Instant>,
-    /// A chunked body being pre-buffered in REQUEST: its decoder and the
-    /// bytes after the head it has consumed.
-    chunk_scan: Option<(Box<ChunkedDecoder>, usize)>,
-    /// The director answered `100 Continue` to the request being read (it
-    /// pre-buffers the body itself; RFC 9110 §10.1.1 lets a proxy do so).
-    continued: bool,
     /// The response's bytes beyond `out`, in a temp file, while the client
     /// reads slower than its backend sent them (`--max-buffered-response`).
     spill: Spill,
-    /// The request body's bytes beyond its first `PREBUFFER`, read before
-    /// admission (`--max-buffered-request`, `intake.rs`).
-    intake: Spill,
-    /// Bytes that followed a chunked body in `intake`: after it, in order.
-    intake_after: Vec<u8>,
+    /// What REQUEST keeps of a request body read before admission
+    /// (`intake.rs`).
+    intake: Intake,
     ex: Option<Exchange>,
 }
 

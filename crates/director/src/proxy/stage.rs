@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use h1::ParseError;
 
-use super::Target;
+use super::queue::Target;
 use crate::relay::{RequestBody, ResponseBody};
 
 /// One request/response exchange.

@@ -78,7 +78,7 @@ impl Director {
                     self.close_client(token);
                     return;
                 }
-                let page = if c.intake.pending() > 0 {
+                let page = if c.intake.file.pending() > 0 {
                     self.stats.body_timeouts += 1;
                     error_page(408, "request body not received in time")
                 } else {
