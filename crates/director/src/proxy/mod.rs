@@ -78,6 +78,8 @@ mod queue;
 mod request;
 mod stage;
 mod status;
+#[cfg(test)]
+mod tests;
 mod tick;
 mod upstream;
 
@@ -449,72 +451,80 @@ impl Director {
             self.replenish(b);
         }
         loop {
-            self.spill_budget = SPILL_PER_LOOP;
-            for token in self.starved.drain(..).rev() {
-                self.ready.push_front(token);
-            }
-            let now = Instant::now();
-            let mut wake = self.next_tick.saturating_duration_since(now);
-            if let Some(next) = self.timers.next_in(now) {
-                wake = wake.min(next);
-            }
-            let timeout = if self.ready.is_empty() { wake } else { Duration::ZERO };
-            self.poller.wait(&mut events, Some(timeout))?;
-            for ev in events.iter() {
-                let token = ev.token();
-                match (Slab::<()>::kind_of(token), token) {
-                    (0, LISTENER) => self.accept(),
-                    (0, MONITOR_LISTENER) => self.accept_monitors(),
-                    (0, ADMIN_LISTENER) => self.accept_admins(),
-                    (0, STOP) => self.begin_stop(),
-                    (CLIENT, _) => {
-                        if let Some(c) = self.clients.get_mut(token) {
-                            c.io.ready(ev.is_readable(), ev.is_writable());
-                            self.drive(token);
-                        }
-                    }
-                    (BCONN, _) => {
-                        if let Some(b) = self.bconns.get_mut(token) {
-                            b.io.ready(ev.is_readable(), ev.is_writable());
-                            self.backend_event(token, ev.is_gone());
-                        }
-                    }
-                    (MONITOR, _) => {
-                        if let Some(m) = self.monitors.get_mut(token) {
-                            m.io.ready(ev.is_readable(), false);
-                            self.monitor_event(token);
-                        }
-                    }
-                    (ADMIN, _) => {
-                        if let Some(a) = self.admins.get_mut(token) {
-                            a.io.ready(ev.is_readable(), ev.is_writable());
-                            self.admin_event(token);
-                        }
-                    }
-                    (PROBE, _) => {
-                        if let Some(p) = self.probes.get_mut(token) {
-                            p.io.ready(ev.is_readable(), ev.is_writable());
-                            self.probe_event(token, ev.is_gone());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            self.expire_timers();
-            if Instant::now() >= self.next_tick {
-                self.tick();
-            }
-            for _ in 0..self.ready.len() {
-                let Some(token) = self.ready.pop_front() else { break };
-                self.drive(token);
-            }
-            self.watch.report(&self.backends);
+            self.turn(&mut events)?;
             if let Some(deadline) = self.stopping {
                 if self.clients.is_empty() || Instant::now() >= deadline {
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// One turn of the loop: wait for readiness (or the next timer, or not
+    /// at all with connections ready), handle the events, the timers, the
+    /// tick and the ready connections.
+    fn turn(&mut self, events: &mut Events) -> io::Result<()> {
+        self.spill_budget = SPILL_PER_LOOP;
+        for token in self.starved.drain(..).rev() {
+            self.ready.push_front(token);
+        }
+        let now = Instant::now();
+        let mut wake = self.next_tick.saturating_duration_since(now);
+        if let Some(next) = self.timers.next_in(now) {
+            wake = wake.min(next);
+        }
+        let timeout = if self.ready.is_empty() { wake } else { Duration::ZERO };
+        self.poller.wait(events, Some(timeout))?;
+        for ev in events.iter() {
+            let token = ev.token();
+            match (Slab::<()>::kind_of(token), token) {
+                (0, LISTENER) => self.accept(),
+                (0, MONITOR_LISTENER) => self.accept_monitors(),
+                (0, ADMIN_LISTENER) => self.accept_admins(),
+                (0, STOP) => self.begin_stop(),
+                (CLIENT, _) => {
+                    if let Some(c) = self.clients.get_mut(token) {
+                        c.io.ready(ev.is_readable(), ev.is_writable());
+                        self.drive(token);
+                    }
+                }
+                (BCONN, _) => {
+                    if let Some(b) = self.bconns.get_mut(token) {
+                        b.io.ready(ev.is_readable(), ev.is_writable());
+                        self.backend_event(token, ev.is_gone());
+                    }
+                }
+                (MONITOR, _) => {
+                    if let Some(m) = self.monitors.get_mut(token) {
+                        m.io.ready(ev.is_readable(), false);
+                        self.monitor_event(token);
+                    }
+                }
+                (ADMIN, _) => {
+                    if let Some(a) = self.admins.get_mut(token) {
+                        a.io.ready(ev.is_readable(), ev.is_writable());
+                        self.admin_event(token);
+                    }
+                }
+                (PROBE, _) => {
+                    if let Some(p) = self.probes.get_mut(token) {
+                        p.io.ready(ev.is_readable(), ev.is_writable());
+                        self.probe_event(token, ev.is_gone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.expire_timers();
+        if Instant::now() >= self.next_tick {
+            self.tick();
+        }
+        for _ in 0..self.ready.len() {
+            let Some(token) = self.ready.pop_front() else { break };
+            self.drive(token);
+        }
+        self.watch.report(&self.backends);
+        Ok(())
     }
 }
 

@@ -139,21 +139,13 @@ pub(super) fn read_request(
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::options::DirectOptions;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        options: DirectOptions,
-    }
+    use crate::options::config_of;
 
     fn config(extra: &[&str]) -> Config {
-        let mut args = vec!["direct", "--backend", "127.0.0.1:9"];
+        let mut args = vec!["--backend", "127.0.0.1:9"];
         args.extend_from_slice(extra);
-        Cli::parse_from(args).options.config().expect("a valid configuration")
+        config_of(&args)
     }
 
     fn peer() -> SocketAddr {

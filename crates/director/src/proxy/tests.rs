@@ -1,0 +1,183 @@
+//! The loop driven one turn at a time over loopback sockets: accepting
+//! (`accept.rs`), a client's exchange (`client.rs`, `exchange.rs`), backend
+//! connections (`upstream.rs`) and timers (`tick.rs`). Nothing here waits
+//! for a time to pass except a deadline the director itself keeps.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+
+use super::*;
+use crate::options::config_of;
+
+struct Harness {
+    director: Director,
+    events: Events,
+}
+
+/// What a client received: the bytes, and whether the connection ended.
+struct Received {
+    text: String,
+    closed: bool,
+}
+
+impl Harness {
+    fn new(args: &[&str]) -> Harness {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let shutdown = Shutdown::new().expect("a stop flag");
+        let director = Director::new(config_of(args), listener, None, None, shutdown).expect("a director");
+        Harness { director, events: Events::with_capacity(64) }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let listener = self.director.listener.as_ref().expect("listening");
+        let client = TcpStream::connect(listener.local_addr().expect("an address")).expect("connect");
+        client.set_nonblocking(true).expect("non-blocking");
+        client
+    }
+
+    fn turn(&mut self) {
+        self.director.turn(&mut self.events).expect("a turn of the loop");
+    }
+
+    /// Turns the loop until `client` has one whole response (by its
+    /// `Content-Length`) or its connection ended.
+    fn response(&mut self, client: &mut TcpStream) -> Received {
+        self.receive(client, |got| response_end(got).is_some_and(|end| got.len() >= end))
+    }
+
+    /// Turns the loop until `client`'s connection ends.
+    fn until_closed(&mut self, client: &mut TcpStream) -> Received {
+        self.receive(client, |_| false)
+    }
+
+    fn receive(&mut self, client: &mut TcpStream, enough: impl Fn(&[u8]) -> bool) -> Received {
+        let mut got = Vec::new();
+        loop {
+            self.turn();
+            let mut buf = [0; 4096];
+            loop {
+                match client.read(&mut buf) {
+                    Ok(0) => {
+                        return Received { text: String::from_utf8_lossy(&got).into_owned(), closed: true }
+                    }
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                        return Received { text: String::from_utf8_lossy(&got).into_owned(), closed: true }
+                    }
+                    Err(e) => panic!("reading the response: {e}"),
+                }
+            }
+            if enough(&got) {
+                return Received { text: String::from_utf8_lossy(&got).into_owned(), closed: false };
+            }
+        }
+    }
+}
+
+/// Where a response with a `Content-Length` ends, once its head is in.
+fn response_end(got: &[u8]) -> Option<usize> {
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+    let length =
+        head.lines().find_map(|l| l.strip_prefix("content-length:"))?.trim().parse::<usize>().ok()?;
+    Some(head_end + length)
+}
+
+/// An address where nothing listens and nothing else can start to: a
+/// socket bound to it, never listening, refuses every connection.
+fn refusing_address() -> (socket2::Socket, SocketAddr) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+    socket.bind(&any.into()).expect("bind");
+    let addr = socket.local_addr().expect("its address").as_socket().expect("an IP address");
+    (socket, addr)
+}
+
+#[test]
+fn past_max_conns_a_connection_gets_the_503_page_and_is_closed() {
+    let (_refusing, backend) = refusing_address();
+    let mut h = Harness::new(&["--backend", &backend.to_string(), "--max-conns", "1"]);
+    let _first = h.connect();
+    let mut second = h.connect();
+    let got = h.until_closed(&mut second);
+    assert!(got.text.starts_with("HTTP/1.1 503 "), "{}", got.text);
+    assert!(got.text.contains("Retry-After: "), "{}", got.text);
+    assert!(got.text.ends_with("503 Service Unavailable: too many connections\n"), "{}", got.text);
+    assert_eq!(h.director.clients.len(), 1, "the first connection stays");
+    assert_eq!(h.director.stats.refused_total, 1);
+}
+
+#[test]
+fn a_request_is_relayed_and_its_backend_connection_pooled() {
+    let backend = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let backend_addr = backend.local_addr().expect("an address");
+    let server = thread::spawn(move || {
+        let (mut conn, _) = backend.accept().expect("the director connects");
+        let mut request = Vec::new();
+        let mut buf = [0; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).expect("the request");
+            assert!(n > 0, "the director closed before its request was whole");
+            request.extend_from_slice(&buf[..n]);
+        }
+        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-App: yes\r\n\r\nhello").expect("answer");
+        // Returned, not dropped: the pooled connection stays open.
+        (String::from_utf8_lossy(&request).into_owned(), conn)
+    });
+    let mut h = Harness::new(&["--backend", &backend_addr.to_string(), "--backend-conns", "0"]);
+    let mut client = h.connect();
+    client.write_all(b"GET /page HTTP/1.1\r\nHost: site.test\r\n\r\n").expect("send");
+    let got = h.response(&mut client);
+    assert!(got.text.starts_with("HTTP/1.1 200 OK\r\n"), "{}", got.text);
+    assert!(got.text.contains("X-App: yes\r\n") && got.text.ends_with("\r\n\r\nhello"), "{}", got.text);
+    assert!(!got.closed, "keep-alive");
+
+    let (forwarded, _conn) = server.join().expect("the backend thread");
+    assert!(forwarded.starts_with("GET /page HTTP/1.1\r\n"), "{forwarded}");
+    assert!(forwarded.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{forwarded}");
+    let b = &h.director.backends[0];
+    assert_eq!((b.inflight, b.served, b.idle.len()), (0, 1, 1), "released to the pool");
+    assert_eq!(h.director.stats.responses.get(&200), Some(&1));
+}
+
+#[test]
+fn a_refused_backend_is_marked_down_and_the_client_gets_502() {
+    let (_refusing, backend) = refusing_address();
+    let mut h = Harness::new(&["--backend", &backend.to_string()]);
+    let mut client = h.connect();
+    client.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").expect("send");
+    let got = h.response(&mut client);
+    assert!(got.text.starts_with("HTTP/1.1 502 "), "{}", got.text);
+    assert!(got.text.ends_with("no backend available\n"), "{}", got.text);
+    let b = &h.director.backends[0];
+    assert!(!b.up && b.down_reason == "connect failed" && b.inflight == 0);
+}
+
+#[test]
+fn a_head_that_stops_coming_gets_408_and_the_close() {
+    let (_refusing, backend) = refusing_address();
+    // Long enough that the first bytes are read before it passes.
+    let mut h = Harness::new(&["--backend", &backend.to_string(), "--header-timeout", "1s"]);
+    let mut client = h.connect();
+    client.write_all(b"GET / HT").expect("send");
+    let got = h.until_closed(&mut client);
+    assert!(got.text.starts_with("HTTP/1.1 408 "), "{}", got.text);
+    assert!(got.text.contains("Connection: close\r\n"), "{}", got.text);
+    assert!(got.text.ends_with("request head not received in time\n"), "{}", got.text);
+    drop(client);
+    while !h.director.clients.is_empty() {
+        h.turn();
+    }
+}
+
+#[test]
+fn a_connection_that_sends_nothing_is_closed_quietly() {
+    let (_refusing, backend) = refusing_address();
+    let mut h = Harness::new(&["--backend", &backend.to_string(), "--header-timeout", "50ms"]);
+    let mut client = h.connect();
+    let got = h.until_closed(&mut client);
+    assert_eq!(got.text, "", "no page for a connection that asked nothing");
+    assert!(h.director.clients.is_empty());
+}
