@@ -275,7 +275,7 @@ impl Director {
         if let Some(bc) = self.bconns.get_mut(btoken) {
             bc.client = None;
             if reuse && backend.up && bc.io.flushed() {
-                bc.reused = true;
+                bc.link = Link::Reused;
                 backend.idle.push(btoken);
             } else {
                 self.close_bconn(btoken);

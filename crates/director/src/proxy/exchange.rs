@@ -33,7 +33,7 @@ impl Director {
             return self.finish(token);
         }
         let Some((b, btoken)) = ex.backend() else { return Step::Blocked };
-        if !self.bconns.get(btoken).is_some_and(|bc| bc.connected) {
+        if !self.bconns.get(btoken).is_some_and(|bc| bc.link.connected()) {
             return Step::Blocked;
         }
         let progress = match self.send_request(token, btoken) {
@@ -98,7 +98,10 @@ impl Director {
         match bc.io.flush(&bc.stream) {
             Ok(w) => progress |= w,
             Err(()) => {
-                let retry = ex.upload.resendable() && bc.reused && bc.io.inbuf.is_empty() && !ex.head_sent();
+                let retry = ex.upload.resendable()
+                    && bc.link == Link::Reused
+                    && bc.io.inbuf.is_empty()
+                    && !ex.head_sent();
                 return Sending::Ended(self.backend_failed(token, retry, "backend connection failed"));
             }
         }
@@ -172,7 +175,7 @@ impl Director {
                 Io::Data => progress = true,
                 Io::Blocked => break,
                 Io::Eof | Io::Failed => {
-                    let retry = ex.upload.resendable() && bc.reused && had == 0;
+                    let retry = ex.upload.resendable() && bc.link == Link::Reused && had == 0;
                     return self.backend_failed(token, retry, "backend closed before responding");
                 }
             }

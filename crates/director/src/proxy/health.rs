@@ -38,7 +38,7 @@ impl Director {
              Connection: close\r\n\r\n"
         );
         let probe =
-            Probe { stream, backend: b, connected: false, io: Buffered::sending(request.into_bytes()) };
+            Probe { stream, backend: b, link: Link::Connecting, io: Buffered::sending(request.into_bytes()) };
         let Some(token) = self.probes.insert(probe) else { return };
         let Some(p) = self.probes.get(token) else { return };
         if self.poller.add(&p.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
@@ -51,11 +51,11 @@ impl Director {
 
     pub(super) fn probe_event(&mut self, token: u64, gone: bool) {
         let Some(p) = self.probes.get_mut(token) else { return };
-        if !p.connected {
+        if !p.link.connected() {
             if gone || !matches!(p.stream.take_error(), Ok(None)) {
                 return self.end_probe(token, false);
             }
-            p.connected = true;
+            p.link = Link::Fresh;
         }
         if p.io.flush(&p.stream).is_err() {
             return self.end_probe(token, false);

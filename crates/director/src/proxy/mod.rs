@@ -195,12 +195,9 @@ struct Client {
 struct BConn {
     stream: TcpStream,
     backend: usize,
-    connected: bool,
+    link: Link,
     client: Option<u64>,
     io: Buffered,
-    /// Has carried a complete exchange: a failure before the first response
-    /// byte may be the backend closing an idle keep-alive connection.
-    reused: bool,
     deadline: Option<Instant>,
     armed: Option<Instant>,
 }
@@ -216,8 +213,26 @@ struct AdminConn {
 struct Probe {
     stream: TcpStream,
     backend: usize,
-    connected: bool,
+    link: Link,
     io: Buffered,
+}
+
+/// Where a connection to a backend is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// The non-blocking connect is under way.
+    Connecting,
+    /// Connected, and has carried no complete exchange.
+    Fresh,
+    /// Has carried a complete exchange: a failure before the first response
+    /// byte may be the backend closing an idle keep-alive connection.
+    Reused,
+}
+
+impl Link {
+    fn connected(self) -> bool {
+        self != Link::Connecting
+    }
 }
 
 struct MonConn {

@@ -139,7 +139,71 @@ fn a_request_is_relayed_and_its_backend_connection_pooled() {
     assert!(forwarded.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{forwarded}");
     let b = &h.director.backends[0];
     assert_eq!((b.inflight, b.served, b.idle.len()), (0, 1, 1), "released to the pool");
+    let pooled = h.director.bconns.get(b.idle[0]).expect("the pooled connection");
+    assert_eq!(pooled.link, Link::Reused);
     assert_eq!(h.director.stats.responses.get(&200), Some(&1));
+}
+
+/// Reads one request head from a backend's connection.
+fn read_request_head(conn: &mut TcpStream) -> Option<String> {
+    let mut request = Vec::new();
+    let mut byte = [0; 1];
+    while !request.ends_with(b"\r\n\r\n") {
+        if conn.read(&mut byte).expect("reading a request") == 0 {
+            return None;
+        }
+        request.push(byte[0]);
+    }
+    Some(String::from_utf8_lossy(&request).into_owned())
+}
+
+/// A backend that closes a pooled connection as a request arrives on it
+/// (its idle timeout crossing the request): the request has no body, so
+/// it goes again on a new connection, and the client never knows.
+#[test]
+fn a_request_lost_on_a_reused_connection_is_sent_again() {
+    let backend = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let backend_addr = backend.local_addr().expect("an address");
+    let server = thread::spawn(move || {
+        let (mut first, _) = backend.accept().expect("the first connection");
+        assert!(read_request_head(&mut first).is_some_and(|r| r.starts_with("GET /one ")));
+        first.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none").expect("answer");
+        assert!(read_request_head(&mut first).is_some_and(|r| r.starts_with("GET /two ")));
+        drop(first);
+        let (mut second, _) = backend.accept().expect("the second connection");
+        assert!(read_request_head(&mut second).is_some_and(|r| r.starts_with("GET /two ")));
+        second.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo").expect("answer");
+        second
+    });
+    let mut h = Harness::new(&["--backend", &backend_addr.to_string(), "--backend-conns", "0"]);
+    let mut client = h.connect();
+    client.write_all(b"GET /one HTTP/1.1\r\nHost: h\r\n\r\n").expect("send");
+    assert!(h.response(&mut client).text.ends_with("\r\n\r\none"));
+    client.write_all(b"GET /two HTTP/1.1\r\nHost: h\r\n\r\n").expect("send");
+    let got = h.response(&mut client);
+    assert!(got.text.starts_with("HTTP/1.1 200 OK\r\n") && got.text.ends_with("\r\n\r\ntwo"), "{}", got.text);
+    let _second = server.join().expect("the backend thread");
+    assert_eq!(h.director.stats.bad_gateway, 0);
+    assert_eq!(h.director.backends[0].served, 2);
+}
+
+/// The same loss on a fresh connection is the backend's failure: 502.
+#[test]
+fn a_request_lost_on_a_fresh_connection_is_a_bad_gateway() {
+    let backend = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let backend_addr = backend.local_addr().expect("an address");
+    let server = thread::spawn(move || {
+        let (mut first, _) = backend.accept().expect("a connection");
+        assert!(read_request_head(&mut first).is_some());
+    });
+    let mut h = Harness::new(&["--backend", &backend_addr.to_string(), "--backend-conns", "0"]);
+    let mut client = h.connect();
+    client.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n").expect("send");
+    let got = h.response(&mut client);
+    server.join().expect("the backend thread");
+    assert!(got.text.starts_with("HTTP/1.1 502 "), "{}", got.text);
+    assert!(got.text.ends_with("backend closed before responding\n"), "{}", got.text);
+    assert_eq!(h.director.stats.bad_gateway, 1);
 }
 
 #[test]

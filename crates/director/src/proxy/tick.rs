@@ -48,7 +48,7 @@ impl Director {
                         continue;
                     }
                     match bc.deadline {
-                        Some(d) if d <= now && !bc.connected => {
+                        Some(d) if d <= now && !bc.link.connected() => {
                             let why = format!(
                                 "timed out after {}",
                                 humantime::format_duration(self.cfg.connect_timeout)
@@ -101,7 +101,7 @@ impl Director {
                 let backend = ex.and_then(Exchange::backend);
                 let backend_reading = backend
                     .and_then(|(_, bt)| self.bconns.get(bt))
-                    .is_some_and(|bc| bc.connected && bc.io.flushed());
+                    .is_some_and(|bc| bc.link.connected() && bc.io.flushed());
                 if body_pending && backend_reading {
                     // The client stopped sending its body: its fault, and
                     // the backend slot is freed now.

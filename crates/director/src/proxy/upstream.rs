@@ -32,10 +32,9 @@ impl Director {
         let token = self.bconns.insert(BConn {
             stream,
             backend: b,
-            connected: false,
+            link: Link::Connecting,
             client: None,
             io: Buffered::new(),
-            reused: false,
             deadline: Some(Instant::now() + self.cfg.connect_timeout),
             armed: None,
         })?;
@@ -52,7 +51,7 @@ impl Director {
 
     pub(super) fn backend_event(&mut self, token: u64, gone: bool) {
         let Some(bc) = self.bconns.get_mut(token) else { return };
-        if !bc.connected {
+        if !bc.link.connected() {
             if !(bc.io.writable || gone) {
                 return;
             }
@@ -90,7 +89,7 @@ impl Director {
 
     pub(super) fn connected(&mut self, token: u64) {
         let Some(bc) = self.bconns.get_mut(token) else { return };
-        bc.connected = true;
+        bc.link = Link::Fresh;
         bc.deadline = None;
         let b = bc.backend;
         let client = bc.client;
@@ -206,7 +205,7 @@ impl Director {
         if let Some(bc) = self.bconns.remove(token) {
             let backend = &mut self.backends[bc.backend];
             backend.conns -= 1;
-            if !bc.connected {
+            if !bc.link.connected() {
                 backend.connecting -= 1;
             }
             backend.idle.retain(|&t| t != token);
