@@ -46,7 +46,8 @@
 //! health), `tick.rs` (timers), `health.rs` (active checks),
 //! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot),
 //! `buffered.rs` (the buffers and readiness every peer has), `stage.rs`
-//! (what an exchange is and holds).
+//! (what an exchange is and holds), `tests.rs` (the loop driven a turn at a
+//! time over loopback).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;

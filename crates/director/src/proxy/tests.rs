@@ -245,3 +245,54 @@ fn a_connection_that_sends_nothing_is_closed_quietly() {
     assert_eq!(got.text, "", "no page for a connection that asked nothing");
     assert!(h.director.clients.is_empty());
 }
+
+/// A client that reads nothing while its backend sends a large response:
+/// what the kernel and `OUT_CAP` do not hold goes to the temp file, the
+/// backend connection goes back to the pool once the response is read, and
+/// the client still gets every byte, in order.
+#[test]
+fn a_response_its_client_does_not_read_frees_the_backend_through_the_temp_file() {
+    // Past what loopback's socket buffers take (a few MiB) while the
+    // client reads nothing.
+    const SIZE: usize = 16 << 20;
+    let body: Vec<u8> = (0..SIZE).map(|i| b'a' + (i % 26) as u8).collect();
+    let backend = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let backend_addr = backend.local_addr().expect("an address");
+    let sent = body.clone();
+    let server = thread::spawn(move || {
+        let (mut conn, _) = backend.accept().expect("the director connects");
+        assert!(read_request_head(&mut conn).is_some());
+        conn.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {SIZE}\r\n\r\n").as_bytes())
+            .expect("head");
+        conn.write_all(&sent).expect("body");
+        conn
+    });
+    let mut h = Harness::new(&["--backend", &backend_addr.to_string(), "--backend-conns", "0"]);
+    let mut client = h.connect();
+    client.write_all(b"GET /large HTTP/1.1\r\nHost: h\r\n\r\n").expect("send");
+    while h.director.backends[0].idle.is_empty() {
+        h.turn();
+    }
+    let _conn = server.join().expect("the backend thread");
+    assert_eq!(h.director.stats.buffered_to_file, 1, "the response went through its temp file");
+
+    let mut got = Vec::new();
+    let mut buf = vec![0; 1 << 16];
+    let end = loop {
+        h.turn();
+        loop {
+            match client.read(&mut buf) {
+                Ok(0) => panic!("closed after {} bytes", got.len()),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => panic!("reading the response: {e}"),
+            }
+        }
+        if let Some(end) = response_end(&got).filter(|&end| got.len() >= end) {
+            break end;
+        }
+    };
+    assert_eq!(end, got.len(), "nothing after the response");
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    assert!(got[end - SIZE..] == body[..], "every byte, in order");
+}
