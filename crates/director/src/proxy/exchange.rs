@@ -195,26 +195,19 @@ impl Director {
             return Step::Blocked;
         };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
-        // RESPONSE: backend → client as fast as the backend sends. What the
-        // client has not taken waits in `c.io.out` up to OUT_CAP, then in the
-        // temp file up to --max-buffered-response; past that, the backend
-        // is read at the client's pace. Bytes go to the file once `c.io.out`
-        // is full and as long as the file has any, so they stay in order.
+        // RESPONSE: backend → client as fast as the backend sends; where
+        // the bytes go is `route`'s to say.
         let Stage::Relaying(_, relay) = &mut ex.stage else { unreachable!("RESPONSE relays") };
         let mut spilled = 0;
         while !relay.is_done() {
-            let to_file = c.spill.pending() > 0 || c.io.unsent() >= OUT_CAP;
-            if to_file {
-                if spilled >= SPILL_PER_TURN {
-                    return Step::Yield;
-                }
-                if self.spill_budget == 0 {
-                    return Step::Starved;
-                }
-                if !c.spill.has_room(cfg.max_buffered_response) {
-                    break;
-                }
-            }
+            let room = || c.spill.has_room(cfg.max_buffered_response);
+            let to_file = match route(c.spill.pending(), c.io.unsent(), spilled, self.spill_budget, room) {
+                Route::Memory => false,
+                Route::File => true,
+                Route::Yield => return Step::Yield,
+                Route::Starved => return Step::Starved,
+                Route::Full => break,
+            };
             let size = if to_file { SPILL_READ_SIZE } else { READ_SIZE };
             let closed = bc.io.inbuf.is_empty()
                 && match bc.io.fill_sized(&bc.stream, size, size) {
@@ -294,6 +287,43 @@ enum Sending {
     Idle,
     /// The exchange ended here (answered, retried or aborted): this step.
     Ended(Step),
+}
+
+/// Where RESPONSE puts the next bytes it relays, or why it reads none now.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    /// The client's output: it has room, and the temp file holds nothing
+    /// that must go before them.
+    Memory,
+    /// The temp file.
+    File,
+    /// This step wrote its share to the file: other connections first.
+    Yield,
+    /// This turn of the loop wrote its share to files: next turn.
+    Starved,
+    /// The file is full (`--max-buffered-response`): the backend is read
+    /// at the client's pace.
+    Full,
+}
+
+/// What the client has not taken waits in its output up to `OUT_CAP`, then
+/// in the temp file; bytes go to the file once the output is full and as
+/// long as the file has any, so they stay in order. `in_file`: bytes in
+/// the file; `unsent`: in the output; `spilled`: written to the file this
+/// step; `budget`: what this turn may still write to files; `room`: the
+/// file may grow.
+fn route(in_file: u64, unsent: usize, spilled: usize, budget: usize, room: impl FnOnce() -> bool) -> Route {
+    if in_file == 0 && unsent < OUT_CAP {
+        Route::Memory
+    } else if spilled >= SPILL_PER_TURN {
+        Route::Yield
+    } else if budget == 0 {
+        Route::Starved
+    } else if !room() {
+        Route::Full
+    } else {
+        Route::File
+    }
 }
 
 /// What RECEIVE makes of the backend's bytes so far.
@@ -459,6 +489,20 @@ mod tests {
         );
         assert_eq!(got.framing, Framing::None);
         assert!(got.body.is_done());
+    }
+
+    #[test]
+    fn relayed_bytes_go_to_the_file_once_memory_is_full_and_while_it_has_any() {
+        let room = || true;
+        assert_eq!(route(0, 0, 0, SPILL_PER_LOOP, room), Route::Memory);
+        assert_eq!(route(0, OUT_CAP - 1, 0, SPILL_PER_LOOP, room), Route::Memory);
+        assert_eq!(route(0, OUT_CAP, 0, SPILL_PER_LOOP, room), Route::File);
+        assert_eq!(route(1, 0, 0, SPILL_PER_LOOP, room), Route::File, "behind the file's bytes, in order");
+        assert_eq!(route(1, 0, SPILL_PER_TURN, SPILL_PER_LOOP, room), Route::Yield);
+        assert_eq!(route(1, 0, 0, 0, room), Route::Starved);
+        assert_eq!(route(1, 0, 0, 1, || false), Route::Full);
+        // Memory needs neither the file's room nor the turn's budget.
+        assert_eq!(route(0, 0, SPILL_PER_TURN, 0, || panic!("not asked")), Route::Memory);
     }
 
     #[test]
