@@ -26,7 +26,7 @@ impl Director {
                     return;
                 }
             };
-            let admin = AdminConn { stream, io: Buffered::eager(), answered: false };
+            let admin = AdminConn { stream, io: Buffered::eager() };
             let Some(token) = self.admins.insert(admin) else { continue };
             let Some(a) = self.admins.get(token) else { continue };
             if self.poller.add(&a.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
@@ -40,7 +40,9 @@ impl Director {
 
     pub(super) fn admin_event(&mut self, token: u64) {
         let Some(a) = self.admins.get_mut(token) else { return };
-        if !a.answered {
+        // An answer is never empty, and the connection closes once it is
+        // all written: bytes to send are what says it was answered.
+        if a.io.out.is_empty() {
             let limits = &self.cfg.limits;
             let request = loop {
                 match h1::parse_request(&a.io.inbuf, limits) {
@@ -74,7 +76,6 @@ impl Director {
             };
             let a = self.admins.get_mut(token).expect("seen above");
             a.io.out = bytes;
-            a.answered = true;
         }
         let a = self.admins.get_mut(token).expect("seen above");
         match a.io.flush(&a.stream) {

@@ -207,7 +207,6 @@ struct BConn {
 struct AdminConn {
     stream: TcpStream,
     io: Buffered,
-    answered: bool,
 }
 
 /// A `--health-path` check in progress.
