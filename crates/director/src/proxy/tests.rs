@@ -296,3 +296,68 @@ fn a_response_its_client_does_not_read_frees_the_backend_through_the_temp_file()
     assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
     assert!(got[end - SIZE..] == body[..], "every byte, in order");
 }
+
+/// A backend that takes the request and reads on without answering, until
+/// the director closes the connection; returns the request head, if one
+/// came before the close.
+fn silent_backend() -> (SocketAddr, thread::JoinHandle<Option<String>>) {
+    let backend = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = backend.local_addr().expect("an address");
+    let server = thread::spawn(move || {
+        let (mut conn, _) = backend.accept().expect("the director connects");
+        let head = read_request_head(&mut conn);
+        let mut rest = Vec::new();
+        let _ = conn.read_to_end(&mut rest);
+        head
+    });
+    (addr, server)
+}
+
+#[test]
+fn a_backend_that_does_not_answer_in_time_gets_its_client_a_504() {
+    let (backend, server) = silent_backend();
+    let mut h = Harness::new(&[
+        "--backend",
+        &backend.to_string(),
+        "--backend-conns",
+        "0",
+        "--backend-timeout",
+        "100ms",
+    ]);
+    let mut client = h.connect();
+    client.write_all(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n").expect("send");
+    let got = h.response(&mut client);
+    assert!(got.text.starts_with("HTTP/1.1 504 "), "{}", got.text);
+    assert!(got.text.ends_with("backend did not respond in time\n"), "{}", got.text);
+    server.join().expect("the backend thread");
+    assert_eq!(h.director.stats.gateway_timeout, 1);
+    assert_eq!(h.director.backends[0].inflight, 0, "the slot is free again");
+}
+
+/// A body too long to read before admission is streamed; a client that
+/// stops sending it is at fault (408), not the backend reading it.
+#[test]
+fn a_streamed_body_that_stops_coming_gets_408_and_frees_the_backend() {
+    let (backend, server) = silent_backend();
+    let mut h = Harness::new(&[
+        "--backend",
+        &backend.to_string(),
+        "--backend-conns",
+        "0",
+        "--max-buffered-request",
+        "0",
+        // Long enough for the backend connection to be made and the first
+        // bytes to reach it before it passes: then the client is at fault.
+        "--body-timeout",
+        "1s",
+    ]);
+    let mut client = h.connect();
+    client.write_all(b"PUT /up HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\nfirst").expect("send");
+    let got = h.response(&mut client);
+    assert!(got.text.starts_with("HTTP/1.1 408 "), "{}", got.text);
+    assert!(got.text.ends_with("request body not received in time\n"), "{}", got.text);
+    let head = server.join().expect("the backend thread");
+    assert!(head.is_some_and(|h| h.starts_with("PUT /up ")));
+    assert_eq!((h.director.stats.body_timeouts, h.director.stats.gateway_timeout), (1, 0));
+    assert_eq!(h.director.backends[0].inflight, 0, "the slot is free again");
+}
