@@ -41,7 +41,7 @@ impl Director {
         if c.spill.pending() > 0 && in_memory < OUT_CAP {
             if let Err(e) = c.spill.take_into(&mut c.io.out, OUT_CAP - in_memory) {
                 self.watch.spill_failed("read", &e);
-                return self.abort(token, false);
+                return self.abort(token);
             }
         }
         let wrote = match c.io.flush(&c.stream) {
@@ -110,8 +110,7 @@ impl Director {
                             "text/plain",
                             &error_page(status, &reason),
                             &[],
-                            false,
-                            true,
+                            After::Close,
                         );
                         return Step::Again;
                     }
@@ -154,16 +153,16 @@ impl Director {
         if ex.fwd_head.is_empty() {
             let page = self.status_page();
             let c = self.clients.get_mut(token).expect("just seen");
-            let keep = discard_body(c);
-            respond_local(c, 200, "text/plain; charset=utf-8", page.as_bytes(), &[], keep, false);
+            let after = discard_body(c);
+            respond_local(c, 200, "text/plain; charset=utf-8", page.as_bytes(), &[], after);
             return;
         }
         // Each failed attempt (refused connection, keep-alive race) comes
         // back here; a bounded number of them, then 502.
         if !self.backends.iter().any(|b| b.up) || ex.attempts > self.backends.len() as u32 + 1 {
             self.stats.bad_gateway += 1;
-            let keep = discard_body(c);
-            respond_local(c, 502, "text/plain", &error_page(502, "no backend available"), &[], keep, false);
+            let after = discard_body(c);
+            respond_local(c, 502, "text/plain", &error_page(502, "no backend available"), &[], after);
             return;
         }
         let expected = self.queue.expected(ex.target);
@@ -188,9 +187,9 @@ impl Director {
         let Some(c) = self.clients.get_mut(token) else { return };
         self.stats.busy_pages += 1;
         self.metrics.refused.get_or_create(&label("reason", reason)).inc();
-        let keep = discard_body(c);
+        let after = discard_body(c);
         let extra = [("Retry-After", self.cfg.retry_after.to_string()), ("Cache-Control", "no-store".into())];
-        respond_local(c, 503, "text/html; charset=utf-8", &self.cfg.busy_page, &extra, keep, false);
+        respond_local(c, 503, "text/html; charset=utf-8", &self.cfg.busy_page, &extra, after);
     }
 
     /// Attaches the client's request to a connection of backend `b`: an
@@ -308,17 +307,19 @@ impl Director {
             return Step::Peek;
         }
         self.stats.bad_gateway += 1;
-        let step = self.fail(token, 502, reason, true);
+        let step = self.fail(token, 502, reason, After::KeepAlive);
         self.dispatch_queue();
         step
     }
 
     /// Answers `status` if no response head went out yet, else aborts.
-    pub(super) fn fail(&mut self, token: u64, status: u16, reason: &str, keep_if_possible: bool) -> Step {
+    /// `after`: `KeepAlive` if the connection may stay open past the
+    /// answer (when the request's body is here to be dropped).
+    pub(super) fn fail(&mut self, token: u64, status: u16, reason: &str, after: After) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Close };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
         if ex.head_sent() {
-            return self.abort(token, true);
+            return self.abort(token);
         }
         if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
             self.backends[b].inflight -= 1;
@@ -326,14 +327,17 @@ impl Director {
             self.dispatch_queue();
         }
         let c = self.clients.get_mut(token).expect("seen above");
-        let keep = keep_if_possible && discard_body(c);
-        respond_local(c, status, "text/plain", &error_page(status, reason), &[], keep, false);
+        let after = match after {
+            After::KeepAlive => discard_body(c),
+            After::Close => After::Close,
+        };
+        respond_local(c, status, "text/plain", &error_page(status, reason), &[], after);
         Step::Again
     }
 
     /// Drops the exchange and the client connection (no way to tell the
     /// client more than that).
-    pub(super) fn abort(&mut self, token: u64, _backend_fault: bool) -> Step {
+    pub(super) fn abort(&mut self, token: u64) -> Step {
         if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
             if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
                 self.backends[b].inflight -= 1;

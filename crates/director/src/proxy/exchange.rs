@@ -68,11 +68,11 @@ impl Director {
                         Io::Data => {}
                         Io::Blocked => break,
                         // The client left in the middle of its body.
-                        Io::Eof | Io::Failed => return Sending::Ended(self.abort(token, false)),
+                        Io::Eof | Io::Failed => return Sending::Ended(self.abort(token)),
                     },
                     Err(e) => {
                         self.watch.spill_failed("read", &e);
-                        return Sending::Ended(self.abort(token, false));
+                        return Sending::Ended(self.abort(token));
                     }
                 }
             }
@@ -82,7 +82,7 @@ impl Director {
                 }
                 Err(e) => {
                     self.stats.bad_requests += 1;
-                    return Sending::Ended(self.fail(token, e.status(), e.reason(), false));
+                    return Sending::Ended(self.fail(token, e.status(), e.reason(), After::Close));
                 }
             }
             progress = true;
@@ -231,7 +231,7 @@ impl Director {
                 Err(_) => {
                     self.backends[b].errors += 1;
                     self.passive_failure(b, "broken");
-                    return self.abort(token, true);
+                    return self.abort(token);
                 }
             }
             if to_file && c.io.out.len() > start {
@@ -250,7 +250,7 @@ impl Director {
                     Err(SpillError::Create(e)) => self.watch.spill_failed("create", &e),
                     Err(SpillError::Write(e)) => {
                         self.watch.spill_failed("write", &e);
-                        return self.abort(token, false);
+                        return self.abort(token);
                     }
                 }
             }

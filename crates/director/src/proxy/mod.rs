@@ -544,21 +544,21 @@ impl Director {
 }
 
 /// Puts a locally generated response in the client's output and marks the
-/// exchange done. With `close`, the connection closes after it.
+/// exchange done. `after`: what the answer lets the connection do; it
+/// stays open only if the request asked for that too.
 fn respond_local(
     c: &mut Client,
     status: u16,
     content_type: &str,
     body: &[u8],
     extra: &[(&str, String)],
-    keep: bool,
-    close_now: bool,
+    after: After,
 ) {
     let (client_11, keep_alive, head_only) = match &c.ex {
         Some(ex) => (ex.version == h1::Version::Http11, ex.after.keeps_alive(), ex.answer.head_only()),
         None => (true, false, false),
     };
-    let keep = keep && keep_alive && !close_now;
+    let keep = after.keeps_alive() && keep_alive;
     c.io.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
     let ex = c.ex.get_or_insert_with(|| Exchange::local(status));
     ex.stage = Stage::Done;
@@ -569,15 +569,16 @@ fn respond_local(
 }
 
 /// Drops a request body that is already buffered so the connection can
-/// stay open after a local answer; false if the body is not all here.
-fn discard_body(c: &mut Client) -> bool {
-    let Some(ex) = c.ex.as_mut() else { return false };
+/// stay open after a local answer (`KeepAlive`); `Close` if the body is not
+/// all here.
+fn discard_body(c: &mut Client) -> After {
+    let Some(ex) = c.ex.as_mut() else { return After::Close };
     match ex.upload.discard(c.io.inbuf.len()) {
         Some(n) => {
             c.io.inbuf.drain(..n);
-            true
+            After::KeepAlive
         }
-        None => false,
+        None => After::Close,
     }
 }
 

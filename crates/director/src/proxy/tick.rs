@@ -85,7 +85,7 @@ impl Director {
                     self.stats.bad_requests += 1;
                     error_page(408, "request head not received in time")
                 };
-                respond_local(c, 408, "text/plain", &page, &[], false, true);
+                respond_local(c, 408, "text/plain", &page, &[], After::Close);
             }
             ClientState::Peek => {
                 // The queue wait is over: the busy page.
@@ -106,7 +106,7 @@ impl Director {
                     // The client stopped sending its body: its fault, and
                     // the backend slot is freed now.
                     self.stats.body_timeouts += 1;
-                    self.fail(token, 408, "request body not received in time", false);
+                    self.fail(token, 408, "request body not received in time", After::Close);
                 } else {
                     self.stats.gateway_timeout += 1;
                     if let Some((b, _)) = backend {
@@ -117,11 +117,11 @@ impl Director {
                         }
                         self.passive_failure(b, "timeout");
                     }
-                    self.fail(token, 504, "backend did not respond in time", false);
+                    self.fail(token, 504, "backend did not respond in time", After::Close);
                 }
             }
             ClientState::Response | ClientState::Linger => {
-                self.abort(token, false);
+                self.abort(token);
                 self.close_client(token);
                 return;
             }
