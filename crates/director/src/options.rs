@@ -336,6 +336,20 @@ impl DirectOptions {
     }
 }
 
+/// The configuration `modus direct` would make of `args` (its options
+/// alone, without the command name), for tests.
+#[cfg(test)]
+pub(crate) fn config_of(args: &[&str]) -> Config {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        options: DirectOptions,
+    }
+    let args = std::iter::once("direct").chain(args.iter().copied());
+    Command::parse_from(args).options.config().expect("a valid configuration")
+}
+
 /// `--queue-order`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueOrder {

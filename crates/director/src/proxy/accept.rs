@@ -59,20 +59,13 @@ impl Director {
             let client = Client {
                 stream,
                 peer,
-                readable: false,
-                writable: false,
+                io: Buffered::new(),
                 state: ClientState::Request,
-                inbuf: Vec::new(),
-                out: Vec::new(),
-                out_pos: 0,
                 deadline: Some(now + self.cfg.header_timeout),
                 armed: None,
                 head_started: Some(now),
-                chunk_scan: None,
-                continued: false,
                 spill: Spill::Unused,
-                intake: Spill::Unused,
-                intake_after: Vec::new(),
+                intake: Intake::new(),
                 ex: None,
             };
             let Some(token) = self.clients.insert(client) else { continue };

@@ -26,7 +26,7 @@ impl Director {
                     return;
                 }
             };
-            let admin = AdminConn { stream, inbuf: Vec::new(), out: Vec::new(), out_pos: 0, answered: false };
+            let admin = AdminConn { stream, io: Buffered::eager() };
             let Some(token) = self.admins.insert(admin) else { continue };
             let Some(a) = self.admins.get(token) else { continue };
             if self.poller.add(&a.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
@@ -40,18 +40,19 @@ impl Director {
 
     pub(super) fn admin_event(&mut self, token: u64) {
         let Some(a) = self.admins.get_mut(token) else { return };
-        if !a.answered {
+        // An answer is never empty, and the connection closes once it is
+        // all written: bytes to send are what says it was answered.
+        if a.io.out.is_empty() {
             let limits = &self.cfg.limits;
             let request = loop {
-                match h1::parse_request(&a.inbuf, limits) {
+                match h1::parse_request(&a.io.inbuf, limits) {
                     Ok(Parsed::Complete { head, .. }) => break Some(Ok(head)),
                     Ok(Parsed::Partial) => {}
                     Err(e) => break Some(Err(e)),
                 }
-                let mut readable = true;
-                match read_some(&a.stream, &mut readable, &mut a.inbuf, limits.max_header_bytes) {
+                match a.io.fill(&a.stream, limits.max_header_bytes) {
                     Io::Data => {}
-                    Io::Blocked if a.inbuf.len() < limits.max_header_bytes => break None,
+                    Io::Blocked if a.io.inbuf.len() < limits.max_header_bytes => break None,
                     _ => {
                         self.close_admin(token);
                         return;
@@ -74,13 +75,11 @@ impl Director {
                 ),
             };
             let a = self.admins.get_mut(token).expect("seen above");
-            a.out = bytes;
-            a.answered = true;
+            a.io.out = bytes;
         }
         let a = self.admins.get_mut(token).expect("seen above");
-        let mut writable = true;
-        match flush(&a.stream, &mut writable, &mut a.out, &mut a.out_pos) {
-            Ok(_) if a.out.is_empty() => {
+        match a.io.flush(&a.stream) {
+            Ok(_) if a.io.out.is_empty() => {
                 let _ = a.stream.shutdown(NetShutdown::Write);
                 self.close_admin(token);
             }

@@ -3,14 +3,10 @@
 
 use std::time::Instant;
 
-use h1::{BodyFraming, Parsed};
-
 use super::*;
 use crate::admin::label;
 use crate::backend::{pick, LARGE};
-use crate::forward::{over_limits, request_head};
-use crate::relay::RequestBody;
-use intake::{collect_body, Collected};
+use request::{read_request, Cause, Refusal, RequestRead};
 
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
@@ -41,14 +37,14 @@ impl Director {
 
     pub(super) fn step(&mut self, token: u64) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
-        let in_memory = c.out.len() - c.out_pos;
+        let in_memory = c.io.unsent();
         if c.spill.pending() > 0 && in_memory < OUT_CAP {
-            if let Err(e) = c.spill.take_into(&mut c.out, OUT_CAP - in_memory) {
+            if let Err(e) = c.spill.take_into(&mut c.io.out, OUT_CAP - in_memory) {
                 self.watch.spill_failed("read", &e);
-                return self.abort(token, false);
+                return self.abort(token);
             }
         }
-        let wrote = match flush(&c.stream, &mut c.writable, &mut c.out, &mut c.out_pos) {
+        let wrote = match c.io.flush(&c.stream) {
             Ok(w) => w,
             Err(()) => return Step::Close,
         };
@@ -66,10 +62,10 @@ impl Director {
             }
             ClientState::Receive | ClientState::Response => self.step_exchange(token, wrote),
             ClientState::Linger => {
-                let mut sink = Vec::new();
+                // What comes now is dropped: the connection is closing.
                 loop {
-                    sink.clear();
-                    match read_some(&c.stream, &mut c.readable, &mut sink, READ_SIZE) {
+                    c.io.inbuf.clear();
+                    match c.io.fill(&c.stream, READ_SIZE) {
                         Io::Data => {}
                         Io::Blocked => return Step::Blocked,
                         Io::Eof | Io::Failed => return Step::Close,
@@ -79,130 +75,60 @@ impl Director {
         }
     }
 
-    /// REQUEST: read and validate a head (and a small body).
+    /// REQUEST: read and validate a head (and a small body); what the
+    /// bytes make of it is [`read_request`]'s to say.
     pub(super) fn step_request(&mut self, token: u64) -> Step {
         let cfg = &self.cfg;
         let Some(c) = self.clients.get_mut(token) else { return Step::Blocked };
-        if c.out_pos < c.out.len() {
+        if !c.io.flushed() {
             // Responses go out in order: finish the previous one first.
             return Step::Blocked;
         }
         loop {
-            let mut cap = cfg.limits.max_header_bytes;
-            let mut body_spooling = false;
-            match h1::parse_request(&c.inbuf, &cfg.limits) {
-                Err(e) => {
-                    self.stats.bad_requests += 1;
-                    let status = e.status();
-                    respond_local(c, status, "text/plain", &error_page(status, e.reason()), &[], false, true);
-                    return Step::Again;
-                }
-                Ok(Parsed::Complete { head, .. }) if head.method == h1::Method::Connect => {
-                    // A tunnel is not an exchange the director can admit,
-                    // time or relay: refused here, before any backend
-                    // (one that answered 200 would hold its slot for good).
-                    self.stats.bad_requests += 1;
-                    let page = error_page(
-                        501,
-                        "CONNECT is not supported: the director relays requests, not tunnels",
-                    );
-                    respond_local(c, 501, "text/plain", &page, &[], false, true);
-                    return Step::Again;
-                }
-                Ok(Parsed::Complete { head, len }) => {
-                    if let BodyFraming::Length(n) = head.framing {
-                        if n > cfg.max_body {
-                            self.stats.bad_requests += 1;
-                            let page = error_page(413, "request body too large");
-                            respond_local(c, 413, "text/plain", &page, &[], false, true);
-                            return Step::Again;
-                        }
-                    }
-                    let more = match collect_body(c, head.framing, len, cfg) {
-                        Collected::Enough => None,
-                        Collected::More(upto) => Some(upto),
-                        Collected::Refuse(status, reason, spool_error) => {
-                            if let Some(e) = spool_error {
-                                self.watch.spill_failed("write", &e);
-                            } else {
-                                self.stats.bad_requests += 1;
-                            }
-                            let page = error_page(status, reason);
-                            respond_local(c, status, "text/plain", &page, &[], false, true);
-                            return Step::Again;
-                        }
-                    };
-                    if more.is_some()
-                        && head.expect_continue
-                        && head.version == h1::Version::Http11
-                        && !c.continued
-                    {
-                        // The body is pre-buffered here, so the client is
-                        // told to send it now rather than when a backend
-                        // slot frees (a client that never sends it then
-                        // holds no slot).
-                        c.continued = true;
-                        c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            let (cap, spooling) =
+                match read_request(&mut c.io.inbuf, &mut c.intake, cfg, c.peer, self.stopping.is_some()) {
+                    RequestRead::More { cap, spooling } => (cap, spooling),
+                    RequestRead::Continue => {
+                        c.io.out.extend_from_slice(CONTINUE);
                         return Step::Again;
                     }
-                    let Some(upto) = more else {
-                        if c.intake.pending() > 0 {
+                    RequestRead::Refuse(Refusal { status, reason, cause }) => {
+                        match cause {
+                            Cause::Client => self.stats.bad_requests += 1,
+                            Cause::Forwarded => {
+                                if c.intake.file.pending() > 0 {
+                                    self.stats.requests_to_file += 1;
+                                    self.metrics.requests_to_file.inc();
+                                }
+                                self.stats.bad_requests += 1;
+                            }
+                            Cause::Spool(e) => self.watch.spill_failed("write", &e),
+                        }
+                        respond_local(
+                            c,
+                            status,
+                            "text/plain",
+                            &error_page(status, &reason),
+                            &[],
+                            After::Close,
+                        );
+                        return Step::Again;
+                    }
+                    RequestRead::Ready(ex) => {
+                        if c.intake.file.pending() > 0 {
                             self.stats.requests_to_file += 1;
                             self.metrics.requests_to_file.inc();
                         }
-                        let is_status = cfg.status_path.as_deref().is_some_and(|p| head.path() == p);
-                        let backend_name = &cfg.backends[0].0;
-                        let fwd_head = if is_status {
-                            Vec::new()
-                        } else {
-                            request_head(&head, c.peer, cfg.tls.is_some(), backend_name)
-                        };
-                        if let Some(why) = over_limits(&fwd_head, &cfg.limits) {
-                            self.stats.bad_requests += 1;
-                            respond_local(c, 431, "text/plain", &error_page(431, &why), &[], false, true);
-                            return Step::Again;
-                        }
-                        c.inbuf.drain(..len);
-                        c.chunk_scan = None;
-                        let continued = std::mem::take(&mut c.continued);
                         self.stats.requests += 1;
-                        let body = match head.framing {
-                            BodyFraming::None | BodyFraming::Length(0) => RequestBody::Done,
-                            BodyFraming::Length(n) => RequestBody::Length(n),
-                            BodyFraming::Chunked => RequestBody::chunked(cfg.max_body),
-                        };
-                        let retryable = body.is_done();
-                        c.ex = Some(Exchange {
-                            fwd_head,
-                            // Only the size-ordered queue reads it: FIFO keeps no copy.
-                            target: (cfg.queue_order == QueueOrder::Srpt && head.method != h1::Method::Head)
-                                .then(|| Target::of(head.target())),
-                            head_request: head.method == h1::Method::Head,
-                            client_11: head.version == h1::Version::Http11,
-                            keep_alive: head.keep_alive && self.stopping.is_none(),
-                            expect_continue: head.expect_continue && !continued,
-                            body,
-                            retryable,
-                            attempts: 0,
-                            stage: Stage::Parsed,
-                            close_after: false,
-                            started: Instant::now(),
-                            status: 0,
-                        });
+                        c.ex = Some(ex);
                         c.state = ClientState::Peek;
                         c.deadline = None;
                         c.head_started = None;
                         return Step::Peek;
-                    };
-                    cap = upto;
-                    // Past the memory part, a long body must keep moving
-                    // rather than arrive within the header deadline.
-                    body_spooling = c.intake.pending() > 0;
-                }
-                Ok(Parsed::Partial) => {}
-            }
-            let was_empty = c.inbuf.is_empty();
-            match read_some(&c.stream, &mut c.readable, &mut c.inbuf, cap) {
+                    }
+                };
+            let was_empty = c.io.inbuf.is_empty();
+            match c.io.fill(&c.stream, cap) {
                 Io::Data => {
                     if was_empty && c.head_started.is_none() {
                         // The header deadline runs from the first byte; the
@@ -210,7 +136,7 @@ impl Director {
                         let now = Instant::now();
                         c.head_started = Some(now);
                         c.deadline = Some(now + cfg.header_timeout);
-                    } else if body_spooling {
+                    } else if spooling {
                         c.deadline = Some(Instant::now() + cfg.body_timeout);
                     }
                 }
@@ -227,16 +153,16 @@ impl Director {
         if ex.fwd_head.is_empty() {
             let page = self.status_page();
             let c = self.clients.get_mut(token).expect("just seen");
-            let keep = discard_body(c);
-            respond_local(c, 200, "text/plain; charset=utf-8", page.as_bytes(), &[], keep, false);
+            let after = discard_body(c);
+            respond_local(c, 200, "text/plain; charset=utf-8", page.as_bytes(), &[], after);
             return;
         }
         // Each failed attempt (refused connection, keep-alive race) comes
         // back here; a bounded number of them, then 502.
         if !self.backends.iter().any(|b| b.up) || ex.attempts > self.backends.len() as u32 + 1 {
             self.stats.bad_gateway += 1;
-            let keep = discard_body(c);
-            respond_local(c, 502, "text/plain", &error_page(502, "no backend available"), &[], keep, false);
+            let after = discard_body(c);
+            respond_local(c, 502, "text/plain", &error_page(502, "no backend available"), &[], after);
             return;
         }
         let expected = self.queue.expected(ex.target);
@@ -261,9 +187,9 @@ impl Director {
         let Some(c) = self.clients.get_mut(token) else { return };
         self.stats.busy_pages += 1;
         self.metrics.refused.get_or_create(&label("reason", reason)).inc();
-        let keep = discard_body(c);
+        let after = discard_body(c);
         let extra = [("Retry-After", self.cfg.retry_after.to_string()), ("Cache-Control", "no-store".into())];
-        respond_local(c, 503, "text/html; charset=utf-8", &self.cfg.busy_page, &extra, keep, false);
+        respond_local(c, 503, "text/html; charset=utf-8", &self.cfg.busy_page, &extra, after);
     }
 
     /// Attaches the client's request to a connection of backend `b`: an
@@ -293,9 +219,9 @@ impl Director {
             record(&mut self.latencies.queue, waited);
             self.metrics.queue_wait.observe(waited.as_secs_f64());
         }
-        let body_pending = !ex.body.is_done();
-        if ex.expect_continue && body_pending {
-            c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        let body_pending = !ex.upload.is_done();
+        if ex.upload.owes_continue() {
+            c.io.out.extend_from_slice(CONTINUE);
         }
         c.state = ClientState::Receive;
         // While the body is coming, the client must keep it moving; after
@@ -303,7 +229,7 @@ impl Director {
         c.deadline = Some(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
         let bc = self.bconns.get_mut(btoken).expect("checked above");
         bc.client = Some(token);
-        bc.out.extend_from_slice(&ex.fwd_head);
+        bc.io.out.extend_from_slice(&ex.fwd_head);
         bc.deadline = None;
         self.ready.push_back(token);
     }
@@ -319,7 +245,7 @@ impl Director {
         let took = ex.started.elapsed();
         record(&mut self.latencies.request, took);
         self.metrics.request_duration.observe(took.as_secs_f64());
-        if ex.close_after || !ex.keep_alive || self.stopping.is_some() {
+        if !ex.after.keeps_alive() || self.stopping.is_some() {
             c.stream.shutdown_write();
             c.state = ClientState::Linger;
             c.deadline = Some(Instant::now() + LINGER);
@@ -327,7 +253,7 @@ impl Director {
         }
         c.state = ClientState::Request;
         let now = Instant::now();
-        if c.inbuf.is_empty() {
+        if c.io.inbuf.is_empty() {
             c.head_started = None;
             c.deadline = Some(now + self.cfg.keepalive_timeout);
         } else {
@@ -347,10 +273,8 @@ impl Director {
         backend.served += 1;
         if let Some(bc) = self.bconns.get_mut(btoken) {
             bc.client = None;
-            if reuse && backend.up && bc.out_pos == bc.out.len() {
-                bc.reused = true;
-                bc.out.clear();
-                bc.out_pos = 0;
+            if reuse && backend.up && bc.io.flushed() {
+                bc.link = Link::Reused;
                 backend.idle.push(btoken);
             } else {
                 self.close_bconn(btoken);
@@ -383,17 +307,19 @@ impl Director {
             return Step::Peek;
         }
         self.stats.bad_gateway += 1;
-        let step = self.fail(token, 502, reason, true);
+        let step = self.fail(token, 502, reason, After::KeepAlive);
         self.dispatch_queue();
         step
     }
 
     /// Answers `status` if no response head went out yet, else aborts.
-    pub(super) fn fail(&mut self, token: u64, status: u16, reason: &str, keep_if_possible: bool) -> Step {
+    /// `after`: `KeepAlive` if the connection may stay open past the
+    /// answer (when the request's body is here to be dropped).
+    pub(super) fn fail(&mut self, token: u64, status: u16, reason: &str, after: After) -> Step {
         let Some(c) = self.clients.get_mut(token) else { return Step::Close };
         let Some(ex) = c.ex.as_mut() else { return Step::Close };
         if ex.head_sent() {
-            return self.abort(token, true);
+            return self.abort(token);
         }
         if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
             self.backends[b].inflight -= 1;
@@ -401,14 +327,17 @@ impl Director {
             self.dispatch_queue();
         }
         let c = self.clients.get_mut(token).expect("seen above");
-        let keep = keep_if_possible && discard_body(c);
-        respond_local(c, status, "text/plain", &error_page(status, reason), &[], keep, false);
+        let after = match after {
+            After::KeepAlive => discard_body(c),
+            After::Close => After::Close,
+        };
+        respond_local(c, status, "text/plain", &error_page(status, reason), &[], after);
         Step::Again
     }
 
     /// Drops the exchange and the client connection (no way to tell the
     /// client more than that).
-    pub(super) fn abort(&mut self, token: u64, _backend_fault: bool) -> Step {
+    pub(super) fn abort(&mut self, token: u64) -> Step {
         if let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) {
             if let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() {
                 self.backends[b].inflight -= 1;

@@ -37,14 +37,8 @@ impl Director {
             "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: modus-director-health-check\r\n\
              Connection: close\r\n\r\n"
         );
-        let probe = Probe {
-            stream,
-            backend: b,
-            connected: false,
-            out: request.into_bytes(),
-            out_pos: 0,
-            inbuf: Vec::new(),
-        };
+        let probe =
+            Probe { stream, backend: b, link: Link::Connecting, io: Buffered::sending(request.into_bytes()) };
         let Some(token) = self.probes.insert(probe) else { return };
         let Some(p) = self.probes.get(token) else { return };
         if self.poller.add(&p.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
@@ -57,21 +51,19 @@ impl Director {
 
     pub(super) fn probe_event(&mut self, token: u64, gone: bool) {
         let Some(p) = self.probes.get_mut(token) else { return };
-        if !p.connected {
+        if !p.link.connected() {
             if gone || !matches!(p.stream.take_error(), Ok(None)) {
                 return self.end_probe(token, false);
             }
-            p.connected = true;
+            p.link = Link::Fresh;
         }
-        let mut writable = true;
-        if flush(&p.stream, &mut writable, &mut p.out, &mut p.out_pos).is_err() {
+        if p.io.flush(&p.stream).is_err() {
             return self.end_probe(token, false);
         }
         loop {
-            let mut readable = true;
-            match parse_response(&p.inbuf, false) {
+            match parse_response(&p.io.inbuf, false) {
                 Ok(HeadParse::Complete(head, len)) if head.is_interim() => {
-                    p.inbuf.drain(..len);
+                    p.io.inbuf.drain(..len);
                     continue;
                 }
                 Ok(HeadParse::Complete(head, _)) => {
@@ -81,7 +73,7 @@ impl Director {
                 Err(_) => return self.end_probe(token, false),
                 Ok(HeadParse::Partial) => {}
             }
-            match read_some(&p.stream, &mut readable, &mut p.inbuf, MAX_RESPONSE_HEAD + 1) {
+            match p.io.fill(&p.stream, MAX_RESPONSE_HEAD + 1) {
                 Io::Data => {}
                 Io::Blocked => return,
                 Io::Eof | Io::Failed => return self.end_probe(token, false),

@@ -40,17 +40,20 @@
 //! [`crate::admin`]); neither ever blocks it.
 //!
 //! Its files: this one (the types, the loop), `accept.rs`, `client.rs`
-//! (REQUEST and PEEK), `exchange.rs` (RECEIVE and RESPONSE), `intake.rs` (a
-//! request body read before admission), `upstream.rs` (backend connections, pools, passive
+//! (REQUEST and PEEK), `request.rs` (what REQUEST makes of the bytes read),
+//! `exchange.rs` (RECEIVE and RESPONSE), `intake.rs` (a request body read
+//! before admission), `upstream.rs` (backend connections, pools, passive
 //! health), `tick.rs` (timers), `health.rs` (active checks),
-//! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot).
+//! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot),
+//! `buffered.rs` (the buffers and readiness every peer has), `stage.rs`
+//! (what an exchange is and holds), `tests.rs` (the loop driven a turn at a
+//! time over loopback).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use h1::ChunkedDecoder;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use transport::poller::{Events, Interest, Poller, Trigger};
@@ -58,8 +61,7 @@ use transport::{Shutdown, Wire};
 
 use crate::admin::Metrics;
 use crate::backend::{Backend, Limiter};
-use crate::options::{Config, QueueOrder};
-use crate::relay::{RequestBody, ResponseBody};
+use crate::options::Config;
 use crate::spill::Spill;
 use crate::watch::Watch;
 use transport::deadlines::Deadlines;
@@ -67,17 +69,25 @@ use transport::slab::Slab;
 
 mod accept;
 mod admin_listener;
+mod buffered;
 mod client;
 mod exchange;
 mod health;
 mod intake;
 mod monitors;
 mod queue;
+mod request;
+mod stage;
 mod status;
+#[cfg(test)]
+mod tests;
 mod tick;
 mod upstream;
 
-use queue::{PendingQueue, Target};
+use buffered::{Buffered, Io};
+use intake::Intake;
+use queue::PendingQueue;
+use stage::{After, Attachment, Exchange, Stage};
 
 /// The first bytes of a request body kept in memory in REQUEST; the rest of
 /// it goes to a temp file (`intake.rs`), or, past `--max-buffered-request`
@@ -99,6 +109,8 @@ const SPILL_PER_LOOP: usize = 1024 * 1024;
 /// One read of a response that goes to a temp file (fewer, larger reads:
 /// the bytes only pass through).
 const SPILL_READ_SIZE: usize = 64 * 1024;
+/// The interim answer to `Expect: 100-continue`.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// One read.
 const READ_SIZE: usize = 16 * 1024;
 /// Connections accepted per listener event (the rest on the next round).
@@ -162,153 +174,31 @@ impl ClientState {
     const NAMES: [&'static str; 5] = ["REQUEST", "PEEK", "RECEIVE", "RESPONSE", "LINGER"];
 }
 
-/// One request/response exchange.
-#[derive(Debug)]
-struct Exchange {
-    fwd_head: Vec<u8>,
-    /// The request's target, for what the pending queue learns of its
-    /// answer's size; `None` for a HEAD (no body to expect) and with
-    /// `--queue-order fifo` (nothing is learned).
-    target: Option<Target>,
-    head_request: bool,
-    client_11: bool,
-    keep_alive: bool,
-    expect_continue: bool,
-    body: RequestBody,
-    /// The request has no body, so it may be sent again after a failure
-    /// before any response byte on a reused connection.
-    retryable: bool,
-    attempts: u32,
-    /// Where it is: parsed, queued, attached, relaying, done.
-    stage: Stage,
-    close_after: bool,
-    /// The request was parsed (REQUEST done).
-    started: Instant,
-    /// The status answered (relayed or local).
-    status: u16,
-}
-
-/// Where an exchange is, paper 002's REQUEST → PEEK → RECEIVE → RESPONSE as
-/// the exchange sees it. The client connection's [`ClientState`] says what
-/// its socket waits for; this says what the exchange holds.
-#[derive(Debug)]
-enum Stage {
-    /// Parsed; PEEK decides where it goes (again, after a failed attempt).
-    Parsed,
-    /// In the pending queue since then: no backend had room.
-    Queued(Instant),
-    /// On a backend connection: the request goes out, the response head
-    /// is awaited (RECEIVE).
-    Attached(Attachment),
-    /// The response head went to the client, the body follows (RESPONSE);
-    /// a failure from here on can only abort the connection.
-    Relaying(Attachment, ResponseBody),
-    /// Answered, by a backend or by the director: over once the client's
-    /// output is flushed.
-    Done,
-}
-
-/// An exchange's hold on a backend connection.
-#[derive(Debug)]
-struct Attachment {
-    /// The backend, and the token of its connection.
-    backend: (usize, u64),
-    /// The backend's requests in flight when this one was attached.
-    inflight: usize,
-    /// When the whole request (head and body) had been written to the
-    /// backend: the limiter's latency clock starts there, so a client's
-    /// slow upload is not the backend's latency. `None` before (an early
-    /// answer or a failure during the upload gives no latency sample).
-    sent: Option<Instant>,
-}
-
-impl Exchange {
-    fn is_queued(&self) -> bool {
-        matches!(self.stage, Stage::Queued(_))
-    }
-
-    fn is_done(&self) -> bool {
-        matches!(self.stage, Stage::Done)
-    }
-
-    /// The response head has gone to the client.
-    fn head_sent(&self) -> bool {
-        matches!(self.stage, Stage::Relaying(..) | Stage::Done)
-    }
-
-    fn attachment(&self) -> Option<&Attachment> {
-        match &self.stage {
-            Stage::Attached(a) | Stage::Relaying(a, _) => Some(a),
-            _ => None,
-        }
-    }
-
-    /// The backend and its connection's token, while attached.
-    fn backend(&self) -> Option<(usize, u64)> {
-        self.attachment().map(|a| a.backend)
-    }
-
-    /// Lets go of the backend connection: an attached exchange goes back to
-    /// PEEK's decision, a relaying one is over.
-    fn detach(&mut self) -> Option<Attachment> {
-        match std::mem::replace(&mut self.stage, Stage::Parsed) {
-            Stage::Attached(a) => Some(a),
-            Stage::Relaying(a, _) => {
-                self.stage = Stage::Done;
-                Some(a)
-            }
-            other => {
-                self.stage = other;
-                None
-            }
-        }
-    }
-}
-
 struct Client {
     stream: transport::Stream,
     peer: SocketAddr,
-    readable: bool,
-    writable: bool,
+    io: Buffered,
     state: ClientState,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
     deadline: Option<Instant>,
     armed: Option<Instant>,
     /// The next request's head started (first byte, or accept for a fresh
     /// connection): the header deadline runs from here.
     head_started: Option<Instant>,
-    /// A chunked body being pre-buffered in REQUEST: its decoder and the
-    /// bytes after the head it has consumed.
-    chunk_scan: Option<(Box<ChunkedDecoder>, usize)>,
-    /// The director answered `100 Continue` to the request being read (it
-    /// pre-buffers the body itself; RFC 9110 §10.1.1 lets a proxy do so).
-    continued: bool,
     /// The response's bytes beyond `out`, in a temp file, while the client
     /// reads slower than its backend sent them (`--max-buffered-response`).
     spill: Spill,
-    /// The request body's bytes beyond its first `PREBUFFER`, read before
-    /// admission (`--max-buffered-request`, `intake.rs`).
-    intake: Spill,
-    /// Bytes that followed a chunked body in `intake`: after it, in order.
-    intake_after: Vec<u8>,
+    /// What REQUEST keeps of a request body read before admission
+    /// (`intake.rs`).
+    intake: Intake,
     ex: Option<Exchange>,
 }
 
 struct BConn {
     stream: TcpStream,
     backend: usize,
-    connected: bool,
-    readable: bool,
-    writable: bool,
+    link: Link,
     client: Option<u64>,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
-    /// Has carried a complete exchange: a failure before the first response
-    /// byte may be the backend closing an idle keep-alive connection.
-    reused: bool,
+    io: Buffered,
     deadline: Option<Instant>,
     armed: Option<Instant>,
 }
@@ -316,26 +206,39 @@ struct BConn {
 /// An `--admin` client.
 struct AdminConn {
     stream: TcpStream,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
-    answered: bool,
+    io: Buffered,
 }
 
 /// A `--health-path` check in progress.
 struct Probe {
     stream: TcpStream,
     backend: usize,
-    connected: bool,
-    out: Vec<u8>,
-    out_pos: usize,
-    inbuf: Vec<u8>,
+    link: Link,
+    io: Buffered,
+}
+
+/// Where a connection to a backend is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// The non-blocking connect is under way.
+    Connecting,
+    /// Connected, and has carried no complete exchange.
+    Fresh,
+    /// Has carried a complete exchange: a failure before the first response
+    /// byte may be the backend closing an idle keep-alive connection.
+    Reused,
+}
+
+impl Link {
+    fn connected(self) -> bool {
+        self != Link::Connecting
+    }
 }
 
 struct MonConn {
     stream: TcpStream,
     peer: IpAddr,
-    inbuf: Vec<u8>,
+    io: Buffered,
     backends: Option<Vec<usize>>,
     interval: Duration,
 }
@@ -389,82 +292,6 @@ fn summary(h: &Histogram<u64>) -> Value {
         "p50": h.value_at_quantile(0.5),
         "p99": h.value_at_quantile(0.99),
     })
-}
-
-enum Io {
-    Data,
-    Eof,
-    Blocked,
-    Failed,
-}
-
-fn read_some(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize) -> Io {
-    read_sized(stream, readable, buf, cap, READ_SIZE)
-}
-
-/// [`read_some`] with reads of up to `size` bytes.
-fn read_sized(stream: &dyn Wire, readable: &mut bool, buf: &mut Vec<u8>, cap: usize, size: usize) -> Io {
-    if !*readable || buf.len() >= cap {
-        return Io::Blocked;
-    }
-    let start = buf.len();
-    buf.resize(start + size.min(cap - start), 0);
-    let r = stream.read(&mut buf[start..]);
-    match r {
-        Ok(0) => {
-            buf.truncate(start);
-            Io::Eof
-        }
-        Ok(n) => {
-            buf.truncate(start + n);
-            Io::Data
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            buf.truncate(start);
-            *readable = false;
-            Io::Blocked
-        }
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-            buf.truncate(start);
-            Io::Data
-        }
-        Err(_) => {
-            buf.truncate(start);
-            Io::Failed
-        }
-    }
-}
-
-/// Writes what it can; `Err` if the peer is gone. `Ok(true)` if anything
-/// was written.
-fn flush(stream: &dyn Wire, writable: &mut bool, out: &mut Vec<u8>, pos: &mut usize) -> Result<bool, ()> {
-    let mut progress = false;
-    while *pos < out.len() && *writable {
-        match stream.write_now(&out[*pos..]) {
-            Ok(0) => return Err(()),
-            Ok(n) => {
-                *pos += n;
-                progress = true;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => *writable = false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Err(()),
-        }
-    }
-    // What a TLS session encrypted but could not send yet goes out too.
-    match stream.flush_pending() {
-        Ok(true) => {}
-        Ok(false) => *writable = false,
-        Err(_) => return Err(()),
-    }
-    if *pos == out.len() {
-        out.clear();
-        *pos = 0;
-    } else if *pos >= OUT_CAP {
-        out.drain(..*pos);
-        *pos = 0;
-    }
-    Ok(progress)
 }
 
 /// A response the director writes itself.
@@ -639,53 +466,7 @@ impl Director {
             self.replenish(b);
         }
         loop {
-            self.spill_budget = SPILL_PER_LOOP;
-            for token in self.starved.drain(..).rev() {
-                self.ready.push_front(token);
-            }
-            let now = Instant::now();
-            let mut wake = self.next_tick.saturating_duration_since(now);
-            if let Some(next) = self.timers.next_in(now) {
-                wake = wake.min(next);
-            }
-            let timeout = if self.ready.is_empty() { wake } else { Duration::ZERO };
-            self.poller.wait(&mut events, Some(timeout))?;
-            for ev in events.iter() {
-                let token = ev.token();
-                match (Slab::<()>::kind_of(token), token) {
-                    (0, LISTENER) => self.accept(),
-                    (0, MONITOR_LISTENER) => self.accept_monitors(),
-                    (0, ADMIN_LISTENER) => self.accept_admins(),
-                    (0, STOP) => self.begin_stop(),
-                    (CLIENT, _) => {
-                        if let Some(c) = self.clients.get_mut(token) {
-                            c.readable |= ev.is_readable();
-                            c.writable |= ev.is_writable();
-                            self.drive(token);
-                        }
-                    }
-                    (BCONN, _) => {
-                        if let Some(b) = self.bconns.get_mut(token) {
-                            b.readable |= ev.is_readable();
-                            b.writable |= ev.is_writable();
-                            self.backend_event(token, ev.is_gone());
-                        }
-                    }
-                    (MONITOR, _) => self.monitor_event(token),
-                    (ADMIN, _) => self.admin_event(token),
-                    (PROBE, _) => self.probe_event(token, ev.is_gone()),
-                    _ => {}
-                }
-            }
-            self.expire_timers();
-            if Instant::now() >= self.next_tick {
-                self.tick();
-            }
-            for _ in 0..self.ready.len() {
-                let Some(token) = self.ready.pop_front() else { break };
-                self.drive(token);
-            }
-            self.watch.report(&self.backends);
+            self.turn(&mut events)?;
             if let Some(deadline) = self.stopping {
                 if self.clients.is_empty() || Instant::now() >= deadline {
                     return Ok(());
@@ -693,59 +474,111 @@ impl Director {
             }
         }
     }
+
+    /// One turn of the loop: wait for readiness (or the next timer, or not
+    /// at all with connections ready), handle the events, the timers, the
+    /// tick and the ready connections.
+    fn turn(&mut self, events: &mut Events) -> io::Result<()> {
+        self.spill_budget = SPILL_PER_LOOP;
+        for token in self.starved.drain(..).rev() {
+            self.ready.push_front(token);
+        }
+        let now = Instant::now();
+        let mut wake = self.next_tick.saturating_duration_since(now);
+        if let Some(next) = self.timers.next_in(now) {
+            wake = wake.min(next);
+        }
+        let timeout = if self.ready.is_empty() { wake } else { Duration::ZERO };
+        self.poller.wait(events, Some(timeout))?;
+        for ev in events.iter() {
+            let token = ev.token();
+            match (Slab::<()>::kind_of(token), token) {
+                (0, LISTENER) => self.accept(),
+                (0, MONITOR_LISTENER) => self.accept_monitors(),
+                (0, ADMIN_LISTENER) => self.accept_admins(),
+                (0, STOP) => self.begin_stop(),
+                (CLIENT, _) => {
+                    if let Some(c) = self.clients.get_mut(token) {
+                        c.io.ready(ev.is_readable(), ev.is_writable());
+                        self.drive(token);
+                    }
+                }
+                (BCONN, _) => {
+                    if let Some(b) = self.bconns.get_mut(token) {
+                        b.io.ready(ev.is_readable(), ev.is_writable());
+                        self.backend_event(token, ev.is_gone());
+                    }
+                }
+                (MONITOR, _) => {
+                    if let Some(m) = self.monitors.get_mut(token) {
+                        m.io.ready(ev.is_readable(), false);
+                        self.monitor_event(token);
+                    }
+                }
+                (ADMIN, _) => {
+                    if let Some(a) = self.admins.get_mut(token) {
+                        a.io.ready(ev.is_readable(), ev.is_writable());
+                        self.admin_event(token);
+                    }
+                }
+                (PROBE, _) => {
+                    if let Some(p) = self.probes.get_mut(token) {
+                        p.io.ready(ev.is_readable(), ev.is_writable());
+                        self.probe_event(token, ev.is_gone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.expire_timers();
+        if Instant::now() >= self.next_tick {
+            self.tick();
+        }
+        for _ in 0..self.ready.len() {
+            let Some(token) = self.ready.pop_front() else { break };
+            self.drive(token);
+        }
+        self.watch.report(&self.backends);
+        Ok(())
+    }
 }
 
 /// Puts a locally generated response in the client's output and marks the
-/// exchange done. With `close`, the connection closes after it.
+/// exchange done. `after`: what the answer lets the connection do; it
+/// stays open only if the request asked for that too.
 fn respond_local(
     c: &mut Client,
     status: u16,
     content_type: &str,
     body: &[u8],
     extra: &[(&str, String)],
-    keep: bool,
-    close_now: bool,
+    after: After,
 ) {
     let (client_11, keep_alive, head_only) = match &c.ex {
-        Some(ex) => (ex.client_11, ex.keep_alive, ex.head_request),
+        Some(ex) => (ex.version == h1::Version::Http11, ex.after.keeps_alive(), ex.answer.head_only()),
         None => (true, false, false),
     };
-    let keep = keep && keep_alive && !close_now;
-    c.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
-    let ex = c.ex.get_or_insert_with(|| Exchange {
-        fwd_head: Vec::new(),
-        target: None,
-        head_request: false,
-        client_11: true,
-        keep_alive: false,
-        expect_continue: false,
-        body: RequestBody::Done,
-        retryable: false,
-        attempts: 0,
-        stage: Stage::Done,
-        close_after: true,
-        started: Instant::now(),
-        status,
-    });
+    let keep = after.keeps_alive() && keep_alive;
+    c.io.out.extend_from_slice(&local_bytes(status, content_type, body, extra, client_11, keep, head_only));
+    let ex = c.ex.get_or_insert_with(|| Exchange::local(status));
     ex.stage = Stage::Done;
     ex.status = status;
-    ex.close_after |= !keep;
+    ex.after.close_unless(keep);
     c.state = ClientState::Response;
     c.deadline = None;
 }
 
 /// Drops a request body that is already buffered so the connection can
-/// stay open after a local answer; false if the body is not all here.
-fn discard_body(c: &mut Client) -> bool {
-    let Some(ex) = c.ex.as_mut() else { return false };
-    match ex.body {
-        RequestBody::Done => true,
-        RequestBody::Length(n) if (c.inbuf.len() as u64) >= n => {
-            c.inbuf.drain(..n as usize);
-            ex.body = RequestBody::Done;
-            true
+/// stay open after a local answer (`KeepAlive`); `Close` if the body is not
+/// all here.
+fn discard_body(c: &mut Client) -> After {
+    let Some(ex) = c.ex.as_mut() else { return After::Close };
+    match ex.upload.discard(c.io.inbuf.len()) {
+        Some(n) => {
+            c.io.inbuf.drain(..n);
+            After::KeepAlive
         }
-        _ => false,
+        None => After::Close,
     }
 }
 
@@ -754,59 +587,4 @@ fn discard_body(c: &mut Client) -> bool {
 fn describe_io(e: &io::Error) -> String {
     let text = e.to_string();
     text.split(" (os error").next().unwrap_or(&text).to_lowercase()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::response::{ClientFraming, Framing};
-
-    fn exchange(stage: Stage) -> Exchange {
-        Exchange {
-            fwd_head: b"GET / HTTP/1.1\r\n\r\n".to_vec(),
-            target: Some(Target::of("/")),
-            head_request: false,
-            client_11: true,
-            keep_alive: true,
-            expect_continue: false,
-            body: RequestBody::Done,
-            retryable: true,
-            attempts: 0,
-            stage,
-            close_after: false,
-            started: Instant::now(),
-            status: 0,
-        }
-    }
-
-    fn attachment() -> Attachment {
-        Attachment { backend: (1, 42), inflight: 3, sent: None }
-    }
-
-    /// Letting go of a backend sends an attached exchange back to PEEK's
-    /// decision (a retry, or an answer of the director's own) and ends a
-    /// relaying one; a queued or finished exchange holds no backend.
-    #[test]
-    fn detaching_follows_the_stage() {
-        let mut ex = exchange(Stage::Attached(attachment()));
-        assert_eq!(ex.backend(), Some((1, 42)));
-        assert!(!ex.head_sent());
-        assert_eq!(ex.detach().map(|a| a.backend), Some((1, 42)));
-        assert!(matches!(ex.stage, Stage::Parsed));
-        assert_eq!(ex.backend(), None);
-
-        let body = ResponseBody::new(Framing::Length(5), ClientFraming::Same, false);
-        let mut ex = exchange(Stage::Relaying(attachment(), body));
-        assert!(ex.head_sent(), "after the head, a failure can only abort");
-        assert_eq!(ex.detach().map(|a| a.inflight), Some(3));
-        assert!(ex.is_done() && ex.head_sent());
-
-        let mut ex = exchange(Stage::Queued(Instant::now()));
-        assert!(ex.is_queued());
-        assert!(ex.detach().is_none());
-        assert!(ex.is_queued(), "still in the queue, to be taken out of it");
-
-        let mut ex = exchange(Stage::Done);
-        assert!(ex.detach().is_none() && ex.is_done());
-    }
 }

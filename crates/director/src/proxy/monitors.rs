@@ -29,7 +29,7 @@ impl Director {
             let monitor = MonConn {
                 stream,
                 peer: peer.ip(),
-                inbuf: Vec::new(),
+                io: Buffered::eager(),
                 backends: None,
                 interval: Duration::from_millis(200),
             };
@@ -47,17 +47,16 @@ impl Director {
         let mut changed = false;
         loop {
             let Some(m) = self.monitors.get_mut(token) else { return };
-            let mut readable = true;
-            match read_some(&m.stream, &mut readable, &mut m.inbuf, 4 * MAX_LINE) {
+            match m.io.fill(&m.stream, 4 * MAX_LINE) {
                 Io::Data => {}
-                Io::Blocked if m.inbuf.len() < 4 * MAX_LINE => break,
+                Io::Blocked if m.io.inbuf.len() < 4 * MAX_LINE => break,
                 _ => {
                     close = true;
                     break;
                 }
             }
-            while let Some(lf) = m.inbuf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = m.inbuf.drain(..=lf).collect();
+            while let Some(lf) = m.io.inbuf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = m.io.inbuf.drain(..=lf).collect();
                 let Ok(line) = std::str::from_utf8(&line) else {
                     close = true;
                     break;

@@ -19,7 +19,7 @@ impl Director {
             let idle = self
                 .clients
                 .get(token)
-                .is_some_and(|c| c.state == ClientState::Request && c.inbuf.is_empty());
+                .is_some_and(|c| c.state == ClientState::Request && c.io.inbuf.is_empty());
             if idle {
                 self.close_client(token);
             }

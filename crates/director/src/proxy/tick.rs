@@ -48,7 +48,7 @@ impl Director {
                         continue;
                     }
                     match bc.deadline {
-                        Some(d) if d <= now && !bc.connected => {
+                        Some(d) if d <= now && !bc.link.connected() => {
                             let why = format!(
                                 "timed out after {}",
                                 humantime::format_duration(self.cfg.connect_timeout)
@@ -72,20 +72,20 @@ impl Director {
         c.deadline = None;
         match c.state {
             ClientState::Request => {
-                if c.inbuf.is_empty() {
+                if c.io.inbuf.is_empty() {
                     // Idle keep-alive, or connected and never sent a byte:
                     // close quietly.
                     self.close_client(token);
                     return;
                 }
-                let page = if c.intake.pending() > 0 {
+                let page = if c.intake.file.pending() > 0 {
                     self.stats.body_timeouts += 1;
                     error_page(408, "request body not received in time")
                 } else {
                     self.stats.bad_requests += 1;
                     error_page(408, "request head not received in time")
                 };
-                respond_local(c, 408, "text/plain", &page, &[], false, true);
+                respond_local(c, 408, "text/plain", &page, &[], After::Close);
             }
             ClientState::Peek => {
                 // The queue wait is over: the busy page.
@@ -97,16 +97,16 @@ impl Director {
             }
             ClientState::Receive => {
                 let ex = c.ex.as_ref();
-                let body_pending = ex.is_some_and(|ex| !ex.body.is_done());
+                let body_pending = ex.is_some_and(|ex| !ex.upload.is_done());
                 let backend = ex.and_then(Exchange::backend);
                 let backend_reading = backend
                     .and_then(|(_, bt)| self.bconns.get(bt))
-                    .is_some_and(|bc| bc.connected && bc.out_pos == bc.out.len());
+                    .is_some_and(|bc| bc.link.connected() && bc.io.flushed());
                 if body_pending && backend_reading {
                     // The client stopped sending its body: its fault, and
                     // the backend slot is freed now.
                     self.stats.body_timeouts += 1;
-                    self.fail(token, 408, "request body not received in time", false);
+                    self.fail(token, 408, "request body not received in time", After::Close);
                 } else {
                     self.stats.gateway_timeout += 1;
                     if let Some((b, _)) = backend {
@@ -117,11 +117,11 @@ impl Director {
                         }
                         self.passive_failure(b, "timeout");
                     }
-                    self.fail(token, 504, "backend did not respond in time", false);
+                    self.fail(token, 504, "backend did not respond in time", After::Close);
                 }
             }
             ClientState::Response | ClientState::Linger => {
-                self.abort(token, false);
+                self.abort(token);
                 self.close_client(token);
                 return;
             }

@@ -32,14 +32,9 @@ impl Director {
         let token = self.bconns.insert(BConn {
             stream,
             backend: b,
-            connected: false,
-            readable: false,
-            writable: false,
+            link: Link::Connecting,
             client: None,
-            inbuf: Vec::new(),
-            out: Vec::new(),
-            out_pos: 0,
-            reused: false,
+            io: Buffered::new(),
             deadline: Some(Instant::now() + self.cfg.connect_timeout),
             armed: None,
         })?;
@@ -56,8 +51,8 @@ impl Director {
 
     pub(super) fn backend_event(&mut self, token: u64, gone: bool) {
         let Some(bc) = self.bconns.get_mut(token) else { return };
-        if !bc.connected {
-            if !(bc.writable || gone) {
+        if !bc.link.connected() {
+            if !(bc.io.writable || gone) {
                 return;
             }
             let failure = match bc.stream.take_error() {
@@ -77,9 +72,9 @@ impl Director {
             None => {
                 // An idle pooled connection has nothing to say: EOF (the
                 // backend closed it), an error, or stray bytes all end it.
-                if bc.readable {
-                    let mut buf = Vec::new();
-                    match read_some(&bc.stream, &mut bc.readable, &mut buf, 1) {
+                if bc.io.readable {
+                    let one_more = bc.io.inbuf.len() + 1;
+                    match bc.io.fill(&bc.stream, one_more) {
                         Io::Blocked => {}
                         _ => {
                             let b = bc.backend;
@@ -94,7 +89,7 @@ impl Director {
 
     pub(super) fn connected(&mut self, token: u64) {
         let Some(bc) = self.bconns.get_mut(token) else { return };
-        bc.connected = true;
+        bc.link = Link::Fresh;
         bc.deadline = None;
         let b = bc.backend;
         let client = bc.client;
@@ -210,7 +205,7 @@ impl Director {
         if let Some(bc) = self.bconns.remove(token) {
             let backend = &mut self.backends[bc.backend];
             backend.conns -= 1;
-            if !bc.connected {
+            if !bc.link.connected() {
                 backend.connecting -= 1;
             }
             backend.idle.retain(|&t| t != token);
