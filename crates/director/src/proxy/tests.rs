@@ -13,7 +13,14 @@ use crate::options::config_of;
 struct Harness {
     director: Director,
     events: Events,
+    /// A regression that stops the loop making progress fails the test
+    /// here instead of hanging it (every wait below turns the loop).
+    give_up: std::time::Instant,
 }
+
+/// Far beyond any deadline a test sets (the longest is 1 s): only a loop
+/// that stopped making progress reaches it.
+const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// What a client received: the bytes, and whether the connection ended.
 struct Received {
@@ -26,7 +33,7 @@ impl Harness {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let shutdown = Shutdown::new().expect("a stop flag");
         let director = Director::new(config_of(args), listener, None, None, shutdown).expect("a director");
-        Harness { director, events: Events::with_capacity(64) }
+        Harness { director, events: Events::with_capacity(64), give_up: std::time::Instant::now() + GIVE_UP }
     }
 
     fn connect(&self) -> TcpStream {
@@ -37,6 +44,7 @@ impl Harness {
     }
 
     fn turn(&mut self) {
+        assert!(std::time::Instant::now() < self.give_up, "the loop made no progress in {GIVE_UP:?}");
         self.director.turn(&mut self.events).expect("a turn of the loop");
     }
 
