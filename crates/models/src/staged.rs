@@ -676,6 +676,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
         }
         let Ok(stream) = Stream::accepted(stream, shared.pipeline.tls.as_ref()) else { return true };
         let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline, Mode::HandOut);
+        conn.set_clock(Instant::now);
         conn.defer_log();
         shared.live.opened();
         let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone(), _slot: slot });

@@ -624,7 +624,8 @@ impl Responder for CgiRun {
     }
 
     /// The grace after the script's exit ran out with its output open.
-    fn woken(&self, now: Instant) -> bool {
+    fn woken(&self) -> bool {
+        let now = Instant::now();
         self.sp.process.stdout.is_some() && self.exited_at.is_some_and(|at| now >= at + EXIT_GRACE)
     }
 

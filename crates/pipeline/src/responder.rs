@@ -73,8 +73,9 @@ pub(crate) trait Responder: fmt::Debug + Send {
     fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)>;
 
     /// The deadline that passed was a timer of its own, not a timeout (a
-    /// grace it keeps): it wants `pump` again rather than a stop.
-    fn woken(&self, _now: std::time::Instant) -> bool {
+    /// grace it keeps): it wants `pump` again rather than a stop. It reads
+    /// its own clock, as `pump` does: it runs beside the connection.
+    fn woken(&self) -> bool {
         false
     }
 

@@ -58,6 +58,7 @@ pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
     let Ok(peer) = stream.peer_addr() else { return };
     let Ok(stream) = transport::Stream::accepted(stream, p.tls.as_ref()) else { return };
     let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::Inline);
+    conn.set_clock(Instant::now);
     loop {
         let deadline = match conn.drive(&stream, p, stop.is_triggered()) {
             Want::Close => return,
@@ -126,7 +127,9 @@ impl Client {
         let peer = stream.peer_addr().ok()?;
         stream.set_nonblocking(true).ok()?;
         let stream = transport::Stream::accepted(stream, p.tls.as_ref()).ok()?;
-        let conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::HandOut);
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::HandOut);
+        // The gate's loop and the thread that serves it both may wait in a drive.
+        conn.set_clock(Instant::now);
         Some(Client { stream, conn, ready_since: None, _slot: slot })
     }
 

@@ -53,7 +53,7 @@ pub use blocking::{serve_blocking, serve_ready, Client, Gated, BLOCKING_TICK, WR
 use io::SPARE_BUFFERS;
 use respond::Pending;
 use stream::{collect, BodyPlan, Collect, Streaming};
-use timing::{Mark, Timing};
+use timing::{Mark, Now, Timing};
 use transport::not_now;
 
 /// Who is on the other end.
@@ -235,9 +235,9 @@ pub struct Connection {
     tm: Timing,
     /// Numbered per process, for the trace.
     conn_id: u64,
-    /// The caller's clock reading for deadlines ([`Connection::set_now`]),
-    /// until the next `drive` ends.
-    now: Option<Instant>,
+    /// Where deadlines take the time from: the driver ([`Connection::set_now`],
+    /// [`Connection::set_clock`]).
+    now: Now,
 }
 
 impl Drop for Connection {
@@ -347,7 +347,7 @@ impl Connection {
                 ..Timing::default()
             },
             conn_id: pipeline.stats.next_conn_id(),
-            now: None,
+            now: Now::Given(now),
         }
     }
 
@@ -428,7 +428,6 @@ impl Connection {
     pub fn drive(&mut self, wire: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
         let want = self.advance(wire, p, stopping);
         self.set_gauge(&want);
-        self.now = None;
         want
     }
 
@@ -749,7 +748,7 @@ impl Connection {
                                 return Want::Read(accepted + p.settings.tls_handshake_timeout);
                             }
                             let pending = self.start < self.end || self.served == 0;
-                            if !pending && self.now.unwrap_or_else(Instant::now) >= self.idle_deadline {
+                            if !pending && self.now.read() >= self.idle_deadline {
                                 // The last look after the idle deadline found nothing.
                                 return Want::Close;
                             }
@@ -762,7 +761,7 @@ impl Connection {
                     let limit = match &p.settings.schedule {
                         Schedule::Fifo => u64::MAX,
                         Schedule::Srpt(srpt) => {
-                            let now = self.now.unwrap_or_else(Instant::now);
+                            let now = self.now.read();
                             let class = srpt.class(pending.reply.out.remaining(), now - pending.started);
                             if class != self.class {
                                 // Best effort: a socket that refuses keeps its order.
@@ -798,7 +797,7 @@ impl Connection {
                         Ok(Progress::Blocked) => {
                             let sent = pending.reply.out.bytes_sent();
                             // `deadline_base(None)`, but `self.state` is borrowed.
-                            let now = self.now.unwrap_or_else(Instant::now);
+                            let now = self.now.read();
                             if sent != pending.sent_mark {
                                 pending.sent_mark = sent;
                                 pending.deadline = now + p.settings.send_timeout;

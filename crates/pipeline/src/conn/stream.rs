@@ -202,7 +202,7 @@ impl Connection {
                 c.received += (c.body.len() - held) as u64;
                 // Progress moves the deadline, but never past what
                 // --min-rate allows for the bytes received so far.
-                let idle = self.now.unwrap_or_else(Instant::now) + p.settings.header_timeout;
+                let idle = self.now.read() + p.settings.header_timeout;
                 c.deadline = match p.settings.rate_deadline(c.started, c.received) {
                     Some(due) => due.min(idle),
                     None => idle,
@@ -239,7 +239,7 @@ impl Connection {
                     return None;
                 }
             }
-            if self.now.unwrap_or_else(Instant::now) >= c.deadline {
+            if self.now.read() >= c.deadline {
                 self.fail_planned(c.plan, 408, p);
                 return None;
             }
@@ -283,7 +283,7 @@ impl Connection {
     /// page (504) is queued; `false`: output had begun, so only a close can
     /// tell the client.
     pub(super) fn stream_timed_out(&mut self, streaming: Streaming, p: &Pipeline) -> bool {
-        if streaming.responder.woken(Instant::now()) {
+        if streaming.responder.woken() {
             // Its own timer, not a timeout: drive it again.
             self.state = State::Stream(Box::new(streaming));
             return true;
