@@ -76,7 +76,7 @@ pub enum Want {
     /// response went out and the socket may take more: drive again on the
     /// loop's next turn, after the connections due before it.
     Again,
-    /// ([`Mode::HandOut`], or [`Mode::HandOutScripts`] for a script) a request is ready: take it with
+    /// ([`Mode::HandOut`], or [`Mode::HandOutStreamed`] for a streamed one) a request is ready: take it with
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
     Process,
@@ -86,22 +86,23 @@ pub enum Want {
     /// ([`FilePages::warm`](transport::FilePages::warm)), then call
     /// [`Connection::pages_warmed`] and drive again.
     Warm,
-    /// A responder streams the response (a CGI script runs): call `drive` again when the
-    /// socket or one of its pipes is ready — [`Connection::waiting`] says
-    /// exactly which and how, [`Connection::new_pipes`] hands out the pipes
-    /// once for pollers that register descriptors for good (edge-triggered),
+    /// A responder streams the response: call `drive` again when the
+    /// socket or one of the responder's descriptors (its source: a
+    /// script's pipes) is ready — [`Connection::waiting`] says exactly which
+    /// and how, [`Connection::new_sources`] hands the descriptors out once
+    /// for pollers that register them for good (edge-triggered),
     /// [`Connection::wait_blocking`] does the waiting for a blocking thread —
     /// or `timed_out` at the deadline (the responder is then stopped).
-    Pipes(Instant),
+    Source(Instant),
 }
 
-/// What a connection in [`Want::Pipes`] waits for.
+/// What a connection in [`Want::Source`] waits for.
 #[derive(Debug)]
 pub struct Waiting<'a> {
     /// The client socket's readiness, if it is needed.
     pub socket: Option<Interest>,
     /// The responder's descriptors (a script's pipes and pidfd), each with its readiness.
-    pub pipes: Vec<(BorrowedFd<'a>, Interest)>,
+    pub sources: Vec<(BorrowedFd<'a>, Interest)>,
 }
 
 /// A parsed request on its way through the pipeline, for models that run
@@ -178,9 +179,10 @@ pub enum Mode {
     /// Every request is handed out (`staged`'s stages; `event` with helpers
     /// for everything).
     HandOut,
-    /// Scripts are handed out, whose start (`stat`, `exec`) may block; the
-    /// rest runs inline (`amped`).
-    HandOutScripts,
+    /// Requests answered by a streamed responder are handed out, whose
+    /// start may block (a script's `stat`, `exec`); the rest runs inline
+    /// (`amped`, `uring` with spawners).
+    HandOutStreamed,
 }
 
 /// One client connection: bytes in, requests handled in order, bytes out.
@@ -217,7 +219,7 @@ pub struct Connection {
     defer_log: bool,
     /// Records kept back for [`Connection::take_log`].
     deferred_log: Vec<LogRecord>,
-    /// A responder was started whose descriptors [`Connection::new_pipes`] has not handed out.
+    /// A responder was started whose descriptors [`Connection::new_sources`] has not handed out.
     stream_new: bool,
     /// The driver is told of every new byte (edge-triggered epoll), so a
     /// short read means the socket is empty until it says otherwise.
@@ -291,9 +293,16 @@ impl Mode {
     fn runs_inline(self, plan: &Plan) -> bool {
         match self {
             Mode::Inline => true,
-            Mode::HandOutScripts => plan.body.is_none(),
+            Mode::HandOutStreamed => !plan.streamed(),
             Mode::HandOut => false,
         }
+    }
+}
+
+impl Plan {
+    /// Whether a streamed responder answers it (it reads the body itself).
+    fn streamed(&self) -> bool {
+        self.body.is_some()
     }
 }
 
@@ -313,7 +322,7 @@ struct Plan {
     unread: bool,
     /// A HEAD request: whatever answers it carries no body.
     head_only: bool,
-    /// The handler reads the body itself (a script), and how.
+    /// A streamed responder reads the body itself, and how.
     body: Option<BodyPlan>,
 }
 
@@ -667,7 +676,7 @@ impl Connection {
                                     }
                                 }
                                 let (request, plan) = self.plan(head, sock, p, stopping);
-                                if plan.body.is_some() {
+                                if plan.streamed() {
                                     match request.head.framing {
                                         // RFC 9110 §15.5.14
                                         BodyFraming::Length(n) if n > p.settings.max_body => {

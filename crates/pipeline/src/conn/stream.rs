@@ -94,15 +94,15 @@ pub(super) struct Streaming {
 }
 
 impl Connection {
-    /// While [`Want::Pipes`]: what the connection waits for, exactly (for
+    /// While [`Want::Source`]: what the connection waits for, exactly (for
     /// `poll` and other level-triggered waits).
     pub fn waiting(&self) -> Waiting<'_> {
         match &self.state {
             State::Stream(streaming) => {
-                let (socket, pipes) = streaming.responder.waiting();
-                Waiting { socket, pipes }
+                let (socket, sources) = streaming.responder.waiting();
+                Waiting { socket, sources }
             }
-            _ => Waiting { socket: None, pipes: Vec::new() },
+            _ => Waiting { socket: None, sources: Vec::new() },
         }
     }
 
@@ -110,7 +110,7 @@ impl Connection {
     /// last call, each with every readiness it can report; empty otherwise.
     /// For edge-triggered pollers that register a descriptor once: they are
     /// closed (and so leave any epoll set) when the responder ends.
-    pub fn new_pipes(&mut self) -> Vec<(BorrowedFd<'_>, Interest)> {
+    pub fn new_sources(&mut self) -> Vec<(BorrowedFd<'_>, Interest)> {
         if !std::mem::take(&mut self.stream_new) {
             return Vec::new();
         }
@@ -305,7 +305,7 @@ impl Connection {
         match streaming.responder.pump(sock, p) {
             Streamed::Wait(deadline) => {
                 self.state = State::Stream(streaming);
-                Some(Want::Pipes(deadline))
+                Some(Want::Source(deadline))
             }
             Streamed::TimedOut => {
                 if self.stream_timed_out(*streaming, p) {

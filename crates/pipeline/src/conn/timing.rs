@@ -17,7 +17,7 @@ pub(super) struct Timing {
     /// A request is out with the pipeline: `deliver` records its phases.
     pub(super) taken: bool,
     /// When the model took the request out of the loop (`drive_split`, or
-    /// a script under `Mode::HandOutScripts`): its queue starts.
+    /// a streamed one under `Mode::HandOutStreamed`): its queue starts.
     pub(super) handed_out: Mark,
     /// The response began to be written.
     pub(super) write_start: Mark,
@@ -142,7 +142,7 @@ impl Connection {
                 ConnState::KeepAlive
             }
             Want::Read(_) => ConnState::Reading,
-            Want::Write(_) | Want::Again | Want::Pipes(_) | Want::Process | Want::Warm => ConnState::Writing,
+            Want::Write(_) | Want::Again | Want::Source(_) | Want::Process | Want::Warm => ConnState::Writing,
         };
         self.set_state(state);
     }
