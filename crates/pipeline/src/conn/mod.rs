@@ -7,9 +7,11 @@
 //!   (close, linger, discard a body, wait for the next head);
 //! * `stream.rs` — the states of a request whose handler reads the body
 //!   itself and streams its response (a `Responder`: a CGI script): the
-//!   body collected whole, a `100 Continue` probe, the responder driven,
-//!   the request it answers instead;
-//! * `timing.rs` — timestamps, phase durations, deadlines and the gauge;
+//!   body collected whole, the check before `100 Continue`, the
+//!   responder's `Starter` started and the responder driven, the request
+//!   it answers instead;
+//! * `timing.rs` — timestamps, phase durations, deadlines, the gauge, and
+//!   the time deadlines count from, which the driver gives;
 //! * `io.rs` — reading into the connection's buffer;
 //! * `blocking.rs` — the loop a blocking thread runs around a connection
 //!   (the only code here that waits).
@@ -119,9 +121,6 @@ pub struct Request {
     pub local: Option<SocketAddr>,
     /// Internal redirects (CGI `Location: /path`) taken so far.
     pub(crate) redirects: u8,
-    /// Only find the CGI script: a status 100 reply if it exists, its
-    /// error page otherwise (before a `100 Continue` for a chunked body).
-    pub(crate) probe: bool,
     /// What it asks of the server, decided when the head was parsed.
     pub route: Route,
     /// The normalised path, where it differs from the head's (see [`Request::path`]).
@@ -143,7 +142,7 @@ impl Request {
             Some(Cow::Owned(path)) => Some(path.into_boxed_str()),
             _ => None,
         };
-        Request { head, keep_alive, peer, local, redirects, probe: false, route, normal_path }
+        Request { head, keep_alive, peer, local, redirects, route, normal_path }
     }
 
     /// The normalised path (decoded, dot segments resolved) of a
@@ -152,16 +151,18 @@ impl Request {
         self.normal_path.as_deref().unwrap_or(self.head.path())
     }
 
-    /// The same request, to find its script only. Should there be none,
-    /// a body of known length can be dropped unread; a chunked one cannot.
-    pub(crate) fn probe(&self) -> Request {
+    /// The same request, asked before its body is read (`Expect:
+    /// 100-continue`): its handler answers whether it takes the body
+    /// (a [`Reply::Stream`] that starts nothing) or with its error page.
+    /// Should it not take it, a body of known length can be dropped
+    /// unread; a chunked one cannot.
+    pub(crate) fn to_check(&self) -> Request {
         Request {
             head: self.head.clone(),
             keep_alive: self.keep_alive && matches!(self.head.framing, BodyFraming::Length(_)),
             peer: self.peer,
             local: self.local,
             redirects: 0,
-            probe: true,
             route: self.route,
             normal_path: self.normal_path.clone(),
         }
@@ -584,17 +585,19 @@ impl Connection {
             // The data phase's end starts the next one (write, or a script's run).
             let now = now_ns();
             at = Some(now);
-            let took = match inline_start {
-                Some(start) => now.saturating_sub(start),
-                None => u64::try_from(reply.took().as_nanos()).unwrap_or(u64::MAX),
-            };
             let measured = match &reply {
-                Reply::Script { .. } => Some((Phase::CgiSpawn, "cgi")),
+                // Where its handler counts it; a check before `100 Continue`
+                // started nothing: the request is not answered yet, and its
+                // start is recorded when it runs.
+                Reply::Stream { start, .. } => start.0.timed(),
                 Reply::Response(response) if response.data.hit => Some((Phase::DataHit, "hit")),
                 Reply::Response(_) => Some((Phase::DataMiss, "miss")),
-                // A 100-continue probe found the script: the request is not
-                // answered yet, and its script start is recorded when it runs.
-                Reply::Continue => None,
+            };
+            let took = match inline_start {
+                Some(start) => now.saturating_sub(start),
+                // A check handed out counts whole as queue, as it always did.
+                None if measured.is_none() => 0,
+                None => u64::try_from(reply.took().as_nanos()).unwrap_or(u64::MAX),
             };
             if let Some((phase, name)) = measured {
                 self.tm.phases.set(phase, took);
@@ -602,8 +605,8 @@ impl Connection {
             }
             if let Some(handed_out) = self.tm.handed_out.take() {
                 // Time between handing the request out and getting the
-                // reply back, not spent in the pipeline: queues (a probe's
-                // and its script's start add up).
+                // reply back, not spent in the pipeline: queues (a check's
+                // and its responder's start add up).
                 self.add_queue(now.saturating_sub(handed_out).saturating_sub(took));
             }
         }
@@ -689,16 +692,16 @@ impl Connection {
                                             if request.head.expect_continue =>
                                         {
                                             // `100 Continue` promises to read the body: first
-                                            // make sure there is a script to read it (RFC 9110
-                                            // §10.1.1), where a lookup may block. Should there
-                                            // be none, the error closes the connection rather
-                                            // than wait for a body it would drop.
-                                            let probe = request.probe();
+                                            // make sure its handler will (RFC 9110 §10.1.1),
+                                            // where a lookup may block. Should it not, the
+                                            // error closes the connection rather than wait
+                                            // for a body it would drop.
+                                            let check = request.to_check();
                                             let mut plan = plan;
                                             if let Some(body) = plan.body.as_mut() {
-                                                body.probed = Some(Box::new(request));
+                                                body.held = Some(Box::new(request));
                                             }
-                                            self.state = State::ready(probe, plan);
+                                            self.state = State::ready(check, plan);
                                             continue;
                                         }
                                         BodyFraming::Chunked | BodyFraming::Length(1..) => {
@@ -919,8 +922,7 @@ impl Connection {
         let head_only = head.method == h1::Method::Head;
         let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, body: None };
         let peer = self.info.peer;
-        let request =
-            Request { head, keep_alive, peer, local: None, redirects: 0, probe: false, route, normal_path };
+        let request = Request { head, keep_alive, peer, local: None, redirects: 0, route, normal_path };
         (request, plan)
     }
 

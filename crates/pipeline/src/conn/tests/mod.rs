@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod cgi;
 mod core;
+mod responder;
 mod schedule;
 mod slow;
 mod warm;
