@@ -47,9 +47,9 @@
 //! and leaves the socket alone meanwhile. The spawner's reply carries the
 //! running script; its pipes (and its pidfd) then join the loop's epoll
 //! set, edge-triggered, under the connection's token
-//! (`Connection::new_pipes`); any event for that token drives the
+//! (`Connection::new_sources`); any event for that token drives the
 //! connection, which moves whatever can move without blocking
-//! (`Want::Pipes`). The spawners exist only when CGI is on.
+//! (`Want::Source`). The spawners exist only when CGI is on.
 //!
 //! `amped` reuses this loop: with [`Helpers`] and [`SendAway::All`] it
 //! drives connections in split mode and sends every parsed request it
@@ -317,7 +317,7 @@ impl Loop {
     ) -> io::Result<Loop> {
         let (mode, helpers) = match helpers {
             Some((SendAway::All, helpers)) => (Mode::HandOut, Some(helpers)),
-            Some((SendAway::Cgi, helpers)) => (Mode::HandOutScripts, Some(helpers)),
+            Some((SendAway::Cgi, helpers)) => (Mode::HandOutStreamed, Some(helpers)),
             None => (Mode::Inline, None),
         };
         let srpt = matches!(pipeline.settings.schedule, Schedule::Srpt(_));
@@ -653,11 +653,11 @@ impl Loop {
                 c.set_deadline(&mut self.timers, token, self.now + self.pipeline.settings.send_timeout);
                 self.again.push(token);
             }
-            Want::Pipes(deadline) => {
+            Want::Source(deadline) => {
                 c.waits = Waits::Pipes;
                 // Once per script, edge-triggered like the socket; closing a
                 // pipe removes it from the set.
-                for (fd, interest) in c.conn.new_pipes() {
+                for (fd, interest) in c.conn.new_sources() {
                     if let Err(e) = self.poller.add(fd, token | PIPE, interest, Trigger::Edge) {
                         self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
                     }

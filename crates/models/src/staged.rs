@@ -344,7 +344,7 @@ impl Shared {
             Want::Write(deadline) => Park::Wait { c, dir: Dir::Write, deadline, stopped },
             // Back to read, which routes both: a request to its stage, a
             // running script to the cgi stage.
-            Want::Process | Want::Pipes(_) => Park::Now(c),
+            Want::Process | Want::Source(_) => Park::Now(c),
             Want::Again | Want::Warm => unreachable!("staged's connections neither yield nor warm ahead"),
         };
         // Fails only if the parking thread died; the connection then closes.
@@ -389,7 +389,7 @@ fn read_stage(
                 // `Process` means a request is ready. Close rather than panic.
                 None => shared.pipeline.error_log.error(format_args!("staged: no request to take")),
             },
-            Want::Pipes(_) => drop(cgi.send((c, None))),
+            Want::Source(_) => drop(cgi.send((c, None))),
             other => shared.settle(c, other, stopping),
         }
     }
@@ -409,7 +409,7 @@ fn cgi_stage(shared: &Shared, inbox: Rx<CgiWork>, log: Tx<LogRecord>) {
             let stopping = shared.stopping();
             let want = c.conn.drive(&c.stream, p, stopping);
             forward_log(&mut c, &log);
-            let Want::Pipes(deadline) = want else { break (want, stopping) };
+            let Want::Source(deadline) = want else { break (want, stopping) };
             c.conn.wait_blocking(&c.stream, deadline.min(Instant::now() + BLOCKING_TICK));
             if Instant::now() >= deadline {
                 let respond = c.conn.timed_out(p);
@@ -441,7 +441,7 @@ fn write_stage(shared: &Shared, inbox: Rx<Box<Conn>>, cgi: Tx<CgiWork>, log: Tx<
         let want = c.conn.drive(&c.stream, &shared.pipeline, stopping);
         forward_log(&mut c, &log);
         match want {
-            Want::Pipes(_) => drop(cgi.send((c, None))),
+            Want::Source(_) => drop(cgi.send((c, None))),
             other => shared.settle(c, other, stopping),
         }
     }
@@ -676,6 +676,7 @@ fn run(env: ModelEnv) -> io::Result<()> {
         }
         let Ok(stream) = Stream::accepted(stream, shared.pipeline.tls.as_ref()) else { return true };
         let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &shared.pipeline, Mode::HandOut);
+        conn.set_clock(Instant::now);
         conn.defer_log();
         shared.live.opened();
         let c = Box::new(Conn { stream, conn, registered: false, live: shared.live.clone(), _slot: slot });

@@ -370,7 +370,7 @@ impl Loop {
         let max_conns = max_conns.min(open_file_limit()).max(1);
         ring.submitter().register_files_sparse(max_conns as u32)?;
         let bufs = ManuallyDrop::new(BufRing::register(&ring, RECV_BUFFERS, RECV_BUFFER_SIZE, BUFFER_GROUP)?);
-        let mode = if helpers.is_some() { Mode::HandOutScripts } else { Mode::Inline };
+        let mode = if helpers.is_some() { Mode::HandOutStreamed } else { Mode::Inline };
         let mut lp = Loop {
             ring,
             bufs,
@@ -777,7 +777,7 @@ impl Loop {
                 let deadline = self.now + p.settings.send_timeout;
                 c.set_deadline(&mut self.timers, token, deadline);
             }
-            Want::Pipes(deadline) => {
+            Want::Source(deadline) => {
                 c.waits = Waits::Pipes;
                 c.set_deadline(&mut self.timers, token, deadline);
                 self.arm_pipes(token);
@@ -811,7 +811,7 @@ impl Loop {
         let wanted: Vec<(RawFd, u32)> = c
             .conn
             .waiting()
-            .pipes
+            .sources
             .iter()
             .map(|(fd, interest)| {
                 let mut events = 0;

@@ -1,5 +1,7 @@
-//! Moving bytes between a client and a running CGI script, without ever
-//! blocking: the request body (collected whole by the connection before the
+//! A CGI script as the connection's streamed responder: its start (the
+//! answer to a request under the CGI prefix, [`answer`]: looked up, its
+//! `100 Continue` check, spawned) and its run — moving bytes between a
+//! client and the script, without ever blocking: the request body (collected whole by the connection before the
 //! script starts, in memory or spooled) to the script's stdin, its stdout
 //! (head parsed, then framed) to the socket, its stderr to the error log —
 //! all at once, so a script that prints before it reads its input cannot
@@ -24,10 +26,11 @@ use rustix::io::Errno;
 use transport::poller::Interest;
 use transport::{not_now, Wire};
 
-use crate::cgi::{parse_head, CgiProcess, ScriptResponse};
-use crate::responder::{BodyStart, Responder, Streamed};
+use crate::cgi::{self, parse_head, CgiProcess, CgiSettings, ScriptResponse};
+use crate::responder::{BodyStart, Responder, Starter, Streamed};
 use crate::spool::Spool;
-use crate::{response, Pipeline};
+use crate::stats::Phase;
+use crate::{reply, response, site, Pipeline, Reply, Request, Site};
 
 /// Internal redirects one request may take (Apache's `LimitInternalRecursion 10`).
 const MAX_REDIRECTS: u8 = 10;
@@ -44,10 +47,97 @@ pub struct Spawned {
     pub(crate) redirects: u8,
 }
 
-impl Spawned {
-    /// The script's run, as the connection drives it.
-    pub(crate) fn responder(self: Box<Self>, body: BodyStart, p: &Pipeline) -> Box<dyn Responder> {
-        Box::new(CgiRun::new(self, body, p))
+impl Starter for Spawned {
+    /// `cgi_spawn`, and `cgi` in the trace's data column.
+    fn timed(&self) -> Option<(Phase, &'static str)> {
+        Some((Phase::CgiSpawn, "cgi"))
+    }
+
+    fn start(self: Box<Self>, body: BodyStart, p: &Pipeline) -> Result<Box<dyn Responder>, u16> {
+        Ok(Box::new(CgiRun::new(self, body, p)))
+    }
+}
+
+/// A script that exists, for a request whose body is still to come: the
+/// connection may send `100 Continue`, collect the body, and ask again.
+#[derive(Debug)]
+struct Found;
+
+impl Starter for Found {
+    fn timed(&self) -> Option<(Phase, &'static str)> {
+        None
+    }
+
+    fn start(self: Box<Self>, _body: BodyStart, p: &Pipeline) -> Result<Box<dyn Responder>, u16> {
+        p.error_log.error(format_args!("cgi: a script's check was taken for its start"));
+        Err(500)
+    }
+}
+
+/// Whether `head` only asks if its script exists: a body is announced but
+/// not sent until `100 Continue` (RFC 9110 §10.1.1). The connection asks
+/// so before it reads a body, and asks for the start with the body
+/// collected, its expectation cleared.
+fn body_to_come(head: &RequestHead) -> bool {
+    head.expect_continue && matches!(head.framing, BodyFraming::Chunked | BodyFraming::Length(1..))
+}
+
+/// The answer to a request under the CGI prefix: its script's start, or
+/// its error page (the site's `--error-page`, as for files). May block,
+/// as a disk read may: `stat` in the lookup, `fork`/`exec` in the start.
+pub(crate) fn answer(p: &Pipeline, settings: &CgiSettings, req: &Request) -> Reply {
+    let head = &req.head;
+    // A HEAD answer gets no body.
+    let page = |status, extra: &[(&str, &str)]| {
+        let blocking = site::Blocking::Allowed;
+        Reply::Response(
+            reply::error_response(p, head, req.keep_alive, blocking, status, extra)
+                .expect("blocking is allowed"),
+        )
+    };
+    let path = req.path();
+    let (file, args, script_name, path_info) = match cgi::lookup(settings, path) {
+        cgi::Lookup::Script { file, args, script_name, path_info } => (file, args, script_name, path_info),
+        cgi::Lookup::Missing => return page(404, &[]),
+        cgi::Lookup::Forbidden => return page(403, &[]),
+    };
+    if body_to_come(head) {
+        return Reply::stream(Box::new(Found));
+    }
+    let document_root = match &p.site {
+        Site::Dir(root) => Some(root.path()),
+        Site::Embedded(_) => None,
+    };
+    let env = cgi::build_env(&cgi::EnvInput {
+        head,
+        script_name: &script_name,
+        path_info: &path_info,
+        script_filename: &file,
+        document_root,
+        remote: req.peer,
+        local: req.local,
+        server_software: &p.settings.server_name,
+        path_env: &settings.path_env,
+        https: p.tls.is_some(),
+    });
+    let body = matches!(head.framing, BodyFraming::Length(1..));
+    match cgi::spawn(&p.cgi_runtime, settings, &file, &args, env, body, script_name) {
+        Ok(process) => Reply::stream(Box::new(Spawned {
+            process,
+            head: head.clone(),
+            local: req.local,
+            redirects: req.redirects,
+        })),
+        // RFC 9110 §15.6.4: overloaded, try again shortly.
+        Err(cgi::SpawnError::Busy) => page(503, &[("Retry-After", "1")]),
+        Err(cgi::SpawnError::Exec(e)) => match e.kind() {
+            std::io::ErrorKind::NotFound => page(404, &[]),
+            std::io::ErrorKind::PermissionDenied => page(403, &[]),
+            _ => {
+                p.error_log.error(format_args!("cgi {path}: cannot start: {e}"));
+                page(500, &[])
+            }
+        },
     }
 }
 
@@ -624,7 +714,8 @@ impl Responder for CgiRun {
     }
 
     /// The grace after the script's exit ran out with its output open.
-    fn woken(&self, now: Instant) -> bool {
+    fn woken(&self) -> bool {
+        let now = Instant::now();
         self.sp.process.stdout.is_some() && self.exited_at.is_some_and(|at| now >= at + EXIT_GRACE)
     }
 
@@ -642,5 +733,9 @@ impl Responder for CgiRun {
 
     fn body_bytes(&self) -> u64 {
         self.body_bytes
+    }
+
+    fn phase(&self) -> Phase {
+        Phase::CgiRun
     }
 }

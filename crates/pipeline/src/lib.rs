@@ -277,70 +277,8 @@ impl Pipeline {
     /// connection that runs the pipeline itself between timestamps it takes anyway.
     pub(crate) fn answer(&self, req: &Request) -> Reply {
         match (&self.settings.cgi, req.route) {
-            (Some(cgi), Route::Script) => self.start_script(cgi, req),
+            (Some(cgi), Route::Script) => cgi_stream::answer(self, cgi, req),
             (_, route) => self.answer_route(&req.head, route, req.path(), req.keep_alive),
-        }
-    }
-
-    fn start_script(&self, settings: &CgiSettings, req: &Request) -> Reply {
-        let head = &req.head;
-        // The site's --error-page, as for files (a HEAD answer gets no body).
-        let page = |status, extra: &[(&str, &str)]| {
-            let blocking = site::Blocking::Allowed;
-            Reply::Response(
-                reply::error_response(self, head, req.keep_alive, blocking, status, extra)
-                    .expect("blocking is allowed"),
-            )
-        };
-        let path = req.path();
-        let (file, args, script_name, path_info) = match cgi::lookup(settings, path) {
-            cgi::Lookup::Script { file, args, script_name, path_info } => {
-                (file, args, script_name, path_info)
-            }
-            cgi::Lookup::Missing => return page(404, &[]),
-            cgi::Lookup::Forbidden => return page(403, &[]),
-        };
-        if req.probe {
-            // The script exists: the connection may now send `100 Continue`.
-            return Reply::Continue;
-        }
-        let document_root = match &self.site {
-            Site::Dir(root) => Some(root.path()),
-            Site::Embedded(_) => None,
-        };
-        let env = cgi::build_env(&cgi::EnvInput {
-            head,
-            script_name: &script_name,
-            path_info: &path_info,
-            script_filename: &file,
-            document_root,
-            remote: req.peer,
-            local: req.local,
-            server_software: &self.settings.server_name,
-            path_env: &settings.path_env,
-            https: self.tls.is_some(),
-        });
-        let body = matches!(head.framing, h1::BodyFraming::Length(1..));
-        match cgi::spawn(&self.cgi_runtime, settings, &file, &args, env, body, script_name) {
-            Ok(process) => {
-                let spawned = cgi_stream::Spawned {
-                    process,
-                    head: head.clone(),
-                    local: req.local,
-                    redirects: req.redirects,
-                };
-                Reply::Script { spawned: Box::new(spawned), took: Default::default() }
-            }
-            // RFC 9110 §15.6.4: overloaded, try again shortly.
-            Err(cgi::SpawnError::Busy) => page(503, &[("Retry-After", "1")]),
-            Err(cgi::SpawnError::Exec(e)) => match e.kind() {
-                std::io::ErrorKind::NotFound => page(404, &[]),
-                std::io::ErrorKind::PermissionDenied => page(403, &[]),
-                _ => {
-                    self.error_log.error(format_args!("cgi {path}: cannot start: {e}"));
-                    page(500, &[])
-                }
-            },
         }
     }
 

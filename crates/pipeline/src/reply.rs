@@ -1,5 +1,5 @@
-//! What the pipeline answers a request with ([`Reply`]: a response, a
-//! started script, or `Continue`), and the answer for the site's files,
+//! What the pipeline answers a request with ([`Reply`]: a response, or a
+//! streamed responder's start), and the answer for the site's files,
 //! directories and listings.
 
 use std::io;
@@ -12,34 +12,37 @@ use crate::cache::Variant;
 use crate::compress::{self, Coding};
 use crate::conditional::{self, Precondition};
 use crate::range::{self, RangeOutcome};
+use crate::responder::{Start, Starter};
 use crate::response::{error_page, finish, start, Response};
 use crate::site::{fnv1a, Blocking, Found, Refusal, Resource};
 use crate::{multipart, Pipeline, Route, Settings, Site};
 
 /// What the pipeline answers a request from a connection with.
+///
+/// A file, a cached entry, an error or admin page is a [`Response`], a
+/// plain variant: the static path allocates nothing and calls nothing
+/// indirectly for it (see `responder.rs`); only a streamed answer is a
+/// trait object.
 #[derive(Debug)]
 pub enum Reply {
     /// A response to write.
     Response(Response),
-    /// A CGI script was started: the connection streams its response.
-    Script {
-        /// The running script and what its response needs of the request.
-        spawned: Box<crate::cgi_stream::Spawned>,
+    /// A streamed responder's start (a CGI script, spawned; or word that it
+    /// exists, asked before a `100 Continue`): the connection streams it.
+    Stream {
+        /// The start, as its handler made it.
+        start: Start,
         /// Time to start it (timing on).
         took: std::time::Duration,
     },
-    /// The request was a `100 Continue` probe (a chunked body is coming)
-    /// and its script exists: the connection asks for the body.
-    Continue,
 }
 
 impl Reply {
-    /// How long the pipeline took (timing on; zero for a probe).
+    /// How long the pipeline took (timing on).
     pub(crate) fn took(&self) -> std::time::Duration {
         match self {
             Reply::Response(r) => r.data.took,
-            Reply::Script { took, .. } => *took,
-            Reply::Continue => std::time::Duration::ZERO,
+            Reply::Stream { took, .. } => *took,
         }
     }
 
@@ -47,9 +50,13 @@ impl Reply {
     pub(crate) fn set_took(&mut self, d: std::time::Duration) {
         match self {
             Reply::Response(r) => r.data.took = d,
-            Reply::Script { took, .. } => *took = d,
-            Reply::Continue => {}
+            Reply::Stream { took, .. } => *took = d,
         }
+    }
+
+    /// A streamed responder's start.
+    pub(crate) fn stream(starter: Box<dyn Starter>) -> Reply {
+        Reply::Stream { start: Start(starter), took: std::time::Duration::ZERO }
     }
 }
 
@@ -85,8 +92,9 @@ pub(crate) fn handle(
         Route::Refuse(status) => return fail(status, &[]),
         Route::ServerWide => return Some(no_content_allow(&p.settings, req, keep_alive)),
         Route::Script => {
-            // Scripts are started by `Pipeline::handle_request`, which knows the
-            // connection; here a CGI path is refused rather than ever served as a file.
+            // Scripts are started by `Pipeline::handle_request` (`cgi_stream.rs`),
+            // which knows the connection; here a CGI path is refused rather
+            // than ever served as a file.
             if blocking == Blocking::Avoid {
                 return None;
             }

@@ -14,7 +14,7 @@ use crate::admission::IpSlot;
 use crate::Pipeline;
 
 impl Connection {
-    /// For blocking threads after [`Want::Pipes`]: waits until the socket
+    /// For blocking threads after [`Want::Source`]: waits until the socket
     /// or a pipe is ready as [`waiting`](Self::waiting) says, or `until`.
     pub fn wait_blocking(&self, sock: &impl AsFd, until: Instant) {
         let waiting = self.waiting();
@@ -28,11 +28,11 @@ impl Connection {
             }
             f
         };
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(waiting.pipes.len() + 1);
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(waiting.sources.len() + 1);
         if let Some(interest) = waiting.socket {
             fds.push(PollFd::new(sock, flags(interest)));
         }
-        for (fd, interest) in &waiting.pipes {
+        for (fd, interest) in &waiting.sources {
             fds.push(PollFd::from_borrowed_fd(*fd, flags(*interest)));
         }
         let left = until.saturating_duration_since(Instant::now());
@@ -58,11 +58,12 @@ pub fn serve_blocking(stream: TcpStream, p: &Pipeline, stop: &Shutdown) {
     let Ok(peer) = stream.peer_addr() else { return };
     let Ok(stream) = transport::Stream::accepted(stream, p.tls.as_ref()) else { return };
     let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::Inline);
+    conn.set_clock(Instant::now);
     loop {
         let deadline = match conn.drive(&stream, p, stop.is_triggered()) {
             Want::Close => return,
             Want::Read(deadline) | Want::Write(deadline) => deadline,
-            Want::Pipes(deadline) => {
+            Want::Source(deadline) => {
                 // A script runs: wait for it or the client, a tick at most.
                 conn.wait_blocking(&stream, deadline.min(Instant::now() + BLOCKING_TICK));
                 deadline
@@ -126,7 +127,9 @@ impl Client {
         let peer = stream.peer_addr().ok()?;
         stream.set_nonblocking(true).ok()?;
         let stream = transport::Stream::accepted(stream, p.tls.as_ref()).ok()?;
-        let conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::HandOut);
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), p, Mode::HandOut);
+        // The gate's loop and the thread that serves it both may wait in a drive.
+        conn.set_clock(Instant::now);
         Some(Client { stream, conn, ready_since: None, _slot: slot })
     }
 
@@ -149,7 +152,7 @@ impl Client {
             Want::Write(deadline) => Gated::Write(deadline),
             Want::Close => Gated::Close,
             // Only a running request streams, yields or warms ahead, and none runs here.
-            Want::Pipes(_) | Want::Again | Want::Warm => Gated::Close,
+            Want::Source(_) | Want::Again | Want::Warm => Gated::Close,
         }
     }
 
@@ -204,7 +207,7 @@ pub fn serve_ready(mut client: Client, p: &Pipeline, stop: &Shutdown) -> Option<
                 }
                 deadline
             }
-            Want::Pipes(deadline) => {
+            Want::Source(deadline) => {
                 conn.wait_blocking(stream, deadline.min(Instant::now() + BLOCKING_TICK));
                 deadline
             }

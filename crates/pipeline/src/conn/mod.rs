@@ -7,9 +7,11 @@
 //!   (close, linger, discard a body, wait for the next head);
 //! * `stream.rs` — the states of a request whose handler reads the body
 //!   itself and streams its response (a `Responder`: a CGI script): the
-//!   body collected whole, a `100 Continue` probe, the responder driven,
-//!   the request it answers instead;
-//! * `timing.rs` — timestamps, phase durations, deadlines and the gauge;
+//!   body collected whole, the check before `100 Continue`, the
+//!   responder's `Starter` started and the responder driven, the request
+//!   it answers instead;
+//! * `timing.rs` — timestamps, phase durations, deadlines, the gauge, and
+//!   the time deadlines count from, which the driver gives;
 //! * `io.rs` — reading into the connection's buffer;
 //! * `blocking.rs` — the loop a blocking thread runs around a connection
 //!   (the only code here that waits).
@@ -53,7 +55,7 @@ pub use blocking::{serve_blocking, serve_ready, Client, Gated, BLOCKING_TICK, WR
 use io::SPARE_BUFFERS;
 use respond::Pending;
 use stream::{collect, BodyPlan, Collect, Streaming};
-use timing::{Mark, Timing};
+use timing::{Mark, Now, Timing};
 use transport::not_now;
 
 /// Who is on the other end.
@@ -76,7 +78,7 @@ pub enum Want {
     /// response went out and the socket may take more: drive again on the
     /// loop's next turn, after the connections due before it.
     Again,
-    /// ([`Mode::HandOut`], or [`Mode::HandOutScripts`] for a script) a request is ready: take it with
+    /// ([`Mode::HandOut`], or [`Mode::HandOutStreamed`] for a streamed one) a request is ready: take it with
     /// [`Connection::take_request`], run the pipeline anywhere, and hand the
     /// reply back with [`Connection::deliver`].
     Process,
@@ -86,22 +88,23 @@ pub enum Want {
     /// ([`FilePages::warm`](transport::FilePages::warm)), then call
     /// [`Connection::pages_warmed`] and drive again.
     Warm,
-    /// A responder streams the response (a CGI script runs): call `drive` again when the
-    /// socket or one of its pipes is ready — [`Connection::waiting`] says
-    /// exactly which and how, [`Connection::new_pipes`] hands out the pipes
-    /// once for pollers that register descriptors for good (edge-triggered),
+    /// A responder streams the response: call `drive` again when the
+    /// socket or one of the responder's descriptors (its source: a
+    /// script's pipes) is ready — [`Connection::waiting`] says exactly which
+    /// and how, [`Connection::new_sources`] hands the descriptors out once
+    /// for pollers that register them for good (edge-triggered),
     /// [`Connection::wait_blocking`] does the waiting for a blocking thread —
     /// or `timed_out` at the deadline (the responder is then stopped).
-    Pipes(Instant),
+    Source(Instant),
 }
 
-/// What a connection in [`Want::Pipes`] waits for.
+/// What a connection in [`Want::Source`] waits for.
 #[derive(Debug)]
 pub struct Waiting<'a> {
     /// The client socket's readiness, if it is needed.
     pub socket: Option<Interest>,
     /// The responder's descriptors (a script's pipes and pidfd), each with its readiness.
-    pub pipes: Vec<(BorrowedFd<'a>, Interest)>,
+    pub sources: Vec<(BorrowedFd<'a>, Interest)>,
 }
 
 /// A parsed request on its way through the pipeline, for models that run
@@ -118,9 +121,6 @@ pub struct Request {
     pub local: Option<SocketAddr>,
     /// Internal redirects (CGI `Location: /path`) taken so far.
     pub(crate) redirects: u8,
-    /// Only find the CGI script: a status 100 reply if it exists, its
-    /// error page otherwise (before a `100 Continue` for a chunked body).
-    pub(crate) probe: bool,
     /// What it asks of the server, decided when the head was parsed.
     pub route: Route,
     /// The normalised path, where it differs from the head's (see [`Request::path`]).
@@ -142,7 +142,7 @@ impl Request {
             Some(Cow::Owned(path)) => Some(path.into_boxed_str()),
             _ => None,
         };
-        Request { head, keep_alive, peer, local, redirects, probe: false, route, normal_path }
+        Request { head, keep_alive, peer, local, redirects, route, normal_path }
     }
 
     /// The normalised path (decoded, dot segments resolved) of a
@@ -151,16 +151,18 @@ impl Request {
         self.normal_path.as_deref().unwrap_or(self.head.path())
     }
 
-    /// The same request, to find its script only. Should there be none,
-    /// a body of known length can be dropped unread; a chunked one cannot.
-    pub(crate) fn probe(&self) -> Request {
+    /// The same request, asked before its body is read (`Expect:
+    /// 100-continue`): its handler answers whether it takes the body
+    /// (a [`Reply::Stream`] that starts nothing) or with its error page.
+    /// Should it not take it, a body of known length can be dropped
+    /// unread; a chunked one cannot.
+    pub(crate) fn to_check(&self) -> Request {
         Request {
             head: self.head.clone(),
             keep_alive: self.keep_alive && matches!(self.head.framing, BodyFraming::Length(_)),
             peer: self.peer,
             local: self.local,
             redirects: 0,
-            probe: true,
             route: self.route,
             normal_path: self.normal_path.clone(),
         }
@@ -178,9 +180,10 @@ pub enum Mode {
     /// Every request is handed out (`staged`'s stages; `event` with helpers
     /// for everything).
     HandOut,
-    /// Scripts are handed out, whose start (`stat`, `exec`) may block; the
-    /// rest runs inline (`amped`).
-    HandOutScripts,
+    /// Requests answered by a streamed responder are handed out, whose
+    /// start may block (a script's `stat`, `exec`); the rest runs inline
+    /// (`amped`, `uring` with spawners).
+    HandOutStreamed,
 }
 
 /// One client connection: bytes in, requests handled in order, bytes out.
@@ -217,7 +220,7 @@ pub struct Connection {
     defer_log: bool,
     /// Records kept back for [`Connection::take_log`].
     deferred_log: Vec<LogRecord>,
-    /// A responder was started whose descriptors [`Connection::new_pipes`] has not handed out.
+    /// A responder was started whose descriptors [`Connection::new_sources`] has not handed out.
     stream_new: bool,
     /// The driver is told of every new byte (edge-triggered epoll), so a
     /// short read means the socket is empty until it says otherwise.
@@ -235,9 +238,9 @@ pub struct Connection {
     tm: Timing,
     /// Numbered per process, for the trace.
     conn_id: u64,
-    /// The caller's clock reading for deadlines ([`Connection::set_now`]),
-    /// until the next `drive` ends.
-    now: Option<Instant>,
+    /// Where deadlines take the time from: the driver ([`Connection::set_now`],
+    /// [`Connection::set_clock`]).
+    now: Now,
 }
 
 impl Drop for Connection {
@@ -291,9 +294,16 @@ impl Mode {
     fn runs_inline(self, plan: &Plan) -> bool {
         match self {
             Mode::Inline => true,
-            Mode::HandOutScripts => plan.body.is_none(),
+            Mode::HandOutStreamed => !plan.streamed(),
             Mode::HandOut => false,
         }
+    }
+}
+
+impl Plan {
+    /// Whether a streamed responder answers it (it reads the body itself).
+    fn streamed(&self) -> bool {
+        self.body.is_some()
     }
 }
 
@@ -313,7 +323,7 @@ struct Plan {
     unread: bool,
     /// A HEAD request: whatever answers it carries no body.
     head_only: bool,
-    /// The handler reads the body itself (a script), and how.
+    /// A streamed responder reads the body itself, and how.
     body: Option<BodyPlan>,
 }
 
@@ -347,7 +357,7 @@ impl Connection {
                 ..Timing::default()
             },
             conn_id: pipeline.stats.next_conn_id(),
-            now: None,
+            now: Now::Given(now),
         }
     }
 
@@ -428,7 +438,6 @@ impl Connection {
     pub fn drive(&mut self, wire: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
         let want = self.advance(wire, p, stopping);
         self.set_gauge(&want);
-        self.now = None;
         want
     }
 
@@ -576,17 +585,19 @@ impl Connection {
             // The data phase's end starts the next one (write, or a script's run).
             let now = now_ns();
             at = Some(now);
-            let took = match inline_start {
-                Some(start) => now.saturating_sub(start),
-                None => u64::try_from(reply.took().as_nanos()).unwrap_or(u64::MAX),
-            };
             let measured = match &reply {
-                Reply::Script { .. } => Some((Phase::CgiSpawn, "cgi")),
+                // Where its handler counts it; a check before `100 Continue`
+                // started nothing: the request is not answered yet, and its
+                // start is recorded when it runs.
+                Reply::Stream { start, .. } => start.0.timed(),
                 Reply::Response(response) if response.data.hit => Some((Phase::DataHit, "hit")),
                 Reply::Response(_) => Some((Phase::DataMiss, "miss")),
-                // A 100-continue probe found the script: the request is not
-                // answered yet, and its script start is recorded when it runs.
-                Reply::Continue => None,
+            };
+            let took = match inline_start {
+                Some(start) => now.saturating_sub(start),
+                // A check handed out counts whole as queue, as it always did.
+                None if measured.is_none() => 0,
+                None => u64::try_from(reply.took().as_nanos()).unwrap_or(u64::MAX),
             };
             if let Some((phase, name)) = measured {
                 self.tm.phases.set(phase, took);
@@ -594,8 +605,8 @@ impl Connection {
             }
             if let Some(handed_out) = self.tm.handed_out.take() {
                 // Time between handing the request out and getting the
-                // reply back, not spent in the pipeline: queues (a probe's
-                // and its script's start add up).
+                // reply back, not spent in the pipeline: queues (a check's
+                // and its responder's start add up).
                 self.add_queue(now.saturating_sub(handed_out).saturating_sub(took));
             }
         }
@@ -668,7 +679,7 @@ impl Connection {
                                     }
                                 }
                                 let (request, plan) = self.plan(head, sock, p, stopping);
-                                if plan.body.is_some() {
+                                if plan.streamed() {
                                     match request.head.framing {
                                         // RFC 9110 §15.5.14
                                         BodyFraming::Length(n) if n > p.settings.max_body => {
@@ -681,16 +692,16 @@ impl Connection {
                                             if request.head.expect_continue =>
                                         {
                                             // `100 Continue` promises to read the body: first
-                                            // make sure there is a script to read it (RFC 9110
-                                            // §10.1.1), where a lookup may block. Should there
-                                            // be none, the error closes the connection rather
-                                            // than wait for a body it would drop.
-                                            let probe = request.probe();
+                                            // make sure its handler will (RFC 9110 §10.1.1),
+                                            // where a lookup may block. Should it not, the
+                                            // error closes the connection rather than wait
+                                            // for a body it would drop.
+                                            let check = request.to_check();
                                             let mut plan = plan;
                                             if let Some(body) = plan.body.as_mut() {
-                                                body.probed = Some(Box::new(request));
+                                                body.held = Some(Box::new(request));
                                             }
-                                            self.state = State::ready(probe, plan);
+                                            self.state = State::ready(check, plan);
                                             continue;
                                         }
                                         BodyFraming::Chunked | BodyFraming::Length(1..) => {
@@ -749,7 +760,7 @@ impl Connection {
                                 return Want::Read(accepted + p.settings.tls_handshake_timeout);
                             }
                             let pending = self.start < self.end || self.served == 0;
-                            if !pending && self.now.unwrap_or_else(Instant::now) >= self.idle_deadline {
+                            if !pending && self.now.read() >= self.idle_deadline {
                                 // The last look after the idle deadline found nothing.
                                 return Want::Close;
                             }
@@ -762,7 +773,7 @@ impl Connection {
                     let limit = match &p.settings.schedule {
                         Schedule::Fifo => u64::MAX,
                         Schedule::Srpt(srpt) => {
-                            let now = self.now.unwrap_or_else(Instant::now);
+                            let now = self.now.read();
                             let class = srpt.class(pending.reply.out.remaining(), now - pending.started);
                             if class != self.class {
                                 // Best effort: a socket that refuses keeps its order.
@@ -798,7 +809,7 @@ impl Connection {
                         Ok(Progress::Blocked) => {
                             let sent = pending.reply.out.bytes_sent();
                             // `deadline_base(None)`, but `self.state` is borrowed.
-                            let now = self.now.unwrap_or_else(Instant::now);
+                            let now = self.now.read();
                             if sent != pending.sent_mark {
                                 pending.sent_mark = sent;
                                 pending.deadline = now + p.settings.send_timeout;
@@ -911,8 +922,7 @@ impl Connection {
         let head_only = head.method == h1::Method::Head;
         let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, body: None };
         let peer = self.info.peer;
-        let request =
-            Request { head, keep_alive, peer, local: None, redirects: 0, probe: false, route, normal_path };
+        let request = Request { head, keep_alive, peer, local: None, redirects: 0, route, normal_path };
         (request, plan)
     }
 

@@ -25,7 +25,7 @@ impl Connection {
         if self.served == 0 {
             return None;
         }
-        let now = self.now.unwrap_or_else(Instant::now);
+        let now = self.now.read();
         // Only ever moved earlier, so the grace counts from the first look
         // after the stop; a request answered since closes the connection.
         self.idle_deadline = self.idle_deadline.min(now + STOP_GRACE);

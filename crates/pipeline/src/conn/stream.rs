@@ -6,8 +6,8 @@
 //! ever waits for a slow sender, and every model gives a script the same
 //! input for the same bytes; past [`SPOOL_AT`] bytes into an unnamed file,
 //! so its size costs disk, not memory — written from the loop's thread, as
-//! nginx does (its request buffering) —, the `100 Continue` probe, the
-//! responder driven, the request it answers instead (a local redirect), its
+//! nginx does (its request buffering) —, the check before `100 Continue`,
+//! the responder started and driven, the request it answers instead (a local redirect), its
 //! timeout. What the responder runs is not this file's business.
 
 use std::os::fd::BorrowedFd;
@@ -20,7 +20,7 @@ use transport::Wire;
 use super::*;
 use crate::responder::{BodyStart, Responder, Streamed};
 use crate::spool::{Spool, SPOOL_AT};
-use crate::stats::{now_ns, Phase};
+use crate::stats::now_ns;
 use crate::Pipeline;
 
 /// A request body being received whole before its handler starts.
@@ -67,9 +67,9 @@ pub(super) struct BodyPlan {
     /// The body, received in full (de-chunked): in memory, or spooled.
     pub(super) collected: Vec<u8>,
     pub(super) spooled: Option<Spool>,
-    /// The request whose handler is being looked for (`Request::probe`),
-    /// for when it is found.
-    pub(super) probed: Option<Box<Request>>,
+    /// The request itself while a copy asks whether its handler takes the
+    /// body (`Request::to_check`), for when it does.
+    pub(super) held: Option<Box<Request>>,
 }
 
 impl BodyPlan {
@@ -81,7 +81,7 @@ impl BodyPlan {
             remaining: 0,
             collected: Vec::new(),
             spooled: None,
-            probed: None,
+            held: None,
         }
     }
 }
@@ -94,15 +94,15 @@ pub(super) struct Streaming {
 }
 
 impl Connection {
-    /// While [`Want::Pipes`]: what the connection waits for, exactly (for
+    /// While [`Want::Source`]: what the connection waits for, exactly (for
     /// `poll` and other level-triggered waits).
     pub fn waiting(&self) -> Waiting<'_> {
         match &self.state {
             State::Stream(streaming) => {
-                let (socket, pipes) = streaming.responder.waiting();
-                Waiting { socket, pipes }
+                let (socket, sources) = streaming.responder.waiting();
+                Waiting { socket, sources }
             }
-            _ => Waiting { socket: None, pipes: Vec::new() },
+            _ => Waiting { socket: None, sources: Vec::new() },
         }
     }
 
@@ -110,7 +110,7 @@ impl Connection {
     /// last call, each with every readiness it can report; empty otherwise.
     /// For edge-triggered pollers that register a descriptor once: they are
     /// closed (and so leave any epoll set) when the responder ends.
-    pub fn new_pipes(&mut self) -> Vec<(BorrowedFd<'_>, Interest)> {
+    pub fn new_sources(&mut self) -> Vec<(BorrowedFd<'_>, Interest)> {
         if !std::mem::take(&mut self.stream_new) {
             return Vec::new();
         }
@@ -149,14 +149,13 @@ impl Connection {
             remaining,
             collected: Vec::new(),
             spooled: None,
-            probed: None,
+            held: None,
         };
         let plan =
             Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, body: Some(body) };
         let local = sock.local_addr();
         let peer = self.info.peer;
-        let request =
-            Request { head, keep_alive, peer, local, redirects: 0, probe: false, route, normal_path };
+        let request = Request { head, keep_alive, peer, local, redirects: 0, route, normal_path };
         (request, plan)
     }
 
@@ -202,7 +201,7 @@ impl Connection {
                 c.received += (c.body.len() - held) as u64;
                 // Progress moves the deadline, but never past what
                 // --min-rate allows for the bytes received so far.
-                let idle = self.now.unwrap_or_else(Instant::now) + p.settings.header_timeout;
+                let idle = self.now.read() + p.settings.header_timeout;
                 c.deadline = match p.settings.rate_deadline(c.started, c.received) {
                     Some(due) => due.min(idle),
                     None => idle,
@@ -239,7 +238,7 @@ impl Connection {
                     return None;
                 }
             }
-            if self.now.unwrap_or_else(Instant::now) >= c.deadline {
+            if self.now.read() >= c.deadline {
                 self.fail_planned(c.plan, 408, p);
                 return None;
             }
@@ -283,7 +282,7 @@ impl Connection {
     /// page (504) is queued; `false`: output had begun, so only a close can
     /// tell the client.
     pub(super) fn stream_timed_out(&mut self, streaming: Streaming, p: &Pipeline) -> bool {
-        if streaming.responder.woken(Instant::now()) {
+        if streaming.responder.woken() {
             // Its own timer, not a timeout: drive it again.
             self.state = State::Stream(Box::new(streaming));
             return true;
@@ -305,7 +304,7 @@ impl Connection {
         match streaming.responder.pump(sock, p) {
             Streamed::Wait(deadline) => {
                 self.state = State::Stream(streaming);
-                Some(Want::Pipes(deadline))
+                Some(Want::Source(deadline))
             }
             Streamed::TimedOut => {
                 if self.stream_timed_out(*streaming, p) {
@@ -350,7 +349,7 @@ impl Connection {
     pub(super) fn log_streamed(&mut self, responder: &dyn Responder, plan: Plan, p: &Pipeline) {
         let mut end = p.stats.timing.then(now_ns);
         if let (Some(start), Some(now)) = (self.tm.stream_start.take(), end) {
-            self.tm.phases.set(Phase::CgiRun, now.saturating_sub(start));
+            self.tm.phases.set(responder.phase(), now.saturating_sub(start));
         }
         let (status, body_bytes) = (responder.status(), responder.body_bytes());
         self.served += 1;
@@ -367,10 +366,11 @@ impl Connection {
         self.finish_request(status, body_bytes, end);
     }
 
-    /// The answer to a request planned for a streaming handler: the probe
-    /// passed (a chunked body is collected next), or the handler started
-    /// (the responder runs; `at` is its start, timing on). `Some` gives back
-    /// what is answered like any request: the handler's error page.
+    /// The answer to a request planned for a streamed responder: its
+    /// handler takes the body (a chunked one is collected next, after
+    /// `100 Continue`), or it started (the responder runs; `at` is its
+    /// start, timing on). `Some` gives back what is answered like any
+    /// request: the handler's error page.
     pub(super) fn start_stream(
         &mut self,
         mut plan: Plan,
@@ -378,37 +378,36 @@ impl Connection {
         at: Option<u64>,
         p: &Pipeline,
     ) -> Option<(Plan, Response)> {
-        let probed = plan.body.as_mut().and_then(|body| body.probed.take());
-        match reply {
-            Reply::Continue => {
-                let Some(request) = probed else {
-                    p.error_log.error(format_args!("100 Continue for a request that was no probe"));
-                    self.fail_planned(plan, 500, p);
-                    return None;
-                };
-                // The handler exists: ask for the body, then start it.
+        let held = plan.body.as_mut().and_then(|body| body.held.take());
+        match (reply, held) {
+            // The check passed: ask for the body, then for the start.
+            (Reply::Stream { .. }, Some(request)) => {
                 self.state = collect(*request, plan, CONTINUE, self.deadline_base(None), p);
                 None
             }
-            Reply::Script { spawned, .. } => {
+            (Reply::Stream { start, .. }, None) => {
                 let Some(body) = plan.body.take() else {
-                    p.error_log.error(format_args!("a script started for a request planned as a file"));
+                    p.error_log.error(format_args!("a responder started for a request planned as a file"));
                     self.fail_planned(plan, 500, p);
                     return None;
                 };
-                // The body was collected whole before the script was asked for.
+                // The body was collected whole before the start was asked for.
                 let BodyPlan { keep_alive, collected, spooled, .. } = body;
-                let start = BodyStart { keep_alive, buffered: collected, spooled };
-                let responder = spawned.responder(start, p);
+                let body = BodyStart { keep_alive, buffered: collected, spooled };
                 plan.body = Some(BodyPlan::spent(keep_alive));
-                self.state = State::Stream(Box::new(Streaming { responder, plan }));
-                self.stream_new = true;
-                self.tm.stream_start = self.stamp(at).into();
+                match start.0.start(body, p) {
+                    Ok(responder) => {
+                        self.state = State::Stream(Box::new(Streaming { responder, plan }));
+                        self.stream_new = true;
+                        self.tm.stream_start = self.stamp(at).into();
+                    }
+                    Err(status) => self.fail_planned(plan, status, p),
+                }
                 None
             }
-            // The handler did not start (404, 403, 503...), or the probe's
+            // The handler did not start (404, 403, 503...), or the check's
             // error page: a body, if any, is dropped to find the next request.
-            Reply::Response(response) => {
+            (Reply::Response(response), _) => {
                 if let Some(body) = plan.body.take() {
                     plan.discard += body.remaining;
                 }

@@ -17,7 +17,7 @@ pub(super) struct Timing {
     /// A request is out with the pipeline: `deliver` records its phases.
     pub(super) taken: bool,
     /// When the model took the request out of the loop (`drive_split`, or
-    /// a script under `Mode::HandOutScripts`): its queue starts.
+    /// a streamed one under `Mode::HandOutStreamed`): its queue starts.
     pub(super) handed_out: Mark,
     /// The response began to be written.
     pub(super) write_start: Mark,
@@ -59,23 +59,57 @@ impl From<Option<u64>> for Mark {
     }
 }
 
+/// Where a connection takes the time its deadlines count from: always
+/// from its driver — the connection reads no clock of its own, so its
+/// unit tests set the time and a loop reads the clock once per wakeup.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Now {
+    /// The driver's reading ([`Connection::set_now`]): an event loop's,
+    /// once per wakeup, as nginx caches its time; a connection's accept
+    /// time until its driver says otherwise.
+    Given(Instant),
+    /// The driver's clock ([`Connection::set_clock`]), read at each
+    /// deadline: for a driver whose `drive` waits (a blocking socket, a
+    /// pipeline run inline), so no reading it gave could stay current.
+    Clock(fn() -> Instant),
+}
+
+impl Now {
+    /// The driver's time: its reading, or its clock read now.
+    pub(super) fn read(self) -> Instant {
+        match self {
+            Now::Given(now) => now,
+            Now::Clock(read) => read(),
+        }
+    }
+}
+
 impl Connection {
     /// The caller read the clock at `now` and has not waited since — an
     /// event loop, once per wakeup, as nginx caches its time: deadlines set
-    /// until the next `drive` (with the `deliver` or `timed_out` before it)
-    /// ends count from `now` instead of a reading of their own, and so may
-    /// be as stale as `now` is. State timestamps (timing on) are always
-    /// read exactly. A blocking thread must not call this: its `drive` waits.
+    /// until the next `set_now` count from `now` and so may be as stale as
+    /// `now` is; call it before every `drive`, `deliver` and `timed_out`.
+    /// State timestamps (timing on) are always read exactly. A blocking
+    /// thread, whose `drive` waits, gives its clock instead
+    /// ([`set_clock`](Self::set_clock)).
     pub fn set_now(&mut self, now: Instant) {
-        self.now = Some(now);
+        self.now = Now::Given(now);
+    }
+
+    /// Deadlines count from `clock`, read each time one is set: for a
+    /// driver whose `drive` waits (blocking sockets), where no single
+    /// reading would stay current. Until this or [`set_now`](Self::set_now)
+    /// is called, they count from the accept time given to `new`.
+    pub fn set_clock(&mut self, clock: fn() -> Instant) {
+        self.now = Now::Clock(clock);
     }
 
     /// The time a deadline counts from: `stamp`, a timestamp ([`now_ns`])
-    /// just taken, if there is one; else the caller's reading; else the clock.
+    /// just taken, if there is one; else the driver's time.
     pub(super) fn deadline_base(&self, stamp: Option<u64>) -> Instant {
         match stamp {
             Some(ns) => self.stats.instant_at(ns),
-            None => self.now.unwrap_or_else(Instant::now),
+            None => self.now.read(),
         }
     }
 
@@ -88,7 +122,11 @@ impl Connection {
     /// Runs `f` with a reading already at hand (`stamp`, or the caller's)
     /// lent to its `Date` fields, so they need no clock read of their own.
     pub(super) fn lend_now<R>(&self, stamp: Option<u64>, f: impl FnOnce() -> R) -> R {
-        match stamp.map(|ns| self.stats.instant_at(ns)).or(self.now) {
+        let given = match self.now {
+            Now::Given(now) => Some(now),
+            Now::Clock(_) => None,
+        };
+        match stamp.map(|ns| self.stats.instant_at(ns)).or(given) {
             Some(now) => h1::with_now(now, f),
             None => f(),
         }
@@ -104,7 +142,7 @@ impl Connection {
                 ConnState::KeepAlive
             }
             Want::Read(_) => ConnState::Reading,
-            Want::Write(_) | Want::Again | Want::Pipes(_) | Want::Process | Want::Warm => ConnState::Writing,
+            Want::Write(_) | Want::Again | Want::Source(_) | Want::Process | Want::Warm => ConnState::Writing,
         };
         self.set_state(state);
     }

@@ -42,10 +42,10 @@ impl Harness {
     fn run_script(&mut self) -> Want {
         for _ in 0..1000 {
             match self.drive() {
-                Want::Pipes(_) => {
+                Want::Source(_) => {
                     let waiting = self.conn.waiting();
                     let mut fds: Vec<PollFd<'_>> = waiting
-                        .pipes
+                        .sources
                         .iter()
                         .map(|(fd, _)| PollFd::from_borrowed_fd(*fd, PollFlags::IN | PollFlags::OUT))
                         .collect();
@@ -82,7 +82,7 @@ fn a_script_answers_and_the_connection_stays_open() {
 #[test]
 fn a_body_with_a_length_is_received_whole_before_the_script_starts() {
     let body: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    for mode in [Mode::Inline, Mode::HandOut, Mode::HandOutScripts] {
+    for mode in [Mode::Inline, Mode::HandOut, Mode::HandOutStreamed] {
         let mut h = with_scripts_in(mode, &[ECHO], |_| {});
         let head =
             format!("POST /cgi-bin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
@@ -274,7 +274,7 @@ fn a_script_without_a_head_gets_502_and_one_that_fails_500() {
 #[test]
 fn a_script_that_says_nothing_in_time_is_killed_with_504() {
     let mut h = with_scripts(&[("sleepy", "sleep 30")], |_| {});
-    let Want::Pipes(deadline) = h.send(b"GET /cgi-bin/sleepy HTTP/1.1\r\nHost: x\r\n\r\n") else { panic!() };
+    let Want::Source(deadline) = h.send(b"GET /cgi-bin/sleepy HTTP/1.1\r\nHost: x\r\n\r\n") else { panic!() };
     assert!(h.time_out_at(deadline), "a 504 is to be sent");
     h.drive();
     let r = h.response();
@@ -289,7 +289,7 @@ fn a_script_cut_off_mid_output_closes_the_connection() {
     h.wire.arrive(b"GET /cgi-bin/half HTTP/1.1\r\nHost: x\r\n\r\n");
     let mut deadline = None;
     for _ in 0..1000 {
-        let Want::Pipes(d) = h.drive() else { panic!("the script runs for 30 s") };
+        let Want::Source(d) = h.drive() else { panic!("the script runs for 30 s") };
         if h.wire.written_len() > 0 {
             deadline = Some(d);
             break;

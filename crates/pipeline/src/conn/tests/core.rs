@@ -432,7 +432,7 @@ fn handed_out_requests_wait_for_their_reply() {
 
 #[test]
 fn handing_out_scripts_only_runs_files_inline() {
-    let mut h = Harness::with(Settings::default(), Mode::HandOutScripts);
+    let mut h = Harness::with(Settings::default(), Mode::HandOutStreamed);
     assert!(matches!(h.send(GET), Want::Read(_)));
     assert_eq!(h.response().status, 200);
     assert!(h.conn.take_request().is_none());

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod cgi;
 mod core;
+mod responder;
 mod schedule;
 mod slow;
 mod warm;
@@ -190,16 +191,26 @@ fn deferred_log_records_go_to_the_caller() {
 }
 
 #[test]
-fn deadlines_count_from_the_callers_reading_for_one_drive() {
+fn deadlines_count_from_the_drivers_time_only() {
     let mut h = Harness::new();
+    let keepalive = h.p.settings.keepalive_timeout;
     // A reading the connection cannot have taken itself.
     h.now += Duration::from_secs(3600);
-    assert_eq!(h.send(GET), Want::Read(h.now + h.p.settings.keepalive_timeout));
-    // Not lent again: the connection reads the clock.
+    assert_eq!(h.send(GET), Want::Read(h.now + keepalive));
+    // It stands until the driver gives another: the connection reads no clock.
     h.wire.arrive(GET);
     let Want::Read(idle) = h.conn.drive(&h.wire, &h.p, false) else { panic!() };
-    assert!(idle <= Instant::now() + h.p.settings.keepalive_timeout, "{idle:?}");
-    assert_eq!(h.conn.served(), 2);
+    assert_eq!(idle, h.now + keepalive);
+    // A driver whose drive waits gives its clock, read at each deadline.
+    fn two_hours_on() -> Instant {
+        Instant::now() + Duration::from_secs(7200)
+    }
+    h.conn.set_clock(two_hours_on);
+    let before = Instant::now();
+    h.wire.arrive(GET);
+    let Want::Read(idle) = h.conn.drive(&h.wire, &h.p, false) else { panic!() };
+    assert!(idle >= before + Duration::from_secs(7200) + keepalive, "{idle:?}");
+    assert_eq!(h.conn.served(), 3);
 }
 
 #[test]
