@@ -116,9 +116,20 @@ fn over_the_per_address_cap_gets_429() {
         assert!(r.header("retry-after").is_some(), "{}", r.describe());
         assert!(r.connection_has("close"), "{}", r.describe());
     }
-    // Another address has a cap of its own.
-    let mut other = testkit::Client::connect_from(srv.addr(), Ipv4Addr::new(127, 0, 0, 3));
-    other.request("GET", "/hello.txt", &[]).assert_status(200);
+    // Another address has a cap of its own. The counters are a table of
+    // 65,536 shared by hashing, keyed anew at each start (admission.rs):
+    // two given addresses share one once in 65,536 starts, so a second
+    // address is tried before that is called a failure.
+    let other_gets = |last: u8| {
+        let mut other = testkit::Client::connect_from(srv.addr(), Ipv4Addr::new(127, 0, 0, last));
+        other.request("GET", "/hello.txt", &[])
+    };
+    let r = other_gets(3);
+    if r.status == 429 {
+        other_gets(4).assert_status(200);
+    } else {
+        r.assert_status(200);
+    }
     // A closed connection gives its place back.
     drop(held.pop());
     assert!(
