@@ -5,9 +5,9 @@
 //! model's master (`models::process`) or the director — is a [`Generation`]:
 //! the workers of one configuration, which can be stopped, replaced by the
 //! next generation when the configuration is read again, or told to reopen
-//! their logs. The signals reach [`obey`] by whichever route suits the
-//! process: a signal thread feeding [`run`], or a `signalfd` read between a
-//! process master's ticks (a process that forks must have no other thread).
+//! their logs. The signals reach [`run`] by whichever route suits the
+//! process: a signal thread, or a `signalfd` read between a process
+//! master's ticks (a process that forks must have no other thread).
 //! Either way a signal means the same, and is said in the same words.
 //!
 //! It lives here, beside the error log and the TLS certificates it acts
@@ -18,7 +18,7 @@
 //! Add it to [`HANDLED`] (so no route leaves it at its default action, and
 //! a process model's `signalfd` receives it) and give it its [`Action`] in
 //! [`action`]. A new kind of action is a variant of [`Action`], an arm in
-//! [`obey`] with what it says, a method of [`Generation`] each server
+//! `obey` with what it says, a method of [`Generation`] each server
 //! implements, and an arm in [`obey_in_worker`] if process-model children
 //! act on it too; the fake generation in the tests below checks it.
 
@@ -139,7 +139,7 @@ pub enum Flow {
 
 /// Acts on signal number `signo` for `server` and says what it did — the
 /// one place a signal becomes an action.
-pub fn obey(signo: i32, server: &mut impl Generation) -> io::Result<Flow> {
+fn obey(signo: i32, server: &mut impl Generation) -> io::Result<Flow> {
     match action(signo) {
         Action::Stop => {
             server.error_log().info(format_args!("{STOP_SAID}"));
@@ -186,8 +186,10 @@ fn hang_up_in_place(server: &mut impl Generation) {
 }
 
 /// Obeys every signal `signals` yields until one stops the server
-/// ([`Flow::Stop`]) or they end ([`Flow::Serve`]: whoever fed them closed
-/// them, as a thread model's runtime does when its model returned by itself).
+/// ([`Flow::Stop`]; those after it are left) or they end ([`Flow::Serve`]:
+/// a process master's batch read from its `signalfd` was obeyed, or a
+/// signal thread's source was closed, as a thread model's runtime does
+/// when its model returned by itself).
 pub fn run(signals: impl IntoIterator<Item = i32>, server: &mut impl Generation) -> io::Result<Flow> {
     for signo in signals {
         if obey(signo, server)? == Flow::Stop {
@@ -226,7 +228,8 @@ pub fn reopen_logs(p: &Pipeline) {
     }
 }
 
-/// The same server, hanging up in place, for a [`Pipeline`] of one process.
+/// [`Generation::hang_up_in_place`] for this process's pipeline `p`: its
+/// certificates read again, its logs reopened.
 pub fn hang_up_pipeline(p: &Pipeline) -> InPlace {
     let certificates = reread_certificates(p);
     reopen_logs(p);

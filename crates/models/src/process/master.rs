@@ -115,11 +115,11 @@ impl Master {
             Ok(_) | Err(Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
-        let mut stop = false;
+        let mut arrived = Vec::new();
         while let Some(info) = self.private().signals.read_signal()? {
-            stop |= lifecycle::obey(info.ssi_signo as i32, self)? == Flow::Stop;
+            arrived.push(info.ssi_signo as i32);
         }
-        Ok(stop)
+        Ok(lifecycle::run(arrived, self)? == Flow::Stop)
     }
 
     /// Forks one child. In the child this never returns.
