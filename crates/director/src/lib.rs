@@ -37,7 +37,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use pipeline::lifecycle::{self, InPlace, Reload};
 use signal_hook::iterator::Signals;
 use transport::Shutdown;
 
@@ -79,27 +79,15 @@ fn run(cfg: options::Config) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let monitor_addr = monitor_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let shutdown = Shutdown::new()?;
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    let stop = shutdown.clone();
-    let tls = cfg.tls.clone();
+    let signals = Signals::new(lifecycle::HANDLED.map(|s| s.as_raw()))?;
+    let mut generation = DirectorGeneration {
+        log: pipeline::ErrorLog::stderr(),
+        tls: cfg.tls.clone(),
+        shutdown: shutdown.clone(),
+    };
     std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let log = pipeline::ErrorLog::stderr();
-        for signal in signals.forever() {
-            if signal != SIGHUP {
-                stop.trigger();
-                return;
-            }
-            // HUP: read the certificates again (the only reload there is),
-            // as `modus serve` does; a closing terminal sends it too.
-            match tls.as_ref().filter(|t| t.reloadable()).map(|t| t.reload()) {
-                Some(Ok(n)) => log.info(format_args!("SIGHUP: TLS certificates reloaded ({n})")),
-                Some(Err(e)) => log.error(format_args!(
-                    "SIGHUP: TLS certificates not reloaded, the ones in force stay: {e}"
-                )),
-                None => log
-                    .info(format_args!("SIGHUP ignored: the director's configuration is read only at start")),
-            }
-        }
+        let mut signals = signals;
+        lifecycle::run(signals.forever(), &mut generation)
     })?;
     let backends: Vec<String> = cfg.backends.iter().map(|(name, _)| name.clone()).collect();
     let mut director = proxy::Director::new(cfg, listener, monitor_listener, admin_listener, shutdown)?;
@@ -118,6 +106,36 @@ fn run(cfg: options::Config) -> anyhow::Result<()> {
         out.flush()?;
     }
     director.run().context("event loop")
+}
+
+/// The director as the lifecycle drives it: its configuration is read
+/// only at start, so a hangup reads its certificates again, in place.
+struct DirectorGeneration {
+    log: pipeline::ErrorLog,
+    tls: Option<transport::tls::ServerTls>,
+    shutdown: Shutdown,
+}
+
+impl lifecycle::Generation for DirectorGeneration {
+    fn error_log(&self) -> &pipeline::ErrorLog {
+        &self.log
+    }
+
+    fn stop(&mut self) {
+        self.shutdown.trigger();
+    }
+
+    fn reload(&mut self) -> std::io::Result<Reload> {
+        Ok(Reload::InPlace)
+    }
+
+    fn hang_up_in_place(&mut self) -> InPlace {
+        let certificates = self.tls.as_ref().filter(|t| t.reloadable()).map(|t| t.reload());
+        // Its lines go to stderr: no log file to reopen.
+        InPlace { logs: false, certificates }
+    }
+
+    fn reopen_logs(&mut self) {}
 }
 
 /// `modus monitor`.

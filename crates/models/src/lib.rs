@@ -18,7 +18,6 @@ mod pool;
 mod prefork;
 mod process;
 pub mod runtime;
-pub mod signals;
 mod staged;
 // The kernel reads and writes the loop's buffers between a submission and
 // its completion, which no borrow can express: every `unsafe` block there

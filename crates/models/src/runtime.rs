@@ -8,8 +8,9 @@
 //! runtime (`process/`): signals from a `signalfd`, the admin server in a
 //! child of its own, logs flushed by each child. Every other model runs on
 //! a thread of its own here, beside a signal thread, a log flusher and the
-//! admin thread. Both act through the same pieces: `signals::obey`,
-//! `Pipeline::flush_logs`, one [`Admin`] server.
+//! admin thread. Both act through the same pieces: the signals obeyed by
+//! `pipeline::lifecycle` (here a `Hosted` generation fed by a signal
+//! thread), `Pipeline::flush_logs`, one [`Admin`] server.
 
 use std::io;
 use std::net::TcpListener;
@@ -18,12 +19,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use pipeline::Pipeline;
+use pipeline::lifecycle::{self, InPlace, Reload};
+use pipeline::{ErrorLog, Pipeline};
 use signal_hook::iterator::{Handle, Signals};
 use transport::Shutdown;
 
-use crate::signals::{self, Obeyed, Voice};
-use crate::{Admin, ModelEnv, ModelInfo, Reload};
+use crate::{Admin, ModelEnv, ModelInfo};
 
 /// Runs `model` in `env` until it stops, with `admin` served beside it,
 /// and returns once it has stopped (gracefully on a signal, within
@@ -46,11 +47,9 @@ pub fn host(model: &'static ModelInfo, mut env: ModelEnv, admin: Option<Admin>) 
     }
     let server_stop = env.shutdown.clone();
     let reload = env.reload.take();
-    // A copy for the generations a reload starts; dropped at the stop, so
-    // the socket closes once the running generation drops its own.
-    let mut listener = Some(env.listener.try_clone()?);
+    let listener = Some(env.listener.try_clone()?);
     let grace = env.tuning.shutdown_timeout;
-    let mut signals = Signals::new(signals::HANDLED.map(|s| s.as_raw()))?;
+    let mut signals = Signals::new(lifecycle::HANDLED.map(|s| s.as_raw()))?;
     let live = Live::new(env.pipeline.clone());
     {
         let (live, stop) = (live.clone(), server_stop.clone());
@@ -72,43 +71,10 @@ pub fn host(model: &'static ModelInfo, mut env: ModelEnv, admin: Option<Admin>) 
     // The first generation stops with its own trigger, not the server's, so
     // a reload can stop it alone.
     env.shutdown = Shutdown::new()?;
-    let mut current = generations.start(env)?;
-    for signal in signals.forever() {
-        match signals::obey(signal, &current.pipeline, Voice::Server) {
-            Obeyed::Stop => {
-                drop(listener.take());
-                server_stop.trigger();
-                current.stop.trigger();
-                break;
-            }
-            Obeyed::Reload => {
-                match next_generation(reload.as_ref(), listener.as_ref().expect("held until the stop")) {
-                    Ok(Some(env)) => {
-                        live.add(env.pipeline.clone());
-                        match generations.start(env) {
-                            Ok(new) => {
-                                let old = std::mem::replace(&mut current, new);
-                                current.pipeline.error_log.info(format_args!("{}", signals::HUP_RELOADED));
-                                old.retire(&live);
-                            }
-                            Err(e) => current.pipeline.error_log.error(format_args!(
-                                "SIGHUP: the new workers did not start ({e}); the old ones serve on"
-                            )),
-                        }
-                    }
-                    Ok(None) => signals::hangup_in_place(&current.pipeline, Voice::Server),
-                    Err(why) => {
-                        current.pipeline.error_log.error(format_args!(
-                            "SIGHUP: configuration not reloaded, the one in force stays: {why}"
-                        ));
-                        signals::hangup_in_place(&current.pipeline, Voice::Server);
-                    }
-                }
-                signals::reloaded();
-            }
-            Obeyed::LogsReopened | Obeyed::Nothing => {}
-        }
-    }
+    let current = generations.start(env)?;
+    let mut server = Hosted { generations, current, live: live.clone(), listener, reload, server_stop };
+    lifecycle::run(signals.forever(), &mut server)?;
+    let Hosted { current, server_stop, .. } = server;
     let outcome = if server_stop.is_triggered() {
         current.done.recv_timeout(grace).ok()
     } else {
@@ -133,7 +99,10 @@ pub fn host(model: &'static ModelInfo, mut env: ModelEnv, admin: Option<Admin>) 
 
 /// The environment of the next generation, from the configuration read
 /// again; `None` when there is nothing to read it with.
-fn next_generation(reload: Option<&Reload>, listener: &TcpListener) -> Result<Option<ModelEnv>, String> {
+fn next_generation(
+    reload: Option<&crate::Reload>,
+    listener: &TcpListener,
+) -> Result<Option<ModelEnv>, String> {
     let Some(reload) = reload else { return Ok(None) };
     let new = reload()?;
     Ok(Some(ModelEnv {
@@ -144,6 +113,55 @@ fn next_generation(reload: Option<&Reload>, listener: &TcpListener) -> Result<Op
         admin: None,
         reload: None,
     }))
+}
+
+/// A thread model as the lifecycle drives it: the generation running now.
+struct Hosted {
+    generations: Generations,
+    current: Run,
+    live: Live,
+    /// A copy for the generations a reload starts; dropped at the stop, so
+    /// the socket closes once the running generation drops its own.
+    listener: Option<TcpListener>,
+    reload: Option<crate::Reload>,
+    server_stop: Shutdown,
+}
+
+impl lifecycle::Generation for Hosted {
+    fn error_log(&self) -> &ErrorLog {
+        &self.current.pipeline.error_log
+    }
+
+    fn stop(&mut self) {
+        drop(self.listener.take());
+        self.server_stop.trigger();
+        self.current.stop.trigger();
+    }
+
+    fn reload(&mut self) -> io::Result<Reload> {
+        let listener = self.listener.as_ref().expect("held until the stop");
+        let env = match next_generation(self.reload.as_ref(), listener) {
+            Ok(Some(env)) => env,
+            Ok(None) => return Ok(Reload::InPlace),
+            Err(why) => return Ok(Reload::Refused(why)),
+        };
+        self.live.add(env.pipeline.clone());
+        match self.generations.start(env) {
+            Ok(new) => {
+                std::mem::replace(&mut self.current, new).retire(&self.live);
+                Ok(Reload::Started)
+            }
+            Err(e) => Ok(Reload::NotStarted(e.to_string())),
+        }
+    }
+
+    fn hang_up_in_place(&mut self) -> InPlace {
+        lifecycle::hang_up_pipeline(&self.current.pipeline)
+    }
+
+    fn reopen_logs(&mut self) {
+        lifecycle::reopen_logs(&self.current.pipeline);
+    }
 }
 
 /// The pipelines whose workers may still write log lines: the current one
@@ -191,14 +209,14 @@ struct Generations {
 }
 
 /// One run of the model.
-struct Generation {
+struct Run {
     pipeline: Arc<Pipeline>,
     stop: Shutdown,
     done: mpsc::Receiver<io::Result<()>>,
 }
 
 impl Generations {
-    fn start(&self, env: ModelEnv) -> io::Result<Generation> {
+    fn start(&self, env: ModelEnv) -> io::Result<Run> {
         let id = self.current.fetch_add(1, Ordering::SeqCst) + 1;
         let (pipeline, stop) = (env.pipeline.clone(), env.shutdown.clone());
         let (done_tx, done) = mpsc::channel();
@@ -209,11 +227,11 @@ impl Generations {
                 signals.close();
             }
         })?;
-        Ok(Generation { pipeline, stop, done })
+        Ok(Run { pipeline, stop, done })
     }
 }
 
-impl Generation {
+impl Run {
     /// Stops it as SIGTERM would, and lets it finish in the background; its
     /// last log lines are written when it returns.
     fn retire(self, live: &Live) {

@@ -29,6 +29,7 @@ mod conn;
 pub mod error_pages;
 pub mod errorlog;
 mod flights;
+pub mod lifecycle;
 pub mod listing;
 pub mod multipart;
 pub mod range;

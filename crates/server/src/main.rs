@@ -192,7 +192,7 @@ fn page(command: clap::Command, name: &str, out: &mut dyn std::io::Write) -> std
     out.write_all(EXIT_STATUS.as_bytes())
 }
 
-/// `modus serve`'s signals, as `models::signals` acts on them.
+/// `modus serve`'s signals, as `pipeline::lifecycle` acts on them.
 const SERVE_SIGNALS: &str = r#".SH SIGNALS
 \fBmodus serve\fR (the master process, for the process models):
 .TP
@@ -210,15 +210,21 @@ Reopen the access and error logs (after logrotate has moved them).
 Ignored, and said in the error log: no binary upgrade; restart to run a new binary.
 "#;
 
-/// `modus direct`'s signals.
+/// `modus direct`'s signals, as `pipeline::lifecycle` acts on them.
 const DIRECT_SIGNALS: &str = r#".SH SIGNALS (DIRECTOR)
 \fBmodus direct\fR:
 .TP
-\fBTERM\fR, \fBINT\fR
+\fBTERM\fR, \fBINT\fR, \fBQUIT\fR
 Stop, then exit 0.
 .TP
 \fBHUP\fR
 Read the TLS certificates again (new handshakes present them); the rest of its configuration is read only at start, which the error log says.
+.TP
+\fBUSR1\fR
+Nothing to reopen: the director writes its lines to standard error.
+.TP
+\fBUSR2\fR
+Ignored, and said: no binary upgrade.
 "#;
 
 /// What every command's exit status means.

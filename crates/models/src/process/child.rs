@@ -296,7 +296,7 @@ pub(super) fn housekeeping(
             // A hangup reaches the whole process group (a closing
             // terminal): the master speaks for the server; a child only
             // acts (logs reopened; on HUP, certificates read again).
-            if signals::obey(info.ssi_signo as i32, pipeline, Voice::Child) == Obeyed::Stop {
+            if lifecycle::obey_in_worker(info.ssi_signo as i32, pipeline) == Flow::Stop {
                 stop.trigger();
             }
         }

@@ -106,62 +106,8 @@ impl Master {
         }
     }
 
-    /// SIGHUP: the configuration read again, a new generation of children
-    /// forked with it, the old one told to finish and leave — or, if it
-    /// cannot be read, the logs and certificates read again in place.
-    fn reload(&mut self) -> io::Result<()> {
-        let outcome = match &self.reload {
-            _ if self.stopping => Err(None),
-            None => Err(None),
-            Some(reload) => reload().map_err(Some),
-        };
-        match outcome {
-            Ok(new) => {
-                let old: Vec<Pid> = self.children.iter().map(|k| k.pid).collect();
-                let serving = self.children.iter().filter(|k| !k.leaving).count();
-                self.pipeline = new.pipeline;
-                self.tuning = new.tuning;
-                self.scaling = (self.scaling_of)(&self.tuning);
-                self.spawn_rate = 1;
-                for kid in &mut self.children {
-                    kid.leaving = true;
-                }
-                // The new children first, so the socket always has takers,
-                // and as many as served until now: the clients the old
-                // ones held reconnect at once, and growing from the start
-                // count at 1, 2, 4… a second would leave them in the
-                // backlog for seconds.
-                let strength = match self.scaling {
-                    Scaling::Spare { max_children, .. } => serving.min(max_children),
-                    Scaling::Fixed { .. } => 0,
-                };
-                for _ in 0..self.first_children().max(strength) {
-                    self.spawn()?;
-                }
-                for pid in old {
-                    let _ = kill(pid, Signal::SIGTERM);
-                }
-                self.pipeline.error_log.info(format_args!("{}", signals::HUP_RELOADED));
-            }
-            Err(why) => {
-                if let Some(why) = why {
-                    self.pipeline.error_log.error(format_args!(
-                        "SIGHUP: configuration not reloaded, the one in force stays: {why}"
-                    ));
-                }
-                signals::hangup_in_place(&self.pipeline, Voice::Server);
-                // Each child reopens its logs and reads the certificates again.
-                for kid in &self.children {
-                    let _ = kill(kid.pid, Signal::SIGHUP);
-                }
-            }
-        }
-        signals::reloaded();
-        Ok(())
-    }
-
-    /// Waits up to `timeout` for signals and handles them; true once
-    /// SIGTERM or SIGINT arrived. SIGCHLD only wakes us: the caller reaps.
+    /// Waits up to `timeout` for signals and obeys them; true once one
+    /// stopped the server. SIGCHLD only wakes us: the caller reaps.
     pub(super) fn wait_signals(&mut self, timeout: Duration) -> io::Result<bool> {
         let signals = &self.private().signals;
         let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: 1, tv_nsec: 0 });
@@ -169,20 +115,11 @@ impl Master {
             Ok(_) | Err(Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
-        let mut stop = false;
+        let mut arrived = Vec::new();
         while let Some(info) = self.private().signals.read_signal()? {
-            match signals::obey(info.ssi_signo as i32, &self.pipeline, Voice::Server) {
-                Obeyed::Stop => stop = true,
-                Obeyed::Reload => self.reload()?,
-                Obeyed::LogsReopened => {
-                    for kid in &self.children {
-                        let _ = kill(kid.pid, Signal::SIGUSR1);
-                    }
-                }
-                Obeyed::Nothing => {}
-            }
+            arrived.push(info.ssi_signo as i32);
         }
-        Ok(stop)
+        Ok(lifecycle::run(arrived, self)? == Flow::Stop)
     }
 
     /// Forks one child. In the child this never returns.
@@ -448,6 +385,72 @@ impl Master {
     }
 }
 
+/// A process model's generation: the children forked with one
+/// configuration, which the master replaces on SIGHUP.
+impl lifecycle::Generation for Master {
+    fn error_log(&self) -> &ErrorLog {
+        &self.pipeline.error_log
+    }
+
+    /// The master's loop returns, and [`Master::stop_children`] follows.
+    fn stop(&mut self) {
+        self.stopping = true;
+    }
+
+    /// The configuration read again, a new generation of children forked
+    /// with it, the old one told to finish and leave.
+    fn reload(&mut self) -> io::Result<Reload> {
+        let new = match &self.reload {
+            _ if self.stopping => return Ok(Reload::InPlace),
+            None => return Ok(Reload::InPlace),
+            Some(reload) => match reload() {
+                Ok(new) => new,
+                Err(why) => return Ok(Reload::Refused(why)),
+            },
+        };
+        let old: Vec<Pid> = self.children.iter().map(|k| k.pid).collect();
+        let serving = self.children.iter().filter(|k| !k.leaving).count();
+        self.pipeline = new.pipeline;
+        self.tuning = new.tuning;
+        self.scaling = (self.scaling_of)(&self.tuning);
+        self.spawn_rate = 1;
+        for kid in &mut self.children {
+            kid.leaving = true;
+        }
+        // The new children first, so the socket always has takers, and as
+        // many as served until now: the clients the old ones held reconnect
+        // at once, and growing from the start count at 1, 2, 4… a second
+        // would leave them in the backlog for seconds.
+        let strength = match self.scaling {
+            Scaling::Spare { max_children, .. } => serving.min(max_children),
+            Scaling::Fixed { .. } => 0,
+        };
+        for _ in 0..self.first_children().max(strength) {
+            self.spawn()?;
+        }
+        for pid in old {
+            let _ = kill(pid, Signal::SIGTERM);
+        }
+        Ok(Reload::Started)
+    }
+
+    fn hang_up_in_place(&mut self) -> InPlace {
+        let done = lifecycle::hang_up_pipeline(&self.pipeline);
+        // Each child reopens its logs and reads the certificates again.
+        for kid in &self.children {
+            let _ = kill(kid.pid, Signal::SIGHUP);
+        }
+        done
+    }
+
+    fn reopen_logs(&mut self) {
+        lifecycle::reopen_logs(&self.pipeline);
+        for kid in &self.children {
+            let _ = kill(kid.pid, Signal::SIGUSR1);
+        }
+    }
+}
+
 /// What [`fork`] returned, in which process.
 pub(super) enum Forked {
     Parent(Pid),
@@ -482,10 +485,10 @@ pub(super) fn fork() -> io::Result<Forked> {
     }
 }
 
-/// [`signals::HANDLED`], as a mask.
+/// [`lifecycle::HANDLED`], as a mask.
 pub(super) fn handled_signals() -> SigSet {
     let mut set = SigSet::empty();
-    for s in signals::HANDLED {
+    for s in lifecycle::HANDLED {
         set.add(Signal::try_from(s.as_raw()).expect("a signal both crates name"));
     }
     set

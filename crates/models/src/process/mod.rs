@@ -132,15 +132,15 @@ use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use pipeline::lifecycle::{self, Flow, InPlace, Reload};
 use pipeline::stats::Worker;
-use pipeline::{serve_blocking, Pipeline, BLOCKING_TICK};
+use pipeline::{serve_blocking, ErrorLog, Pipeline, BLOCKING_TICK};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::pipe::{pipe_with, PipeFlags};
 use transport::Shutdown;
 
 use crate::board::{Board, Ledger, SlotWriter};
-use crate::signals::{self, Obeyed, Voice};
 use crate::{Admin, ModelEnv, Tuning};
 
 /// How often the master looks at the scoreboard and spawns or retires.

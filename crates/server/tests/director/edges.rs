@@ -1,5 +1,5 @@
 //! The loop at its edges: a backend that answers before the body is
-//! sent, and no descriptors left to accept with.
+//! sent, no descriptors left to accept with, and the operator's signals.
 
 use super::*;
 
@@ -131,4 +131,28 @@ fn out_of_descriptors_the_director_neither_spins_nor_stops_accepting() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(served, "the director accepts again once descriptors are free");
+}
+
+/// The director obeys the signals `modus serve` obeys, in the same words
+/// (`pipeline::lifecycle`): USR1 and USR2 leave it serving, HUP with no
+/// certificate files is said to change nothing, and QUIT is a graceful stop.
+#[test]
+fn the_director_obeys_every_signal_of_the_lifecycle() {
+    let backend = TestBackend::ok();
+    let mut d = director(&[backend.addr], &[]);
+    for (signal, said) in [
+        (testkit::Signal::Usr1, None),
+        (testkit::Signal::Usr2, Some("SIGUSR2 ignored")),
+        (testkit::Signal::Hup, Some("SIGHUP ignored: the configuration is read only at start")),
+    ] {
+        d.signal(signal);
+        if let Some(said) = said {
+            assert!(d.stderr_once_it_says(said).contains(said), "{signal:?}: {}", d.stderr());
+        }
+        d.client().request("GET", "/", &[]).assert_status(200);
+        assert!(!d.has_exited(), "{signal:?} leaves it serving: {}", d.stderr());
+    }
+    d.signal(testkit::Signal::Quit);
+    assert!(d.wait_exit(Duration::from_secs(10)).success(), "{}", d.stderr());
+    assert!(d.stderr().contains("stopping: finishing in-flight requests"), "{}", d.stderr());
 }
