@@ -66,7 +66,7 @@ use std::time::{Duration, Instant};
 use pipeline::schedule::{self, Due, Schedule};
 use pipeline::{refuse_at_capacity, ConnInfo, Connection, IpSlot, Mode, Pipeline, Want};
 use transport::accept::{self, Failed};
-use transport::deadlines::{self, Deadlines};
+use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::slab::{self, Slab};
 use transport::{Shutdown, Stream};
@@ -251,19 +251,15 @@ struct Conn {
     /// Edge-triggered readiness seen but not yet used up (an `EAGAIN` clears it).
     readable: bool,
     writable: bool,
-    /// The deadline of the current wait.
-    deadline: Instant,
-    /// When this connection's live heap entry fires, if it has one.
-    armed: Option<Instant>,
+    /// The deadline of the current wait; none while a helper has its request.
+    timer: Timer,
     /// Its place under `--max-conns-per-ip`, freed when it closes.
     _slot: Option<IpSlot>,
 }
 
-impl Conn {
-    /// Sets the current wait's deadline and makes sure a timer fires by it.
-    fn set_deadline(&mut self, timers: &mut Deadlines, token: u64, deadline: Instant) {
-        self.deadline = deadline;
-        timers.arm(&mut self.armed, token, deadline);
+impl HasTimer for Conn {
+    fn timer(&mut self) -> &mut Timer {
+        &mut self.timer
     }
 }
 
@@ -516,8 +512,7 @@ impl Loop {
             waits: Waits::Read,
             readable: true,
             writable: true,
-            deadline: now,
-            armed: None,
+            timer: Timer::default(),
             _slot: slot,
         };
         // Full slab: dropping the stream refuses the connection.
@@ -640,17 +635,17 @@ impl Loop {
             // came back short, so the next edge will be a fresh one.
             Want::Read(deadline) => {
                 (c.waits, c.readable) = (Waits::Read, false);
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Write(deadline) => {
                 (c.waits, c.writable) = (Waits::Write, false);
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             // Still writable: no edge will come, so the loop itself comes back.
             Want::Again => {
                 c.waits = Waits::Write;
                 // It made progress: the send timeout counts from now.
-                c.set_deadline(&mut self.timers, token, self.now + self.pipeline.settings.send_timeout);
+                self.timers.set(&mut c.timer, token, self.now + self.pipeline.settings.send_timeout);
                 self.again.push(token);
             }
             Want::Pipes(deadline) => {
@@ -662,7 +657,7 @@ impl Loop {
                         self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
                     }
                 }
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Close => {
                 // Closing the descriptor also removes it from epoll.
@@ -671,6 +666,8 @@ impl Loop {
             Want::Warm => {
                 // Only connections with a warm-ahead window ask this, so helpers exist.
                 c.waits = Waits::Helper;
+                // No deadline while a helper reads.
+                c.timer.cancel();
                 let submitted = match (c.conn.take_cold_pages(), self.helpers.as_mut()) {
                     (Some(pages), Some(helpers)) => helpers.warm(token, pages),
                     _ => false,
@@ -684,6 +681,8 @@ impl Loop {
                 // Only split mode asks this, so helpers exist.
                 let request = parked;
                 c.waits = Waits::Helper;
+                // No deadline while the pipeline runs; set again after.
+                c.timer.cancel();
                 let submitted = match (request, self.helpers.as_mut()) {
                     (Some(request), Some(helpers)) => helpers.submit(token, request),
                     _ => false,
@@ -730,19 +729,8 @@ impl Loop {
 
     fn expire_timers(&mut self) {
         let now = self.now;
-        while let Some((when, token)) = self.timers.pop_due(now) {
+        while let Some(token) = self.timers.expired(now, &mut self.conns) {
             let Some(c) = self.conns.get_mut(token) else { continue };
-            if !deadlines::fired(&mut c.armed, when) {
-                continue; // an orphan: this connection re-armed earlier since
-            }
-            if c.waits == Waits::Helper {
-                continue; // no deadline while the pipeline runs; set again after
-            }
-            if c.deadline > now {
-                let deadline = c.deadline;
-                c.set_deadline(&mut self.timers, token, deadline);
-                continue;
-            }
             // The connection decides: a 408 to send, or a silent close.
             c.conn.set_now(now);
             if c.conn.timed_out(&self.pipeline) {
@@ -751,11 +739,7 @@ impl Loop {
                 self.conns.remove(token);
             }
         }
-        // Orphans pile up only if deadlines keep moving earlier; bound them.
-        if self.timers.len() > 2 * self.conns.len() + 1024 {
-            let conns = &self.conns;
-            self.timers.retain(|when, token| conns.get(token).is_some_and(|c| c.armed == Some(when)));
-        }
+        self.timers.prune(&mut self.conns);
     }
 
     /// The graceful stop: refuse new connections, close idle ones, let

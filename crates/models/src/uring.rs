@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
 use transport::accept::{self, Failed};
-use transport::deadlines::{self, Deadlines};
+use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::slab::Slab;
 use transport::{Shutdown, Wire};
 
@@ -286,8 +286,8 @@ struct Conn {
     /// Its address's place under `--max-conns-per-ip`, given back on drop.
     _ip: Option<pipeline::IpSlot>,
     waits: Waits,
-    deadline: Instant,
-    armed: Option<Instant>,
+    /// None while a spawner has its request (unless it is closing).
+    timer: Timer,
     recv: Shot,
     /// The send the kernel holds (in flight, or awaiting its zero-copy notification).
     batch: Option<Box<Batch>>,
@@ -302,12 +302,13 @@ struct Conn {
     polls: Vec<(RawFd, u64)>,
 }
 
-impl Conn {
-    fn set_deadline(&mut self, timers: &mut Deadlines, token: u64, deadline: Instant) {
-        self.deadline = deadline;
-        timers.arm(&mut self.armed, token, deadline);
+impl HasTimer for Conn {
+    fn timer(&mut self) -> &mut Timer {
+        &mut self.timer
     }
+}
 
+impl Conn {
     /// Whether the kernel still holds anything of this connection's, or
     /// its TLS session still has records to hand it.
     fn lent(&self) -> bool {
@@ -633,8 +634,7 @@ impl Loop {
             link,
             conn,
             waits: Waits::Read,
-            deadline: self.now,
-            armed: None,
+            timer: Timer::default(),
             recv: Shot::Armed,
             batch: None,
             sending: 0,
@@ -765,21 +765,21 @@ impl Loop {
         match c.conn.drive(&c.link, p, stopping) {
             Want::Read(deadline) => {
                 c.waits = Waits::Read;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Write(deadline) => {
                 c.waits = Waits::Write;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             // Only a yielding connection (SRPT's loop order, not this loop's) asks this.
             Want::Again => {
                 c.waits = Waits::Write;
                 let deadline = self.now + p.settings.send_timeout;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Pipes(deadline) => {
                 c.waits = Waits::Pipes;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
                 self.arm_pipes(token);
             }
             Want::Close => {
@@ -789,6 +789,8 @@ impl Loop {
             Want::Warm => unreachable!("uring's connections do not warm ahead"),
             Want::Process => {
                 c.waits = Waits::Helper;
+                // No deadline while a spawner starts the script.
+                c.timer.cancel();
                 let submitted = match (c.conn.take_request(), self.helpers.as_mut()) {
                     (Some(request), Some(helpers)) => helpers.submit(token, request),
                     _ => false,
@@ -859,7 +861,7 @@ impl Loop {
         c.closing = true;
         // Its queued bytes get the send timeout to leave.
         let deadline = self.now + self.pipeline.settings.send_timeout;
-        c.set_deadline(&mut self.timers, token, deadline);
+        self.timers.set(&mut c.timer, token, deadline);
         let polls = std::mem::take(&mut c.polls);
         if c.recv == Shot::Armed {
             c.recv = Shot::Cancelling;
@@ -906,16 +908,8 @@ impl Loop {
 
     fn expire_timers(&mut self) {
         let now = self.now;
-        while let Some((when, token)) = self.timers.pop_due(now) {
+        while let Some(token) = self.timers.expired(now, &mut self.conns) {
             let Some(c) = self.conns.get_mut(token) else { continue };
-            if !deadlines::fired(&mut c.armed, when) || c.waits == Waits::Helper && !c.closing {
-                continue;
-            }
-            if c.deadline > now {
-                let deadline = c.deadline;
-                c.set_deadline(&mut self.timers, token, deadline);
-                continue;
-            }
             if c.closing {
                 // Its last bytes found no taker in time: give them up.
                 c.link.socket().send_failed(libc::ETIMEDOUT);
@@ -935,10 +929,7 @@ impl Loop {
                 self.close(token);
             }
         }
-        if self.timers.len() > 2 * self.conns.len() + 1024 {
-            let conns = &self.conns;
-            self.timers.retain(|when, token| conns.get(token).is_some_and(|c| c.armed == Some(when)));
-        }
+        self.timers.prune(&mut self.conns);
     }
 
     /// The graceful stop: refuse new connections, close idle ones, let
