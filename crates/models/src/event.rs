@@ -72,6 +72,7 @@ use transport::slab::{self, Slab};
 use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
+use crate::loop_core::{self, Core, LoopConn, Parts};
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -263,6 +264,16 @@ impl HasTimer for Conn {
     }
 }
 
+impl LoopConn for Conn {
+    fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    fn awaits_helper(&self) -> bool {
+        self.waits == Waits::Helper
+    }
+}
+
 /// One event loop and everything it owns.
 struct Loop {
     poller: Poller,
@@ -371,28 +382,19 @@ impl Loop {
         // A stop that fired before the registration is still seen: the pipe
         // stays readable.
         while !(self.stopping && self.conns.is_empty()) {
-            // As of the wakeup: a turn's work makes timers fire that much
-            // late, and the scoreboard's idle time start that much early.
+            // As of the wakeup: the scoreboard's idle time starts that much early.
             let now = self.now;
-            let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
-            let timeout = match (self.timers.next_in(now), resume) {
+            let timeout = if self.again.is_empty() {
+                loop_core::wait_timeout(&self.timers, now, self.accept_resume)
+            } else {
                 // Yielded connections still have bytes to send: look, don't wait.
-                _ if !self.again.is_empty() => Some(Duration::ZERO),
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+                Some(Duration::ZERO)
             };
             me.idle_at(now);
             self.poller.wait(&mut events, timeout)?;
             self.now = Instant::now();
             me.busy_at(self.now);
-            // Changed files first: a request read in this turn may have been
-            // sent after the change (a cache hit costs no stat; see
-            // `Pipeline::watch_files`).
-            if events.iter().any(|e| e.token() == FILES) {
-                self.pipeline.files_changed();
-            } else {
-                self.pipeline.files_settled();
-            }
+            loop_core::files_first(&self.pipeline, events.iter().any(|e| e.token() == FILES));
             for event in events.iter() {
                 match event.token() {
                     FILES => {}
@@ -412,11 +414,7 @@ impl Loop {
             if self.srpt {
                 self.serve_turn();
             }
-            self.expire_timers();
-            if self.accept_resume.is_some_and(|at| at <= self.now) {
-                self.accept_resume = None;
-            }
-            self.watch_listener();
+            self.end_turn();
         }
         Ok(())
     }
@@ -695,53 +693,6 @@ impl Loop {
         }
     }
 
-    /// Replies back from the helpers (`amped`).
-    fn collect_replies(&mut self) {
-        let Some(helpers) = self.helpers.as_mut() else { return };
-        // Reset before looking, so a reply sent meanwhile wakes us again.
-        helpers.waker().reset();
-        while let Some((token, reply)) = self.helpers.as_mut().and_then(|h| h.finished()) {
-            // None: the client left while the helper worked (see `ready`);
-            // dropping the reply closes any file it held.
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            match reply {
-                Some(reply) if c.waits == Waits::Helper => {
-                    c.conn.set_now(self.now);
-                    c.conn.deliver(reply, &self.pipeline);
-                    // The helper read in the reply's first window.
-                    c.conn.pages_warmed();
-                    self.drive(token);
-                }
-                _ => {
-                    self.conns.remove(token);
-                }
-            }
-        }
-        while let Some(token) = self.helpers.as_mut().and_then(|h| h.warmed()) {
-            // None: the client left while the helper read.
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            if c.waits == Waits::Helper {
-                c.conn.pages_warmed();
-                self.drive(token);
-            }
-        }
-    }
-
-    fn expire_timers(&mut self) {
-        let now = self.now;
-        while let Some(token) = self.timers.expired(now, &mut self.conns) {
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            // The connection decides: a 408 to send, or a silent close.
-            c.conn.set_now(now);
-            if c.conn.timed_out(&self.pipeline) {
-                self.drive(token);
-            } else {
-                self.conns.remove(token);
-            }
-        }
-        self.timers.prune(&mut self.conns);
-    }
-
     /// The graceful stop: refuse new connections, close idle ones, let
     /// in-flight requests finish.
     fn begin_stop(&mut self) {
@@ -760,11 +711,37 @@ impl Loop {
             self.listening = false;
         }
         self.accept_resume = None;
-        for token in self.conns.tokens() {
-            if self.conns.get(token).is_some_and(|c| c.waits != Waits::Helper) {
-                self.drive(token);
-            }
+        self.drive_all_stopping();
+    }
+}
+
+impl Core for Loop {
+    type Conn = Conn;
+    const WARMS_AHEAD: bool = true;
+
+    fn parts(&mut self) -> Parts<'_, Conn> {
+        Parts {
+            conns: &mut self.conns,
+            timers: &mut self.timers,
+            helpers: &mut self.helpers,
+            pipeline: &self.pipeline,
+            accept_resume: &mut self.accept_resume,
+            now: self.now,
         }
+    }
+
+    fn drive(&mut self, token: u64) {
+        Loop::drive(self, token);
+    }
+
+    /// Closing the descriptor also removes it from epoll; a helper's reply
+    /// for it will find no connection under its token.
+    fn close(&mut self, token: u64) {
+        self.conns.remove(token);
+    }
+
+    fn watch_listener(&mut self) {
+        Loop::watch_listener(self);
     }
 }
 

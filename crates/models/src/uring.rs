@@ -72,6 +72,7 @@ use transport::slab::Slab;
 use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
+use crate::loop_core::{self, Core, LoopConn, Parts};
 use crate::{Caps, ModelEnv, ModelInfo};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
@@ -308,6 +309,16 @@ impl HasTimer for Conn {
     }
 }
 
+impl LoopConn for Conn {
+    fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    fn awaits_helper(&self) -> bool {
+        self.waits == Waits::Helper && !self.closing
+    }
+}
+
 impl Conn {
     /// Whether the kernel still holds anything of this connection's, or
     /// its TLS session still has records to hand it.
@@ -457,11 +468,7 @@ impl Loop {
         // a moment longer.
         while !(self.stopping && self.conns.is_empty() && matches!(self.accept, Shot::Off)) {
             let now = self.now;
-            let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
-            let timeout = match (self.timers.next_in(now), resume) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let timeout = loop_core::wait_timeout(&self.timers, now, self.accept_resume);
             me.idle_at(now);
             self.submit_and_wait(timeout)?;
             self.now = Instant::now();
@@ -471,11 +478,8 @@ impl Loop {
             // Changed files first: a request completed in this batch may have
             // been sent after the change (the poll's completion was queued
             // before the receive's, but a hit must not be served before it).
-            if completions.iter().any(|&(data, _, _)| data == user_data(OP_LOOP, FILES)) {
-                self.pipeline.files_changed();
-            } else {
-                self.pipeline.files_settled();
-            }
+            let files_changed = completions.iter().any(|&(data, _, _)| data == user_data(OP_LOOP, FILES));
+            loop_core::files_first(&self.pipeline, files_changed);
             for &(data, result, flags) in &completions {
                 self.complete(data, result, flags);
             }
@@ -485,11 +489,7 @@ impl Loop {
             completions.clear();
             self.completions = completions;
             self.bufs.publish();
-            self.expire_timers();
-            if self.accept_resume.is_some_and(|at| at <= self.now) {
-                self.accept_resume = None;
-            }
-            self.watch_listener();
+            self.end_turn();
         }
         // The last connections' closes were queued after the last submission.
         self.ring.submit()?;
@@ -889,49 +889,6 @@ impl Loop {
         };
     }
 
-    /// Replies back from the CGI spawners.
-    fn collect_replies(&mut self) {
-        let Some(helpers) = self.helpers.as_mut() else { return };
-        helpers.waker().reset();
-        while let Some((token, reply)) = self.helpers.as_mut().and_then(|h| h.finished()) {
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            match reply {
-                Some(reply) if c.waits == Waits::Helper && !c.closing => {
-                    c.conn.set_now(self.now);
-                    c.conn.deliver(reply, &self.pipeline);
-                    self.drive(token);
-                }
-                _ => self.close(token),
-            }
-        }
-    }
-
-    fn expire_timers(&mut self) {
-        let now = self.now;
-        while let Some(token) = self.timers.expired(now, &mut self.conns) {
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            if c.closing {
-                // Its last bytes found no taker in time: give them up.
-                c.link.socket().send_failed(libc::ETIMEDOUT);
-                c.sealed = true;
-                if c.sending > 0 {
-                    for op in [OP_SEND, OP_FILL, OP_DRAIN] {
-                        self.cancel(user_data(op, token));
-                    }
-                }
-                self.finish_close(token);
-                continue;
-            }
-            c.conn.set_now(now);
-            if c.conn.timed_out(&self.pipeline) {
-                self.drive(token);
-            } else {
-                self.close(token);
-            }
-        }
-        self.timers.prune(&mut self.conns);
-    }
-
     /// The graceful stop: refuse new connections, close idle ones, let
     /// in-flight requests finish.
     fn begin_stop(&mut self) {
@@ -943,11 +900,51 @@ impl Loop {
         self.listener = None;
         self.accept_resume = None;
         self.watch_listener();
-        for token in self.conns.tokens() {
-            if self.conns.get(token).is_some_and(|c| c.waits != Waits::Helper) {
-                self.drive(token);
+        self.drive_all_stopping();
+    }
+}
+
+impl Core for Loop {
+    type Conn = Conn;
+    const WARMS_AHEAD: bool = false;
+
+    fn parts(&mut self) -> Parts<'_, Conn> {
+        Parts {
+            conns: &mut self.conns,
+            timers: &mut self.timers,
+            helpers: &mut self.helpers,
+            pipeline: &self.pipeline,
+            accept_resume: &mut self.accept_resume,
+            now: self.now,
+        }
+    }
+
+    fn drive(&mut self, token: u64) {
+        Loop::drive(self, token);
+    }
+
+    fn close(&mut self, token: u64) {
+        Loop::close(self, token);
+    }
+
+    fn watch_listener(&mut self) {
+        Loop::watch_listener(self);
+    }
+
+    fn expire(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        if !c.closing {
+            return self.time_out(token);
+        }
+        // Its last bytes found no taker in time: give them up.
+        c.link.socket().send_failed(libc::ETIMEDOUT);
+        c.sealed = true;
+        if c.sending > 0 {
+            for op in [OP_SEND, OP_FILL, OP_DRAIN] {
+                self.cancel(user_data(op, token));
             }
         }
+        self.finish_close(token);
     }
 }
 
