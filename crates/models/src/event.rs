@@ -66,12 +66,13 @@ use std::time::{Duration, Instant};
 use pipeline::schedule::{self, Due, Schedule};
 use pipeline::{refuse_at_capacity, ConnInfo, Connection, IpSlot, Mode, Pipeline, Want};
 use transport::accept::{self, Failed};
-use transport::deadlines::{self, Deadlines};
+use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::slab::{self, Slab};
 use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
+use crate::loop_core::{self, Core, LoopConn, Parts};
 use crate::{Caps, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -251,19 +252,25 @@ struct Conn {
     /// Edge-triggered readiness seen but not yet used up (an `EAGAIN` clears it).
     readable: bool,
     writable: bool,
-    /// The deadline of the current wait.
-    deadline: Instant,
-    /// When this connection's live heap entry fires, if it has one.
-    armed: Option<Instant>,
+    /// The deadline of the current wait; none while a helper has its request.
+    timer: Timer,
     /// Its place under `--max-conns-per-ip`, freed when it closes.
     _slot: Option<IpSlot>,
 }
 
-impl Conn {
-    /// Sets the current wait's deadline and makes sure a timer fires by it.
-    fn set_deadline(&mut self, timers: &mut Deadlines, token: u64, deadline: Instant) {
-        self.deadline = deadline;
-        timers.arm(&mut self.armed, token, deadline);
+impl HasTimer for Conn {
+    fn timer(&mut self) -> &mut Timer {
+        &mut self.timer
+    }
+}
+
+impl LoopConn for Conn {
+    fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    fn awaits_helper(&self) -> bool {
+        self.waits == Waits::Helper
     }
 }
 
@@ -375,28 +382,19 @@ impl Loop {
         // A stop that fired before the registration is still seen: the pipe
         // stays readable.
         while !(self.stopping && self.conns.is_empty()) {
-            // As of the wakeup: a turn's work makes timers fire that much
-            // late, and the scoreboard's idle time start that much early.
+            // As of the wakeup: the scoreboard's idle time starts that much early.
             let now = self.now;
-            let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
-            let timeout = match (self.timers.next_in(now), resume) {
+            let timeout = if self.again.is_empty() {
+                loop_core::wait_timeout(&self.timers, now, self.accept_resume)
+            } else {
                 // Yielded connections still have bytes to send: look, don't wait.
-                _ if !self.again.is_empty() => Some(Duration::ZERO),
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+                Some(Duration::ZERO)
             };
             me.idle_at(now);
             self.poller.wait(&mut events, timeout)?;
             self.now = Instant::now();
             me.busy_at(self.now);
-            // Changed files first: a request read in this turn may have been
-            // sent after the change (a cache hit costs no stat; see
-            // `Pipeline::watch_files`).
-            if events.iter().any(|e| e.token() == FILES) {
-                self.pipeline.files_changed();
-            } else {
-                self.pipeline.files_settled();
-            }
+            loop_core::files_first(&self.pipeline, events.iter().any(|e| e.token() == FILES));
             for event in events.iter() {
                 match event.token() {
                     FILES => {}
@@ -416,11 +414,7 @@ impl Loop {
             if self.srpt {
                 self.serve_turn();
             }
-            self.expire_timers();
-            if self.accept_resume.is_some_and(|at| at <= self.now) {
-                self.accept_resume = None;
-            }
-            self.watch_listener();
+            self.end_turn();
         }
         Ok(())
     }
@@ -516,8 +510,7 @@ impl Loop {
             waits: Waits::Read,
             readable: true,
             writable: true,
-            deadline: now,
-            armed: None,
+            timer: Timer::default(),
             _slot: slot,
         };
         // Full slab: dropping the stream refuses the connection.
@@ -640,17 +633,17 @@ impl Loop {
             // came back short, so the next edge will be a fresh one.
             Want::Read(deadline) => {
                 (c.waits, c.readable) = (Waits::Read, false);
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Write(deadline) => {
                 (c.waits, c.writable) = (Waits::Write, false);
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             // Still writable: no edge will come, so the loop itself comes back.
             Want::Again => {
                 c.waits = Waits::Write;
                 // It made progress: the send timeout counts from now.
-                c.set_deadline(&mut self.timers, token, self.now + self.pipeline.settings.send_timeout);
+                self.timers.set(&mut c.timer, token, self.now + self.pipeline.settings.send_timeout);
                 self.again.push(token);
             }
             Want::Source(deadline) => {
@@ -662,7 +655,7 @@ impl Loop {
                         self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
                     }
                 }
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Close => {
                 // Closing the descriptor also removes it from epoll.
@@ -671,6 +664,8 @@ impl Loop {
             Want::Warm => {
                 // Only connections with a warm-ahead window ask this, so helpers exist.
                 c.waits = Waits::Helper;
+                // No deadline while a helper reads.
+                c.timer.cancel();
                 let submitted = match (c.conn.take_cold_pages(), self.helpers.as_mut()) {
                     (Some(pages), Some(helpers)) => helpers.warm(token, pages),
                     _ => false,
@@ -684,6 +679,8 @@ impl Loop {
                 // Only split mode asks this, so helpers exist.
                 let request = parked;
                 c.waits = Waits::Helper;
+                // No deadline while the pipeline runs; set again after.
+                c.timer.cancel();
                 let submitted = match (request, self.helpers.as_mut()) {
                     (Some(request), Some(helpers)) => helpers.submit(token, request),
                     _ => false,
@@ -693,68 +690,6 @@ impl Loop {
                     self.conns.remove(token);
                 }
             }
-        }
-    }
-
-    /// Replies back from the helpers (`amped`).
-    fn collect_replies(&mut self) {
-        let Some(helpers) = self.helpers.as_mut() else { return };
-        // Reset before looking, so a reply sent meanwhile wakes us again.
-        helpers.waker().reset();
-        while let Some((token, reply)) = self.helpers.as_mut().and_then(|h| h.finished()) {
-            // None: the client left while the helper worked (see `ready`);
-            // dropping the reply closes any file it held.
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            match reply {
-                Some(reply) if c.waits == Waits::Helper => {
-                    c.conn.set_now(self.now);
-                    c.conn.deliver(reply, &self.pipeline);
-                    // The helper read in the reply's first window.
-                    c.conn.pages_warmed();
-                    self.drive(token);
-                }
-                _ => {
-                    self.conns.remove(token);
-                }
-            }
-        }
-        while let Some(token) = self.helpers.as_mut().and_then(|h| h.warmed()) {
-            // None: the client left while the helper read.
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            if c.waits == Waits::Helper {
-                c.conn.pages_warmed();
-                self.drive(token);
-            }
-        }
-    }
-
-    fn expire_timers(&mut self) {
-        let now = self.now;
-        while let Some((when, token)) = self.timers.pop_due(now) {
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            if !deadlines::fired(&mut c.armed, when) {
-                continue; // an orphan: this connection re-armed earlier since
-            }
-            if c.waits == Waits::Helper {
-                continue; // no deadline while the pipeline runs; set again after
-            }
-            if c.deadline > now {
-                let deadline = c.deadline;
-                c.set_deadline(&mut self.timers, token, deadline);
-                continue;
-            }
-            // The connection decides: a 408 to send, or a silent close.
-            c.conn.set_now(now);
-            if c.conn.timed_out(&self.pipeline) {
-                self.drive(token);
-            } else {
-                self.conns.remove(token);
-            }
-        }
-        // Orphans pile up only if deadlines keep moving earlier; bound them.
-        if self.timers.len() > 2 * self.conns.len() + 1024 {
-            let conns = &self.conns;
-            self.timers.retain(|when, token| conns.get(token).is_some_and(|c| c.armed == Some(when)));
         }
     }
 
@@ -776,11 +711,37 @@ impl Loop {
             self.listening = false;
         }
         self.accept_resume = None;
-        for token in self.conns.tokens() {
-            if self.conns.get(token).is_some_and(|c| c.waits != Waits::Helper) {
-                self.drive(token);
-            }
+        self.drive_all_stopping();
+    }
+}
+
+impl Core for Loop {
+    type Conn = Conn;
+    const WARMS_AHEAD: bool = true;
+
+    fn parts(&mut self) -> Parts<'_, Conn> {
+        Parts {
+            conns: &mut self.conns,
+            timers: &mut self.timers,
+            helpers: &mut self.helpers,
+            pipeline: &self.pipeline,
+            accept_resume: &mut self.accept_resume,
+            now: self.now,
         }
+    }
+
+    fn drive(&mut self, token: u64) {
+        Loop::drive(self, token);
+    }
+
+    /// Closing the descriptor also removes it from epoll; a helper's reply
+    /// for it will find no connection under its token.
+    fn close(&mut self, token: u64) {
+        self.conns.remove(token);
+    }
+
+    fn watch_listener(&mut self) {
+        Loop::watch_listener(self);
     }
 }
 

@@ -18,12 +18,13 @@
 //! runs a request: reading, parsing, error answers (400, 408, 431...),
 //! dropping a body nobody wants and finishing a blocked write are quick
 //! and never wait. Deadlines are the connection's own (the head's counts
-//! from the accept), kept in an ordered set; the epoll wait lasts at most
+//! from the accept), kept in the event loops' timer set
+//! (`transport::deadlines`); the epoll wait lasts at most
 //! a [`BLOCKING_TICK`], so a model can look at its retirement orders.
 //! Registrations are one-shot: a connection is reported once and then
 //! belongs to whoever drives it until it is parked again.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, RawFd};
@@ -33,6 +34,7 @@ use std::time::Instant;
 use pipeline::{refuse_at_capacity, Client, Gated, Pipeline, BLOCKING_TICK};
 use rustix::io::Errno;
 use transport::accept::{self, Failed};
+use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 use transport::Shutdown;
 
@@ -66,7 +68,13 @@ impl Returns {
 
 struct Parked {
     client: Client,
-    deadline: Instant,
+    timer: Timer,
+}
+
+impl HasTimer for Parked {
+    fn timer(&mut self) -> &mut Timer {
+        &mut self.timer
+    }
 }
 
 /// The gate's epoll set, its parked connections and their deadlines. Owned
@@ -75,7 +83,8 @@ pub(crate) struct Gate {
     poller: Poller,
     returns: Arc<Returns>,
     parked: HashMap<RawFd, Parked>,
-    deadlines: BTreeSet<(Instant, RawFd)>,
+    /// By descriptor; a connection handed on leaves a stale entry behind.
+    deadlines: Deadlines,
     events: Events,
 }
 
@@ -88,7 +97,7 @@ impl Gate {
             poller,
             returns,
             parked: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            deadlines: Deadlines::default(),
             events: Events::with_capacity(256),
         })
     }
@@ -160,7 +169,7 @@ impl Gate {
                 }
                 listening = wanted;
             }
-            let next = self.deadlines.first().map(|&(at, _)| at.saturating_duration_since(now));
+            let next = self.deadlines.next_in(now);
             let timeout = next.map_or(BLOCKING_TICK, |t| t.min(BLOCKING_TICK));
             if self.poller.wait(&mut self.events, Some(timeout))? == 0 {
                 if !quiet() {
@@ -220,7 +229,7 @@ impl Gate {
                 return;
             }
             let now = Instant::now();
-            let next = self.deadlines.first().map(|&(at, _)| at.saturating_duration_since(now));
+            let next = self.deadlines.next_in(now);
             if self
                 .poller
                 .wait(&mut self.events, Some(next.unwrap_or(BLOCKING_TICK).min(BLOCKING_TICK)))
@@ -302,17 +311,16 @@ impl Gate {
         };
         match armed {
             Ok(()) => {
-                self.deadlines.insert((deadline, fd));
-                self.parked.insert(fd, Parked { client, deadline });
+                let mut timer = Timer::default();
+                self.deadlines.set(&mut timer, token, deadline);
+                self.parked.insert(fd, Parked { client, timer });
             }
             Err(e) => p.error_log.error(format_args!("gate: cannot watch a connection: {e}")),
         }
     }
 
     fn unpark(&mut self, fd: RawFd) -> Option<Parked> {
-        let parked = self.parked.remove(&fd)?;
-        self.deadlines.remove(&(parked.deadline, fd));
-        Some(parked)
+        self.parked.remove(&fd)
     }
 
     /// Connections the threads gave back.
@@ -334,18 +342,13 @@ impl Gate {
     /// Connections whose deadline passed: a 408 to send, or a close.
     fn expire(&mut self, p: &Pipeline, dispatch: &mut dyn FnMut(Client) -> bool) -> bool {
         let now = Instant::now();
-        while let Some(&(deadline, fd)) = self.deadlines.first() {
-            if deadline > now {
-                break;
-            }
-            let Some(Parked { mut client, .. }) = self.unpark(fd) else {
-                self.deadlines.pop_first();
-                continue;
-            };
+        while let Some(fd) = self.deadlines.expired(now, &mut self.parked) {
+            let Some(Parked { mut client, .. }) = self.unpark(fd as RawFd) else { continue };
             if client.timed_out(p) && !self.handle(client, p, false, dispatch) {
                 return false;
             }
         }
+        self.deadlines.prune(&mut self.parked);
         true
     }
 }

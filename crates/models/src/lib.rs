@@ -12,6 +12,7 @@ mod event;
 mod gate;
 mod handoff;
 mod helpers;
+mod loop_core;
 mod per_request;
 mod perchild;
 mod pool;

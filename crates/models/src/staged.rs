@@ -78,7 +78,7 @@
 //!   grace for the request it may have on its way, `pipeline`'s `stop.rs`), lets in-flight ones finish, and
 //!   returns when no connection is left; then every stage drains and exits.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -92,6 +92,7 @@ use pipeline::{
     refuse_at_capacity, ConnInfo, Connection, IpSlot, LogRecord, Mode, Pipeline, Request, Route, Want,
     BLOCKING_TICK,
 };
+use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 use transport::Stream;
 
@@ -463,8 +464,14 @@ fn log_stage(shared: &Shared, inbox: Rx<LogRecord>) {
 struct Parked {
     c: Box<Conn>,
     dir: Dir,
-    deadline: Instant,
+    timer: Timer,
     stopped: bool,
+}
+
+impl HasTimer for Parked {
+    fn timer(&mut self) -> &mut Timer {
+        &mut self.timer
+    }
 }
 
 /// The parking thread's state: the readiness set and its deadlines. A
@@ -472,7 +479,8 @@ struct Parked {
 struct Parking {
     poller: Poller,
     parked: HashMap<RawFd, Parked>,
-    deadlines: BTreeSet<(Instant, RawFd)>,
+    /// By descriptor; a connection handed on leaves a stale entry behind.
+    deadlines: Deadlines,
 }
 
 impl Parking {
@@ -491,17 +499,16 @@ impl Parking {
             Ok(()) => {
                 c.registered = true;
                 shared.parks.fetch_add(1, Ordering::Relaxed);
-                self.deadlines.insert((deadline, fd));
-                self.parked.insert(fd, Parked { c, dir, deadline, stopped });
+                let mut timer = Timer::default();
+                self.deadlines.set(&mut timer, token, deadline);
+                self.parked.insert(fd, Parked { c, dir, timer, stopped });
             }
             Err(e) => shared.pipeline.error_log.error(format_args!("staged: cannot watch a connection: {e}")),
         }
     }
 
     fn unpark(&mut self, fd: RawFd) -> Option<Parked> {
-        let parked = self.parked.remove(&fd)?;
-        self.deadlines.remove(&(parked.deadline, fd));
-        Some(parked)
+        self.parked.remove(&fd)
     }
 }
 
@@ -515,7 +522,7 @@ fn parking(
     log: Tx<LogRecord>,
 ) -> io::Result<()> {
     poller.add(&shared.waker, WAKER_TOKEN, Interest::READABLE, Trigger::Level)?;
-    let mut set = Parking { poller, parked: HashMap::new(), deadlines: BTreeSet::new() };
+    let mut set = Parking { poller, parked: HashMap::new(), deadlines: Deadlines::default() };
     let mut events = Events::with_capacity(256);
     // Idle connections were re-driven after the stop.
     let mut flushed = false;
@@ -549,14 +556,8 @@ fn parking(
             return Ok(());
         }
         let now = Instant::now();
-        while let Some(&(deadline, fd)) = set.deadlines.first() {
-            if deadline > now {
-                break;
-            }
-            let Some(Parked { mut c, .. }) = set.unpark(fd) else {
-                set.deadlines.pop_first(); // not parked: cannot happen, both are updated together
-                continue;
-            };
+        while let Some(fd) = set.deadlines.expired(now, &mut set.parked) {
+            let Some(Parked { mut c, .. }) = set.unpark(fd as RawFd) else { continue };
             shared.expired.fetch_add(1, Ordering::Relaxed);
             let respond = c.conn.timed_out(&shared.pipeline);
             forward_log(&mut c, &log); // a response cut short by the deadline
@@ -564,7 +565,8 @@ fn parking(
                 let _ = write.send(c); // a 408 to send
             }
         }
-        let mut timeout = set.deadlines.first().map(|&(deadline, _)| deadline.saturating_duration_since(now));
+        set.deadlines.prune(&mut set.parked);
+        let mut timeout = set.deadlines.next_in(now);
         if stopping {
             timeout = Some(timeout.map_or(STOP_POLL, |t| t.min(STOP_POLL)));
         }

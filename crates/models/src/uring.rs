@@ -67,11 +67,12 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
 use transport::accept::{self, Failed};
-use transport::deadlines::{self, Deadlines};
+use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::slab::Slab;
 use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
+use crate::loop_core::{self, Core, LoopConn, Parts};
 use crate::{Caps, ModelEnv, ModelInfo};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
@@ -286,8 +287,8 @@ struct Conn {
     /// Its address's place under `--max-conns-per-ip`, given back on drop.
     _ip: Option<pipeline::IpSlot>,
     waits: Waits,
-    deadline: Instant,
-    armed: Option<Instant>,
+    /// None while a spawner has its request (unless it is closing).
+    timer: Timer,
     recv: Shot,
     /// The send the kernel holds (in flight, or awaiting its zero-copy notification).
     batch: Option<Box<Batch>>,
@@ -302,12 +303,23 @@ struct Conn {
     polls: Vec<(RawFd, u64)>,
 }
 
-impl Conn {
-    fn set_deadline(&mut self, timers: &mut Deadlines, token: u64, deadline: Instant) {
-        self.deadline = deadline;
-        timers.arm(&mut self.armed, token, deadline);
+impl HasTimer for Conn {
+    fn timer(&mut self) -> &mut Timer {
+        &mut self.timer
+    }
+}
+
+impl LoopConn for Conn {
+    fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
     }
 
+    fn awaits_helper(&self) -> bool {
+        self.waits == Waits::Helper && !self.closing
+    }
+}
+
+impl Conn {
     /// Whether the kernel still holds anything of this connection's, or
     /// its TLS session still has records to hand it.
     fn lent(&self) -> bool {
@@ -456,11 +468,7 @@ impl Loop {
         // a moment longer.
         while !(self.stopping && self.conns.is_empty() && matches!(self.accept, Shot::Off)) {
             let now = self.now;
-            let resume = self.accept_resume.map(|at| at.saturating_duration_since(now));
-            let timeout = match (self.timers.next_in(now), resume) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let timeout = loop_core::wait_timeout(&self.timers, now, self.accept_resume);
             me.idle_at(now);
             self.submit_and_wait(timeout)?;
             self.now = Instant::now();
@@ -470,11 +478,8 @@ impl Loop {
             // Changed files first: a request completed in this batch may have
             // been sent after the change (the poll's completion was queued
             // before the receive's, but a hit must not be served before it).
-            if completions.iter().any(|&(data, _, _)| data == user_data(OP_LOOP, FILES)) {
-                self.pipeline.files_changed();
-            } else {
-                self.pipeline.files_settled();
-            }
+            let files_changed = completions.iter().any(|&(data, _, _)| data == user_data(OP_LOOP, FILES));
+            loop_core::files_first(&self.pipeline, files_changed);
             for &(data, result, flags) in &completions {
                 self.complete(data, result, flags);
             }
@@ -484,11 +489,7 @@ impl Loop {
             completions.clear();
             self.completions = completions;
             self.bufs.publish();
-            self.expire_timers();
-            if self.accept_resume.is_some_and(|at| at <= self.now) {
-                self.accept_resume = None;
-            }
-            self.watch_listener();
+            self.end_turn();
         }
         // The last connections' closes were queued after the last submission.
         self.ring.submit()?;
@@ -633,8 +634,7 @@ impl Loop {
             link,
             conn,
             waits: Waits::Read,
-            deadline: self.now,
-            armed: None,
+            timer: Timer::default(),
             recv: Shot::Armed,
             batch: None,
             sending: 0,
@@ -765,21 +765,21 @@ impl Loop {
         match c.conn.drive(&c.link, p, stopping) {
             Want::Read(deadline) => {
                 c.waits = Waits::Read;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Write(deadline) => {
                 c.waits = Waits::Write;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             // Only a yielding connection (SRPT's loop order, not this loop's) asks this.
             Want::Again => {
                 c.waits = Waits::Write;
                 let deadline = self.now + p.settings.send_timeout;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
             }
             Want::Source(deadline) => {
                 c.waits = Waits::Pipes;
-                c.set_deadline(&mut self.timers, token, deadline);
+                self.timers.set(&mut c.timer, token, deadline);
                 self.arm_pipes(token);
             }
             Want::Close => {
@@ -789,6 +789,8 @@ impl Loop {
             Want::Warm => unreachable!("uring's connections do not warm ahead"),
             Want::Process => {
                 c.waits = Waits::Helper;
+                // No deadline while a spawner starts the script.
+                c.timer.cancel();
                 let submitted = match (c.conn.take_request(), self.helpers.as_mut()) {
                     (Some(request), Some(helpers)) => helpers.submit(token, request),
                     _ => false,
@@ -859,7 +861,7 @@ impl Loop {
         c.closing = true;
         // Its queued bytes get the send timeout to leave.
         let deadline = self.now + self.pipeline.settings.send_timeout;
-        c.set_deadline(&mut self.timers, token, deadline);
+        self.timers.set(&mut c.timer, token, deadline);
         let polls = std::mem::take(&mut c.polls);
         if c.recv == Shot::Armed {
             c.recv = Shot::Cancelling;
@@ -887,60 +889,6 @@ impl Loop {
         };
     }
 
-    /// Replies back from the CGI spawners.
-    fn collect_replies(&mut self) {
-        let Some(helpers) = self.helpers.as_mut() else { return };
-        helpers.waker().reset();
-        while let Some((token, reply)) = self.helpers.as_mut().and_then(|h| h.finished()) {
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            match reply {
-                Some(reply) if c.waits == Waits::Helper && !c.closing => {
-                    c.conn.set_now(self.now);
-                    c.conn.deliver(reply, &self.pipeline);
-                    self.drive(token);
-                }
-                _ => self.close(token),
-            }
-        }
-    }
-
-    fn expire_timers(&mut self) {
-        let now = self.now;
-        while let Some((when, token)) = self.timers.pop_due(now) {
-            let Some(c) = self.conns.get_mut(token) else { continue };
-            if !deadlines::fired(&mut c.armed, when) || c.waits == Waits::Helper && !c.closing {
-                continue;
-            }
-            if c.deadline > now {
-                let deadline = c.deadline;
-                c.set_deadline(&mut self.timers, token, deadline);
-                continue;
-            }
-            if c.closing {
-                // Its last bytes found no taker in time: give them up.
-                c.link.socket().send_failed(libc::ETIMEDOUT);
-                c.sealed = true;
-                if c.sending > 0 {
-                    for op in [OP_SEND, OP_FILL, OP_DRAIN] {
-                        self.cancel(user_data(op, token));
-                    }
-                }
-                self.finish_close(token);
-                continue;
-            }
-            c.conn.set_now(now);
-            if c.conn.timed_out(&self.pipeline) {
-                self.drive(token);
-            } else {
-                self.close(token);
-            }
-        }
-        if self.timers.len() > 2 * self.conns.len() + 1024 {
-            let conns = &self.conns;
-            self.timers.retain(|when, token| conns.get(token).is_some_and(|c| c.armed == Some(when)));
-        }
-    }
-
     /// The graceful stop: refuse new connections, close idle ones, let
     /// in-flight requests finish.
     fn begin_stop(&mut self) {
@@ -952,11 +900,51 @@ impl Loop {
         self.listener = None;
         self.accept_resume = None;
         self.watch_listener();
-        for token in self.conns.tokens() {
-            if self.conns.get(token).is_some_and(|c| c.waits != Waits::Helper) {
-                self.drive(token);
+        self.drive_all_stopping();
+    }
+}
+
+impl Core for Loop {
+    type Conn = Conn;
+    const WARMS_AHEAD: bool = false;
+
+    fn parts(&mut self) -> Parts<'_, Conn> {
+        Parts {
+            conns: &mut self.conns,
+            timers: &mut self.timers,
+            helpers: &mut self.helpers,
+            pipeline: &self.pipeline,
+            accept_resume: &mut self.accept_resume,
+            now: self.now,
+        }
+    }
+
+    fn drive(&mut self, token: u64) {
+        Loop::drive(self, token);
+    }
+
+    fn close(&mut self, token: u64) {
+        Loop::close(self, token);
+    }
+
+    fn watch_listener(&mut self) {
+        Loop::watch_listener(self);
+    }
+
+    fn expire(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        if !c.closing {
+            return self.time_out(token);
+        }
+        // Its last bytes found no taker in time: give them up.
+        c.link.socket().send_failed(libc::ETIMEDOUT);
+        c.sealed = true;
+        if c.sending > 0 {
+            for op in [OP_SEND, OP_FILL, OP_DRAIN] {
+                self.cancel(user_data(op, token));
             }
         }
+        self.finish_close(token);
     }
 }
 

@@ -1,0 +1,197 @@
+//! What the two single-threaded loops share: `event` (readiness from
+//! epoll; `amped` is `event` with helpers) and `uring` (completions from an
+//! io_uring). Each loop turns what its kernel interface reports into
+//! `drive`s of its connections; [`Core`] is the rest of a turn, the same in
+//! both:
+//!
+//! ```text
+//!   wait (until the next timer, or the accept pause's end)   ◀── wait_timeout
+//!   read the clock once: the turn's `now`
+//!   changed files first                                       ◀── files_first
+//!   readiness / completions ─▶ drive(token) ─▶ Want ─▶ timer, waits
+//!   helpers' replies ─▶ deliver ─▶ drive                      ◀── collect_replies
+//!   the stop ─▶ every connection driven as stopping           ◀── drive_all_stopping
+//!   deadlines passed ─▶ timed_out ─▶ drive or close           ◀── end_turn
+//!   accept again if the pause is over, or a slot freed
+//! ```
+//!
+//! The loop supplies its connections, timers and helpers ([`Parts`]),
+//! `drive`, `close` and `watch_listener`; the core is generic over the
+//! loop, so every call from it to a loop's `drive` is a direct one.
+
+use std::time::{Duration, Instant};
+
+use pipeline::{Connection, Pipeline};
+use transport::deadlines::{Deadlines, HasTimer};
+use transport::slab::Slab;
+
+use crate::helpers::Helpers;
+
+/// A loop's connection as the core sees it.
+pub(crate) trait LoopConn: HasTimer {
+    fn conn(&mut self) -> &mut Connection;
+    /// Its request is with a helper: a reply is due, and neither its
+    /// deadline nor the stop drives it meanwhile.
+    fn awaits_helper(&self) -> bool;
+}
+
+/// The loop's state the core works on, borrowed for one step.
+pub(crate) struct Parts<'a, C> {
+    pub(crate) conns: &'a mut Slab<C>,
+    pub(crate) timers: &'a mut Deadlines,
+    pub(crate) helpers: &'a mut Option<Box<dyn Helpers>>,
+    pub(crate) pipeline: &'a Pipeline,
+    /// Accepting is paused until then (out of descriptors).
+    pub(crate) accept_resume: &'a mut Option<Instant>,
+    /// The turn's clock, read once when the wait returned.
+    pub(crate) now: Instant,
+}
+
+/// A turn of a loop, but for how readiness or completions arrive.
+pub(crate) trait Core {
+    type Conn: LoopConn;
+    /// Its helpers read a response's next pages ahead (`amped`'s warm-ahead).
+    const WARMS_AHEAD: bool;
+
+    fn parts(&mut self) -> Parts<'_, Self::Conn>;
+    /// Runs the connection's state machine as far as its socket allows,
+    /// and waits for what it says it wants.
+    fn drive(&mut self, token: u64);
+    /// Ends the connection (at once, or once the kernel gives back what it lent).
+    fn close(&mut self, token: u64);
+    /// Accepts exactly while the loop may (not paused, under its cap, not stopping).
+    fn watch_listener(&mut self);
+
+    /// The deadline of the connection under `token` passed.
+    fn expire(&mut self, token: u64) {
+        self.time_out(token);
+    }
+
+    /// The connection under `token` waited too long for its client.
+    fn time_out(&mut self, token: u64) {
+        let Parts { conns, pipeline, now, .. } = self.parts();
+        let Some(c) = conns.get_mut(token) else { return };
+        // The connection decides: a 408 to send, or a silent close.
+        let conn = c.conn();
+        conn.set_now(now);
+        if conn.timed_out(pipeline) {
+            self.drive(token);
+        } else {
+            self.close(token);
+        }
+    }
+
+    /// The end of every turn: connections past their deadline, then the
+    /// listener (a pause that ended, a slot a close freed).
+    fn end_turn(&mut self) {
+        loop {
+            let Parts { conns, timers, now, .. } = self.parts();
+            let Some(token) = timers.expired(now, conns) else { break };
+            self.expire(token);
+        }
+        let Parts { conns, timers, accept_resume, now, .. } = self.parts();
+        timers.prune(conns);
+        if accept_resume.is_some_and(|at| at <= now) {
+            *accept_resume = None;
+        }
+        self.watch_listener();
+    }
+
+    /// Replies back from the helpers: each goes to its connection, if it
+    /// still waits for one, which is then driven; else the connection closes.
+    fn collect_replies(&mut self) {
+        let Parts { helpers: Some(helpers), .. } = self.parts() else { return };
+        // Reset before looking, so a reply sent meanwhile wakes us again.
+        helpers.waker().reset();
+        loop {
+            let Parts { conns, helpers, pipeline, now, .. } = self.parts();
+            let Some((token, reply)) = helpers.as_mut().and_then(|h| h.finished()) else { break };
+            // None: the client left while the helper worked; dropping the
+            // reply closes any file it held.
+            let Some(c) = conns.get_mut(token) else { continue };
+            match reply {
+                Some(reply) if c.awaits_helper() => {
+                    let conn = c.conn();
+                    conn.set_now(now);
+                    conn.deliver(reply, pipeline);
+                    if Self::WARMS_AHEAD {
+                        // The helper read in the reply's first window.
+                        conn.pages_warmed();
+                    }
+                    self.drive(token);
+                }
+                _ => self.close(token),
+            }
+        }
+        if !Self::WARMS_AHEAD {
+            return;
+        }
+        loop {
+            let Parts { conns, helpers, .. } = self.parts();
+            let Some(token) = helpers.as_mut().and_then(|h| h.warmed()) else { break };
+            // None: the client left while the helper read.
+            let Some(c) = conns.get_mut(token).filter(|c| c.awaits_helper()) else { continue };
+            c.conn().pages_warmed();
+            self.drive(token);
+        }
+    }
+
+    /// At the stop, once the loop no longer accepts: every connection is
+    /// driven as stopping (an idle one closes, in-flight ones finish),
+    /// except those whose request a helper has.
+    fn drive_all_stopping(&mut self) {
+        let Parts { conns, .. } = self.parts();
+        for token in conns.tokens() {
+            let Parts { conns, .. } = self.parts();
+            if conns.get(token).is_some_and(|c| !c.awaits_helper()) {
+                self.drive(token);
+            }
+        }
+    }
+}
+
+/// How long a loop may wait: until its next timer or the end of its
+/// accept pause (`None`: until something happens). As of the turn's
+/// `now`: a turn's work makes timers fire that much late.
+pub(crate) fn wait_timeout(
+    timers: &Deadlines,
+    now: Instant,
+    accept_resume: Option<Instant>,
+) -> Option<Duration> {
+    let resume = accept_resume.map(|at| at.saturating_duration_since(now));
+    match (timers.next_in(now), resume) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Changed files first: a request read in this turn may have been sent
+/// after the change, and a cache hit costs no `stat` (see
+/// `Pipeline::watch_files`).
+pub(crate) fn files_first(pipeline: &Pipeline, changed: bool) {
+    if changed {
+        pipeline.files_changed();
+    } else {
+        pipeline.files_settled();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use transport::deadlines::Timer;
+
+    #[test]
+    fn a_loop_waits_for_the_nearer_of_its_next_timer_and_its_accept_pause() {
+        let now = Instant::now();
+        let secs = Duration::from_secs;
+        let mut timers = Deadlines::default();
+        assert_eq!(wait_timeout(&timers, now, None), None, "nothing due: wait for an event");
+        assert_eq!(wait_timeout(&timers, now, Some(now + secs(4))), Some(secs(4)));
+        timers.set(&mut Timer::default(), 1, now + secs(2));
+        assert_eq!(wait_timeout(&timers, now, None), Some(secs(2)));
+        assert_eq!(wait_timeout(&timers, now, Some(now + secs(4))), Some(secs(2)));
+        assert_eq!(wait_timeout(&timers, now, Some(now + secs(1))), Some(secs(1)));
+        assert_eq!(wait_timeout(&timers, now + secs(3), None), Some(Duration::ZERO), "overdue: look at once");
+    }
+}
