@@ -72,7 +72,7 @@ use transport::slab::{self, Slab};
 use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "event",
@@ -86,6 +86,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: true,
     },
+    knobs: &[Knob::Workers, Knob::MaxConnections],
     run,
 };
 

@@ -72,7 +72,7 @@ use transport::slab::Slab;
 use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
 use files::{FilePath, Pipes};
@@ -90,6 +90,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: false,
         pipeline_on_loop: true,
     },
+    knobs: &[Knob::Workers, Knob::MaxConnections],
     run,
 };
 

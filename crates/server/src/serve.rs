@@ -434,34 +434,8 @@ fn admin_info(
     let t = options.tuning();
     let mut settings: Vec<(&'static str, String)> =
         vec![("listen", options.listen.clone().unwrap_or_default())];
-    let caps = model.caps;
-    if caps.staged {
-        settings.push(("stage-threads", t.stage_threads.clone()));
-        settings.push(("queue", t.queue.to_string()));
-        settings.push(("max-connections", t.max_connections.to_string()));
-    } else if caps.event_driven {
-        settings.push(("workers", t.workers.to_string()));
-        // An event loop that hands its pipeline to helper threads (`amped`).
-        if !caps.pipeline_on_loop {
-            settings.push(("helpers", t.helpers.to_string()));
-        }
-        settings.push(("max-connections", t.max_connections.to_string()));
-    } else if model.name == "per-request" {
-        settings.push(("max-threads", t.max_threads.to_string()));
-    } else if caps.forks {
-        match model.name {
-            "perchild" => settings.push(("processes", t.processes.to_string())),
-            _ => settings.push(("max-clients", t.max_clients.to_string())),
-        }
-        settings.push(("min-spare", t.min_spare.to_string()));
-        settings.push(("max-spare", t.max_spare.to_string()));
-        if model.name != "prefork" {
-            settings.push(("threads-per-child", t.threads_per_child.to_string()));
-        }
-    } else {
-        settings.push(("threads", t.threads.to_string()));
-        settings.push(("queue", t.queue.to_string()));
-    }
+    // The knobs the model declares it reads, in its order.
+    settings.extend(model.knobs.iter().map(|knob| (knob.flag(), knob.value(&t))));
     let s = options.settings();
     settings.push(("keepalive-timeout", format!("{:?}", s.keepalive_timeout)));
     settings.push(("max-keepalive-requests", s.max_keepalive_requests.to_string()));
