@@ -10,7 +10,7 @@ use pipeline::accesslog::LogTarget;
 use pipeline::{AccessLog, ErrorLog, Pipeline, Site};
 use transport::Shutdown;
 
-use crate::config::ServeOptions;
+use crate::config::{resolved, ServeOptions};
 
 /// The files under `crates/server/demo/`, embedded by build.rs.
 const DEMO_SITE: &[pipeline::EmbeddedFile] = include!(concat!(env!("OUT_DIR"), "/demo_files.rs"));
@@ -137,7 +137,8 @@ enum AdminListener {
 
 impl Server {
     fn prepare(options: &ServeOptions, admin_listener: AdminListener) -> anyhow::Result<Server> {
-        let name = options.model.as_deref().unwrap_or_default();
+        let name = resolved(&options.model);
+        let name = name.as_str();
         let model = models::find(name).ok_or_else(|| {
             anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
         })?;
@@ -215,10 +216,10 @@ impl Server {
                 addr,
             ),
         };
-        let access = options.access_log.as_deref().unwrap_or("-");
+        let access = &resolved(&options.access_log);
         let access_log =
             AccessLog::open(LogTarget::parse(access)).with_context(|| format!("--access-log {access}"))?;
-        let errors = options.error_log.as_deref().unwrap_or("-");
+        let errors = &resolved(&options.error_log);
         let error_log =
             ErrorLog::open(LogTarget::parse(errors)).with_context(|| format!("--error-log {errors}"))?;
         let tuning = options.tuning();
@@ -244,9 +245,9 @@ impl Server {
             // Every loop needs at least one connection of its own.
             bail!("--max-connections {} is below --workers {}", tuning.max_connections, tuning.workers);
         }
-        let mut stats = pipeline::Stats::new(!options.no_timing.unwrap_or(false));
+        let mut stats = pipeline::Stats::new(!resolved(&options.no_timing));
         if let Some(path) = &options.trace {
-            let sample = options.trace_sample.unwrap_or(0.01);
+            let sample = resolved(&options.trace_sample);
             if !(0.0..=1.0).contains(&sample) {
                 bail!("--trace-sample {sample} is not between 0 and 1");
             }
@@ -291,7 +292,7 @@ impl Server {
         // the model calls accept(), so setting them later would leave the
         // first connections without timeouts.
         transport::listener::set_accepted_defaults(&listener, pipeline::BLOCKING_TICK)?;
-        let defer = options.defer_accept.map_or(crate::config::DEFER_ACCEPT, |d| d.0);
+        let defer = resolved(&options.defer_accept).0;
         transport::listener::set_defer_accept(&listener, defer).context("--defer-accept")?;
         let local = listener.local_addr()?;
         let plain = match self.redirect_from {
@@ -445,10 +446,7 @@ fn admin_info(
         options.root.as_ref().map_or("(embedded demo site)".into(), |r| r.display().to_string()),
     ));
     if let Some(trace) = &options.trace {
-        settings.push((
-            "trace",
-            format!("{} (sample {})", trace.display(), options.trace_sample.unwrap_or(0.01)),
-        ));
+        settings.push(("trace", format!("{} (sample {})", trace.display(), resolved(&options.trace_sample))));
     }
     crate::admin::Info {
         model: model.name,
