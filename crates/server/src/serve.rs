@@ -237,9 +237,18 @@ impl Server {
                 bail!("{flag} 0: at least 1 is needed to serve anything");
             }
         }
-        let has_loops = model.caps.event_driven && !model.caps.staged;
-        if tuning.reuseport && !has_loops {
-            bail!("--reuseport gives each event loop a listener of its own: it is for event, amped and uring, not {name}");
+        let has_loops = |caps: models::Caps| caps.event_driven && !caps.staged;
+        if tuning.reuseport && !has_loops(model.caps) {
+            let with_loops: Vec<&str> =
+                models::MODELS.iter().filter(|m| has_loops(m.caps)).map(|m| m.name).collect();
+            let with_loops = match with_loops.split_last() {
+                Some((last, [])) => last.to_string(),
+                Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                None => String::new(),
+            };
+            bail!(
+                "--reuseport gives each event loop a listener of its own: it is for {with_loops}, not {name}"
+            );
         }
         if model.caps.event_driven && tuning.max_connections < tuning.workers.max(1) {
             // Every loop needs at least one connection of its own.
