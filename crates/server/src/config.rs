@@ -92,7 +92,9 @@ fn parse_priority(s: &str) -> Result<u32, String> {
 /// (`None`: none). `defaults(options, d, t)` names, for those defaults, the
 /// options being resolved (a default may depend on another option), the
 /// request core's defaults and the models' ones. It writes the struct and
-/// [`ServeOptions::defaults`].
+/// [`ServeOptions::defaults`]. The defaults are not clap's `default_value`:
+/// clap would set them before the config file is layered under the flags,
+/// and a file's value could then never win over a default.
 macro_rules! serve_options {
     (
         defaults($options:ident, $settings:ident, $tuning:ident);
