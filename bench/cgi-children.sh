@@ -16,7 +16,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BINS=${BINS:-target/release/modus}
-MODELS=${MODELS:-"per-request pool staged prefork worker perchild event amped uring"}
+# Every model the last of BINS (the build under test) registers.
+MODELS=${MODELS:-$("${BINS##* }" models --names | paste -sd' ')}
 PORT=${PORT:-18651}
 work=$(mktemp -d)
 trap 'pkill -f "cgi-children-site" 2>/dev/null; rm -rf "$work"' EXIT

@@ -88,8 +88,8 @@ missing=()
 need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
 need wrk wrk; need curl curl; need taskset util-linux; need setsid util-linux
 for s in $SERVERS; do
+    case " $MODUS_MODELS " in *" $s "*) continue ;; esac
     case $s in
-        per-request|pool|staged|prefork|worker|perchild|event|amped|uring) ;;
         nginx) [ "$ACTION" != cgi ] || die "nginx runs no CGI"; need nginx nginx ;;
         lighttpd) need lighttpd lighttpd ;;
         h2o) [ "$ACTION" != cgi ] || die "h2o runs no CGI here"; need h2o h2o ;;

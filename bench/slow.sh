@@ -62,7 +62,8 @@ if [ "$MODE" = smoke ]; then
     ATTACK_CONNS=${ATTACK_CONNS:-200}; DURATION=${DURATION:-4s}; RAMP=${RAMP:-2s}; BENCH_MD=${BENCH_MD:-off}
     REPEAT=${REPEAT:-1}
 fi
-ALL_SERVERS="per-request pool staged worker perchild event amped uring prefork prefork+direct prefork-1addr"
+# The registry's models (lib.sh), prefork last beside its two variants.
+ALL_SERVERS="$(printf '%s\n' $ALL_MODELS | grep -vx prefork | paste -sd' ') prefork prefork+direct prefork-1addr"
 ALL_ATTACKS="slowloris slowbody slowread slowupload slowupload-spread"
 SERVERS=${SERVERS:-$ALL_SERVERS}
 ATTACKS=${ATTACKS:-$ALL_ATTACKS}

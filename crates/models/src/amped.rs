@@ -68,7 +68,7 @@ use std::io;
 
 use crate::event;
 use crate::helpers::{HelperPool, SendAway, WarmAhead};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "amped",
@@ -82,6 +82,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: false,
     },
+    knobs: &[Knob::Workers, Knob::Helpers, Knob::MaxConnections],
     run,
 };
 

@@ -73,7 +73,7 @@ use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
 use crate::loop_core::{self, Core, LoopConn, Parts};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "event",
@@ -87,6 +87,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: true,
     },
+    knobs: &[Knob::Workers, Knob::MaxConnections],
     run,
 };
 

@@ -58,6 +58,97 @@ pub struct Caps {
     pub pipeline_on_loop: bool,
 }
 
+impl Caps {
+    /// Each capability by the name `modus models --json` gives it.
+    pub fn named(&self) -> [(&'static str, bool); 6] {
+        [
+            ("forks", self.forks),
+            ("event_driven", self.event_driven),
+            ("staged", self.staged),
+            ("srpt_loop", self.srpt_loop),
+            ("sendfile", self.sendfile),
+            ("pipeline_on_loop", self.pipeline_on_loop),
+        ]
+    }
+}
+
+/// A [`Tuning`] knob, named as its `modus serve` flag is (without `--`).
+/// A model lists the ones that shape it ([`ModelInfo::knobs`]); the status
+/// page and `modus models --json` show those.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Knob {
+    /// [`Tuning::threads`].
+    Threads,
+    /// [`Tuning::queue`].
+    Queue,
+    /// [`Tuning::workers`].
+    Workers,
+    /// [`Tuning::helpers`].
+    Helpers,
+    /// [`Tuning::max_threads`].
+    MaxThreads,
+    /// [`Tuning::stage_threads`].
+    StageThreads,
+    /// [`Tuning::processes`].
+    Processes,
+    /// [`Tuning::min_spare`].
+    MinSpare,
+    /// [`Tuning::max_spare`].
+    MaxSpare,
+    /// [`Tuning::start_servers`].
+    StartServers,
+    /// [`Tuning::max_clients`].
+    MaxClients,
+    /// [`Tuning::threads_per_child`].
+    ThreadsPerChild,
+    /// [`Tuning::max_connections`].
+    MaxConnections,
+    /// [`Tuning::reuseport`].
+    Reuseport,
+}
+
+impl Knob {
+    /// Its `modus serve` flag, without `--` (also its config-file key).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Knob::Threads => "threads",
+            Knob::Queue => "queue",
+            Knob::Workers => "workers",
+            Knob::Helpers => "helpers",
+            Knob::MaxThreads => "max-threads",
+            Knob::StageThreads => "stage-threads",
+            Knob::Processes => "processes",
+            Knob::MinSpare => "min-spare",
+            Knob::MaxSpare => "max-spare",
+            Knob::StartServers => "start-servers",
+            Knob::MaxClients => "max-clients",
+            Knob::ThreadsPerChild => "threads-per-child",
+            Knob::MaxConnections => "max-connections",
+            Knob::Reuseport => "reuseport",
+        }
+    }
+
+    /// Its value in `t`, as the flag would take it.
+    pub fn value(self, t: &Tuning) -> String {
+        match self {
+            Knob::Threads => t.threads.to_string(),
+            Knob::Queue => t.queue.to_string(),
+            Knob::Workers => t.workers.to_string(),
+            Knob::Helpers => t.helpers.to_string(),
+            Knob::MaxThreads => t.max_threads.to_string(),
+            Knob::StageThreads => t.stage_threads.clone(),
+            Knob::Processes => t.processes.to_string(),
+            Knob::MinSpare => t.min_spare.to_string(),
+            Knob::MaxSpare => t.max_spare.to_string(),
+            Knob::StartServers => t.start_servers.to_string(),
+            Knob::MaxClients => t.max_clients.to_string(),
+            Knob::ThreadsPerChild => t.threads_per_child.to_string(),
+            Knob::MaxConnections => t.max_connections.to_string(),
+            Knob::Reuseport => t.reuseport.to_string(),
+        }
+    }
+}
+
 /// Tuning knobs; each model reads the ones that apply to it.
 #[derive(Clone, Debug)]
 pub struct Tuning {
@@ -214,6 +305,8 @@ pub struct ModelInfo {
     pub summary: &'static str,
     /// What it does, for tests and the lab.
     pub caps: Caps,
+    /// The knobs that size it, in the order its status page lists them.
+    pub knobs: &'static [Knob],
     /// Serves until `env.shutdown` fires.
     pub run: fn(ModelEnv) -> io::Result<()>,
 }
@@ -233,10 +326,11 @@ impl ModelInfo {
 /// It calls `$then! { module => "name", … }`, so whatever needs a model
 /// per item — [`MODELS`] here, a module of tests per model in the
 /// conformance suite and the reload tests — is written from this one list.
-/// Adding a model = its file + one line here.
+/// Adding a model = its file + one line here. After a comma, more lines
+/// may follow the list (`registry_tests` adds a test-only model so).
 #[macro_export]
 macro_rules! each_model {
-    ($then:ident) => {
+    ($then:ident $(, $($more:tt)*)?) => {
         $then! {
             per_request => "per-request",
             pool => "pool",
@@ -247,6 +341,7 @@ macro_rules! each_model {
             event => "event",
             amped => "amped",
             uring => "uring",
+            $($($more)*)?
         }
     };
 }
@@ -273,6 +368,11 @@ pub fn names() -> Vec<&'static str> {
     MODELS.iter().map(|m| m.name).collect()
 }
 
+/// A test-only model: what adding a model takes (this file and one
+/// registry line in `registry_tests`).
+#[cfg(test)]
+mod trivial;
+
 #[cfg(test)]
 mod registry_tests {
     use super::*;
@@ -287,5 +387,80 @@ mod registry_tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), MODELS.len(), "a name registered twice");
+    }
+
+    /// The knobs each model's status page lists (in this order), as it did
+    /// when serve.rs chose them by name.
+    #[test]
+    fn each_model_declares_the_knobs_that_size_it() {
+        let sized_by: [(&str, &[&str]); 9] = [
+            ("per-request", &["max-threads"]),
+            ("pool", &["threads", "queue"]),
+            ("staged", &["stage-threads", "queue", "max-connections"]),
+            ("prefork", &["max-clients", "min-spare", "max-spare"]),
+            ("worker", &["max-clients", "min-spare", "max-spare", "threads-per-child"]),
+            ("perchild", &["processes", "min-spare", "max-spare", "threads-per-child"]),
+            ("event", &["workers", "max-connections"]),
+            ("amped", &["workers", "helpers", "max-connections"]),
+            ("uring", &["workers", "max-connections"]),
+        ];
+        let declared: Vec<(&str, Vec<&str>)> =
+            MODELS.iter().map(|m| (m.name, m.knobs.iter().map(|k| k.flag()).collect())).collect();
+        let expected: Vec<(&str, Vec<&str>)> = sized_by.iter().map(|(m, k)| (*m, k.to_vec())).collect();
+        assert_eq!(declared, expected);
+        let t = Tuning { processes: 3, stage_threads: "read=1".into(), ..Tuning::default() };
+        assert_eq!(Knob::Processes.value(&t), "3");
+        assert_eq!(Knob::StageThreads.value(&t), "read=1");
+        assert_eq!(Knob::Reuseport.value(&t), "false");
+    }
+
+    /// The registry with one line more: a model this crate does not ship.
+    macro_rules! with_trivial {
+        ($($module:ident => $name:literal),* $(,)?) => {
+            const EXTENDED: &[(&str, ModelInfo)] = &[$(($name, $module::MODEL)),*];
+        };
+    }
+    crate::each_model!(with_trivial, trivial => "trivial");
+
+    #[test]
+    fn a_model_is_one_file_and_one_registry_line() {
+        use std::io::{Read, Write};
+        assert_eq!(EXTENDED.len(), MODELS.len() + 1);
+        for ((registered, model), shipped) in EXTENDED.iter().zip(MODELS) {
+            assert_eq!((*registered, model.name), (shipped.name, shipped.name));
+        }
+        let (registered, added) = EXTENDED.last().expect("the added line");
+        assert_eq!((*registered, added.name), ("trivial", "trivial"));
+
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("hello.txt"), "hello").unwrap();
+        let site = pipeline::Site::dir(root.path(), false).unwrap();
+        let access = pipeline::AccessLog::open(pipeline::accesslog::LogTarget::Off).unwrap();
+        let errors = pipeline::ErrorLog::stderr();
+        let pipeline = Pipeline::new(pipeline::Settings::default(), site, Arc::new(access), Arc::new(errors));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new().unwrap();
+        let env = ModelEnv {
+            listener,
+            pipeline: Arc::new(pipeline),
+            shutdown: shutdown.clone(),
+            tuning: Tuning::default(),
+            admin: None,
+            reload: None,
+        };
+        let run = added.run;
+        let server = std::thread::spawn(move || run(env));
+
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.contains("\r\nContent-Length: 5\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nhello"), "{answer}");
+
+        shutdown.trigger();
+        server.join().expect("the model's thread").expect("the model ends without an error");
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use pipeline::serve_ready;
 
 use crate::gate::{Door, Gate};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "per-request",
@@ -35,6 +35,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: false,
     },
+    knobs: &[Knob::MaxThreads],
     run,
 };
 

@@ -27,7 +27,7 @@ use pipeline::{Client, BLOCKING_TICK};
 use crate::gate::{Gate, Returns};
 use crate::handoff::Handoff;
 use crate::process::{self, Child, Scaling, STACK_SIZE};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "perchild",
@@ -41,6 +41,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: false,
     },
+    knobs: &[Knob::Processes, Knob::MinSpare, Knob::MaxSpare, Knob::ThreadsPerChild],
     run,
 };
 

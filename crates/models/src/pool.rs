@@ -16,7 +16,7 @@ use pipeline::{serve_ready, Client};
 
 use crate::gate::{Door, Gate};
 use crate::handoff::Handoff;
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "pool",
@@ -30,6 +30,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: false,
     },
+    knobs: &[Knob::Threads, Knob::Queue],
     run,
 };
 

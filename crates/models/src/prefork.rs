@@ -19,7 +19,7 @@
 use std::io;
 
 use crate::process::{self, Accepted, Child, Scaling};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "prefork",
@@ -33,6 +33,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: false,
     },
+    knobs: &[Knob::MaxClients, Knob::MinSpare, Knob::MaxSpare],
     run,
 };
 

@@ -96,7 +96,7 @@ use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 use transport::Stream;
 
-use crate::{accept, Caps, ModelEnv, ModelInfo};
+use crate::{accept, Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "staged",
@@ -110,6 +110,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: false,
     },
+    knobs: &[Knob::StageThreads, Knob::Queue, Knob::MaxConnections],
     run,
 };
 

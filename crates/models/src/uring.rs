@@ -73,7 +73,7 @@ use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
 use crate::loop_core::{self, Core, LoopConn, Parts};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
 use files::{FilePath, Pipes};
@@ -91,6 +91,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: false,
         pipeline_on_loop: true,
     },
+    knobs: &[Knob::Workers, Knob::MaxConnections],
     run,
 };
 

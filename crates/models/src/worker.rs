@@ -31,7 +31,7 @@ use pipeline::Client;
 use crate::gate::Gate;
 use crate::handoff::Handoff;
 use crate::process::{self, Child, Scaling, STACK_SIZE};
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "worker",
@@ -45,6 +45,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         sendfile: true,
         pipeline_on_loop: false,
     },
+    knobs: &[Knob::MaxClients, Knob::MinSpare, Knob::MaxSpare, Knob::ThreadsPerChild],
     run,
 };
 

@@ -25,8 +25,11 @@ enum Command {
     /// List the concurrency models
     Models {
         /// Only their names, one a line (for scripts)
-        #[arg(long)]
+        #[arg(long, conflicts_with = "json")]
         names: bool,
+        /// Each model's name, paper name, summary, capabilities and knobs, as JSON (for scripts)
+        #[arg(long)]
+        json: bool,
     },
     /// Generate load against a server (open or closed loop; loopback only by default)
     Load(Box<load::LoadArgs>),
@@ -130,13 +133,17 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Serve(options) => serve::main(*options),
-        Command::Models { names: true } => {
+        Command::Models { json: true, .. } => {
+            println!("{}", models_json());
+            ExitCode::SUCCESS
+        }
+        Command::Models { names: true, .. } => {
             for m in models::MODELS {
                 println!("{}", m.name);
             }
             ExitCode::SUCCESS
         }
-        Command::Models { names: false } => {
+        Command::Models { .. } => {
             // What `--schedule srpt` orders: the link in every model, and
             // the loop's turns where a loop serves many connections.
             for m in models::MODELS {
@@ -190,6 +197,24 @@ fn page(command: clap::Command, name: &str, out: &mut dyn std::io::Write) -> std
         out.write_all(DIRECT_SIGNALS.as_bytes())?;
     }
     out.write_all(EXIT_STATUS.as_bytes())
+}
+
+/// The registry as `modus models --json` prints it: a list of
+/// `{name, paper_name, summary, caps: {CAP: bool, …}, knobs: [FLAG, …]}`.
+fn models_json() -> serde_json::Value {
+    let list = models::MODELS.iter().map(|m| {
+        let caps: serde_json::Map<String, serde_json::Value> =
+            m.caps.named().into_iter().map(|(cap, on)| (cap.to_string(), on.into())).collect();
+        let knobs: Vec<&str> = m.knobs.iter().map(|k| k.flag()).collect();
+        serde_json::json!({
+            "name": m.name,
+            "paper_name": m.paper_name,
+            "summary": m.summary,
+            "caps": caps,
+            "knobs": knobs,
+        })
+    });
+    serde_json::Value::Array(list.collect())
 }
 
 /// `modus serve`'s signals, as `pipeline::lifecycle` acts on them.

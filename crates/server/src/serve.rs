@@ -10,7 +10,7 @@ use pipeline::accesslog::LogTarget;
 use pipeline::{AccessLog, ErrorLog, Pipeline, Site};
 use transport::Shutdown;
 
-use crate::config::ServeOptions;
+use crate::config::{resolved, ServeOptions};
 
 /// The files under `crates/server/demo/`, embedded by build.rs.
 const DEMO_SITE: &[pipeline::EmbeddedFile] = include!(concat!(env!("OUT_DIR"), "/demo_files.rs"));
@@ -137,7 +137,8 @@ enum AdminListener {
 
 impl Server {
     fn prepare(options: &ServeOptions, admin_listener: AdminListener) -> anyhow::Result<Server> {
-        let name = options.model.as_deref().unwrap_or_default();
+        let name = resolved(&options.model);
+        let name = name.as_str();
         let model = models::find(name).ok_or_else(|| {
             anyhow!("unknown model {name:?}; the models are: {}", models::names().join(", "))
         })?;
@@ -215,10 +216,10 @@ impl Server {
                 addr,
             ),
         };
-        let access = options.access_log.as_deref().unwrap_or("-");
+        let access = &resolved(&options.access_log);
         let access_log =
             AccessLog::open(LogTarget::parse(access)).with_context(|| format!("--access-log {access}"))?;
-        let errors = options.error_log.as_deref().unwrap_or("-");
+        let errors = &resolved(&options.error_log);
         let error_log =
             ErrorLog::open(LogTarget::parse(errors)).with_context(|| format!("--error-log {errors}"))?;
         let tuning = options.tuning();
@@ -236,17 +237,26 @@ impl Server {
                 bail!("{flag} 0: at least 1 is needed to serve anything");
             }
         }
-        let has_loops = model.caps.event_driven && !model.caps.staged;
-        if tuning.reuseport && !has_loops {
-            bail!("--reuseport gives each event loop a listener of its own: it is for event, amped and uring, not {name}");
+        let has_loops = |caps: models::Caps| caps.event_driven && !caps.staged;
+        if tuning.reuseport && !has_loops(model.caps) {
+            let with_loops: Vec<&str> =
+                models::MODELS.iter().filter(|m| has_loops(m.caps)).map(|m| m.name).collect();
+            let with_loops = match with_loops.split_last() {
+                Some((last, [])) => last.to_string(),
+                Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                None => String::new(),
+            };
+            bail!(
+                "--reuseport gives each event loop a listener of its own: it is for {with_loops}, not {name}"
+            );
         }
         if model.caps.event_driven && tuning.max_connections < tuning.workers.max(1) {
             // Every loop needs at least one connection of its own.
             bail!("--max-connections {} is below --workers {}", tuning.max_connections, tuning.workers);
         }
-        let mut stats = pipeline::Stats::new(!options.no_timing.unwrap_or(false));
+        let mut stats = pipeline::Stats::new(!resolved(&options.no_timing));
         if let Some(path) = &options.trace {
-            let sample = options.trace_sample.unwrap_or(0.01);
+            let sample = resolved(&options.trace_sample);
             if !(0.0..=1.0).contains(&sample) {
                 bail!("--trace-sample {sample} is not between 0 and 1");
             }
@@ -291,7 +301,7 @@ impl Server {
         // the model calls accept(), so setting them later would leave the
         // first connections without timeouts.
         transport::listener::set_accepted_defaults(&listener, pipeline::BLOCKING_TICK)?;
-        let defer = options.defer_accept.map_or(crate::config::DEFER_ACCEPT, |d| d.0);
+        let defer = resolved(&options.defer_accept).0;
         transport::listener::set_defer_accept(&listener, defer).context("--defer-accept")?;
         let local = listener.local_addr()?;
         let plain = match self.redirect_from {
@@ -434,34 +444,8 @@ fn admin_info(
     let t = options.tuning();
     let mut settings: Vec<(&'static str, String)> =
         vec![("listen", options.listen.clone().unwrap_or_default())];
-    let caps = model.caps;
-    if caps.staged {
-        settings.push(("stage-threads", t.stage_threads.clone()));
-        settings.push(("queue", t.queue.to_string()));
-        settings.push(("max-connections", t.max_connections.to_string()));
-    } else if caps.event_driven {
-        settings.push(("workers", t.workers.to_string()));
-        // An event loop that hands its pipeline to helper threads (`amped`).
-        if !caps.pipeline_on_loop {
-            settings.push(("helpers", t.helpers.to_string()));
-        }
-        settings.push(("max-connections", t.max_connections.to_string()));
-    } else if model.name == "per-request" {
-        settings.push(("max-threads", t.max_threads.to_string()));
-    } else if caps.forks {
-        match model.name {
-            "perchild" => settings.push(("processes", t.processes.to_string())),
-            _ => settings.push(("max-clients", t.max_clients.to_string())),
-        }
-        settings.push(("min-spare", t.min_spare.to_string()));
-        settings.push(("max-spare", t.max_spare.to_string()));
-        if model.name != "prefork" {
-            settings.push(("threads-per-child", t.threads_per_child.to_string()));
-        }
-    } else {
-        settings.push(("threads", t.threads.to_string()));
-        settings.push(("queue", t.queue.to_string()));
-    }
+    // The knobs the model declares it reads, in its order.
+    settings.extend(model.knobs.iter().map(|knob| (knob.flag(), knob.value(&t))));
     let s = options.settings();
     settings.push(("keepalive-timeout", format!("{:?}", s.keepalive_timeout)));
     settings.push(("max-keepalive-requests", s.max_keepalive_requests.to_string()));
@@ -471,10 +455,7 @@ fn admin_info(
         options.root.as_ref().map_or("(embedded demo site)".into(), |r| r.display().to_string()),
     ));
     if let Some(trace) = &options.trace {
-        settings.push((
-            "trace",
-            format!("{} (sample {})", trace.display(), options.trace_sample.unwrap_or(0.01)),
-        ));
+        settings.push(("trace", format!("{} (sample {})", trace.display(), resolved(&options.trace_sample))));
     }
     crate::admin::Info {
         model: model.name,

@@ -173,8 +173,7 @@ fn compare_ranks_every_model_on_the_demo_site() {
     // Nine models: at most eight lines a plot, the ninth named under it.
     let svg = std::fs::read_to_string(out.join("plots/throughput.svg")).unwrap();
     assert!(svg.contains("Not drawn (lower peaks; in the CSV): "), "{svg}");
-    for model in ["per-request", "pool", "staged", "prefork", "worker", "perchild", "event", "amped", "uring"]
-    {
+    for model in models::MODELS.iter().map(|m| m.name) {
         assert!(
             ranked.iter().any(|l| l.split_whitespace().nth(1) == Some(model)),
             "{model} in\n{}",
@@ -183,9 +182,10 @@ fn compare_ranks_every_model_on_the_demo_site() {
     }
     // Three interleaved repeats by default: one run says little.
     let rows = csv_rows(&out);
-    assert_eq!(rows.len(), 27, "9 models × 3 repeats");
+    let registered = models::MODELS.len();
+    assert_eq!(rows.len(), 3 * registered, "every model × 3 repeats");
     for repeat in ["1", "2", "3"] {
-        assert_eq!(rows.iter().filter(|r| r[col("repeat")] == repeat).count(), 9, "{rows:?}");
+        assert_eq!(rows.iter().filter(|r| r[col("repeat")] == repeat).count(), registered, "{rows:?}");
     }
 }
 

@@ -24,6 +24,33 @@ fn models_names_is_the_registry() {
     assert_eq!(listed, registry);
 }
 
+/// `modus models --json`, which scripts read, says what each model
+/// declares in its file: name, paper name, summary, capabilities, knobs.
+#[test]
+fn models_json_is_each_models_declaration() {
+    let out = run(BIN, ["models", "--json"], Duration::from_secs(20));
+    assert!(out.status.success(), "{}", out.stderr);
+    let listed: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    let listed = listed.as_array().expect("a list");
+    assert_eq!(listed.len(), models::MODELS.len());
+    for (json, model) in listed.iter().zip(models::MODELS) {
+        assert_eq!(json["name"], model.name);
+        assert_eq!(json["paper_name"], model.paper_name);
+        assert_eq!(json["summary"], model.summary);
+        for (cap, on) in model.caps.named() {
+            assert_eq!(json["caps"][cap], on, "{} {cap}", model.name);
+        }
+        let knobs: Vec<&str> = model.knobs.iter().map(|k| k.flag()).collect();
+        assert_eq!(json["knobs"], serde_json::json!(knobs), "{}", model.name);
+    }
+    assert_eq!(listed[5]["name"], "perchild");
+    assert_eq!(listed[5]["caps"]["forks"], true);
+    assert_eq!(
+        listed[5]["knobs"],
+        serde_json::json!(["processes", "min-spare", "max-spare", "threads-per-child"])
+    );
+}
+
 /// A docroot whose `/cgi-bin/busy` keeps its thread for `secs` seconds (an
 /// idle keep-alive connection holds no thread: it waits in the gate), and
 /// the flag that serves it.

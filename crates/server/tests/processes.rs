@@ -15,7 +15,11 @@ use std::time::{Duration, Instant};
 use testkit::{Client, Docroot, Server, Signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_modus");
-const PROCESS_MODELS: [&str; 3] = ["prefork", "worker", "perchild"];
+
+/// The models that run connections in child processes (the registry's `Caps::forks`).
+fn process_models() -> impl Iterator<Item = &'static str> {
+    models::MODELS.iter().filter(|m| m.caps.forks).map(|m| m.name)
+}
 /// Generous: the master acts once a second, and debug builds on a loaded
 /// 2-core machine are slow.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -105,7 +109,7 @@ fn stop_cleanly(srv: &mut Server, kids: &BTreeSet<u32>) {
 
 #[test]
 fn a_child_killed_with_sigkill_is_reaped_and_replaced() {
-    for model in PROCESS_MODELS {
+    for model in process_models() {
         let root = Docroot::standard();
         // prefork: 3 idle processes; worker: 1 child of 2 threads covers
         // min-spare 2; perchild: 2 processes.
@@ -466,7 +470,7 @@ fn perchild_grows_and_shrinks_threads_within_bounds() {
 fn access_log_lines_from_many_processes_are_whole_and_all_there() {
     const CLIENTS: usize = 6;
     const PER_CLIENT: usize = 60;
-    for model in PROCESS_MODELS {
+    for model in process_models() {
         let root = Docroot::standard();
         let log = root.base().join(format!("{model}-access.log"));
         let mut srv = serve(
@@ -543,7 +547,7 @@ fn access_log_lines_from_many_processes_are_whole_and_all_there() {
 
 #[test]
 fn sigusr1_reaches_every_child() {
-    for model in PROCESS_MODELS {
+    for model in process_models() {
         let root = Docroot::standard();
         let log = root.base().join("access.log");
         let rotated = root.base().join("access.log.1");
@@ -586,7 +590,7 @@ fn sigusr1_reaches_every_child() {
 
 #[test]
 fn graceful_stop_finishes_in_flight_requests_and_leaves_no_child() {
-    for model in PROCESS_MODELS {
+    for model in process_models() {
         for sig in [Signal::Term, Signal::Int] {
             let root = Docroot::standard();
             let mut srv = serve(model, &root, &["--keepalive-timeout", "60s"]);
@@ -609,7 +613,7 @@ fn graceful_stop_finishes_in_flight_requests_and_leaves_no_child() {
 
 #[test]
 fn children_do_not_outlive_a_killed_master() {
-    for model in PROCESS_MODELS {
+    for model in process_models() {
         let root = Docroot::standard();
         let mut srv = serve(model, &root, &[]);
         let kids = eventually("children", &srv, || {
@@ -629,7 +633,7 @@ fn children_do_not_outlive_a_killed_master() {
 
 #[test]
 fn children_print_nothing_on_stdout() {
-    for model in PROCESS_MODELS {
+    for model in process_models() {
         let root = Docroot::standard();
         let mut srv =
             serve(model, &root, &["--min-spare", "3", "--threads-per-child", "1", "--processes", "3"]);
