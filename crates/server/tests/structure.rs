@@ -586,6 +586,8 @@ fn the_architecture_map_names_every_module_and_only_files_that_exist() {
     let mut absent: Vec<&str> = map
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
         .filter(|w| w.len() > 3 && w.ends_with(".rs"))
+        // `NAME.rs` in a how-to is a placeholder, not a file.
+        .filter(|w| !w.trim_end_matches(".rs").chars().all(|c| c.is_ascii_uppercase() || c == '_'))
         .filter(|w| !present.contains(*w))
         .collect();
     absent.sort();
