@@ -262,10 +262,18 @@ impl ServerSpec {
                 Some(set.unwrap_or(crate::peers::APACHE_THREADED_WORKERS))
             }
             Some(_) => None,
-            None if self.front.is_none() && self.model == "prefork" => Some(set.unwrap_or(MODUS_MAX_CLIENTS)),
+            None if self.front.is_none() && holds_connections(&self.model) => {
+                Some(set.unwrap_or(MODUS_MAX_CLIENTS))
+            }
             None => None,
         }
     }
+}
+
+/// Whether a modus model's worker holds each connection for its life, as
+/// the model declares it (`Caps::holds_connection`).
+fn holds_connections(model: &str) -> bool {
+    models::MODELS.iter().any(|m| m.name == model && m.caps.holds_connection)
 }
 
 /// `[network]`: the topology.

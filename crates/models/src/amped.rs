@@ -81,6 +81,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         srpt_loop: true,
         sendfile: true,
         pipeline_on_loop: false,
+        holds_connection: false,
     },
     knobs: &[Knob::Workers, Knob::Helpers, Knob::MaxConnections],
     run,

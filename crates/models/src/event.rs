@@ -86,6 +86,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         srpt_loop: true,
         sendfile: true,
         pipeline_on_loop: true,
+        holds_connection: false,
     },
     knobs: &[Knob::Workers, Knob::MaxConnections],
     run,

@@ -56,11 +56,16 @@ pub struct Caps {
     /// helpers), so CPU work there — a first encoding — stalls every
     /// connection of the loop.
     pub pipeline_on_loop: bool,
+    /// A worker holds each connection for its whole life, idle keep-alive
+    /// included, so past its `--max-clients` workers clients wait to be
+    /// accepted while the server may idle (paper 001's MaxClients; the lab
+    /// counts those slots).
+    pub holds_connection: bool,
 }
 
 impl Caps {
     /// Each capability by the name `modus models --json` gives it.
-    pub fn named(&self) -> [(&'static str, bool); 6] {
+    pub fn named(&self) -> [(&'static str, bool); 7] {
         [
             ("forks", self.forks),
             ("event_driven", self.event_driven),
@@ -68,6 +73,7 @@ impl Caps {
             ("srpt_loop", self.srpt_loop),
             ("sendfile", self.sendfile),
             ("pipeline_on_loop", self.pipeline_on_loop),
+            ("holds_connection", self.holds_connection),
         ]
     }
 }

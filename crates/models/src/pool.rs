@@ -29,6 +29,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         srpt_loop: false,
         sendfile: true,
         pipeline_on_loop: false,
+        holds_connection: false,
     },
     knobs: &[Knob::Threads, Knob::Queue],
     run,

@@ -32,6 +32,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         srpt_loop: false,
         sendfile: true,
         pipeline_on_loop: false,
+        holds_connection: true,
     },
     knobs: &[Knob::MaxClients, Knob::MinSpare, Knob::MaxSpare],
     run,

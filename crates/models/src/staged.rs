@@ -109,6 +109,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         srpt_loop: false,
         sendfile: true,
         pipeline_on_loop: false,
+        holds_connection: false,
     },
     knobs: &[Knob::StageThreads, Knob::Queue, Knob::MaxConnections],
     run,

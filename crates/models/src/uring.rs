@@ -90,6 +90,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         srpt_loop: false,
         sendfile: false,
         pipeline_on_loop: true,
+        holds_connection: false,
     },
     knobs: &[Knob::Workers, Knob::MaxConnections],
     run,
