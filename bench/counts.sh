@@ -16,10 +16,16 @@
 #   bench/counts.sh event /50k.bin ka            # modus serve --model event (target/release/modus)
 #   bench/counts.sh nginx /500b.bin close        # nginx as the lab's nginx-tuned
 #   BIN=/tmp/modus-before bench/counts.sh event /500b.bin close 4
+#   SERVE_ARGS="--schedule srpt" bench/counts.sh event /1m.bin ka
+#   bench/counts.sh lighttpd /1m.bin ka          # lighttpd as the lab's lighttpd
 #
-# Arguments: SERVER (a modus model, or nginx), PATH (/500b.bin, /50k.bin,
+# Arguments: SERVER (a modus model, nginx or lighttpd), PATH (/500b.bin, /50k.bin,
 # /115k.bin, /1m.bin of `modus workload fixed`), ka|close, [SECONDS, 4].
-# Needs perf, wrk, bc (and nginx for `nginx`); root, for the tracepoints.
+# Needs perf, wrk, bc (and nginx or lighttpd for those); root, for the
+# tracepoints. sched:sched_waking counts the wake-ups the server's threads
+# make: on loopback the server's send runs the client's receive, so each
+# time the client has caught up and sleeps, the next segment wakes it
+# (BENCHMARKS.md, "1 MB keep-alive follows the client's wake-ups").
 #
 # Why this is not a lab spec: the lab measures time and CPU per point; these
 # are kernel tracepoint counts of one server's threads, beside wrk.
@@ -52,8 +58,26 @@ EOF
     sleep 0.5
     pid=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
     stop() { kill "$(cat "$work/nginx.pid")"; }
+elif [ "$who" = lighttpd ]; then
+    cat >"$work/lighttpd.conf" <<EOF
+server.document-root = "$work/root"
+server.bind = "127.0.0.1"
+server.port = $port
+server.errorlog = "$work/error.log"
+server.max-keep-alive-requests = 100000000
+server.max-fds = 20000
+server.max-connections = 10240
+mimetype.assign = ( "" => "application/octet-stream" )
+server.modules += ( "mod_accesslog" )
+accesslog.filename = "$work/access.log"
+EOF
+    taskset -c 0 lighttpd -D -f "$work/lighttpd.conf" &
+    pid=$!
+    sleep 0.5
+    stop() { kill "$pid"; }
 else
-    taskset -c 0 "$bin" serve --model "$who" --listen "127.0.0.1:$port" --max-keepalive-requests 100000000 \
+    # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
+    taskset -c 0 "$bin" serve ${SERVE_ARGS:-} --model "$who" --listen "127.0.0.1:$port" --max-keepalive-requests 100000000 \
         --access-log "$work/access.log" "$work/root" >/dev/null 2>&1 &
     pid=$!
     sleep 0.5
@@ -62,7 +86,7 @@ fi
 taskset -c 1 wrk -t1 -c50 -d1s "${hdr[@]}" "http://127.0.0.1:$port$path" >/dev/null
 calls="epoll_wait epoll_pwait sendfile64 writev write sendmsg sendto recvfrom read accept4 close setsockopt"
 calls="$calls openat newfstat statx epoll_ctl shutdown futex io_uring_enter"
-ev="raw_syscalls:sys_enter,context-switches,net:net_dev_xmit"
+ev="raw_syscalls:sys_enter,context-switches,sched:sched_waking,net:net_dev_xmit"
 for c in $calls; do ev="$ev,syscalls:sys_enter_$c"; done
 threads=$(ls "/proc/$pid/task" | paste -sd,)
 c0=$(awk '{print $14+$15}' "/proc/$pid/stat")
