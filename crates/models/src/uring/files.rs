@@ -162,9 +162,6 @@ pub(super) struct FilePiece {
     pub(super) file: Arc<File>,
     pub(super) offset: u64,
     pub(super) len: usize,
-    /// More of the response's file follows this piece (the window or a
-    /// quantum cut it).
-    pub(super) more: bool,
 }
 
 /// A file piece on its way, with the pipe it goes through.
@@ -179,9 +176,6 @@ pub(super) struct FileSend {
     in_pipe: usize,
     /// The file ended (or could not be read) before the piece did.
     ended: bool,
-    /// More of the response's file follows this piece: `TCP_CORK` holds
-    /// the tail of its `sendfile` back for the next one.
-    pub(super) more: bool,
 }
 
 impl FileSend {
@@ -193,7 +187,6 @@ impl FileSend {
             pipe: None,
             in_pipe: 0,
             ended: false,
-            more: piece.more,
         }
     }
 
@@ -218,21 +211,14 @@ impl Loop {
         let socket = c.link.socket();
         let Some(piece) = c.batch.as_mut().and_then(|b| b.file.as_mut()) else { return };
         if path == super::FilePath::Sendfile {
-            if piece.more {
-                socket.cork(true);
-            }
             loop {
                 if piece.unread == 0 {
-                    if !piece.more {
-                        socket.cork(false);
-                    }
                     return;
                 }
                 let mut at = piece.offset;
                 match rustix::fs::sendfile(socket.stream(), &*piece.file, Some(&mut at), piece.unread) {
                     Ok(0) => {
                         piece.ended = true;
-                        socket.cork(false);
                         return;
                     }
                     Ok(n) => {

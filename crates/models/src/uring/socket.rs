@@ -24,7 +24,7 @@
 //! Everything is behind a `RefCell`: the `Wire` methods take `&self`, and a
 //! loop thread owns the socket.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpStream};
@@ -222,19 +222,18 @@ impl Io {
     /// Queues `len` bytes of `file` from `offset` to be sent from the
     /// file; `false` when another file piece is queued that this one does
     /// not continue (it waits for that one to go).
-    fn queue_file(&mut self, file: &Arc<File>, offset: u64, len: usize, more: bool) -> bool {
+    fn queue_file(&mut self, file: &Arc<File>, offset: u64, len: usize) -> bool {
         match &mut self.file {
             Some((piece, at))
                 if *at == self.outbox.len()
                     && Arc::ptr_eq(&piece.file, file)
                     && piece.offset + piece.len as u64 == offset =>
             {
-                piece.len += len;
-                piece.more = more;
+                piece.len += len
             }
             Some(_) => return false,
             None => {
-                let piece = FilePiece { file: file.clone(), offset, len, more };
+                let piece = FilePiece { file: file.clone(), offset, len };
                 self.file = Some((piece, self.outbox.len()));
             }
         }
@@ -292,13 +291,11 @@ pub(super) struct RingSocket {
     io: RefCell<Io>,
     /// File chunks are queued as file pieces, not read.
     file_pieces: bool,
-    /// `TCP_CORK` is on: a file's pieces are being sent and more follow.
-    corked: Cell<bool>,
 }
 
 impl RingSocket {
     pub(super) fn new(sock: TcpStream, file_pieces: bool) -> RingSocket {
-        RingSocket { sock, io: RefCell::new(Io::default()), file_pieces, corked: Cell::new(false) }
+        RingSocket { sock, io: RefCell::new(Io::default()), file_pieces }
     }
 
     pub(super) fn fd(&self) -> RawFd {
@@ -316,19 +313,6 @@ impl RingSocket {
     /// The socket itself, for `sendfile`.
     pub(super) fn stream(&self) -> &TcpStream {
         &self.sock
-    }
-
-    /// Holds partial segments back while more of a file follows (`TCP_CORK`
-    /// on), and lets them go once its last piece is in (off). Otherwise each
-    /// `sendfile` pushes out its tail: a 1 MB file in its window's pieces
-    /// went out in 25 segments instead of 20, each tail a wake-up of a
-    /// client that had caught up (BENCHMARKS.md, "uring at 1 MB"). Only a
-    /// change costs a call, so a file that fits one piece costs none. Best
-    /// effort: a socket that refuses sends as it did without.
-    pub(super) fn cork(&self, on: bool) {
-        if self.corked.replace(on) != on {
-            let _ = rustix::net::sockopt::set_tcp_cork(&self.sock, on);
-        }
     }
 
     /// Gives up the descriptor, for the loop to close it with a ring operation.
@@ -470,9 +454,8 @@ impl RingSocket {
                         }
                         n = end - start;
                     }
-                    let more = n < unsent.end - sent;
                     let n = n as usize;
-                    if !io.queue_file(file, offset + sent, n, more) {
+                    if !io.queue_file(file, offset + sent, n) {
                         return Ok(Progress::Blocked);
                     }
                     n as u64
@@ -763,7 +746,6 @@ mod tests {
         assert_eq!(out.bytes_sent(), 5 + piece as u64 + SEND_WINDOW as u64, "a whole window, from a page");
         let batch = s.take_batch().unwrap();
         assert_eq!(batch.left(), 0, "nothing in memory before the second piece");
-        assert!(batch.file.as_ref().unwrap().more, "the window cut it: more of the file follows");
         s.sent(SEND_WINDOW);
         drop(batch);
         assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
@@ -773,12 +755,9 @@ mod tests {
             let batch = s.take_batch().unwrap();
             assert!(batch.file.is_some() && batch.left() == 0);
             s.sent(SEND_WINDOW);
-            let more = batch.file.as_ref().unwrap().more;
             if progress == Progress::Done {
-                assert!(!more, "the file's last piece lets the cork go");
                 break;
             }
-            assert!(more);
         }
         assert_eq!(sent_bytes(&s.take_batch().unwrap()), b"tail");
         assert_eq!(out.bytes_sent(), 5 + (1 << 20) + 4);
@@ -788,21 +767,6 @@ mod tests {
         out.push(Chunk::File { file, offset: 0, len: 10 });
         assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
         assert_eq!(out.bytes_sent(), 10);
-    }
-
-    #[test]
-    fn the_cork_is_set_once_while_a_file_continues_and_released_after_its_last_piece() {
-        let (s, _c) = socket();
-        let corked = || rustix::net::sockopt::tcp_cork(s.stream()).unwrap();
-        assert!(!corked());
-        s.cork(true);
-        assert!(corked());
-        s.cork(true);
-        assert!(corked(), "asked again, it stays");
-        s.cork(false);
-        assert!(!corked(), "released: the tail goes out now");
-        s.cork(false);
-        assert!(!corked());
     }
 
     #[test]
