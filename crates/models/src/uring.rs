@@ -622,7 +622,7 @@ impl Loop {
         if file_pieces && files == FilePath::Sendfile && stream.set_nonblocking(true).is_err() {
             return;
         }
-        let socket = RingSocket::new(stream, file_pieces);
+        let socket = RingSocket::new(stream, file_pieces, file_pieces && files == FilePath::Sendfile);
         let fd = socket.fd();
         let link = match &self.pipeline.tls {
             None => Link::Plain(socket),

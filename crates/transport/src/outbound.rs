@@ -272,6 +272,11 @@ impl Outbound {
         self.chunks.is_empty()
     }
 
+    /// Whether a file chunk is still to be sent.
+    pub fn holds_file(&self) -> bool {
+        self.chunks.iter().any(|c| matches!(c, Chunk::File { .. }))
+    }
+
     /// The file pages among the next `len` bytes still to send (bytes in
     /// memory count towards `len` but have no pages): what a helper warms
     /// before an event loop `sendfile`s them ([`FilePages`]).

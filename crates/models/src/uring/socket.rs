@@ -19,7 +19,10 @@
 //!   to the kernel, not yet received. Where the loop sends files zero-copy
 //!   (`uring/files.rs`), a file chunk is queued as a [`FilePiece`] instead
 //!   of being read: the batch that takes it ends with it, and what was
-//!   queued after it waits for the next batch.
+//!   queued after it waits for the next batch. On the `sendfile` path a
+//!   response that holds a file, with nothing of ours queued or in flight
+//!   before it, is written at once by the socket's own calls as in
+//!   `event`, and only what the kernel's buffer does not take is queued.
 //!
 //! Everything is behind a `RefCell`: the `Wire` methods take `&self`, and a
 //! loop thread owns the socket.
@@ -291,11 +294,15 @@ pub(super) struct RingSocket {
     io: RefCell<Io>,
     /// File chunks are queued as file pieces, not read.
     file_pieces: bool,
+    /// A response that holds a file, with nothing of ours queued or in
+    /// flight before it, is written by the socket's own calls (the loop's
+    /// `sendfile` path; the socket is then non-blocking).
+    direct_files: bool,
 }
 
 impl RingSocket {
-    pub(super) fn new(sock: TcpStream, file_pieces: bool) -> RingSocket {
-        RingSocket { sock, io: RefCell::new(Io::default()), file_pieces }
+    pub(super) fn new(sock: TcpStream, file_pieces: bool, direct_files: bool) -> RingSocket {
+        RingSocket { sock, io: RefCell::new(Io::default()), file_pieces, direct_files }
     }
 
     pub(super) fn fd(&self) -> RawFd {
@@ -410,6 +417,21 @@ impl RingSocket {
         let mut io = self.io.borrow_mut();
         io.check_send()?;
         let mut allowed = limit;
+        if self.direct_files && io.queued == 0 && io.in_flight == 0 && out.holds_file() {
+            // Written at once as `event` writes it (the head with `MSG_MORE`,
+            // then one `sendfile`): in window-sized pieces the server took
+            // the client's ACKs between its calls and woke it 3–5 times a
+            // 1 MB response, at 20–40 % more CPU (BENCHMARKS.md, "uring at
+            // 1 MB"). What the kernel's buffer does not take is queued
+            // below, and the loop sends it when the socket has room; the
+            // connection counts as sent only what the kernel took, so slow
+            // readers meet the send timeout and the minimum rate as before.
+            let before = out.bytes_sent();
+            match out.write_to_at_most(&self.sock, allowed)? {
+                Progress::Blocked => allowed -= out.bytes_sent() - before,
+                done_or_paused => return Ok(done_or_paused),
+            }
+        }
         loop {
             let Some((chunk, unsent)) = out.front() else { return Ok(Progress::Done) };
             let sent = unsent.start;
@@ -665,7 +687,7 @@ mod tests {
     fn socket() -> (RingSocket, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        (RingSocket::new(l.accept().unwrap().0, false), client)
+        (RingSocket::new(l.accept().unwrap().0, false, false), client)
     }
 
     fn sent_bytes(batch: &Batch) -> Vec<u8> {
@@ -724,7 +746,7 @@ mod tests {
         let (s, _c) = {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-            (RingSocket::new(l.accept().unwrap().0, true), client)
+            (RingSocket::new(l.accept().unwrap().0, true, false), client)
         };
         let file = Arc::new(tempfile::tempfile().unwrap());
         let mut out = Outbound::new();

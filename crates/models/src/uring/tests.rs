@@ -19,6 +19,8 @@ struct Harness {
     root: tempfile::TempDir,
     /// The loop's pipes for splicing files.
     pipes: Arc<files::PipeCount>,
+    /// Its counters: what it logged, and when.
+    pipeline: Arc<Pipeline>,
     /// Tests that count the process's pipes see only their own loop's.
     _one: std::sync::MutexGuard<'static, ()>,
 }
@@ -47,6 +49,7 @@ fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harn
     let shutdown = Shutdown::new().unwrap();
     let stop = shutdown.clone();
     let listener = Arc::new(listener);
+    let pipeline = p.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = thread::spawn(move || {
         let mut lp = Loop::new(listener, p, stop, None, max_conns, knobs)?;
@@ -54,7 +57,7 @@ fn start_with(settings: Settings, max_conns: usize, knobs: Knobs) -> Option<Harn
         lp.run()
     });
     let Ok(pipes) = rx.recv() else { panic!("the loop did not start: {:?}", thread.join()) };
-    Some(Harness { addr, shutdown, thread, root: dir, pipes, _one: one })
+    Some(Harness { addr, shutdown, thread, root: dir, pipes, pipeline, _one: one })
 }
 
 fn big() -> Vec<u8> {
@@ -432,6 +435,44 @@ fn a_splice_to_a_peer_that_stops_reading_is_cancelled_at_the_send_timeout() {
     let _ = c.read_to_end(&mut all);
     assert!(all.len() < HUGE, "{} bytes", all.len());
     // And the loop serves the next one.
+    let mut c = h.client();
+    c.write_all(get("/small.txt").as_bytes()).unwrap();
+    assert_eq!(response(&mut c).1, b"small");
+    h.stop();
+}
+
+/// On the `sendfile` path a file response goes out by the socket's own
+/// calls, as in `event`, and what the kernel does not take is queued: a
+/// peer that stops reading is still cut at the send timeout, not left to
+/// the keep-alive timeout as if its response had been sent whole.
+#[test]
+fn a_sendfile_to_a_peer_that_stops_reading_is_cut_at_the_send_timeout() {
+    let settings = Settings {
+        send_timeout: Duration::from_millis(300),
+        keepalive_timeout: Duration::from_secs(3600),
+        ..Settings::default()
+    };
+    let knobs = Knobs { files: FilePath::Sendfile, zc_min: usize::MAX, batch_wait_us: 0 };
+    let Some(h) = start_with(settings, 64, knobs) else { return };
+    h.write_huge();
+    let mut c = h.client();
+    c.write_all(get("/huge.bin").as_bytes()).unwrap();
+    // Unread, the response is counted once the connection is done with
+    // it: given up at the send timeout, short of its length. Counted whole
+    // at once, the loop would have taken what the kernel held for sent.
+    let counted = |p: &Pipeline| {
+        let s = p.stats.snapshot();
+        (s.requests() > 0).then_some(s.bytes)
+    };
+    let guard = Instant::now() + Duration::from_secs(60);
+    while counted(&h.pipeline).is_none() && Instant::now() < guard {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let bytes = counted(&h.pipeline).expect("the response is counted");
+    assert!(bytes < HUGE as u64, "given up mid-file: {bytes} bytes");
+    let mut all = Vec::new();
+    let _ = c.read_to_end(&mut all);
+    assert!(all.len() < HUGE, "what arrived, then the end: {} bytes", all.len());
     let mut c = h.client();
     c.write_all(get("/small.txt").as_bytes()).unwrap();
     assert_eq!(response(&mut c).1, b"small");
