@@ -8,6 +8,26 @@ use crate::admin::label;
 use crate::backend::{pick, LARGE};
 use request::{read_request, Cause, Refusal, RequestRead};
 
+/// What becomes of a backend connection once its exchange is over.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Reuse {
+    /// The exchange was clean: the connection may serve the next request.
+    Pool,
+    /// Something of the exchange may be left on it: close it.
+    Close,
+}
+
+/// Why a backend connection failed before its response head.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Fault {
+    /// A reused keep-alive connection the backend closed as the request went
+    /// out, with nothing of it answered and nothing lost if it is resent
+    /// (a bodiless request): try again on another connection.
+    KeepAliveRace,
+    /// The backend failed this request: it counts against the backend.
+    Backend,
+}
+
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
         for _ in 0..STEPS_PER_TURN {
@@ -263,9 +283,9 @@ impl Director {
         Step::Again
     }
 
-    /// Gives the backend connection back (to the pool if `reuse`), and
-    /// lets a queued request have the slot.
-    pub(super) fn release(&mut self, token: u64, reuse: bool) {
+    /// Gives the backend connection back (to the pool if `reuse` says so and
+    /// it is still up and flushed), and lets a queued request have the slot.
+    pub(super) fn release(&mut self, token: u64, reuse: Reuse) {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return };
         let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() else { return };
         let backend = &mut self.backends[b];
@@ -273,7 +293,7 @@ impl Director {
         backend.served += 1;
         if let Some(bc) = self.bconns.get_mut(btoken) {
             bc.client = None;
-            if reuse && backend.up && bc.io.flushed() {
+            if reuse == Reuse::Pool && backend.up && bc.io.flushed() {
                 bc.link = Link::Reused;
                 backend.idle.push(btoken);
             } else {
@@ -283,15 +303,14 @@ impl Director {
         self.dispatch_queue();
     }
 
-    /// A backend connection failed during RECEIVE: retry (a keep-alive
-    /// race on a reused connection, request without body), or 502.
-    pub(super) fn backend_failed(&mut self, token: u64, retry: bool, reason: &str) -> Step {
+    /// A backend connection failed during RECEIVE: retry a keep-alive race
+    /// (at most twice), or 502.
+    pub(super) fn backend_failed(&mut self, token: u64, fault: Fault, reason: &str) -> Step {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return Step::Close };
         if let Some(Attachment { backend: (b, btoken), inflight, sent }) = ex.detach() {
             self.backends[b].inflight -= 1;
             self.close_bconn(btoken);
-            if !retry {
-                // Not a keep-alive race: the backend failed this request.
+            if fault == Fault::Backend {
                 if let Some(at) = sent {
                     self.backends[b].limiter.sample(at.elapsed(), true, inflight);
                 }
@@ -300,7 +319,7 @@ impl Director {
         }
         let c = self.clients.get_mut(token).expect("seen above");
         let ex = c.ex.as_mut().expect("seen above");
-        if retry && ex.attempts < 2 {
+        if fault == Fault::KeepAliveRace && ex.attempts < 2 {
             ex.attempts += 1;
             c.state = ClientState::Peek;
             self.dispatch_queue();
