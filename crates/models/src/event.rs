@@ -73,7 +73,7 @@ use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
 use crate::loop_core::{self, Core, LoopConn, Parts};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "event",
@@ -84,7 +84,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: true,
         staged: false,
         srpt_loop: true,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: true,
         holds_connection: false,
     },

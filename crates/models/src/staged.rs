@@ -96,7 +96,7 @@ use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 use transport::Stream;
 
-use crate::{accept, Caps, Knob, ModelEnv, ModelInfo};
+use crate::{accept, Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "staged",
@@ -107,7 +107,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: true,
         staged: true,
         srpt_loop: false,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },

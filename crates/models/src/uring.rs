@@ -73,7 +73,7 @@ use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
 use crate::loop_core::{self, Core, LoopConn, Parts};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
 use files::{FilePath, Pipes};
@@ -88,7 +88,8 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: true,
         staged: false,
         srpt_loop: false,
-        sendfile: false,
+        // Its `MODUS_URING_FILES` experiment knob (sendfile unless set).
+        sendfile: Sendfile::Probed(sends_files),
         pipeline_on_loop: true,
         holds_connection: false,
     },
