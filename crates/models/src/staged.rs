@@ -386,7 +386,7 @@ fn read_stage(
         match want {
             Want::Process => match c.conn.take_request() {
                 // `Err`: tearing down; the connection closes.
-                Some(request) if request.route == Route::Script => drop(cgi.send((c, Some(request)))),
+                Some(request) if request.route == Route::Streamed => drop(cgi.send((c, Some(request)))),
                 Some(request) => drop(data.send((c, request))),
                 // Cannot happen: only this thread holds the connection and
                 // `Process` means a request is ready. Close rather than panic.
