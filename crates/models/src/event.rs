@@ -72,7 +72,7 @@ use transport::slab::{self, Slab};
 use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
-use crate::loop_core::{self, Core, LoopConn, Parts};
+use crate::loop_core::{self, Core, LoopConn, Parts, Waits};
 use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
@@ -234,18 +234,6 @@ const ACCEPT_BATCH: usize = 64;
 /// Events taken per wait.
 const EVENTS: usize = 256;
 
-/// What a connection is waiting for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Waits {
-    Read,
-    Write,
-    /// Its request is with a helper; its socket is left alone meanwhile
-    /// (further pipelined requests wait in its buffer, in order).
-    Helper,
-    /// A CGI script runs: any event on its token (socket or pipe) drives it.
-    Pipes,
-}
-
 #[derive(Debug)]
 struct Conn {
     stream: Stream,
@@ -273,6 +261,21 @@ impl LoopConn for Conn {
 
     fn awaits_helper(&self) -> bool {
         self.waits == Waits::Helper
+    }
+
+    fn wait(&mut self, waits: Waits) {
+        self.waits = waits;
+    }
+
+    /// Either comes only after the socket said EAGAIN or a read came back
+    /// short, so the next edge will be a fresh one.
+    fn wait_drained(&mut self, waits: Waits) {
+        self.waits = waits;
+        match waits {
+            Waits::Read => self.readable = false,
+            Waits::Write => self.writable = false,
+            Waits::Helper | Waits::Pipes => {}
+        }
     }
 }
 
@@ -446,9 +449,7 @@ impl Loop {
                 Err((Failed::Pause, e)) => {
                     // The listener stays readable: stop watching it for a
                     // while instead of spinning; open connections carry on.
-                    self.pipeline
-                        .error_log
-                        .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                    self.pipeline.error_log.accept_paused(&e);
                     self.accept_resume = Some(Instant::now() + accept::PAUSE);
                     return;
                 }
@@ -630,69 +631,7 @@ impl Loop {
                 }
             }
         }
-        match want {
-            // Either comes back only after the socket said EAGAIN or a read
-            // came back short, so the next edge will be a fresh one.
-            Want::Read(deadline) => {
-                (c.waits, c.readable) = (Waits::Read, false);
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Write(deadline) => {
-                (c.waits, c.writable) = (Waits::Write, false);
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            // Still writable: no edge will come, so the loop itself comes back.
-            Want::Again => {
-                c.waits = Waits::Write;
-                // It made progress: the send timeout counts from now.
-                self.timers.set(&mut c.timer, token, self.now + self.pipeline.settings.send_timeout);
-                self.again.push(token);
-            }
-            Want::Source(deadline) => {
-                c.waits = Waits::Pipes;
-                // Once per script, edge-triggered like the socket; closing a
-                // pipe removes it from the set.
-                for (fd, interest) in c.conn.new_sources() {
-                    if let Err(e) = self.poller.add(fd, token | PIPE, interest, Trigger::Edge) {
-                        self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
-                    }
-                }
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Close => {
-                // Closing the descriptor also removes it from epoll.
-                self.conns.remove(token);
-            }
-            Want::Warm => {
-                // Only connections with a warm-ahead window ask this, so helpers exist.
-                c.waits = Waits::Helper;
-                // No deadline while a helper reads.
-                c.timer.cancel();
-                let submitted = match (c.conn.take_cold_pages(), self.helpers.as_mut()) {
-                    (Some(pages), Some(helpers)) => helpers.warm(token, pages),
-                    _ => false,
-                };
-                if !submitted {
-                    self.pipeline.error_log.error(format_args!("no helper left to read ahead"));
-                    self.conns.remove(token);
-                }
-            }
-            Want::Process => {
-                // Only split mode asks this, so helpers exist.
-                let request = parked;
-                c.waits = Waits::Helper;
-                // No deadline while the pipeline runs; set again after.
-                c.timer.cancel();
-                let submitted = match (request, self.helpers.as_mut()) {
-                    (Some(request), Some(helpers)) => helpers.submit(token, request),
-                    _ => false,
-                };
-                if !submitted {
-                    self.pipeline.error_log.error(format_args!("no helper left to take a request"));
-                    self.conns.remove(token);
-                }
-            }
-        }
+        self.settle(token, want, parked);
     }
 
     /// The graceful stop: refuse new connections, close idle ones, let
@@ -720,6 +659,7 @@ impl Loop {
 impl Core for Loop {
     type Conn = Conn;
     const WARMS_AHEAD: bool = true;
+    const NO_HELPER_LEFT: &'static str = "no helper left to take a request";
 
     fn parts(&mut self) -> Parts<'_, Conn> {
         Parts {
@@ -744,6 +684,21 @@ impl Core for Loop {
 
     fn watch_listener(&mut self) {
         Loop::watch_listener(self);
+    }
+
+    fn come_back(&mut self, token: u64) {
+        self.again.push(token);
+    }
+
+    /// Once per script, edge-triggered like the socket; closing a pipe
+    /// removes it from the set.
+    fn watch_sources(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        for (fd, interest) in c.conn.new_sources() {
+            if let Err(e) = self.poller.add(fd, token | PIPE, interest, Trigger::Edge) {
+                self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
+            }
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //!   wait (until the next timer, or the accept pause's end)   ◀── wait_timeout
 //!   read the clock once: the turn's `now`
 //!   changed files first                                       ◀── files_first
-//!   readiness / completions ─▶ drive(token) ─▶ Want ─▶ timer, waits
+//!   readiness / completions ─▶ drive(token) ─▶ Want ─▶ timer, waits  ◀── settle
 //!   helpers' replies ─▶ deliver ─▶ drive                      ◀── collect_replies
 //!   the stop ─▶ every connection driven as stopping           ◀── drive_all_stopping
 //!   deadlines passed ─▶ timed_out ─▶ drive or close           ◀── end_turn
@@ -16,16 +16,29 @@
 //! ```
 //!
 //! The loop supplies its connections, timers and helpers ([`Parts`]),
-//! `drive`, `close` and `watch_listener`; the core is generic over the
-//! loop, so every call from it to a loop's `drive` is a direct one.
+//! `drive`, `close` and `watch_listener`, and its registration primitives
+//! for what a connection wants (`come_back`, `watch_sources`); the core is
+//! generic over the loop, so every call from it to the loop is a direct one.
 
 use std::time::{Duration, Instant};
 
-use pipeline::{Connection, Pipeline};
+use pipeline::{Connection, Pipeline, Request, Want};
 use transport::deadlines::{Deadlines, HasTimer};
 use transport::slab::Slab;
 
 use crate::helpers::Helpers;
+
+/// What a loop's connection is waiting for between its drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waits {
+    Read,
+    Write,
+    /// Its request is with a helper; its socket is left alone meanwhile
+    /// (further pipelined requests wait in its buffer, in order).
+    Helper,
+    /// A responder's pipes are open: any event on them or the socket drives it.
+    Pipes,
+}
 
 /// A loop's connection as the core sees it.
 pub(crate) trait LoopConn: HasTimer {
@@ -33,6 +46,21 @@ pub(crate) trait LoopConn: HasTimer {
     /// Its request is with a helper: a reply is due, and neither its
     /// deadline nor the stop drives it meanwhile.
     fn awaits_helper(&self) -> bool;
+    /// It now waits for `waits`.
+    fn wait(&mut self, waits: Waits);
+    /// It read or wrote until its socket had no more (`Read`, `Write`): a
+    /// readiness loop forgets the readiness it saw, as the next edge will
+    /// be a fresh one.
+    fn wait_drained(&mut self, waits: Waits) {
+        self.wait(waits);
+    }
+}
+
+/// Whether a connection lives on after [`Core::settle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Open,
+    Closed,
 }
 
 /// The loop's state the core works on, borrowed for one step.
@@ -52,6 +80,8 @@ pub(crate) trait Core {
     type Conn: LoopConn;
     /// Its helpers read a response's next pages ahead (`amped`'s warm-ahead).
     const WARMS_AHEAD: bool;
+    /// Said when no helper is left to take a request.
+    const NO_HELPER_LEFT: &'static str;
 
     fn parts(&mut self) -> Parts<'_, Self::Conn>;
     /// Runs the connection's state machine as far as its socket allows,
@@ -61,6 +91,78 @@ pub(crate) trait Core {
     fn close(&mut self, token: u64);
     /// Accepts exactly while the loop may (not paused, under its cap, not stopping).
     fn watch_listener(&mut self);
+    /// The connection yielded while its socket still takes bytes: no
+    /// readiness will come for it, so the loop comes back to it itself.
+    fn come_back(&mut self, token: u64);
+    /// Watches the connection's responder's sources (its pipes) with the
+    /// loop's kernel interface.
+    fn watch_sources(&mut self, token: u64);
+
+    /// After a drive: sets the connection up to wait for what it wants
+    /// (its timer, the loop's registrations, a helper), or closes it.
+    /// `parked`: the request the loop took to hand to a helper, if it did.
+    #[inline]
+    fn settle(&mut self, token: u64, want: Want, parked: Option<Request>) -> Settled {
+        let Parts { conns, timers, helpers, pipeline, now, .. } = self.parts();
+        let Some(c) = conns.get_mut(token) else { return Settled::Closed };
+        match want {
+            Want::Read(deadline) => {
+                c.wait_drained(Waits::Read);
+                timers.set(c.timer(), token, deadline);
+            }
+            Want::Write(deadline) => {
+                c.wait_drained(Waits::Write);
+                timers.set(c.timer(), token, deadline);
+            }
+            Want::Again => {
+                c.wait(Waits::Write);
+                // It made progress: the send timeout counts from now.
+                timers.set(c.timer(), token, now + pipeline.settings.send_timeout);
+                self.come_back(token);
+            }
+            Want::Source(deadline) => {
+                c.wait(Waits::Pipes);
+                timers.set(c.timer(), token, deadline);
+                self.watch_sources(token);
+            }
+            Want::Close => {
+                self.close(token);
+                return Settled::Closed;
+            }
+            Want::Warm => {
+                assert!(Self::WARMS_AHEAD, "only a loop whose helpers warm ahead is asked to");
+                c.wait(Waits::Helper);
+                // No deadline while a helper reads.
+                c.timer().cancel();
+                let submitted = match (c.conn().take_cold_pages(), helpers.as_mut()) {
+                    (Some(pages), Some(helpers)) => helpers.warm(token, pages),
+                    _ => false,
+                };
+                if !submitted {
+                    pipeline.error_log.error(format_args!("no helper left to read ahead"));
+                    self.close(token);
+                    return Settled::Closed;
+                }
+            }
+            Want::Process => {
+                // Only a loop with helpers is asked this.
+                c.wait(Waits::Helper);
+                // No deadline while the pipeline runs; set again after.
+                c.timer().cancel();
+                let request = parked.or_else(|| c.conn().take_request());
+                let submitted = match (request, helpers.as_mut()) {
+                    (Some(request), Some(helpers)) => helpers.submit(token, request),
+                    _ => false,
+                };
+                if !submitted {
+                    pipeline.error_log.error(format_args!("{}", Self::NO_HELPER_LEFT));
+                    self.close(token);
+                    return Settled::Closed;
+                }
+            }
+        }
+        Settled::Open
+    }
 
     /// The deadline of the connection under `token` passed.
     fn expire(&mut self, token: u64) {

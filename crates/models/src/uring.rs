@@ -65,14 +65,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
+use pipeline::{ConnInfo, Connection, Mode, Pipeline};
 use transport::accept::{self, Failed};
 use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::slab::Slab;
 use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
-use crate::loop_core::{self, Core, LoopConn, Parts};
+use crate::loop_core::{self, Core, LoopConn, Parts, Settled, Waits};
 use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
@@ -267,15 +267,6 @@ fn serve(
     result
 }
 
-/// What a connection is waiting for (as in `event`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Waits {
-    Read,
-    Write,
-    Helper,
-    Pipes,
-}
-
 /// A multishot operation's state: armed, asked to stop, or ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Shot {
@@ -319,6 +310,10 @@ impl LoopConn for Conn {
 
     fn awaits_helper(&self) -> bool {
         self.waits == Waits::Helper && !self.closing
+    }
+
+    fn wait(&mut self, waits: Waits) {
+        self.waits = waits;
     }
 }
 
@@ -576,9 +571,7 @@ impl Loop {
             // cancels it first: pause as for an error accept(2) does not name.
             Failed::Pause | Failed::Gone => {
                 let e = io::Error::from_raw_os_error(-result);
-                self.pipeline
-                    .error_log
-                    .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                self.pipeline.error_log.accept_paused(&e);
                 self.accept_resume = Some(Instant::now() + accept::PAUSE);
             }
         }
@@ -765,47 +758,10 @@ impl Loop {
         let stopping = self.stopping && !c.link.socket().unread_in_kernel();
         let p = &*self.pipeline;
         c.conn.set_now(self.now);
-        match c.conn.drive(&c.link, p, stopping) {
-            Want::Read(deadline) => {
-                c.waits = Waits::Read;
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Write(deadline) => {
-                c.waits = Waits::Write;
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            // Only a yielding connection (SRPT's loop order, not this loop's) asks this.
-            Want::Again => {
-                c.waits = Waits::Write;
-                let deadline = self.now + p.settings.send_timeout;
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Source(deadline) => {
-                c.waits = Waits::Pipes;
-                self.timers.set(&mut c.timer, token, deadline);
-                self.arm_pipes(token);
-            }
-            Want::Close => {
-                self.close(token);
-                return;
-            }
-            Want::Warm => unreachable!("uring's connections do not warm ahead"),
-            Want::Process => {
-                c.waits = Waits::Helper;
-                // No deadline while a spawner starts the script.
-                c.timer.cancel();
-                let submitted = match (c.conn.take_request(), self.helpers.as_mut()) {
-                    (Some(request), Some(helpers)) => helpers.submit(token, request),
-                    _ => false,
-                };
-                if !submitted {
-                    self.pipeline.error_log.error(format_args!("no spawner left to start a script"));
-                    self.close(token);
-                    return;
-                }
-            }
+        let want = c.conn.drive(&c.link, p, stopping);
+        if self.settle(token, want, None) == Settled::Open {
+            self.pump(token);
         }
-        self.pump(token);
     }
 
     /// One-shot polls for what a running script's pipes wait for, armed
@@ -910,6 +866,7 @@ impl Loop {
 impl Core for Loop {
     type Conn = Conn;
     const WARMS_AHEAD: bool = false;
+    const NO_HELPER_LEFT: &'static str = "no spawner left to start a script";
 
     fn parts(&mut self) -> Parts<'_, Conn> {
         Parts {
@@ -932,6 +889,14 @@ impl Core for Loop {
 
     fn watch_listener(&mut self) {
         Loop::watch_listener(self);
+    }
+
+    /// Only a yielding connection (SRPT's loop order, not this loop's) asks
+    /// to be come back to; its send's completion drives it.
+    fn come_back(&mut self, _token: u64) {}
+
+    fn watch_sources(&mut self, token: u64) {
+        self.arm_pipes(token);
     }
 
     fn expire(&mut self, token: u64) {

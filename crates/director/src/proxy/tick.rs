@@ -194,7 +194,8 @@ impl Director {
     /// An accept failed other than for want of connections (out of
     /// descriptors, typically): stop polling that listener until the next
     /// tick instead of spinning on it.
-    pub(super) fn pause_listener(&mut self, token: u64) {
+    pub(super) fn pause_listener(&mut self, token: u64, e: &std::io::Error) {
+        self.watch.accept_paused(e);
         if self.paused_listeners.contains(&token) {
             return;
         }
