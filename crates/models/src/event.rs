@@ -69,6 +69,7 @@ use transport::accept::{self, Failed};
 use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::slab::{self, Slab};
+use transport::turn::{self, AcceptPause, Finish};
 use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
@@ -287,8 +288,8 @@ struct Loop {
     listener: Option<Arc<TcpListener>>,
     /// The listener is in the epoll set.
     listening: bool,
-    /// Accepting is paused until then (out of descriptors).
-    accept_resume: Option<Instant>,
+    /// Accepting is paused (out of descriptors).
+    accept_pause: AcceptPause,
     /// Most connections this loop holds (its share of `--max-connections`).
     max_conns: usize,
     /// Every loop's nudge (this loop's is `nudges[me]`): a loop that stops
@@ -297,7 +298,7 @@ struct Loop {
     nudges: Arc<[Waker]>,
     me: usize,
     shutdown: Shutdown,
-    stopping: bool,
+    finish: Finish,
     pipeline: Arc<Pipeline>,
     helpers: Option<Box<dyn Helpers>>,
     /// Where its connections' requests run: inline, or some sent to the helpers.
@@ -353,12 +354,12 @@ impl Loop {
             poller,
             listener: Some(listener),
             listening: true,
-            accept_resume: None,
+            accept_pause: AcceptPause::default(),
             max_conns: max_conns.max(1),
             nudges: Arc::from(Vec::new()),
             me: 0,
             shutdown,
-            stopping: false,
+            finish: Finish::default(),
             pipeline,
             srpt,
             order: Vec::new(),
@@ -386,11 +387,11 @@ impl Loop {
         let me = self.pipeline.stats.worker(name);
         // A stop that fired before the registration is still seen: the pipe
         // stays readable.
-        while !(self.stopping && self.conns.is_empty()) {
+        while !self.finish.over(self.now, self.conns.is_empty()) {
             // As of the wakeup: the scoreboard's idle time starts that much early.
             let now = self.now;
             let timeout = if self.again.is_empty() {
-                loop_core::wait_timeout(&self.timers, now, self.accept_resume)
+                turn::wait_timeout(&self.timers, now, self.accept_pause.until())
             } else {
                 // Yielded connections still have bytes to send: look, don't wait.
                 Some(Duration::ZERO)
@@ -450,13 +451,13 @@ impl Loop {
                     // The listener stays readable: stop watching it for a
                     // while instead of spinning; open connections carry on.
                     self.pipeline.error_log.accept_paused(&e);
-                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                    self.accept_pause.pause(Instant::now() + accept::PAUSE);
                     return;
                 }
                 // Only the loop's own stop closes its listener.
                 Err((Failed::Gone, e)) => {
                     self.pipeline.error_log.error_once("accept", format_args!("accept: {e}"));
-                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                    self.accept_pause.pause(Instant::now() + accept::PAUSE);
                     return;
                 }
             }
@@ -471,7 +472,7 @@ impl Loop {
     /// once when it is re-added.
     fn watch_listener(&mut self) {
         let Some(listener) = &self.listener else { return };
-        let wanted = self.accept_resume.is_none() && self.conns.len() < self.max_conns;
+        let wanted = !self.accept_pause.is_paused() && self.conns.len() < self.max_conns;
         if wanted == self.listening {
             return;
         }
@@ -480,7 +481,7 @@ impl Loop {
                 Ok(()) => self.listening = true,
                 Err(e) => {
                     self.pipeline.error_log.error(format_args!("accept: re-registering the listener: {e}"));
-                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                    self.accept_pause.pause(Instant::now() + accept::PAUSE);
                 }
             }
         } else {
@@ -610,7 +611,7 @@ impl Loop {
     /// Runs the connection's state machine as far as its socket allows.
     fn drive(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(token) else { return };
-        let (p, stopping, now) = (&*self.pipeline, self.stopping, self.now);
+        let (p, stopping, now) = (&*self.pipeline, self.finish.is_stopping(), self.now);
         c.conn.set_now(now);
         let drive = |c: &mut Conn| c.conn.drive(&c.stream, p, stopping);
         let mut want = drive(c);
@@ -637,10 +638,10 @@ impl Loop {
     /// The graceful stop: refuse new connections, close idle ones, let
     /// in-flight requests finish.
     fn begin_stop(&mut self) {
-        if self.stopping {
+        // No deadline of its own: the runtime bounds the graceful finish.
+        if !self.finish.begin(None) {
             return;
         }
-        self.stopping = true;
         // The stop pipe stays readable: a level-triggered loop would spin on it.
         let _ = self.poller.delete(self.shutdown.wake_fd());
         if let Some(listener) = self.listener.take() {
@@ -651,7 +652,7 @@ impl Loop {
             }
             self.listening = false;
         }
-        self.accept_resume = None;
+        self.accept_pause.lift();
         self.drive_all_stopping();
     }
 }
@@ -667,7 +668,7 @@ impl Core for Loop {
             timers: &mut self.timers,
             helpers: &mut self.helpers,
             pipeline: &self.pipeline,
-            accept_resume: &mut self.accept_resume,
+            accept_pause: &mut self.accept_pause,
             now: self.now,
         }
     }

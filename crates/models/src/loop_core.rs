@@ -5,7 +5,7 @@
 //! both:
 //!
 //! ```text
-//!   wait (until the next timer, or the accept pause's end)   ◀── wait_timeout
+//!   wait (until the next timer, or the accept pause's end)   ◀── transport::turn::wait_timeout
 //!   read the clock once: the turn's `now`
 //!   changed files first                                       ◀── files_first
 //!   readiness / completions ─▶ drive(token) ─▶ Want ─▶ timer, waits  ◀── settle
@@ -19,12 +19,15 @@
 //! `drive`, `close` and `watch_listener`, and its registration primitives
 //! for what a connection wants (`come_back`, `watch_sources`); the core is
 //! generic over the loop, so every call from it to the loop is a direct one.
+//! What names no connection — the wait's timeout, the accept pause, the
+//! stop — is `transport::turn`'s, which the director's loop uses too.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pipeline::{Connection, Pipeline, Request, Want};
 use transport::deadlines::{Deadlines, HasTimer};
 use transport::slab::Slab;
+use transport::turn::AcceptPause;
 
 use crate::helpers::Helpers;
 
@@ -69,8 +72,8 @@ pub(crate) struct Parts<'a, C> {
     pub(crate) timers: &'a mut Deadlines,
     pub(crate) helpers: &'a mut Option<Box<dyn Helpers>>,
     pub(crate) pipeline: &'a Pipeline,
-    /// Accepting is paused until then (out of descriptors).
-    pub(crate) accept_resume: &'a mut Option<Instant>,
+    /// Accepting is paused (out of descriptors).
+    pub(crate) accept_pause: &'a mut AcceptPause,
     /// The turn's clock, read once when the wait returned.
     pub(crate) now: Instant,
 }
@@ -191,11 +194,9 @@ pub(crate) trait Core {
             let Some(token) = timers.expired(now, conns) else { break };
             self.expire(token);
         }
-        let Parts { conns, timers, accept_resume, now, .. } = self.parts();
+        let Parts { conns, timers, accept_pause, now, .. } = self.parts();
         timers.prune(conns);
-        if accept_resume.is_some_and(|at| at <= now) {
-            *accept_resume = None;
-        }
+        accept_pause.resume_if_over(now);
         self.watch_listener();
     }
 
@@ -252,21 +253,6 @@ pub(crate) trait Core {
     }
 }
 
-/// How long a loop may wait: until its next timer or the end of its
-/// accept pause (`None`: until something happens). As of the turn's
-/// `now`: a turn's work makes timers fire that much late.
-pub(crate) fn wait_timeout(
-    timers: &Deadlines,
-    now: Instant,
-    accept_resume: Option<Instant>,
-) -> Option<Duration> {
-    let resume = accept_resume.map(|at| at.saturating_duration_since(now));
-    match (timers.next_in(now), resume) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 /// Changed files first: a request read in this turn may have been sent
 /// after the change, and a cache hit costs no `stat` (see
 /// `Pipeline::watch_files`).
@@ -275,25 +261,5 @@ pub(crate) fn files_first(pipeline: &Pipeline, changed: bool) {
         pipeline.files_changed();
     } else {
         pipeline.files_settled();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use transport::deadlines::Timer;
-
-    #[test]
-    fn a_loop_waits_for_the_nearer_of_its_next_timer_and_its_accept_pause() {
-        let now = Instant::now();
-        let secs = Duration::from_secs;
-        let mut timers = Deadlines::default();
-        assert_eq!(wait_timeout(&timers, now, None), None, "nothing due: wait for an event");
-        assert_eq!(wait_timeout(&timers, now, Some(now + secs(4))), Some(secs(4)));
-        timers.set(&mut Timer::default(), 1, now + secs(2));
-        assert_eq!(wait_timeout(&timers, now, None), Some(secs(2)));
-        assert_eq!(wait_timeout(&timers, now, Some(now + secs(4))), Some(secs(2)));
-        assert_eq!(wait_timeout(&timers, now, Some(now + secs(1))), Some(secs(1)));
-        assert_eq!(wait_timeout(&timers, now + secs(3), None), Some(Duration::ZERO), "overdue: look at once");
     }
 }

@@ -69,6 +69,7 @@ use pipeline::{ConnInfo, Connection, Mode, Pipeline};
 use transport::accept::{self, Failed};
 use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::slab::Slab;
+use transport::turn::{self, AcceptPause, Finish};
 use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
@@ -331,10 +332,10 @@ struct Loop {
     bufs: ManuallyDrop<BufRing>,
     listener: Option<Arc<TcpListener>>,
     accept: Shot,
-    accept_resume: Option<Instant>,
+    accept_pause: AcceptPause,
     max_conns: usize,
     shutdown: Shutdown,
-    stopping: bool,
+    finish: Finish,
     /// The stop's completion arrived in the batch being handled.
     stop_asked: bool,
     pipeline: Arc<Pipeline>,
@@ -386,10 +387,10 @@ impl Loop {
             bufs,
             listener: Some(listener),
             accept: Shot::Off,
-            accept_resume: None,
+            accept_pause: AcceptPause::default(),
             max_conns,
             shutdown,
-            stopping: false,
+            finish: Finish::default(),
             stop_asked: false,
             pipeline,
             helpers,
@@ -464,9 +465,9 @@ impl Loop {
         // holds the listening socket while the accept is in flight, and a
         // ring torn down after the process exits lets it take connections
         // a moment longer.
-        while !(self.stopping && self.conns.is_empty() && matches!(self.accept, Shot::Off)) {
+        while !self.finish.over(self.now, self.conns.is_empty() && matches!(self.accept, Shot::Off)) {
             let now = self.now;
-            let timeout = loop_core::wait_timeout(&self.timers, now, self.accept_resume);
+            let timeout = turn::wait_timeout(&self.timers, now, self.accept_pause.until());
             me.idle_at(now);
             self.submit_and_wait(timeout)?;
             self.now = Instant::now();
@@ -572,7 +573,7 @@ impl Loop {
             Failed::Pause | Failed::Gone => {
                 let e = io::Error::from_raw_os_error(-result);
                 self.pipeline.error_log.accept_paused(&e);
-                self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                self.accept_pause.pause(Instant::now() + accept::PAUSE);
             }
         }
     }
@@ -580,7 +581,7 @@ impl Loop {
     /// Arms the multishot accept exactly while this loop may accept.
     fn watch_listener(&mut self) {
         let wanted =
-            self.listener.is_some() && self.accept_resume.is_none() && self.conns.len() < self.max_conns;
+            self.listener.is_some() && !self.accept_pause.is_paused() && self.conns.len() < self.max_conns;
         match (wanted, self.accept) {
             (true, Shot::Off) => {
                 let Some(fd) = self.listener.as_ref().map(|l| l.as_raw_fd()) else { return };
@@ -755,7 +756,7 @@ impl Loop {
         // A connection whose bytes the kernel holds is not silent, though
         // no receive has handed them over yet: a stop must answer it, not
         // close it under its request.
-        let stopping = self.stopping && !c.link.socket().unread_in_kernel();
+        let stopping = self.finish.is_stopping() && !c.link.socket().unread_in_kernel();
         let p = &*self.pipeline;
         c.conn.set_now(self.now);
         let want = c.conn.drive(&c.link, p, stopping);
@@ -851,13 +852,13 @@ impl Loop {
     /// The graceful stop: refuse new connections, close idle ones, let
     /// in-flight requests finish.
     fn begin_stop(&mut self) {
-        if self.stopping {
+        // No deadline of its own: the runtime bounds the graceful finish.
+        if !self.finish.begin(None) {
             return;
         }
-        self.stopping = true;
         // Dropping the last reference closes the listener once the accept is cancelled.
         self.listener = None;
-        self.accept_resume = None;
+        self.accept_pause.lift();
         self.watch_listener();
         self.drive_all_stopping();
     }
@@ -874,7 +875,7 @@ impl Core for Loop {
             timers: &mut self.timers,
             helpers: &mut self.helpers,
             pipeline: &self.pipeline,
-            accept_resume: &mut self.accept_resume,
+            accept_pause: &mut self.accept_pause,
             now: self.now,
         }
     }

@@ -106,7 +106,7 @@ impl Director {
         }
         loop {
             let (cap, spooling) =
-                match read_request(&mut c.io.inbuf, &mut c.intake, cfg, c.peer, self.stopping.is_some()) {
+                match read_request(&mut c.io.inbuf, &mut c.intake, cfg, c.peer, self.finish.is_stopping()) {
                     RequestRead::More { cap, spooling } => (cap, spooling),
                     RequestRead::Continue => {
                         c.io.out.extend_from_slice(CONTINUE);
@@ -265,7 +265,7 @@ impl Director {
         let took = ex.started.elapsed();
         record(&mut self.latencies.request, took);
         self.metrics.request_duration.observe(took.as_secs_f64());
-        if !ex.after.keeps_alive() || self.stopping.is_some() {
+        if !ex.after.keeps_alive() || self.finish.is_stopping() {
             c.stream.shutdown_write();
             c.state = ClientState::Linger;
             c.deadline = Some(Instant::now() + LINGER);

@@ -140,7 +140,7 @@ impl Director {
         {
             self.rate_samples.pop_front();
         }
-        if self.cfg.health_path.is_some() && self.stopping.is_none() {
+        if self.cfg.health_path.is_some() && !self.finish.is_stopping() {
             for b in 0..self.backends.len() {
                 if self.probing[b].is_none() {
                     self.start_probe(b);
@@ -161,7 +161,7 @@ impl Director {
             // succeeds the backend is back.
             if !backend.up
                 && backend.connecting == 0
-                && self.stopping.is_none()
+                && !self.finish.is_stopping()
                 && self.cfg.health_path.is_none()
             {
                 let _ = self.open_conn(b);
@@ -172,9 +172,11 @@ impl Director {
         if changed {
             self.dispatch_queue();
         }
-        for token in std::mem::take(&mut self.paused_listeners) {
-            if let Some(l) = self.listener_of(token) {
-                let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
+        if self.accept_pause.resume_if_over(now) {
+            for token in std::mem::take(&mut self.paused_listeners) {
+                if let Some(l) = self.listener_of(token) {
+                    let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
+                }
             }
         }
         if self.listener.is_some() {
@@ -196,6 +198,7 @@ impl Director {
     /// tick instead of spinning on it.
     pub(super) fn pause_listener(&mut self, token: u64, e: &std::io::Error) {
         self.watch.accept_paused(e);
+        self.accept_pause.pause(self.next_tick);
         if self.paused_listeners.contains(&token) {
             return;
         }

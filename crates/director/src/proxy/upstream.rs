@@ -215,7 +215,7 @@ impl Director {
     /// Keeps `--backend-conns` connections open to an up backend.
     pub(super) fn replenish(&mut self, b: usize) {
         while self.backends[b].up
-            && self.stopping.is_none()
+            && !self.finish.is_stopping()
             && self.backends[b].conns < self.cfg.backend_conns
         {
             if self.open_conn(b).is_none() {
