@@ -68,8 +68,8 @@ impl Director {
             Ok(w) => w,
             Err(()) => return Step::Close,
         };
-        if c.state == ClientState::Response && (wrote || c.deadline.is_none()) {
-            c.deadline = Some(Instant::now() + self.cfg.send_timeout);
+        if c.state == ClientState::Response && (wrote || c.timer.deadline().is_none()) {
+            c.timer.set_unarmed(Instant::now() + self.cfg.send_timeout);
         }
         match c.state {
             ClientState::Request => self.step_request(token),
@@ -142,7 +142,7 @@ impl Director {
                         self.stats.requests += 1;
                         c.ex = Some(ex);
                         c.state = ClientState::Peek;
-                        c.deadline = None;
+                        c.timer.cancel();
                         c.head_started = None;
                         return Step::Peek;
                     }
@@ -155,9 +155,9 @@ impl Director {
                         // keep-alive timeout covered the wait before it.
                         let now = Instant::now();
                         c.head_started = Some(now);
-                        c.deadline = Some(now + cfg.header_timeout);
+                        c.timer.set_unarmed(now + cfg.header_timeout);
                     } else if spooling {
-                        c.deadline = Some(Instant::now() + cfg.body_timeout);
+                        c.timer.set_unarmed(Instant::now() + cfg.body_timeout);
                     }
                 }
                 Io::Blocked => return Step::Blocked,
@@ -194,7 +194,7 @@ impl Director {
         if !ex.is_queued() && self.queue.len() < self.cfg.queue {
             let now = Instant::now();
             ex.stage = Stage::Queued(now);
-            c.deadline = Some(now + self.cfg.queue_timeout);
+            c.timer.set_unarmed(now + self.cfg.queue_timeout);
             self.stats.queued_total += 1;
             self.queue.push(token, expected);
             return;
@@ -246,11 +246,12 @@ impl Director {
         c.state = ClientState::Receive;
         // While the body is coming, the client must keep it moving; after
         // it, the backend has --backend-timeout to answer.
-        c.deadline = Some(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
+        c.timer
+            .set_unarmed(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
         let bc = self.bconns.get_mut(btoken).expect("checked above");
         bc.client = Some(token);
         bc.io.out.extend_from_slice(&ex.fwd_head);
-        bc.deadline = None;
+        bc.timer.cancel();
         self.ready.push_back(token);
     }
 
@@ -268,17 +269,17 @@ impl Director {
         if !ex.after.keeps_alive() || self.finish.is_stopping() {
             c.stream.shutdown_write();
             c.state = ClientState::Linger;
-            c.deadline = Some(Instant::now() + LINGER);
+            c.timer.set_unarmed(Instant::now() + LINGER);
             return Step::Again;
         }
         c.state = ClientState::Request;
         let now = Instant::now();
         if c.io.inbuf.is_empty() {
             c.head_started = None;
-            c.deadline = Some(now + self.cfg.keepalive_timeout);
+            c.timer.set_unarmed(now + self.cfg.keepalive_timeout);
         } else {
             c.head_started = Some(now);
-            c.deadline = Some(now + self.cfg.header_timeout);
+            c.timer.set_unarmed(now + self.cfg.header_timeout);
         }
         Step::Again
     }

@@ -91,10 +91,13 @@ impl Director {
         }
         if body_moved && c.state == ClientState::Receive {
             let now = Instant::now();
-            c.deadline =
-                Some(if ex.upload.is_done() { now + cfg.backend_timeout } else { now + cfg.body_timeout });
+            c.timer.set_unarmed(if ex.upload.is_done() {
+                now + cfg.backend_timeout
+            } else {
+                now + cfg.body_timeout
+            });
         } else if body_was_pending && ex.upload.is_done() {
-            c.deadline = Some(Instant::now() + cfg.backend_timeout);
+            c.timer.set_unarmed(Instant::now() + cfg.backend_timeout);
         }
         match bc.io.flush(&bc.stream) {
             Ok(w) => progress |= w,
@@ -166,7 +169,7 @@ impl Director {
                     }
                     ex.stage = Stage::Relaying(attachment, head.body);
                     c.state = ClientState::Response;
-                    c.deadline = Some(Instant::now() + cfg.send_timeout);
+                    c.timer.set_unarmed(Instant::now() + cfg.send_timeout);
                     if is_gateway_error(head.status) {
                         self.passive_failure(b, "gateway_error");
                     } else {

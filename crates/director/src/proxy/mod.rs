@@ -64,7 +64,7 @@ use crate::backend::{Backend, Limiter};
 use crate::options::Config;
 use crate::spill::Spill;
 use crate::watch::Watch;
-use transport::deadlines::Deadlines;
+use transport::deadlines::{Deadlines, Timer};
 use transport::slab::Slab;
 use transport::turn::{self, AcceptPause, Finish};
 
@@ -180,8 +180,7 @@ struct Client {
     peer: SocketAddr,
     io: Buffered,
     state: ClientState,
-    deadline: Option<Instant>,
-    armed: Option<Instant>,
+    timer: Timer,
     /// The next request's head started (first byte, or accept for a fresh
     /// connection): the header deadline runs from here.
     head_started: Option<Instant>,
@@ -200,14 +199,15 @@ struct BConn {
     link: Link,
     client: Option<u64>,
     io: Buffered,
-    deadline: Option<Instant>,
-    armed: Option<Instant>,
+    timer: Timer,
 }
 
 /// An `--admin` client.
 struct AdminConn {
     stream: TcpStream,
     io: Buffered,
+    /// Its one deadline, [`ADMIN_TIMEOUT`] after it was accepted.
+    timer: Timer,
 }
 
 /// A `--health-path` check in progress.
@@ -216,6 +216,8 @@ struct Probe {
     backend: usize,
     link: Link,
     io: Buffered,
+    /// Its one deadline, `--health-timeout` after it started.
+    timer: Timer,
 }
 
 /// Where a connection to a backend is in its life.
@@ -566,7 +568,7 @@ fn respond_local(
     ex.status = status;
     ex.after.close_unless(keep);
     c.state = ClientState::Response;
-    c.deadline = None;
+    c.timer.cancel();
 }
 
 /// Drops a request body that is already buffered so the connection can
