@@ -40,7 +40,7 @@ impl Watch {
 
     /// Says (once a minute) that accepting on a listener failed and pauses.
     pub(crate) fn accept_paused(&self, e: &std::io::Error) {
-        self.log.error_once("accept", format_args!("accept: {e}: {}", transport::accept::PAUSE_HINT));
+        self.log.accept_paused(e);
     }
 
     /// Logs every change since the last call.

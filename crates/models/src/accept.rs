@@ -42,9 +42,7 @@ pub fn run(
                 Err((Failed::Pause, e)) => {
                     // Out of descriptors or memory: back off instead of
                     // spinning on a listener that stays readable.
-                    pipeline
-                        .error_log
-                        .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                    pipeline.error_log.accept_paused(&e);
                     std::thread::sleep(accept::PAUSE);
                     break;
                 }

@@ -68,7 +68,7 @@ use std::io;
 
 use crate::event;
 use crate::helpers::{HelperPool, SendAway, WarmAhead};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "amped",
@@ -79,7 +79,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: true,
         staged: false,
         srpt_loop: true,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },

@@ -69,11 +69,12 @@ use transport::accept::{self, Failed};
 use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Event, Events, Interest, Poller, Trigger, Waker};
 use transport::slab::{self, Slab};
+use transport::turn::{self, AcceptPause, Finish};
 use transport::{Shutdown, Stream};
 
 use crate::helpers::{HelperPool, Helpers, SendAway};
-use crate::loop_core::{self, Core, LoopConn, Parts};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::loop_core::{self, Core, LoopConn, Parts, Waits};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "event",
@@ -84,7 +85,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: true,
         staged: false,
         srpt_loop: true,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: true,
         holds_connection: false,
     },
@@ -234,18 +235,6 @@ const ACCEPT_BATCH: usize = 64;
 /// Events taken per wait.
 const EVENTS: usize = 256;
 
-/// What a connection is waiting for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Waits {
-    Read,
-    Write,
-    /// Its request is with a helper; its socket is left alone meanwhile
-    /// (further pipelined requests wait in its buffer, in order).
-    Helper,
-    /// A CGI script runs: any event on its token (socket or pipe) drives it.
-    Pipes,
-}
-
 #[derive(Debug)]
 struct Conn {
     stream: Stream,
@@ -274,6 +263,21 @@ impl LoopConn for Conn {
     fn awaits_helper(&self) -> bool {
         self.waits == Waits::Helper
     }
+
+    fn wait(&mut self, waits: Waits) {
+        self.waits = waits;
+    }
+
+    /// Either comes only after the socket said EAGAIN or a read came back
+    /// short, so the next edge will be a fresh one.
+    fn wait_drained(&mut self, waits: Waits) {
+        self.waits = waits;
+        match waits {
+            Waits::Read => self.readable = false,
+            Waits::Write => self.writable = false,
+            Waits::Helper | Waits::Pipes => {}
+        }
+    }
 }
 
 /// One event loop and everything it owns.
@@ -284,8 +288,8 @@ struct Loop {
     listener: Option<Arc<TcpListener>>,
     /// The listener is in the epoll set.
     listening: bool,
-    /// Accepting is paused until then (out of descriptors).
-    accept_resume: Option<Instant>,
+    /// Accepting is paused (out of descriptors).
+    accept_pause: AcceptPause,
     /// Most connections this loop holds (its share of `--max-connections`).
     max_conns: usize,
     /// Every loop's nudge (this loop's is `nudges[me]`): a loop that stops
@@ -294,7 +298,7 @@ struct Loop {
     nudges: Arc<[Waker]>,
     me: usize,
     shutdown: Shutdown,
-    stopping: bool,
+    finish: Finish,
     pipeline: Arc<Pipeline>,
     helpers: Option<Box<dyn Helpers>>,
     /// Where its connections' requests run: inline, or some sent to the helpers.
@@ -350,12 +354,12 @@ impl Loop {
             poller,
             listener: Some(listener),
             listening: true,
-            accept_resume: None,
+            accept_pause: AcceptPause::default(),
             max_conns: max_conns.max(1),
             nudges: Arc::from(Vec::new()),
             me: 0,
             shutdown,
-            stopping: false,
+            finish: Finish::default(),
             pipeline,
             srpt,
             order: Vec::new(),
@@ -383,11 +387,11 @@ impl Loop {
         let me = self.pipeline.stats.worker(name);
         // A stop that fired before the registration is still seen: the pipe
         // stays readable.
-        while !(self.stopping && self.conns.is_empty()) {
+        while !self.finish.over(self.now, self.conns.is_empty()) {
             // As of the wakeup: the scoreboard's idle time starts that much early.
             let now = self.now;
             let timeout = if self.again.is_empty() {
-                loop_core::wait_timeout(&self.timers, now, self.accept_resume)
+                turn::wait_timeout(&self.timers, now, self.accept_pause.until())
             } else {
                 // Yielded connections still have bytes to send: look, don't wait.
                 Some(Duration::ZERO)
@@ -446,16 +450,14 @@ impl Loop {
                 Err((Failed::Pause, e)) => {
                     // The listener stays readable: stop watching it for a
                     // while instead of spinning; open connections carry on.
-                    self.pipeline
-                        .error_log
-                        .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
-                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                    self.pipeline.error_log.accept_paused(&e);
+                    self.accept_pause.pause(Instant::now() + accept::PAUSE);
                     return;
                 }
                 // Only the loop's own stop closes its listener.
                 Err((Failed::Gone, e)) => {
                     self.pipeline.error_log.error_once("accept", format_args!("accept: {e}"));
-                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                    self.accept_pause.pause(Instant::now() + accept::PAUSE);
                     return;
                 }
             }
@@ -470,7 +472,7 @@ impl Loop {
     /// once when it is re-added.
     fn watch_listener(&mut self) {
         let Some(listener) = &self.listener else { return };
-        let wanted = self.accept_resume.is_none() && self.conns.len() < self.max_conns;
+        let wanted = !self.accept_pause.is_paused() && self.conns.len() < self.max_conns;
         if wanted == self.listening {
             return;
         }
@@ -479,7 +481,7 @@ impl Loop {
                 Ok(()) => self.listening = true,
                 Err(e) => {
                     self.pipeline.error_log.error(format_args!("accept: re-registering the listener: {e}"));
-                    self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                    self.accept_pause.pause(Instant::now() + accept::PAUSE);
                 }
             }
         } else {
@@ -609,7 +611,7 @@ impl Loop {
     /// Runs the connection's state machine as far as its socket allows.
     fn drive(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(token) else { return };
-        let (p, stopping, now) = (&*self.pipeline, self.stopping, self.now);
+        let (p, stopping, now) = (&*self.pipeline, self.finish.is_stopping(), self.now);
         c.conn.set_now(now);
         let drive = |c: &mut Conn| c.conn.drive(&c.stream, p, stopping);
         let mut want = drive(c);
@@ -630,78 +632,16 @@ impl Loop {
                 }
             }
         }
-        match want {
-            // Either comes back only after the socket said EAGAIN or a read
-            // came back short, so the next edge will be a fresh one.
-            Want::Read(deadline) => {
-                (c.waits, c.readable) = (Waits::Read, false);
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Write(deadline) => {
-                (c.waits, c.writable) = (Waits::Write, false);
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            // Still writable: no edge will come, so the loop itself comes back.
-            Want::Again => {
-                c.waits = Waits::Write;
-                // It made progress: the send timeout counts from now.
-                self.timers.set(&mut c.timer, token, self.now + self.pipeline.settings.send_timeout);
-                self.again.push(token);
-            }
-            Want::Source(deadline) => {
-                c.waits = Waits::Pipes;
-                // Once per script, edge-triggered like the socket; closing a
-                // pipe removes it from the set.
-                for (fd, interest) in c.conn.new_sources() {
-                    if let Err(e) = self.poller.add(fd, token | PIPE, interest, Trigger::Edge) {
-                        self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
-                    }
-                }
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Close => {
-                // Closing the descriptor also removes it from epoll.
-                self.conns.remove(token);
-            }
-            Want::Warm => {
-                // Only connections with a warm-ahead window ask this, so helpers exist.
-                c.waits = Waits::Helper;
-                // No deadline while a helper reads.
-                c.timer.cancel();
-                let submitted = match (c.conn.take_cold_pages(), self.helpers.as_mut()) {
-                    (Some(pages), Some(helpers)) => helpers.warm(token, pages),
-                    _ => false,
-                };
-                if !submitted {
-                    self.pipeline.error_log.error(format_args!("no helper left to read ahead"));
-                    self.conns.remove(token);
-                }
-            }
-            Want::Process => {
-                // Only split mode asks this, so helpers exist.
-                let request = parked;
-                c.waits = Waits::Helper;
-                // No deadline while the pipeline runs; set again after.
-                c.timer.cancel();
-                let submitted = match (request, self.helpers.as_mut()) {
-                    (Some(request), Some(helpers)) => helpers.submit(token, request),
-                    _ => false,
-                };
-                if !submitted {
-                    self.pipeline.error_log.error(format_args!("no helper left to take a request"));
-                    self.conns.remove(token);
-                }
-            }
-        }
+        self.settle(token, want, parked);
     }
 
     /// The graceful stop: refuse new connections, close idle ones, let
     /// in-flight requests finish.
     fn begin_stop(&mut self) {
-        if self.stopping {
+        // No deadline of its own: the runtime bounds the graceful finish.
+        if !self.finish.begin(None) {
             return;
         }
-        self.stopping = true;
         // The stop pipe stays readable: a level-triggered loop would spin on it.
         let _ = self.poller.delete(self.shutdown.wake_fd());
         if let Some(listener) = self.listener.take() {
@@ -712,7 +652,7 @@ impl Loop {
             }
             self.listening = false;
         }
-        self.accept_resume = None;
+        self.accept_pause.lift();
         self.drive_all_stopping();
     }
 }
@@ -720,6 +660,7 @@ impl Loop {
 impl Core for Loop {
     type Conn = Conn;
     const WARMS_AHEAD: bool = true;
+    const NO_HELPER_LEFT: &'static str = "no helper left to take a request";
 
     fn parts(&mut self) -> Parts<'_, Conn> {
         Parts {
@@ -727,7 +668,7 @@ impl Core for Loop {
             timers: &mut self.timers,
             helpers: &mut self.helpers,
             pipeline: &self.pipeline,
-            accept_resume: &mut self.accept_resume,
+            accept_pause: &mut self.accept_pause,
             now: self.now,
         }
     }
@@ -744,6 +685,21 @@ impl Core for Loop {
 
     fn watch_listener(&mut self) {
         Loop::watch_listener(self);
+    }
+
+    fn come_back(&mut self, token: u64) {
+        self.again.push(token);
+    }
+
+    /// Once per script, edge-triggered like the socket; closing a pipe
+    /// removes it from the set.
+    fn watch_sources(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(token) else { return };
+        for (fd, interest) in c.conn.new_sources() {
+            if let Err(e) = self.poller.add(fd, token | PIPE, interest, Trigger::Edge) {
+                self.pipeline.error_log.error(format_args!("epoll: a CGI pipe: {e}"));
+            }
+        }
     }
 }
 

@@ -257,7 +257,7 @@ impl Gate {
                 Err((Failed::Retry, _)) => continue,
                 Err((Failed::Empty, _)) => return Accepting::Go,
                 Err((Failed::Pause, e)) => {
-                    p.error_log.error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                    p.error_log.accept_paused(&e);
                     return Accepting::Pause;
                 }
                 // A process model's master shut the listener down.

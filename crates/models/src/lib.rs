@@ -37,7 +37,7 @@ use transport::Shutdown;
 
 /// What a model is, for tests, the lab and the CLI — which ask for a
 /// capability, never for a name.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Caps {
     /// Runs connections in child processes (tests start it as a binary).
     pub forks: bool,
@@ -48,10 +48,9 @@ pub struct Caps {
     /// Under `--schedule srpt`, orders the connections its loop serves too
     /// (every model orders the outgoing link through socket priorities).
     pub srpt_loop: bool,
-    /// Writes to the socket itself, so a file goes out with `sendfile`
-    /// (`uring` chooses its file path at run time: see
-    /// [`ModelInfo::sends_files`]).
-    pub sendfile: bool,
+    /// Whether a file goes out with `sendfile` from the file rather than
+    /// from memory (see [`ModelInfo::sends_files`]).
+    pub sendfile: Sendfile,
     /// Runs the request pipeline on its event loop's thread (not on
     /// helpers), so CPU work there — a first encoding — stalls every
     /// connection of the loop.
@@ -63,6 +62,20 @@ pub struct Caps {
     pub holds_connection: bool,
 }
 
+/// How a model's files go out, as it declares. Not comparable: a function
+/// pointer's address says nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Sendfile {
+    /// It writes to the socket itself: from the file, with `sendfile`.
+    Always,
+    /// From memory: it reads them to send them.
+    #[default]
+    Never,
+    /// Chosen at run time (an experiment knob): the function says whether
+    /// from the file. `modus models --json` reports it as not declared.
+    Probed(fn() -> bool),
+}
+
 impl Caps {
     /// Each capability by the name `modus models --json` gives it.
     pub fn named(&self) -> [(&'static str, bool); 7] {
@@ -71,7 +84,7 @@ impl Caps {
             ("event_driven", self.event_driven),
             ("staged", self.staged),
             ("srpt_loop", self.srpt_loop),
-            ("sendfile", self.sendfile),
+            ("sendfile", matches!(self.sendfile, Sendfile::Always)),
             ("pipeline_on_loop", self.pipeline_on_loop),
             ("holds_connection", self.holds_connection),
         ]
@@ -318,12 +331,15 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
-    /// Whether a file goes out from the file rather than from memory:
-    /// [`Caps::sendfile`], or `uring` on a zero-copy file path (its
-    /// `MODUS_URING_FILES` experiment knob, sendfile unless set). The server
-    /// then keeps fewer files as bytes.
+    /// Whether a file goes out from the file rather than from memory, as
+    /// [`Caps::sendfile`] declares or probes. The server then keeps fewer
+    /// files as bytes.
     pub fn sends_files(&self) -> bool {
-        self.caps.sendfile || self.name == uring::MODEL.name && uring::sends_files()
+        match self.caps.sendfile {
+            Sendfile::Always => true,
+            Sendfile::Never => false,
+            Sendfile::Probed(probe) => probe(),
+        }
     }
 }
 

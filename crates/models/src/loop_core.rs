@@ -5,10 +5,10 @@
 //! both:
 //!
 //! ```text
-//!   wait (until the next timer, or the accept pause's end)   ◀── wait_timeout
+//!   wait (until the next timer, or the accept pause's end)   ◀── transport::turn::wait_timeout
 //!   read the clock once: the turn's `now`
 //!   changed files first                                       ◀── files_first
-//!   readiness / completions ─▶ drive(token) ─▶ Want ─▶ timer, waits
+//!   readiness / completions ─▶ drive(token) ─▶ Want ─▶ timer, waits  ◀── settle
 //!   helpers' replies ─▶ deliver ─▶ drive                      ◀── collect_replies
 //!   the stop ─▶ every connection driven as stopping           ◀── drive_all_stopping
 //!   deadlines passed ─▶ timed_out ─▶ drive or close           ◀── end_turn
@@ -16,16 +16,32 @@
 //! ```
 //!
 //! The loop supplies its connections, timers and helpers ([`Parts`]),
-//! `drive`, `close` and `watch_listener`; the core is generic over the
-//! loop, so every call from it to a loop's `drive` is a direct one.
+//! `drive`, `close` and `watch_listener`, and its registration primitives
+//! for what a connection wants (`come_back`, `watch_sources`); the core is
+//! generic over the loop, so every call from it to the loop is a direct one.
+//! What names no connection — the wait's timeout, the accept pause, the
+//! stop — is `transport::turn`'s, which the director's loop uses too.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use pipeline::{Connection, Pipeline};
+use pipeline::{Connection, Pipeline, Request, Want};
 use transport::deadlines::{Deadlines, HasTimer};
 use transport::slab::Slab;
+use transport::turn::AcceptPause;
 
 use crate::helpers::Helpers;
+
+/// What a loop's connection is waiting for between its drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waits {
+    Read,
+    Write,
+    /// Its request is with a helper; its socket is left alone meanwhile
+    /// (further pipelined requests wait in its buffer, in order).
+    Helper,
+    /// A responder's pipes are open: any event on them or the socket drives it.
+    Pipes,
+}
 
 /// A loop's connection as the core sees it.
 pub(crate) trait LoopConn: HasTimer {
@@ -33,6 +49,21 @@ pub(crate) trait LoopConn: HasTimer {
     /// Its request is with a helper: a reply is due, and neither its
     /// deadline nor the stop drives it meanwhile.
     fn awaits_helper(&self) -> bool;
+    /// It now waits for `waits`.
+    fn wait(&mut self, waits: Waits);
+    /// It read or wrote until its socket had no more (`Read`, `Write`): a
+    /// readiness loop forgets the readiness it saw, as the next edge will
+    /// be a fresh one.
+    fn wait_drained(&mut self, waits: Waits) {
+        self.wait(waits);
+    }
+}
+
+/// Whether a connection lives on after [`Core::settle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Open,
+    Closed,
 }
 
 /// The loop's state the core works on, borrowed for one step.
@@ -41,8 +72,8 @@ pub(crate) struct Parts<'a, C> {
     pub(crate) timers: &'a mut Deadlines,
     pub(crate) helpers: &'a mut Option<Box<dyn Helpers>>,
     pub(crate) pipeline: &'a Pipeline,
-    /// Accepting is paused until then (out of descriptors).
-    pub(crate) accept_resume: &'a mut Option<Instant>,
+    /// Accepting is paused (out of descriptors).
+    pub(crate) accept_pause: &'a mut AcceptPause,
     /// The turn's clock, read once when the wait returned.
     pub(crate) now: Instant,
 }
@@ -52,6 +83,8 @@ pub(crate) trait Core {
     type Conn: LoopConn;
     /// Its helpers read a response's next pages ahead (`amped`'s warm-ahead).
     const WARMS_AHEAD: bool;
+    /// Said when no helper is left to take a request.
+    const NO_HELPER_LEFT: &'static str;
 
     fn parts(&mut self) -> Parts<'_, Self::Conn>;
     /// Runs the connection's state machine as far as its socket allows,
@@ -61,6 +94,78 @@ pub(crate) trait Core {
     fn close(&mut self, token: u64);
     /// Accepts exactly while the loop may (not paused, under its cap, not stopping).
     fn watch_listener(&mut self);
+    /// The connection yielded while its socket still takes bytes: no
+    /// readiness will come for it, so the loop comes back to it itself.
+    fn come_back(&mut self, token: u64);
+    /// Watches the connection's responder's sources (its pipes) with the
+    /// loop's kernel interface.
+    fn watch_sources(&mut self, token: u64);
+
+    /// After a drive: sets the connection up to wait for what it wants
+    /// (its timer, the loop's registrations, a helper), or closes it.
+    /// `parked`: the request the loop took to hand to a helper, if it did.
+    #[inline]
+    fn settle(&mut self, token: u64, want: Want, parked: Option<Request>) -> Settled {
+        let Parts { conns, timers, helpers, pipeline, now, .. } = self.parts();
+        let Some(c) = conns.get_mut(token) else { return Settled::Closed };
+        match want {
+            Want::Read(deadline) => {
+                c.wait_drained(Waits::Read);
+                timers.set(c.timer(), token, deadline);
+            }
+            Want::Write(deadline) => {
+                c.wait_drained(Waits::Write);
+                timers.set(c.timer(), token, deadline);
+            }
+            Want::Again => {
+                c.wait(Waits::Write);
+                // It made progress: the send timeout counts from now.
+                timers.set(c.timer(), token, now + pipeline.settings.send_timeout);
+                self.come_back(token);
+            }
+            Want::Source(deadline) => {
+                c.wait(Waits::Pipes);
+                timers.set(c.timer(), token, deadline);
+                self.watch_sources(token);
+            }
+            Want::Close => {
+                self.close(token);
+                return Settled::Closed;
+            }
+            Want::Warm => {
+                assert!(Self::WARMS_AHEAD, "only a loop whose helpers warm ahead is asked to");
+                c.wait(Waits::Helper);
+                // No deadline while a helper reads.
+                c.timer().cancel();
+                let submitted = match (c.conn().take_cold_pages(), helpers.as_mut()) {
+                    (Some(pages), Some(helpers)) => helpers.warm(token, pages),
+                    _ => false,
+                };
+                if !submitted {
+                    pipeline.error_log.error(format_args!("no helper left to read ahead"));
+                    self.close(token);
+                    return Settled::Closed;
+                }
+            }
+            Want::Process => {
+                // Only a loop with helpers is asked this.
+                c.wait(Waits::Helper);
+                // No deadline while the pipeline runs; set again after.
+                c.timer().cancel();
+                let request = parked.or_else(|| c.conn().take_request());
+                let submitted = match (request, helpers.as_mut()) {
+                    (Some(request), Some(helpers)) => helpers.submit(token, request),
+                    _ => false,
+                };
+                if !submitted {
+                    pipeline.error_log.error(format_args!("{}", Self::NO_HELPER_LEFT));
+                    self.close(token);
+                    return Settled::Closed;
+                }
+            }
+        }
+        Settled::Open
+    }
 
     /// The deadline of the connection under `token` passed.
     fn expire(&mut self, token: u64) {
@@ -89,11 +194,9 @@ pub(crate) trait Core {
             let Some(token) = timers.expired(now, conns) else { break };
             self.expire(token);
         }
-        let Parts { conns, timers, accept_resume, now, .. } = self.parts();
+        let Parts { conns, timers, accept_pause, now, .. } = self.parts();
         timers.prune(conns);
-        if accept_resume.is_some_and(|at| at <= now) {
-            *accept_resume = None;
-        }
+        accept_pause.resume_if_over(now);
         self.watch_listener();
     }
 
@@ -150,21 +253,6 @@ pub(crate) trait Core {
     }
 }
 
-/// How long a loop may wait: until its next timer or the end of its
-/// accept pause (`None`: until something happens). As of the turn's
-/// `now`: a turn's work makes timers fire that much late.
-pub(crate) fn wait_timeout(
-    timers: &Deadlines,
-    now: Instant,
-    accept_resume: Option<Instant>,
-) -> Option<Duration> {
-    let resume = accept_resume.map(|at| at.saturating_duration_since(now));
-    match (timers.next_in(now), resume) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 /// Changed files first: a request read in this turn may have been sent
 /// after the change, and a cache hit costs no `stat` (see
 /// `Pipeline::watch_files`).
@@ -173,25 +261,5 @@ pub(crate) fn files_first(pipeline: &Pipeline, changed: bool) {
         pipeline.files_changed();
     } else {
         pipeline.files_settled();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use transport::deadlines::Timer;
-
-    #[test]
-    fn a_loop_waits_for_the_nearer_of_its_next_timer_and_its_accept_pause() {
-        let now = Instant::now();
-        let secs = Duration::from_secs;
-        let mut timers = Deadlines::default();
-        assert_eq!(wait_timeout(&timers, now, None), None, "nothing due: wait for an event");
-        assert_eq!(wait_timeout(&timers, now, Some(now + secs(4))), Some(secs(4)));
-        timers.set(&mut Timer::default(), 1, now + secs(2));
-        assert_eq!(wait_timeout(&timers, now, None), Some(secs(2)));
-        assert_eq!(wait_timeout(&timers, now, Some(now + secs(4))), Some(secs(2)));
-        assert_eq!(wait_timeout(&timers, now, Some(now + secs(1))), Some(secs(1)));
-        assert_eq!(wait_timeout(&timers, now + secs(3), None), Some(Duration::ZERO), "overdue: look at once");
     }
 }

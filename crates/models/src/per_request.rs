@@ -21,7 +21,7 @@ use std::time::Duration;
 use pipeline::serve_ready;
 
 use crate::gate::{Door, Gate};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "per-request",
@@ -32,7 +32,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: false,
         staged: false,
         srpt_loop: false,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },

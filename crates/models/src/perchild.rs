@@ -27,7 +27,7 @@ use pipeline::{Client, BLOCKING_TICK};
 use crate::gate::{Gate, Returns};
 use crate::handoff::Handoff;
 use crate::process::{self, Child, Scaling, STACK_SIZE};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "perchild",
@@ -38,7 +38,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: false,
         staged: false,
         srpt_loop: false,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },

@@ -16,7 +16,7 @@ use pipeline::{serve_ready, Client};
 
 use crate::gate::{Door, Gate};
 use crate::handoff::Handoff;
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "pool",
@@ -27,7 +27,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: false,
         staged: false,
         srpt_loop: false,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },

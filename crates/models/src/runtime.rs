@@ -17,11 +17,12 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pipeline::lifecycle::{self, InPlace, Reload};
 use pipeline::{ErrorLog, Pipeline};
 use signal_hook::iterator::{Handle, Signals};
+use transport::turn::Finish;
 use transport::Shutdown;
 
 use crate::{Admin, ModelEnv, ModelInfo};
@@ -75,10 +76,13 @@ pub fn host(model: &'static ModelInfo, mut env: ModelEnv, admin: Option<Admin>) 
     let mut server = Hosted { generations, current, live: live.clone(), listener, reload, server_stop };
     lifecycle::run(signals.forever(), &mut server)?;
     let Hosted { current, server_stop, .. } = server;
-    let outcome = if server_stop.is_triggered() {
-        current.done.recv_timeout(grace).ok()
-    } else {
-        current.done.recv().ok()
+    // A stop asked for by a signal finishes within its grace; a generation
+    // that ended by itself is waited for.
+    let mut finish = Finish::default();
+    finish.begin(server_stop.is_triggered().then(|| Instant::now() + grace));
+    let outcome = match finish.left(Instant::now()) {
+        Some(left) => current.done.recv_timeout(left).ok(),
+        None => current.done.recv().ok(),
     };
     let result = match outcome {
         Some(result) => result,

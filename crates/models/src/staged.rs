@@ -96,7 +96,7 @@ use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::poller::{Events, Interest, Poller, Trigger, Waker};
 use transport::Stream;
 
-use crate::{accept, Caps, Knob, ModelEnv, ModelInfo};
+use crate::{accept, Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "staged",
@@ -107,7 +107,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: true,
         staged: true,
         srpt_loop: false,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },
@@ -386,7 +386,7 @@ fn read_stage(
         match want {
             Want::Process => match c.conn.take_request() {
                 // `Err`: tearing down; the connection closes.
-                Some(request) if request.route == Route::Script => drop(cgi.send((c, Some(request)))),
+                Some(request) if request.route == Route::Streamed => drop(cgi.send((c, Some(request)))),
                 Some(request) => drop(data.send((c, request))),
                 // Cannot happen: only this thread holds the connection and
                 // `Process` means a request is ready. Close rather than panic.

@@ -8,7 +8,7 @@ use std::io;
 use pipeline::serve_blocking;
 use transport::Wake;
 
-use crate::{Caps, ModelEnv, ModelInfo};
+use crate::{Caps, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "trivial",
@@ -19,7 +19,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: false,
         staged: false,
         srpt_loop: false,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },

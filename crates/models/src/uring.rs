@@ -65,15 +65,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use pipeline::{ConnInfo, Connection, Mode, Pipeline, Want};
+use pipeline::{ConnInfo, Connection, Mode, Pipeline};
 use transport::accept::{self, Failed};
 use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::slab::Slab;
+use transport::turn::{self, AcceptPause, Finish};
 use transport::{Shutdown, Wire};
 
 use crate::helpers::{HelperPool, Helpers};
-use crate::loop_core::{self, Core, LoopConn, Parts};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::loop_core::{self, Core, LoopConn, Parts, Settled, Waits};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
 use files::{FilePath, Pipes};
@@ -88,7 +89,8 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: true,
         staged: false,
         srpt_loop: false,
-        sendfile: false,
+        // Its `MODUS_URING_FILES` experiment knob (sendfile unless set).
+        sendfile: Sendfile::Probed(sends_files),
         pipeline_on_loop: true,
         holds_connection: false,
     },
@@ -266,15 +268,6 @@ fn serve(
     result
 }
 
-/// What a connection is waiting for (as in `event`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Waits {
-    Read,
-    Write,
-    Helper,
-    Pipes,
-}
-
 /// A multishot operation's state: armed, asked to stop, or ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Shot {
@@ -319,6 +312,10 @@ impl LoopConn for Conn {
     fn awaits_helper(&self) -> bool {
         self.waits == Waits::Helper && !self.closing
     }
+
+    fn wait(&mut self, waits: Waits) {
+        self.waits = waits;
+    }
 }
 
 impl Conn {
@@ -335,10 +332,10 @@ struct Loop {
     bufs: ManuallyDrop<BufRing>,
     listener: Option<Arc<TcpListener>>,
     accept: Shot,
-    accept_resume: Option<Instant>,
+    accept_pause: AcceptPause,
     max_conns: usize,
     shutdown: Shutdown,
-    stopping: bool,
+    finish: Finish,
     /// The stop's completion arrived in the batch being handled.
     stop_asked: bool,
     pipeline: Arc<Pipeline>,
@@ -390,10 +387,10 @@ impl Loop {
             bufs,
             listener: Some(listener),
             accept: Shot::Off,
-            accept_resume: None,
+            accept_pause: AcceptPause::default(),
             max_conns,
             shutdown,
-            stopping: false,
+            finish: Finish::default(),
             stop_asked: false,
             pipeline,
             helpers,
@@ -468,9 +465,9 @@ impl Loop {
         // holds the listening socket while the accept is in flight, and a
         // ring torn down after the process exits lets it take connections
         // a moment longer.
-        while !(self.stopping && self.conns.is_empty() && matches!(self.accept, Shot::Off)) {
+        while !self.finish.over(self.now, self.conns.is_empty() && matches!(self.accept, Shot::Off)) {
             let now = self.now;
-            let timeout = loop_core::wait_timeout(&self.timers, now, self.accept_resume);
+            let timeout = turn::wait_timeout(&self.timers, now, self.accept_pause.until());
             me.idle_at(now);
             self.submit_and_wait(timeout)?;
             self.now = Instant::now();
@@ -575,10 +572,8 @@ impl Loop {
             // cancels it first: pause as for an error accept(2) does not name.
             Failed::Pause | Failed::Gone => {
                 let e = io::Error::from_raw_os_error(-result);
-                self.pipeline
-                    .error_log
-                    .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
-                self.accept_resume = Some(Instant::now() + accept::PAUSE);
+                self.pipeline.error_log.accept_paused(&e);
+                self.accept_pause.pause(Instant::now() + accept::PAUSE);
             }
         }
     }
@@ -586,7 +581,7 @@ impl Loop {
     /// Arms the multishot accept exactly while this loop may accept.
     fn watch_listener(&mut self) {
         let wanted =
-            self.listener.is_some() && self.accept_resume.is_none() && self.conns.len() < self.max_conns;
+            self.listener.is_some() && !self.accept_pause.is_paused() && self.conns.len() < self.max_conns;
         match (wanted, self.accept) {
             (true, Shot::Off) => {
                 let Some(fd) = self.listener.as_ref().map(|l| l.as_raw_fd()) else { return };
@@ -761,50 +756,13 @@ impl Loop {
         // A connection whose bytes the kernel holds is not silent, though
         // no receive has handed them over yet: a stop must answer it, not
         // close it under its request.
-        let stopping = self.stopping && !c.link.socket().unread_in_kernel();
+        let stopping = self.finish.is_stopping() && !c.link.socket().unread_in_kernel();
         let p = &*self.pipeline;
         c.conn.set_now(self.now);
-        match c.conn.drive(&c.link, p, stopping) {
-            Want::Read(deadline) => {
-                c.waits = Waits::Read;
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Write(deadline) => {
-                c.waits = Waits::Write;
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            // Only a yielding connection (SRPT's loop order, not this loop's) asks this.
-            Want::Again => {
-                c.waits = Waits::Write;
-                let deadline = self.now + p.settings.send_timeout;
-                self.timers.set(&mut c.timer, token, deadline);
-            }
-            Want::Source(deadline) => {
-                c.waits = Waits::Pipes;
-                self.timers.set(&mut c.timer, token, deadline);
-                self.arm_pipes(token);
-            }
-            Want::Close => {
-                self.close(token);
-                return;
-            }
-            Want::Warm => unreachable!("uring's connections do not warm ahead"),
-            Want::Process => {
-                c.waits = Waits::Helper;
-                // No deadline while a spawner starts the script.
-                c.timer.cancel();
-                let submitted = match (c.conn.take_request(), self.helpers.as_mut()) {
-                    (Some(request), Some(helpers)) => helpers.submit(token, request),
-                    _ => false,
-                };
-                if !submitted {
-                    self.pipeline.error_log.error(format_args!("no spawner left to start a script"));
-                    self.close(token);
-                    return;
-                }
-            }
+        let want = c.conn.drive(&c.link, p, stopping);
+        if self.settle(token, want, None) == Settled::Open {
+            self.pump(token);
         }
-        self.pump(token);
     }
 
     /// One-shot polls for what a running script's pipes wait for, armed
@@ -894,13 +852,13 @@ impl Loop {
     /// The graceful stop: refuse new connections, close idle ones, let
     /// in-flight requests finish.
     fn begin_stop(&mut self) {
-        if self.stopping {
+        // No deadline of its own: the runtime bounds the graceful finish.
+        if !self.finish.begin(None) {
             return;
         }
-        self.stopping = true;
         // Dropping the last reference closes the listener once the accept is cancelled.
         self.listener = None;
-        self.accept_resume = None;
+        self.accept_pause.lift();
         self.watch_listener();
         self.drive_all_stopping();
     }
@@ -909,6 +867,7 @@ impl Loop {
 impl Core for Loop {
     type Conn = Conn;
     const WARMS_AHEAD: bool = false;
+    const NO_HELPER_LEFT: &'static str = "no spawner left to start a script";
 
     fn parts(&mut self) -> Parts<'_, Conn> {
         Parts {
@@ -916,7 +875,7 @@ impl Core for Loop {
             timers: &mut self.timers,
             helpers: &mut self.helpers,
             pipeline: &self.pipeline,
-            accept_resume: &mut self.accept_resume,
+            accept_pause: &mut self.accept_pause,
             now: self.now,
         }
     }
@@ -931,6 +890,14 @@ impl Core for Loop {
 
     fn watch_listener(&mut self) {
         Loop::watch_listener(self);
+    }
+
+    /// Only a yielding connection (SRPT's loop order, not this loop's) asks
+    /// to be come back to; its send's completion drives it.
+    fn come_back(&mut self, _token: u64) {}
+
+    fn watch_sources(&mut self, token: u64) {
+        self.arm_pipes(token);
     }
 
     fn expire(&mut self, token: u64) {

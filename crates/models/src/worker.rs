@@ -31,7 +31,7 @@ use pipeline::Client;
 use crate::gate::Gate;
 use crate::handoff::Handoff;
 use crate::process::{self, Child, Scaling, STACK_SIZE};
-use crate::{Caps, Knob, ModelEnv, ModelInfo};
+use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "worker",
@@ -42,7 +42,7 @@ pub(crate) const MODEL: ModelInfo = ModelInfo {
         event_driven: false,
         staged: false,
         srpt_loop: false,
-        sendfile: true,
+        sendfile: Sendfile::Always,
         pipeline_on_loop: false,
         holds_connection: false,
     },

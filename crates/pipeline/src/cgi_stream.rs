@@ -82,7 +82,8 @@ fn body_to_come(head: &RequestHead) -> bool {
     head.expect_continue && matches!(head.framing, BodyFraming::Chunked | BodyFraming::Length(1..))
 }
 
-/// The answer to a request under the CGI prefix: its script's start, or
+/// The answer to a request under the CGI prefix (the [`crate::Route::Streamed`]
+/// that `Pipeline::route` gives it): its script's start, or
 /// its error page (the site's `--error-page`, as for files). May block,
 /// as a disk read may: `stat` in the lookup, `fork`/`exec` in the start.
 pub(crate) fn answer(p: &Pipeline, settings: &CgiSettings, req: &Request) -> Reply {

@@ -70,6 +70,13 @@ impl ErrorLog {
         self.once_at("error", key, msg, Instant::now())
     }
 
+    /// Says (once a minute) that accepting failed and pauses
+    /// (`transport::accept::Failed::Pause`): every accepting loop, the
+    /// director's included, says it in these words.
+    pub fn accept_paused(&self, e: &io::Error) {
+        self.error_once("accept", format_args!("accept: {e}: {}", transport::accept::PAUSE_HINT));
+    }
+
     #[cfg(test)]
     fn warn_once_at(&self, key: &str, msg: fmt::Arguments<'_>, now: Instant) -> bool {
         self.once_at("warn", key, msg, now)

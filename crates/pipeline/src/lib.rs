@@ -70,8 +70,9 @@ use std::sync::Arc;
 pub enum Route {
     /// A resource of the site: a file, a directory, a listing.
     Site,
-    /// A CGI script (its path is under the CGI prefix).
-    Script,
+    /// A handler mounted at a prefix that reads the body and streams its
+    /// answer (today the CGI scripts, under the CGI prefix).
+    Streamed,
     /// `OPTIONS *`: the server as a whole.
     ServerWide,
     /// Refused by the request alone: an unknown method (501) or a path
@@ -81,9 +82,9 @@ pub enum Route {
 
 impl Route {
     /// Whether its handler reads the request body itself and streams the
-    /// response (a script), rather than being answered at once.
+    /// response, rather than being answered at once.
     pub fn reads_body(self) -> bool {
-        self == Route::Script
+        self == Route::Streamed
     }
 }
 
@@ -249,7 +250,7 @@ impl Pipeline {
         let normal = if raw.starts_with('/') { Some(resolve::normalize(raw)) } else { None };
         if let (Some(cgi), Some(Ok(path))) = (&self.settings.cgi, &normal) {
             if cgi::route(&cgi.prefix, path) {
-                return (Route::Script, normal.and_then(Result::ok));
+                return (Route::Streamed, normal.and_then(Result::ok));
             }
         }
         if !head.method.is_known() {
@@ -278,7 +279,7 @@ impl Pipeline {
     /// connection that runs the pipeline itself between timestamps it takes anyway.
     pub(crate) fn answer(&self, req: &Request) -> Reply {
         match (&self.settings.cgi, req.route) {
-            (Some(cgi), Route::Script) => cgi_stream::answer(self, cgi, req),
+            (Some(cgi), Route::Streamed) => cgi_stream::answer(self, cgi, req),
             (_, route) => self.answer_route(&req.head, route, req.path(), req.keep_alive),
         }
     }
@@ -332,9 +333,9 @@ mod tests {
         assert_eq!(route(&plain, "GET /a/b.txt HTTP/1.1"), site("/a/b.txt"));
         assert_eq!(route(&plain, "GET /a/%62.txt HTTP/1.1"), site("/a/b.txt"), "decoded once, here");
         assert_eq!(route(&plain, "GET /cgi-bin/env HTTP/1.1"), site("/cgi-bin/env"), "CGI off");
-        assert_eq!(route(&cgi, "GET /cgi-bin/env HTTP/1.1"), (Route::Script, Some("/cgi-bin/env".into())));
-        assert_eq!(route(&cgi, "GET /x/../cgi-bin/env HTTP/1.1").0, Route::Script, "normalised first");
-        assert_eq!(route(&cgi, "FOO /cgi-bin/env HTTP/1.1").0, Route::Script, "the script decides");
+        assert_eq!(route(&cgi, "GET /cgi-bin/env HTTP/1.1"), (Route::Streamed, Some("/cgi-bin/env".into())));
+        assert_eq!(route(&cgi, "GET /x/../cgi-bin/env HTTP/1.1").0, Route::Streamed, "normalised first");
+        assert_eq!(route(&cgi, "FOO /cgi-bin/env HTTP/1.1").0, Route::Streamed, "the script decides");
         assert_eq!(route(&cgi, "FOO /a.txt HTTP/1.1"), (Route::Refuse(501), None));
         assert_eq!(route(&plain, "OPTIONS * HTTP/1.1"), (Route::ServerWide, None));
         assert_eq!(route(&plain, "GET /a%00b HTTP/1.1").0, Route::Refuse(400));

@@ -91,10 +91,10 @@ pub(crate) fn handle(
         Route::Site => {}
         Route::Refuse(status) => return fail(status, &[]),
         Route::ServerWide => return Some(no_content_allow(&p.settings, req, keep_alive)),
-        Route::Script => {
-            // Scripts are started by `Pipeline::handle_request` (`cgi_stream.rs`),
-            // which knows the connection; here a CGI path is refused rather
-            // than ever served as a file.
+        Route::Streamed => {
+            // A streamed handler is started by `Pipeline::handle_request`
+            // (CGI's in `cgi_stream.rs`), which knows the connection; here
+            // its path is refused rather than ever served as a file.
             if blocking == Blocking::Avoid {
                 return None;
             }

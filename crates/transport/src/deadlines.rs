@@ -12,7 +12,9 @@
 //! A loop keeps a [`Timer`] in each connection and finds its connections by
 //! token through [`Timed`]; then [`Deadlines::set`], [`Deadlines::expired`]
 //! and [`Deadlines::prune`] are the whole timer set: `event`, `uring`, the
-//! gate of the blocking models and `staged`'s parking thread share it.
+//! gate of the blocking models, `staged`'s parking thread and the director
+//! share it (the director moving a deadline during a step and arming it
+//! after: [`Timer::set_unarmed`], [`Deadlines::arm_timer`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -40,6 +42,13 @@ impl Timer {
     /// fires and is skipped, so cancelling costs no heap operation.
     pub fn cancel(&mut self) {
         self.deadline = None;
+    }
+
+    /// Moves the deadline without arming it, for a loop that may move it
+    /// several times in a step and arms it once after
+    /// ([`Deadlines::arm_timer`]; the director's).
+    pub fn set_unarmed(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
     }
 }
 
@@ -111,6 +120,14 @@ impl Deadlines {
         None
     }
 
+    /// Makes sure the timer's deadline, if it has one, wakes the loop:
+    /// [`set`](Self::set) for a deadline moved with [`Timer::set_unarmed`].
+    pub fn arm_timer(&mut self, timer: &mut Timer, token: u64) {
+        if let Some(deadline) = timer.deadline {
+            self.arm(&mut timer.armed, token, deadline);
+        }
+    }
+
     /// Drops the stale entries once they far outnumber the live ones: they
     /// pile up only where deadlines keep moving earlier or connections
     /// leave before theirs.
@@ -129,11 +146,6 @@ impl Deadlines {
             self.heap.push(Reverse((deadline, token)));
             *armed = Some(deadline);
         }
-    }
-
-    /// Pushes an entry that nothing re-arms (a one-shot timeout).
-    pub fn once(&mut self, token: u64, deadline: Instant) {
-        self.heap.push(Reverse((deadline, token)));
     }
 
     /// Time from `now` until the earliest entry (possibly an orphan: a spare wake-up).
@@ -324,7 +336,7 @@ mod tests {
         d.arm(&mut armed[0], 0, t0 + Duration::from_secs(3));
         d.arm(&mut armed[0], 0, t0 + Duration::from_secs(1));
         d.arm(&mut armed[1], 1, t0 + Duration::from_secs(2));
-        d.once(9, t0);
+        d.arm(&mut None, 9, t0);
         d.retain(|when, token| token == 9 || armed[token as usize] == Some(when));
         assert_eq!(d.len(), 3);
         let order: Vec<u64> =

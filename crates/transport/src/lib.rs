@@ -16,7 +16,9 @@
 //! * [`systemd`] — a listening socket handed in by socket activation, and
 //!   the state told back to the service manager.
 //! * [`slab`] and [`deadlines`] — what an event loop keeps its connections
-//!   and their timeouts in (`event`, `amped` and the director's loop).
+//!   and their timeouts in (`event`, `amped` and the director's loop);
+//!   [`turn`] — what such a loop's turn keeps that names no connection (the
+//!   wait's timeout, an accept pause, the stop and its graceful finish).
 #![warn(missing_docs)]
 
 pub mod accept;
@@ -30,6 +32,7 @@ pub mod slab;
 mod stream;
 pub mod systemd;
 pub mod tls;
+pub mod turn;
 mod wire;
 
 pub use outbound::{Chunk, Data, FilePages, Outbound, Progress};

@@ -21,8 +21,7 @@ impl Director {
                 // only the stop does, having taken it out first): the tick
                 // puts it back rather than the loop spinning on it.
                 Err((Failed::Pause | Failed::Gone, e)) => {
-                    self.watch.accept_paused(&e);
-                    self.pause_listener(LISTENER);
+                    self.pause_listener(LISTENER, &e);
                     return;
                 }
             };
@@ -56,18 +55,18 @@ impl Director {
             }
             let Ok(stream) = transport::Stream::accepted(stream, self.cfg.tls.as_ref()) else { continue };
             let now = Instant::now();
-            let client = Client {
+            let mut client = Client {
                 stream,
                 peer,
                 io: Buffered::new(),
                 state: ClientState::Request,
-                deadline: Some(now + self.cfg.header_timeout),
-                armed: None,
+                timer: Timer::default(),
                 head_started: Some(now),
                 spill: Spill::Unused,
                 intake: Intake::new(),
                 ex: None,
             };
+            client.timer.set_unarmed(now + self.cfg.header_timeout);
             let Some(token) = self.clients.insert(client) else { continue };
             let Some(c) = self.clients.get(token) else { continue };
             if self.poller.add(&c.stream, token, Interest::BOTH, Trigger::Edge).is_err() {

@@ -21,19 +21,18 @@ impl Director {
                 // only the stop does, having taken it out first): the tick
                 // puts it back rather than the loop spinning on it.
                 Err((Failed::Pause | Failed::Gone, e)) => {
-                    self.watch.accept_paused(&e);
-                    self.pause_listener(ADMIN_LISTENER);
+                    self.pause_listener(ADMIN_LISTENER, &e);
                     return;
                 }
             };
-            let admin = AdminConn { stream, io: Buffered::eager() };
+            let admin = AdminConn { stream, io: Buffered::eager(), timer: Timer::default() };
             let Some(token) = self.admins.insert(admin) else { continue };
-            let Some(a) = self.admins.get(token) else { continue };
+            let Some(a) = self.admins.get_mut(token) else { continue };
             if self.poller.add(&a.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
                 self.admins.remove(token);
                 continue;
             }
-            self.timers.once(token, Instant::now() + ADMIN_TIMEOUT);
+            self.timers.set(&mut a.timer, token, Instant::now() + ADMIN_TIMEOUT);
             self.admin_event(token);
         }
     }

@@ -8,6 +8,26 @@ use crate::admin::label;
 use crate::backend::{pick, LARGE};
 use request::{read_request, Cause, Refusal, RequestRead};
 
+/// What becomes of a backend connection once its exchange is over.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Reuse {
+    /// The exchange was clean: the connection may serve the next request.
+    Pool,
+    /// Something of the exchange may be left on it: close it.
+    Close,
+}
+
+/// Why a backend connection failed before its response head.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Fault {
+    /// A reused keep-alive connection the backend closed as the request went
+    /// out, with nothing of it answered and nothing lost if it is resent
+    /// (a bodiless request): try again on another connection.
+    KeepAliveRace,
+    /// The backend failed this request: it counts against the backend.
+    Backend,
+}
+
 impl Director {
     pub(super) fn drive(&mut self, token: u64) {
         for _ in 0..STEPS_PER_TURN {
@@ -48,8 +68,8 @@ impl Director {
             Ok(w) => w,
             Err(()) => return Step::Close,
         };
-        if c.state == ClientState::Response && (wrote || c.deadline.is_none()) {
-            c.deadline = Some(Instant::now() + self.cfg.send_timeout);
+        if c.state == ClientState::Response && (wrote || c.timer.deadline().is_none()) {
+            c.timer.set_unarmed(Instant::now() + self.cfg.send_timeout);
         }
         match c.state {
             ClientState::Request => self.step_request(token),
@@ -86,7 +106,7 @@ impl Director {
         }
         loop {
             let (cap, spooling) =
-                match read_request(&mut c.io.inbuf, &mut c.intake, cfg, c.peer, self.stopping.is_some()) {
+                match read_request(&mut c.io.inbuf, &mut c.intake, cfg, c.peer, self.finish.is_stopping()) {
                     RequestRead::More { cap, spooling } => (cap, spooling),
                     RequestRead::Continue => {
                         c.io.out.extend_from_slice(CONTINUE);
@@ -122,7 +142,7 @@ impl Director {
                         self.stats.requests += 1;
                         c.ex = Some(ex);
                         c.state = ClientState::Peek;
-                        c.deadline = None;
+                        c.timer.cancel();
                         c.head_started = None;
                         return Step::Peek;
                     }
@@ -135,9 +155,9 @@ impl Director {
                         // keep-alive timeout covered the wait before it.
                         let now = Instant::now();
                         c.head_started = Some(now);
-                        c.deadline = Some(now + cfg.header_timeout);
+                        c.timer.set_unarmed(now + cfg.header_timeout);
                     } else if spooling {
-                        c.deadline = Some(Instant::now() + cfg.body_timeout);
+                        c.timer.set_unarmed(Instant::now() + cfg.body_timeout);
                     }
                 }
                 Io::Blocked => return Step::Blocked,
@@ -174,7 +194,7 @@ impl Director {
         if !ex.is_queued() && self.queue.len() < self.cfg.queue {
             let now = Instant::now();
             ex.stage = Stage::Queued(now);
-            c.deadline = Some(now + self.cfg.queue_timeout);
+            c.timer.set_unarmed(now + self.cfg.queue_timeout);
             self.stats.queued_total += 1;
             self.queue.push(token, expected);
             return;
@@ -226,11 +246,12 @@ impl Director {
         c.state = ClientState::Receive;
         // While the body is coming, the client must keep it moving; after
         // it, the backend has --backend-timeout to answer.
-        c.deadline = Some(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
+        c.timer
+            .set_unarmed(now + if body_pending { self.cfg.body_timeout } else { self.cfg.backend_timeout });
         let bc = self.bconns.get_mut(btoken).expect("checked above");
         bc.client = Some(token);
         bc.io.out.extend_from_slice(&ex.fwd_head);
-        bc.deadline = None;
+        bc.timer.cancel();
         self.ready.push_back(token);
     }
 
@@ -245,27 +266,27 @@ impl Director {
         let took = ex.started.elapsed();
         record(&mut self.latencies.request, took);
         self.metrics.request_duration.observe(took.as_secs_f64());
-        if !ex.after.keeps_alive() || self.stopping.is_some() {
+        if !ex.after.keeps_alive() || self.finish.is_stopping() {
             c.stream.shutdown_write();
             c.state = ClientState::Linger;
-            c.deadline = Some(Instant::now() + LINGER);
+            c.timer.set_unarmed(Instant::now() + LINGER);
             return Step::Again;
         }
         c.state = ClientState::Request;
         let now = Instant::now();
         if c.io.inbuf.is_empty() {
             c.head_started = None;
-            c.deadline = Some(now + self.cfg.keepalive_timeout);
+            c.timer.set_unarmed(now + self.cfg.keepalive_timeout);
         } else {
             c.head_started = Some(now);
-            c.deadline = Some(now + self.cfg.header_timeout);
+            c.timer.set_unarmed(now + self.cfg.header_timeout);
         }
         Step::Again
     }
 
-    /// Gives the backend connection back (to the pool if `reuse`), and
-    /// lets a queued request have the slot.
-    pub(super) fn release(&mut self, token: u64, reuse: bool) {
+    /// Gives the backend connection back (to the pool if `reuse` says so and
+    /// it is still up and flushed), and lets a queued request have the slot.
+    pub(super) fn release(&mut self, token: u64, reuse: Reuse) {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return };
         let Some(Attachment { backend: (b, btoken), .. }) = ex.detach() else { return };
         let backend = &mut self.backends[b];
@@ -273,7 +294,7 @@ impl Director {
         backend.served += 1;
         if let Some(bc) = self.bconns.get_mut(btoken) {
             bc.client = None;
-            if reuse && backend.up && bc.io.flushed() {
+            if reuse == Reuse::Pool && backend.up && bc.io.flushed() {
                 bc.link = Link::Reused;
                 backend.idle.push(btoken);
             } else {
@@ -283,15 +304,14 @@ impl Director {
         self.dispatch_queue();
     }
 
-    /// A backend connection failed during RECEIVE: retry (a keep-alive
-    /// race on a reused connection, request without body), or 502.
-    pub(super) fn backend_failed(&mut self, token: u64, retry: bool, reason: &str) -> Step {
+    /// A backend connection failed during RECEIVE: retry a keep-alive race
+    /// (at most twice), or 502.
+    pub(super) fn backend_failed(&mut self, token: u64, fault: Fault, reason: &str) -> Step {
         let Some(ex) = self.clients.get_mut(token).and_then(|c| c.ex.as_mut()) else { return Step::Close };
         if let Some(Attachment { backend: (b, btoken), inflight, sent }) = ex.detach() {
             self.backends[b].inflight -= 1;
             self.close_bconn(btoken);
-            if !retry {
-                // Not a keep-alive race: the backend failed this request.
+            if fault == Fault::Backend {
                 if let Some(at) = sent {
                     self.backends[b].limiter.sample(at.elapsed(), true, inflight);
                 }
@@ -300,7 +320,7 @@ impl Director {
         }
         let c = self.clients.get_mut(token).expect("seen above");
         let ex = c.ex.as_mut().expect("seen above");
-        if retry && ex.attempts < 2 {
+        if fault == Fault::KeepAliveRace && ex.attempts < 2 {
             ex.attempts += 1;
             c.state = ClientState::Peek;
             self.dispatch_queue();

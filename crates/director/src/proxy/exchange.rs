@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use super::client::{Fault, Reuse};
 use super::stage::Answer;
 use super::*;
 use crate::admin::label;
@@ -90,19 +91,27 @@ impl Director {
         }
         if body_moved && c.state == ClientState::Receive {
             let now = Instant::now();
-            c.deadline =
-                Some(if ex.upload.is_done() { now + cfg.backend_timeout } else { now + cfg.body_timeout });
+            c.timer.set_unarmed(if ex.upload.is_done() {
+                now + cfg.backend_timeout
+            } else {
+                now + cfg.body_timeout
+            });
         } else if body_was_pending && ex.upload.is_done() {
-            c.deadline = Some(Instant::now() + cfg.backend_timeout);
+            c.timer.set_unarmed(Instant::now() + cfg.backend_timeout);
         }
         match bc.io.flush(&bc.stream) {
             Ok(w) => progress |= w,
             Err(()) => {
-                let retry = ex.upload.resendable()
+                let fault = if ex.upload.resendable()
                     && bc.link == Link::Reused
                     && bc.io.inbuf.is_empty()
-                    && !ex.head_sent();
-                return Sending::Ended(self.backend_failed(token, retry, "backend connection failed"));
+                    && !ex.head_sent()
+                {
+                    Fault::KeepAliveRace
+                } else {
+                    Fault::Backend
+                };
+                return Sending::Ended(self.backend_failed(token, fault, "backend connection failed"));
             }
         }
         if let Stage::Attached(a) = &mut ex.stage {
@@ -130,7 +139,7 @@ impl Director {
             match read_head(&mut bc.io.inbuf, ex.answer, ex.version, ex.after) {
                 HeadRead::Bad(reason) => {
                     self.backends[b].errors += 1;
-                    return self.backend_failed(token, false, &reason);
+                    return self.backend_failed(token, Fault::Backend, &reason);
                 }
                 HeadRead::Final(head) => {
                     ex.status = head.status;
@@ -160,7 +169,7 @@ impl Director {
                     }
                     ex.stage = Stage::Relaying(attachment, head.body);
                     c.state = ClientState::Response;
-                    c.deadline = Some(Instant::now() + cfg.send_timeout);
+                    c.timer.set_unarmed(Instant::now() + cfg.send_timeout);
                     if is_gateway_error(head.status) {
                         self.passive_failure(b, "gateway_error");
                     } else {
@@ -175,8 +184,12 @@ impl Director {
                 Io::Data => progress = true,
                 Io::Blocked => break,
                 Io::Eof | Io::Failed => {
-                    let retry = ex.upload.resendable() && bc.link == Link::Reused && had == 0;
-                    return self.backend_failed(token, retry, "backend closed before responding");
+                    let fault = if ex.upload.resendable() && bc.link == Link::Reused && had == 0 {
+                        Fault::KeepAliveRace
+                    } else {
+                        Fault::Backend
+                    };
+                    return self.backend_failed(token, fault, "backend closed before responding");
                 }
             }
         }
@@ -261,8 +274,15 @@ impl Director {
             // A body that is Done is only copied into `bc.io.out`; if a backend
             // answered early, part of it may still be unsent, and the next
             // request on that connection would be read as its tail.
-            let reuse =
-                relay.backend_reusable() && bc.io.inbuf.is_empty() && ex.upload.is_done() && bc.io.flushed();
+            let reuse = if relay.backend_reusable()
+                && bc.io.inbuf.is_empty()
+                && ex.upload.is_done()
+                && bc.io.flushed()
+            {
+                Reuse::Pool
+            } else {
+                Reuse::Close
+            };
             if !ex.upload.is_done() {
                 // The backend answered before the whole body was sent: the
                 // rest of it is unread, so the client connection must close.

@@ -37,16 +37,21 @@ impl Director {
             "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: modus-director-health-check\r\n\
              Connection: close\r\n\r\n"
         );
-        let probe =
-            Probe { stream, backend: b, link: Link::Connecting, io: Buffered::sending(request.into_bytes()) };
+        let probe = Probe {
+            stream,
+            backend: b,
+            link: Link::Connecting,
+            io: Buffered::sending(request.into_bytes()),
+            timer: Timer::default(),
+        };
         let Some(token) = self.probes.insert(probe) else { return };
-        let Some(p) = self.probes.get(token) else { return };
+        let Some(p) = self.probes.get_mut(token) else { return };
         if self.poller.add(&p.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
             self.probes.remove(token);
             return;
         }
+        self.timers.set(&mut p.timer, token, Instant::now() + self.cfg.health_timeout);
         self.probing[b] = Some(token);
-        self.timers.once(token, Instant::now() + self.cfg.health_timeout);
     }
 
     pub(super) fn probe_event(&mut self, token: u64, gone: bool) {

@@ -25,9 +25,8 @@ pub(super) struct Intake {
     /// A chunked body being pre-buffered: its decoder and the bytes after
     /// the head it has consumed.
     pub(super) chunk_scan: Option<(Box<ChunkedDecoder>, usize)>,
-    /// The director answered `100 Continue` to the request being read (it
-    /// pre-buffers the body itself; RFC 9110 §10.1.1 lets a proxy do so).
-    pub(super) continued: bool,
+    /// Whether the director answered `100 Continue` to the request being read.
+    pub(super) interim: Interim,
     /// The body's bytes beyond its first `PREBUFFER`, read before
     /// admission (`--max-buffered-request`).
     pub(super) file: Spill,
@@ -37,8 +36,18 @@ pub(super) struct Intake {
 
 impl Intake {
     pub(super) fn new() -> Intake {
-        Intake { chunk_scan: None, continued: false, file: Spill::Unused, after: Vec::new() }
+        Intake { chunk_scan: None, interim: Interim::Unanswered, file: Spill::Unused, after: Vec::new() }
     }
+}
+
+/// The `100 Continue` of the request being read.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Interim {
+    /// Not sent by the director: a backend's is still owed if the client asked.
+    Unanswered,
+    /// Sent by the director, which pre-buffers the body itself (RFC 9110
+    /// §10.1.1 lets a proxy do so): none is owed when a backend takes it.
+    Continued,
 }
 
 /// What REQUEST has of a request's body.

@@ -64,8 +64,9 @@ use crate::backend::{Backend, Limiter};
 use crate::options::Config;
 use crate::spill::Spill;
 use crate::watch::Watch;
-use transport::deadlines::Deadlines;
+use transport::deadlines::{Deadlines, Timer};
 use transport::slab::Slab;
+use transport::turn::{self, AcceptPause, Finish};
 
 mod accept;
 mod admin_listener;
@@ -179,8 +180,7 @@ struct Client {
     peer: SocketAddr,
     io: Buffered,
     state: ClientState,
-    deadline: Option<Instant>,
-    armed: Option<Instant>,
+    timer: Timer,
     /// The next request's head started (first byte, or accept for a fresh
     /// connection): the header deadline runs from here.
     head_started: Option<Instant>,
@@ -199,14 +199,15 @@ struct BConn {
     link: Link,
     client: Option<u64>,
     io: Buffered,
-    deadline: Option<Instant>,
-    armed: Option<Instant>,
+    timer: Timer,
 }
 
 /// An `--admin` client.
 struct AdminConn {
     stream: TcpStream,
     io: Buffered,
+    /// Its one deadline, [`ADMIN_TIMEOUT`] after it was accepted.
+    timer: Timer,
 }
 
 /// A `--health-path` check in progress.
@@ -215,6 +216,8 @@ struct Probe {
     backend: usize,
     link: Link,
     io: Buffered,
+    /// Its one deadline, `--health-timeout` after it started.
+    timer: Timer,
 }
 
 /// Where a connection to a backend is in its life.
@@ -374,13 +377,16 @@ pub struct Director {
     per_ip: HashMap<IpAddr, usize>,
     rr: usize,
     stats: Stats,
-    stopping: Option<Instant>,
+    /// The stop, and its graceful finish within `--shutdown-timeout`.
+    finish: Finish,
+    /// Health checks, upkeep, and the end of an accept pause.
     next_tick: Instant,
     started: Instant,
-    /// Listener tokens taken out of the poller after an accept failed for
-    /// lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS): a
-    /// level-triggered listener would wake the loop at once, forever;
-    /// `tick` puts them back.
+    /// Accepting paused after an accept failed for lack of descriptors or
+    /// memory (EMFILE, ENFILE, ENOBUFS), until the next tick.
+    accept_pause: AcceptPause,
+    /// The listeners taken out of the poller meanwhile (a level-triggered
+    /// listener would wake the loop at once, forever); `tick` puts them back.
     paused_listeners: Vec<u64>,
     /// What the error log was last told of each backend.
     watch: Watch,
@@ -451,8 +457,9 @@ impl Director {
             per_ip: HashMap::new(),
             rr: 0,
             stats: Stats::default(),
-            stopping: None,
+            finish: Finish::default(),
             next_tick: now,
+            accept_pause: AcceptPause::default(),
             paused_listeners: Vec::new(),
             started: now,
             watch,
@@ -467,10 +474,8 @@ impl Director {
         }
         loop {
             self.turn(&mut events)?;
-            if let Some(deadline) = self.stopping {
-                if self.clients.is_empty() || Instant::now() >= deadline {
-                    return Ok(());
-                }
+            if self.finish.over(Instant::now(), self.clients.is_empty()) {
+                return Ok(());
             }
         }
     }
@@ -483,13 +488,11 @@ impl Director {
         for token in self.starved.drain(..).rev() {
             self.ready.push_front(token);
         }
-        let now = Instant::now();
-        let mut wake = self.next_tick.saturating_duration_since(now);
-        if let Some(next) = self.timers.next_in(now) {
-            wake = wake.min(next);
-        }
-        let timeout = if self.ready.is_empty() { wake } else { Duration::ZERO };
-        self.poller.wait(events, Some(timeout))?;
+        // The tick is the director's other wake-up (an accept pause ends
+        // with it), so the wait always has a bound.
+        let wake = turn::wait_timeout(&self.timers, Instant::now(), Some(self.next_tick));
+        let timeout = if self.ready.is_empty() { wake } else { Some(Duration::ZERO) };
+        self.poller.wait(events, timeout)?;
         for ev in events.iter() {
             let token = ev.token();
             match (Slab::<()>::kind_of(token), token) {
@@ -565,7 +568,7 @@ fn respond_local(
     ex.status = status;
     ex.after.close_unless(keep);
     c.state = ClientState::Response;
-    c.deadline = None;
+    c.timer.cancel();
 }
 
 /// Drops a request body that is already buffered so the connection can

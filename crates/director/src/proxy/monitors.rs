@@ -21,8 +21,7 @@ impl Director {
                 // only the stop does, having taken it out first): the tick
                 // puts it back rather than the loop spinning on it.
                 Err((Failed::Pause | Failed::Gone, e)) => {
-                    self.watch.accept_paused(&e);
-                    self.pause_listener(MONITOR_LISTENER);
+                    self.pause_listener(MONITOR_LISTENER, &e);
                     return;
                 }
             };

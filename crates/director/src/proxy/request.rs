@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use h1::{BodyFraming, Parsed};
 
-use super::intake::{collect_body, Collected, Intake};
+use super::intake::{collect_body, Collected, Intake, Interim};
 use super::queue::Target;
 use super::stage::{After, Answer, Exchange, Expect, Stage, Upload};
 use crate::forward::{over_limits, request_head};
@@ -92,11 +92,14 @@ pub(super) fn read_request(
     match collect_body(inbuf, intake, head.framing, len, cfg) {
         Collected::Enough => {}
         Collected::More(cap) => {
-            if head.expect_continue && head.version == h1::Version::Http11 && !intake.continued {
+            if head.expect_continue
+                && head.version == h1::Version::Http11
+                && intake.interim == Interim::Unanswered
+            {
                 // The body is pre-buffered here, so the client is told to
                 // send it now rather than when a backend slot frees (a
                 // client that never sends it then holds no slot).
-                intake.continued = true;
+                intake.interim = Interim::Continued;
                 return RequestRead::Continue;
             }
             return RequestRead::More { cap, spooling: intake.file.pending() > 0 };
@@ -112,7 +115,7 @@ pub(super) fn read_request(
     }
     inbuf.drain(..len);
     intake.chunk_scan = None;
-    let continued = std::mem::take(&mut intake.continued);
+    let interim = std::mem::replace(&mut intake.interim, Interim::Unanswered);
     let body = match head.framing {
         BodyFraming::None | BodyFraming::Length(0) => RequestBody::Done,
         BodyFraming::Length(n) => RequestBody::Length(n),
@@ -128,7 +131,11 @@ pub(super) fn read_request(
         after: if head.keep_alive && !stopping { After::KeepAlive } else { After::Close },
         upload: Upload::new(
             body,
-            if head.expect_continue && !continued { Expect::Continue } else { Expect::Nothing },
+            if head.expect_continue && interim == Interim::Unanswered {
+                Expect::Continue
+            } else {
+                Expect::Nothing
+            },
         ),
         attempts: 0,
         stage: Stage::Parsed,

@@ -9,10 +9,9 @@ use super::*;
 impl Director {
     pub(super) fn begin_stop(&mut self) {
         let _ = self.poller.delete(self.shutdown.wake_fd());
-        if self.stopping.is_some() {
+        if !self.finish.begin(Some(Instant::now() + self.cfg.shutdown_timeout)) {
             return;
         }
-        self.stopping = Some(Instant::now() + self.cfg.shutdown_timeout);
         self.listener = None;
         // Idle connections close now; requests in flight finish.
         for token in self.clients.tokens() {

@@ -254,6 +254,30 @@ fn a_connection_that_sends_nothing_is_closed_quietly() {
     assert!(h.director.clients.is_empty());
 }
 
+/// An admin client's one deadline is in the timer set every peer shares:
+/// one that asks nothing is closed when it passes, and no other peer's
+/// deadline stands in for it.
+#[test]
+fn an_admin_client_that_asks_nothing_is_closed_at_its_deadline() {
+    let (_refusing, backend) = refusing_address();
+    let admin = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let admin_addr = admin.local_addr().expect("an address");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let shutdown = Shutdown::new().expect("a stop flag");
+    let config = config_of(&["--backend", &backend.to_string()]);
+    let director = Director::new(config, listener, None, Some(admin), shutdown).expect("a director");
+    let mut h =
+        Harness { director, events: Events::with_capacity(64), give_up: std::time::Instant::now() + GIVE_UP };
+    let mut client = TcpStream::connect(admin_addr).expect("connect");
+    client.set_nonblocking(true).expect("non-blocking");
+    while h.director.admins.is_empty() {
+        h.turn();
+    }
+    let got = h.until_closed(&mut client);
+    assert_eq!(got.text, "", "nothing asked, nothing answered");
+    assert!(h.director.admins.is_empty());
+}
+
 /// A client that reads nothing while its backend sends a large response:
 /// what the kernel and `OUT_CAP` do not hold goes to the temp file, the
 /// backend connection goes back to the pool once the response is read, and

@@ -7,59 +7,67 @@ use transport::poller::{Interest, Trigger};
 
 use super::*;
 use crate::backend::MonitorState;
-use transport::deadlines::{self};
+use transport::deadlines::{Timed, Timer};
 use transport::slab::Slab;
+
+/// The director's peers by token, as its timer set looks them up.
+struct Peers<'a> {
+    clients: &'a mut Slab<Client>,
+    bconns: &'a mut Slab<BConn>,
+    admins: &'a mut Slab<AdminConn>,
+    probes: &'a mut Slab<Probe>,
+}
+
+impl Timed for Peers<'_> {
+    fn timer_of(&mut self, token: u64) -> Option<&mut Timer> {
+        match Slab::<()>::kind_of(token) {
+            CLIENT => self.clients.get_mut(token).map(|c| &mut c.timer),
+            BCONN => self.bconns.get_mut(token).map(|bc| &mut bc.timer),
+            ADMIN => self.admins.get_mut(token).map(|a| &mut a.timer),
+            PROBE => self.probes.get_mut(token).map(|p| &mut p.timer),
+            _ => None,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.clients.len() + self.bconns.len() + self.admins.len() + self.probes.len()
+    }
+}
 
 impl Director {
     pub(super) fn arm_client(&mut self, token: u64) {
         if let Some(c) = self.clients.get_mut(token) {
-            if let Some(d) = c.deadline {
-                self.timers.arm(&mut c.armed, token, d);
-            }
+            self.timers.arm_timer(&mut c.timer, token);
         }
     }
 
     pub(super) fn arm_bconn(&mut self, token: u64) {
         if let Some(bc) = self.bconns.get_mut(token) {
-            if let Some(d) = bc.deadline {
-                self.timers.arm(&mut bc.armed, token, d);
-            }
+            self.timers.arm_timer(&mut bc.timer, token);
         }
     }
 
+    /// Every peer whose deadline passed, earliest first, through the timer
+    /// set every loop shares (`transport::deadlines`).
     pub(super) fn expire_timers(&mut self) {
         let now = Instant::now();
-        while let Some((t, token)) = self.timers.pop_due(now) {
+        loop {
+            let mut peers = Peers {
+                clients: &mut self.clients,
+                bconns: &mut self.bconns,
+                admins: &mut self.admins,
+                probes: &mut self.probes,
+            };
+            let Some(token) = self.timers.expired(now, &mut peers) else { break };
             match Slab::<()>::kind_of(token) {
-                CLIENT => {
-                    let Some(c) = self.clients.get_mut(token) else { continue };
-                    if !deadlines::fired(&mut c.armed, t) {
-                        continue;
-                    }
-                    match c.deadline {
-                        Some(d) if d <= now => self.client_timeout(token),
-                        Some(_) => self.arm_client(token),
-                        None => {}
-                    }
+                CLIENT => self.client_timeout(token),
+                // Connected, it has no deadline (`connected` cancels it).
+                BCONN if self.bconns.get(token).is_some_and(|bc| !bc.link.connected()) => {
+                    let why =
+                        format!("timed out after {}", humantime::format_duration(self.cfg.connect_timeout));
+                    self.connect_failed(token, &why)
                 }
-                BCONN => {
-                    let Some(bc) = self.bconns.get_mut(token) else { continue };
-                    if !deadlines::fired(&mut bc.armed, t) {
-                        continue;
-                    }
-                    match bc.deadline {
-                        Some(d) if d <= now && !bc.link.connected() => {
-                            let why = format!(
-                                "timed out after {}",
-                                humantime::format_duration(self.cfg.connect_timeout)
-                            );
-                            self.connect_failed(token, &why)
-                        }
-                        Some(_) => self.arm_bconn(token),
-                        None => {}
-                    }
-                }
-                // One timer each, never re-armed: when it fires, time is up.
+                // One deadline each, never moved: when it passes, time is up.
                 ADMIN => self.close_admin(token),
                 PROBE => self.end_probe(token, false),
                 _ => {}
@@ -69,7 +77,7 @@ impl Director {
 
     pub(super) fn client_timeout(&mut self, token: u64) {
         let Some(c) = self.clients.get_mut(token) else { return };
-        c.deadline = None;
+        c.timer.cancel();
         match c.state {
             ClientState::Request => {
                 if c.io.inbuf.is_empty() {
@@ -140,7 +148,7 @@ impl Director {
         {
             self.rate_samples.pop_front();
         }
-        if self.cfg.health_path.is_some() && self.stopping.is_none() {
+        if self.cfg.health_path.is_some() && !self.finish.is_stopping() {
             for b in 0..self.backends.len() {
                 if self.probing[b].is_none() {
                     self.start_probe(b);
@@ -161,7 +169,7 @@ impl Director {
             // succeeds the backend is back.
             if !backend.up
                 && backend.connecting == 0
-                && self.stopping.is_none()
+                && !self.finish.is_stopping()
                 && self.cfg.health_path.is_none()
             {
                 let _ = self.open_conn(b);
@@ -172,9 +180,11 @@ impl Director {
         if changed {
             self.dispatch_queue();
         }
-        for token in std::mem::take(&mut self.paused_listeners) {
-            if let Some(l) = self.listener_of(token) {
-                let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
+        if self.accept_pause.resume_if_over(now) {
+            for token in std::mem::take(&mut self.paused_listeners) {
+                if let Some(l) = self.listener_of(token) {
+                    let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
+                }
             }
         }
         if self.listener.is_some() {
@@ -194,7 +204,9 @@ impl Director {
     /// An accept failed other than for want of connections (out of
     /// descriptors, typically): stop polling that listener until the next
     /// tick instead of spinning on it.
-    pub(super) fn pause_listener(&mut self, token: u64) {
+    pub(super) fn pause_listener(&mut self, token: u64, e: &std::io::Error) {
+        self.watch.accept_paused(e);
+        self.accept_pause.pause(self.next_tick);
         if self.paused_listeners.contains(&token) {
             return;
         }

@@ -35,10 +35,10 @@ impl Director {
             link: Link::Connecting,
             client: None,
             io: Buffered::new(),
-            deadline: Some(Instant::now() + self.cfg.connect_timeout),
-            armed: None,
+            timer: Timer::default(),
         })?;
-        let bc = self.bconns.get(token)?;
+        let bc = self.bconns.get_mut(token)?;
+        bc.timer.set_unarmed(Instant::now() + self.cfg.connect_timeout);
         if self.poller.add(&bc.stream, token, Interest::BOTH, Trigger::Edge).is_err() {
             self.bconns.remove(token);
             return None;
@@ -90,7 +90,7 @@ impl Director {
     pub(super) fn connected(&mut self, token: u64) {
         let Some(bc) = self.bconns.get_mut(token) else { return };
         bc.link = Link::Fresh;
-        bc.deadline = None;
+        bc.timer.cancel();
         let b = bc.backend;
         let client = bc.client;
         let backend = &mut self.backends[b];
@@ -215,7 +215,7 @@ impl Director {
     /// Keeps `--backend-conns` connections open to an up backend.
     pub(super) fn replenish(&mut self, b: usize) {
         while self.backends[b].up
-            && self.stopping.is_none()
+            && !self.finish.is_stopping()
             && self.backends[b].conns < self.cfg.backend_conns
         {
             if self.open_conn(b).is_none() {

@@ -180,9 +180,7 @@ impl Child {
             Err((Failed::Empty | Failed::Retry, _)) => Accepted::Idle,
             Err((Failed::Pause, e)) => {
                 // Out of descriptors or memory: back off, don't spin.
-                self.pipeline
-                    .error_log
-                    .error_once("accept", format_args!("accept: {e}: {}", accept::PAUSE_HINT));
+                self.pipeline.error_log.accept_paused(&e);
                 thread::sleep(accept::PAUSE);
                 Accepted::Idle
             }

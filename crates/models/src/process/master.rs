@@ -2,6 +2,7 @@
 //! keeps the spare count, hears their reports, stops them all.
 
 use super::*;
+use transport::turn::Finish;
 
 /// Descriptors only the master uses; a child closes them first thing.
 pub(super) struct Private {
@@ -328,10 +329,16 @@ impl Master {
         if let Some(pid) = admin_pid {
             let _ = kill(pid, Signal::SIGTERM);
         }
-        let deadline = Instant::now() + self.tuning.shutdown_timeout;
-        while !self.children.is_empty() || self.admin.as_ref().is_some_and(|a| a.pid.is_some()) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.wait_signals(left).is_err() {
+        let mut finish = Finish::default();
+        finish.begin(Some(Instant::now() + self.tuning.shutdown_timeout));
+        loop {
+            let now = Instant::now();
+            let drained = self.children.is_empty() && self.admin.as_ref().is_none_or(|a| a.pid.is_none());
+            if finish.over(now, drained) {
+                break;
+            }
+            let left = finish.left(now).unwrap_or_default();
+            if self.wait_signals(left).is_err() {
                 break;
             }
             self.reap();

@@ -146,7 +146,7 @@ impl Request {
     }
 
     /// The normalised path (decoded, dot segments resolved) of a
-    /// [`Route::Site`] or [`Route::Script`] request.
+    /// [`Route::Site`] or [`Route::Streamed`] request.
     pub fn path(&self) -> &str {
         self.normal_path.as_deref().unwrap_or(self.head.path())
     }
