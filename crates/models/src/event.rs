@@ -611,7 +611,13 @@ impl Loop {
     /// Runs the connection's state machine as far as its socket allows.
     fn drive(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(token) else { return };
-        let (p, stopping, now) = (&*self.pipeline, self.finish.is_stopping(), self.now);
+        // A connection whose request the kernel holds is not silent, though
+        // its readiness has not been seen yet (edge-triggered, this turn): a
+        // stop must answer it, not close it under its request (a reset for
+        // a client that raced the reload), as `uring`'s stop does.
+        let stopping =
+            self.finish.is_stopping() && !rustix::io::ioctl_fionread(&c.stream).is_ok_and(|n| n > 0);
+        let (p, now) = (&*self.pipeline, self.now);
         c.conn.set_now(now);
         let drive = |c: &mut Conn| c.conn.drive(&c.stream, p, stopping);
         let mut want = drive(c);
