@@ -4,6 +4,7 @@ use std::io;
 
 use transport::Wire;
 
+use super::drive::Outcome;
 use super::*;
 use crate::spares::{self, Spares};
 
@@ -25,31 +26,19 @@ pub(super) fn new_read_buffer() -> Box<[u8]> {
 }
 
 impl Connection {
-    /// Reads into the free tail of the buffer; grows it only while a head
-    /// is incomplete (parsing bounds that by `max_header_bytes`).
+    /// Where the next read goes: the free tail of the buffer, grown only
+    /// while a head is incomplete (parsing bounds that by
+    /// `max_header_bytes`). Report the read with [`received`](Self::received).
     ///
     /// With nothing buffered it borrows a spare buffer for the read and
     /// keeps it only if bytes came: a connection that turns out to be idle —
     /// most keep-alive connections, most of the time — then holds none.
-    pub(super) fn fill(&mut self, wire: &dyn Wire) -> io::Result<usize> {
-        if self.drained {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
+    pub fn read_room(&mut self) -> &mut [u8] {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
             if self.buf.is_empty() {
-                let mut buf = spares::take(&SPARE_BUFFERS).unwrap_or_else(new_read_buffer);
-                let read = wire.read(&mut buf);
-                if matches!(read, Ok(1..)) {
-                    self.buf = buf;
-                } else {
-                    spares::give_back(&SPARE_BUFFERS, buf);
-                }
-                let n = read?;
-                self.end = n;
-                self.drained =
-                    self.edge_triggered && !self.eof_pending && n < self.buf.len() && !wire.holds_more();
-                return Ok(n);
+                self.buf = spares::take(&SPARE_BUFFERS).unwrap_or_else(new_read_buffer);
+                self.outcome = Outcome::Lent;
             }
         } else if self.end == self.buf.len() {
             if self.start > 0 {
@@ -62,11 +51,36 @@ impl Connection {
                 self.buf = bigger;
             }
         }
+        &mut self.buf[self.end..]
+    }
+
+    /// Counts a read into [`read_room`](Self::read_room) in; with it,
+    /// whether fewer bytes came than there was room for, and whether they
+    /// are the first buffered (a head begins).
+    #[inline]
+    pub(super) fn take_in(&mut self, read: io::Result<usize>) -> (io::Result<usize>, bool, bool) {
         let room = self.buf.len() - self.end;
-        let n = wire.read(&mut self.buf[self.end..])?;
-        self.end += n;
+        let began = self.start == self.end;
+        if let Ok(n) = read {
+            self.end += n;
+        }
+        if std::mem::replace(&mut self.outcome, Outcome::Nothing) == Outcome::Lent && self.end == 0 {
+            spares::give_back(&SPARE_BUFFERS, std::mem::take(&mut self.buf));
+        }
+        let short = matches!(read, Ok(n) if n < room);
+        (read, short, began)
+    }
+
+    /// Reads from `wire` into the buffer (a responder's body collection).
+    pub(super) fn fill(&mut self, wire: &dyn Wire) -> io::Result<usize> {
+        if self.drained {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let read = wire.read(self.read_room());
+        let (read, short, _) = self.take_in(read);
+        let n = read?;
         // Zero is end of stream, which ends the connection anyway.
-        self.drained = self.edge_triggered && !self.eof_pending && n < room && !wire.holds_more();
+        self.drained = self.edge_triggered && !self.eof_pending && short && !wire.holds_more();
         Ok(n)
     }
 }

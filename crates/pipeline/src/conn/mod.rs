@@ -1,8 +1,9 @@
 //! The per-connection HTTP/1.1 state machine, shared by every model.
 //!
 //! * this file — the connection, its states, what a driver calls
-//!   (`drive`, `take_request`/`deliver`, `timed_out`) and the head state:
-//!   parse, plan, run the pipeline or hand the request out;
+//!   (`step`, `take_request`/`deliver`, `timed_out`) and the head state:
+//!   run the pipeline or hand the request out;
+//! * `head.rs` — the head parsed as it arrives, its deadline, the plan;
 //! * `respond.rs` — writing a response, logging it, and what follows it
 //!   (close, linger, discard a body, wait for the next head);
 //! * `stream.rs` — the states of a request whose handler reads the body
@@ -13,13 +14,16 @@
 //! * `timing.rs` — timestamps, phase durations, deadlines, the gauge, and
 //!   the time deadlines count from, which the driver gives;
 //! * `io.rs` — reading into the connection's buffer;
+//! * `drive.rs` — the actions a step asks for ([`Io`]) and the driver that
+//!   performs them over a `Wire` ([`Connection::drive`]);
 //! * `blocking.rs` — the loop a blocking thread runs around a connection
 //!   (the only code here that waits).
 //!
-//! The connection does no I/O of its own: every byte goes through the
-//! [`Wire`] a driver passes to [`Connection::drive`] — the client's socket,
-//! or bytes in memory in the unit tests (`tests.rs`), which drive every
-//! phase and error path with byte slices.
+//! The connection core does no I/O of its own: [`Connection::step`] says
+//! what to read or send, and is told what came of it; `drive` does it over
+//! the client's socket for every model, the unit tests (`tests/`) with
+//! byte slices — `tests/push.rs` with no `Wire` at all. A streamed
+//! responder (a CGI script) still moves its bytes over the `Wire` itself.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -28,7 +32,7 @@ use std::time::Instant;
 
 use h1::{BodyFraming, HeadBuffers, Parsed, RequestHead};
 use transport::poller::Interest;
-use transport::{Progress, Wire};
+use transport::Progress;
 
 use crate::reply::Reply;
 use crate::response::{self, Response};
@@ -41,6 +45,7 @@ use crate::{LogRecord, Pipeline, Route};
 const UNSCHEDULED: u8 = u8::MAX;
 
 mod blocking;
+mod drive;
 mod head;
 mod io;
 mod respond;
@@ -51,6 +56,9 @@ mod tests;
 mod timing;
 
 pub use blocking::{serve_blocking, serve_ready, Client, Gated, BLOCKING_TICK, WRITE_PATIENCE};
+pub use drive::{Facts, Io};
+
+use drive::Outcome;
 
 use io::SPARE_BUFFERS;
 use respond::Pending;
@@ -231,6 +239,8 @@ pub struct Connection {
     /// The peer's half-close was reported: its end of stream waits behind
     /// the bytes a short read left, and no new edge will announce it.
     eof_pending: bool,
+    /// The result of the I/O the last step asked for.
+    outcome: Outcome,
     /// Where the connection counts in the `connections` gauge.
     gauge: ConnState,
     stats: std::sync::Arc<Stats>,
@@ -273,6 +283,8 @@ enum State {
     /// Closing after an error: our side is shut, input is drained for a
     /// while so the client reads the response instead of a reset (RFC 9112 §9.6).
     Linger { deadline: Instant },
+    /// Lingering is next, once our side is shut ([`Io::ShutdownWrite`]).
+    Shut { deadline: Instant },
     /// Receiving a body whole before its handler starts (a script: it
     /// must know a chunked body's length, RFC 3875 §4.1.2, bad-input K5;
     /// and no thread, process or stage may wait for a slow sender).
@@ -350,6 +362,7 @@ impl Connection {
             edge_triggered: false,
             drained: false,
             eof_pending: false,
+            outcome: Outcome::Nothing,
             gauge: ConnState::None,
             stats: pipeline.stats.clone(),
             tm: Timing {
@@ -393,7 +406,14 @@ impl Connection {
     /// server's under way — for the next head, a script's body before the
     /// script starts, the rest of a body it drops, or lingering.
     pub fn awaits_client(&self) -> bool {
-        matches!(self.state, State::Head | State::Collect(_) | State::Discard { .. } | State::Linger { .. })
+        matches!(
+            self.state,
+            State::Head
+                | State::Collect(_)
+                | State::Discard { .. }
+                | State::Linger { .. }
+                | State::Shut { .. }
+        )
     }
 
     /// Answers the request announced by [`Want::Process`] with `status`
@@ -424,21 +444,6 @@ impl Connection {
         if self.stats.timing {
             self.add_queue(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
         }
-    }
-
-    /// Makes as much progress as `wire` allows: reads, parses, runs the
-    /// pipeline for the requests its [`Mode`] runs inline (stopping with
-    /// [`Want::Process`] at the others), writes. `stopping` asks to close at
-    /// the next request boundary (graceful shutdown).
-    ///
-    /// The wire is a trait object, not a type parameter: generic, the state
-    /// machine was compiled in each model's crate, with inlining that cost
-    /// more than the three indirect calls a request now makes
-    /// (BENCHMARKS.md, "Why the code is as it is").
-    pub fn drive(&mut self, wire: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
-        let want = self.advance(wire, p, stopping);
-        self.set_gauge(&want);
-        want
     }
 
     /// Declares that the driver waits for readiness edge-triggered and calls
@@ -613,7 +618,13 @@ impl Connection {
         self.respond_planned(plan, reply, at, p);
     }
 
-    fn advance(&mut self, sock: &dyn Wire, p: &Pipeline, stopping: bool) -> Want {
+    /// Runs the state machine until it needs the outside world: the I/O
+    /// to perform (then report its result and step again), or what to wait
+    /// for. It reads no socket and no clock (the driver's time:
+    /// [`set_now`](Self::set_now)); `facts` is asked only what the transport
+    /// knows (TLS). `stopping` asks to close at the next request boundary
+    /// (graceful shutdown).
+    pub fn step(&mut self, facts: &impl Facts, p: &Pipeline, stopping: bool) -> Io {
         let mode = self.mode;
         // A timestamp (timing on) taken at the end of one step, for the next
         // step to start with instead of reading the clock again: valid for
@@ -629,184 +640,201 @@ impl Connection {
                     let Job { request, plan } = *job;
                     self.answer_inline(request.expect("a ready job holds its request"), plan, fresh, p);
                 }
-                State::Ready(_) | State::Processing(_) => return Want::Process,
-                State::Collect(_) => {
-                    if let Some(want) = self.collect_body(sock, p) {
-                        return want;
-                    }
-                }
-                State::Stream(_) => {
-                    if let Some(want) = self.drive_stream(sock, p) {
-                        return want;
-                    }
-                }
+                State::Ready(_) | State::Processing(_) => return Io::Wait(Want::Process),
+                State::Collect(_) => return Io::CollectBody,
+                State::Stream(_) => return Io::Stream,
                 State::Head => {
-                    if self.start < self.end {
-                        let parse_start = if let Some(now) = self.stamp(fresh) {
-                            if self.tm.first.get().is_none() {
-                                self.tm.first = Mark::at(now);
-                                if let Some(idle_since) = self.tm.idle_since.get() {
-                                    // A first request over TLS waited for its handshake, then for its bytes.
-                                    let shook = sock.handshake_ended().filter(|_| self.served == 0);
-                                    let since = match shook.map(|at| p.stats.ns_at(at)) {
-                                        Some(done) => {
-                                            self.tm
-                                                .phases
-                                                .set(Phase::Handshake, done.saturating_sub(idle_since));
-                                            done
-                                        }
-                                        None => idle_since,
-                                    };
-                                    self.tm.phases.set(Phase::Wait, now.saturating_sub(since));
-                                }
-                            }
-                            Some(now)
-                        } else {
-                            None
-                        };
-                        let parsed = self.parse_head(&p.settings.limits);
-                        match parsed {
-                            Ok(Parsed::Complete { head, len }) => {
-                                self.start += len;
-                                if let (Some(t0), Some(first)) = (parse_start, self.tm.first.get()) {
-                                    let now = now_ns();
-                                    self.tm.phases.set(Phase::Read, t0.saturating_sub(first));
-                                    self.tm.phases.set(Phase::Parse, now.saturating_sub(t0));
-                                    self.tm.service_start = Mark::at(now);
-                                    just_read = Some(now);
-                                    if p.stats.sample() {
-                                        self.tm.trace_path = Some(head.path().into());
-                                    }
-                                }
-                                let (request, plan) = self.plan(head, sock, p, stopping);
-                                if plan.streamed() {
-                                    match request.head.framing {
-                                        // RFC 9110 §15.5.14
-                                        BodyFraming::Length(n) if n > p.settings.max_body => {
-                                            let what = format!("a body of {n} bytes for {}", request.path());
-                                            self.note_limit(413, &what, p);
-                                            self.fail_planned(plan, 413, p);
-                                            continue;
-                                        }
-                                        BodyFraming::Chunked | BodyFraming::Length(1..)
-                                            if request.head.expect_continue =>
-                                        {
-                                            // `100 Continue` promises to read the body: first
-                                            // make sure its handler will (RFC 9110 §10.1.1),
-                                            // where a lookup may block. Should it not, the
-                                            // error closes the connection rather than wait
-                                            // for a body it would drop.
-                                            let check = request.to_check();
-                                            let mut plan = plan;
-                                            if let Some(body) = plan.body.as_mut() {
-                                                body.held = Some(Box::new(request));
+                    let read = if let Some(read) = self.take_read(facts) {
+                        read
+                    } else {
+                        if self.start < self.end {
+                            let parse_start = if let Some(now) = self.stamp(fresh) {
+                                if self.tm.first.get().is_none() {
+                                    self.tm.first = Mark::at(now);
+                                    if let Some(idle_since) = self.tm.idle_since.get() {
+                                        // A first request over TLS waited for its handshake, then for its bytes.
+                                        let shook = facts.handshake_ended().filter(|_| self.served == 0);
+                                        let since = match shook.map(|at| p.stats.ns_at(at)) {
+                                            Some(done) => {
+                                                self.tm
+                                                    .phases
+                                                    .set(Phase::Handshake, done.saturating_sub(idle_since));
+                                                done
                                             }
-                                            self.state = State::ready(check, plan);
-                                            continue;
-                                        }
-                                        BodyFraming::Chunked | BodyFraming::Length(1..) => {
-                                            let now = self.deadline_base(None);
-                                            self.state = collect(request, plan, b"", now, p);
-                                            continue;
-                                        }
-                                        _ => {}
+                                            None => idle_since,
+                                        };
+                                        self.tm.phases.set(Phase::Wait, now.saturating_sub(since));
                                     }
                                 }
-                                if mode.runs_inline(&plan) {
-                                    self.answer_inline(request, plan, just_read.take(), p);
-                                } else {
-                                    self.state = State::ready(request, plan);
+                                Some(now)
+                            } else {
+                                None
+                            };
+                            let parsed = self.parse_head(&p.settings.limits);
+                            match parsed {
+                                Ok(Parsed::Complete { head, len }) => {
+                                    self.start += len;
+                                    if let (Some(t0), Some(first)) = (parse_start, self.tm.first.get()) {
+                                        let now = now_ns();
+                                        self.tm.phases.set(Phase::Read, t0.saturating_sub(first));
+                                        self.tm.phases.set(Phase::Parse, now.saturating_sub(t0));
+                                        self.tm.service_start = Mark::at(now);
+                                        just_read = Some(now);
+                                        if p.stats.sample() {
+                                            self.tm.trace_path = Some(head.path().into());
+                                        }
+                                    }
+                                    let (request, plan) = self.plan(head, || facts.local_addr(), p, stopping);
+                                    if plan.streamed() {
+                                        match request.head.framing {
+                                            // RFC 9110 §15.5.14
+                                            BodyFraming::Length(n) if n > p.settings.max_body => {
+                                                let what =
+                                                    format!("a body of {n} bytes for {}", request.path());
+                                                self.note_limit(413, &what, p);
+                                                self.fail_planned(plan, 413, p);
+                                                continue;
+                                            }
+                                            BodyFraming::Chunked | BodyFraming::Length(1..)
+                                                if request.head.expect_continue =>
+                                            {
+                                                // `100 Continue` promises to read the body: first
+                                                // make sure its handler will (RFC 9110 §10.1.1),
+                                                // where a lookup may block. Should it not, the
+                                                // error closes the connection rather than wait
+                                                // for a body it would drop.
+                                                let check = request.to_check();
+                                                let mut plan = plan;
+                                                if let Some(body) = plan.body.as_mut() {
+                                                    body.held = Some(Box::new(request));
+                                                }
+                                                self.state = State::ready(check, plan);
+                                                continue;
+                                            }
+                                            BodyFraming::Chunked | BodyFraming::Length(1..) => {
+                                                let now = self.deadline_base(None);
+                                                self.state = collect(request, plan, b"", now, p);
+                                                continue;
+                                            }
+                                            _ => {}
+                                        }
+                                    }
+                                    if mode.runs_inline(&plan) {
+                                        self.answer_inline(request, plan, just_read.take(), p);
+                                    } else {
+                                        self.state = State::ready(request, plan);
+                                    }
+                                    continue;
                                 }
-                                continue;
+                                // A client that keeps dribbling never lets a
+                                // blocking read time out: the head deadline is
+                                // checked on the data path too (slowloris).
+                                Ok(Parsed::Partial)
+                                    if self.deadline_base(parse_start) >= self.head_due(p) =>
+                                {
+                                    self.refuse(408, p);
+                                    continue;
+                                }
+                                Ok(Parsed::Partial) => {}
+                                Err(e) => {
+                                    self.note_limit(e.status(), "a request head", p);
+                                    self.refuse(e.status(), p);
+                                    continue;
+                                }
                             }
-                            // A client that keeps dribbling never lets a
-                            // blocking read time out: the head deadline is
-                            // checked on the data path too (slowloris).
-                            Ok(Parsed::Partial) if self.deadline_base(parse_start) >= self.head_due(p) => {
-                                self.refuse(408, p);
-                                continue;
-                            }
-                            Ok(Parsed::Partial) => {}
-                            Err(e) => {
-                                self.note_limit(e.status(), "a request head", p);
-                                self.refuse(e.status(), p);
-                                continue;
-                            }
+                        } else if stopping && self.served > 0 {
+                            // Idle between requests: look, whatever the last edge
+                            // said; a request there is answered (stop.rs).
+                            self.drained = false;
                         }
-                    } else if stopping && self.served > 0 {
-                        // Idle between requests: look, whatever the last edge
-                        // said; a request there is answered (stop.rs).
-                        self.drained = false;
-                    }
-                    let was_empty = self.start == self.end;
-                    match self.fill(sock) {
-                        Ok(0) => return self.cut_off(p),
+                        match self.read_at_once() {
+                            Some(read) => read,
+                            None => return Io::Read,
+                        }
+                    };
+                    match read {
+                        Outcome::Eof => return Io::Wait(self.cut_off(p)),
                         // Over TLS the first head's deadline also starts
                         // with its first bytes: the handshake had its own.
-                        Ok(_) if was_empty && (self.served > 0 || p.tls.is_some()) => {
+                        Outcome::Began if self.served > 0 || p.tls.is_some() => {
                             self.set_state(ConnState::Reading);
                             // The next request began: one reading for its
                             // deadline and its first timestamp.
                             just_read = self.stamp(None);
                             self.head_deadline = self.deadline_base(just_read) + p.settings.header_timeout;
                         }
-                        Ok(_) => {}
-                        Err(e) if not_now(&e) => {
+                        Outcome::Bytes | Outcome::Began => {}
+                        Outcome::NotNow => {
                             if stopping && self.start == self.end {
-                                return self.stop_wait().map_or(Want::Close, Want::Read);
+                                return Io::Wait(self.stop_wait().map_or(Want::Close, Want::Read));
                             }
-                            if self.served == 0 && self.start == self.end && sock.handshaking() {
+                            if self.served == 0 && self.start == self.end && facts.handshaking() {
                                 let accepted = self.head_deadline - p.settings.header_timeout;
-                                return Want::Read(accepted + p.settings.tls_handshake_timeout);
+                                return Io::Wait(Want::Read(accepted + p.settings.tls_handshake_timeout));
                             }
                             let pending = self.start < self.end || self.served == 0;
                             if !pending && self.now.read() >= self.idle_deadline {
                                 // The last look after the idle deadline found nothing.
-                                return Want::Close;
+                                return Io::Wait(Want::Close);
                             }
-                            return Want::Read(if pending { self.head_due(p) } else { self.idle_deadline });
+                            return Io::Wait(Want::Read(if pending {
+                                self.head_due(p)
+                            } else {
+                                self.idle_deadline
+                            }));
                         }
-                        Err(_) => return Want::Close,
+                        _ => return Io::Wait(Want::Close),
                     }
                 }
                 State::Write(pending) => {
-                    let limit = match &p.settings.schedule {
-                        Schedule::Fifo => u64::MAX,
-                        Schedule::Srpt(srpt) => {
-                            let now = self.now.read();
-                            let class = srpt.class(pending.reply.out.remaining(), now - pending.started);
-                            if class != self.class {
-                                // Best effort: a socket that refuses keeps its order.
-                                if self.class == UNSCHEDULED && srpt.unsent_limit > 0 {
-                                    let _ = sock.set_unsent_limit(srpt.unsent_limit);
+                    let progress = match std::mem::replace(&mut self.outcome, Outcome::Nothing) {
+                        Outcome::Sent(progress) => progress,
+                        Outcome::Failed => {
+                            self.abort(p);
+                            return Io::Wait(Want::Close);
+                        }
+                        _ => {
+                            let limit = match &p.settings.schedule {
+                                Schedule::Fifo => u64::MAX,
+                                Schedule::Srpt(srpt) => {
+                                    let now = self.now.read();
+                                    let class =
+                                        srpt.class(pending.reply.out.remaining(), now - pending.started);
+                                    if class != self.class {
+                                        let first = self.class == UNSCHEDULED && srpt.unsent_limit > 0;
+                                        self.class = class;
+                                        return Io::Prioritize {
+                                            priority: srpt.priority(class),
+                                            unsent_limit: first.then_some(srpt.unsent_limit),
+                                        };
+                                    }
+                                    srpt.quantum
                                 }
-                                let _ = sock.set_priority(srpt.priority(class));
-                                self.class = class;
-                            }
-                            srpt.quantum
+                            };
+                            let limit = match self.warm_ahead {
+                                0 => limit,
+                                window => match pending.warm_allowance(window) {
+                                    Some(allowed) => limit.min(allowed),
+                                    None => return Io::Wait(Want::Warm),
+                                },
+                            };
+                            return Io::Send { limit };
                         }
                     };
-                    let limit = match self.warm_ahead {
-                        0 => limit,
-                        window => match pending.warm_allowance(window) {
-                            Some(allowed) => limit.min(allowed),
-                            None => return Want::Warm,
-                        },
-                    };
-                    match sock.send(&mut pending.reply.out, limit) {
+                    match progress {
                         // A quantum went out: look at the class again, after
                         // the loop's other connections if it serves in turns.
-                        Ok(Progress::Paused) if self.yielding => return Want::Again,
-                        Ok(Progress::Paused) => {}
-                        Ok(Progress::Done) => {
-                            if let Some(want) = self.finish_response(sock, p) {
-                                return want;
+                        Progress::Paused if self.yielding => return Io::Wait(Want::Again),
+                        Progress::Paused => {}
+                        Progress::Done => {
+                            if let Some(want) = self.finish_response(p) {
+                                return Io::Wait(want);
                             }
                             // The response's end (timing on) is a pipelined
                             // request's first timestamp.
                             just_read = self.tm.idle_since.get();
                         }
-                        Ok(Progress::Blocked) => {
+                        Progress::Blocked => {
                             let sent = pending.reply.out.bytes_sent();
                             // `deadline_base(None)`, but `self.state` is borrowed.
                             let now = self.now.read();
@@ -819,45 +847,68 @@ impl Connection {
                                 // nginx's send_timeout cuts one that stalls.
                                 Some(due) if due <= now => {
                                     self.abort(p);
-                                    return Want::Close;
+                                    return Io::Wait(Want::Close);
                                 }
-                                Some(due) => return Want::Write(due.min(pending.deadline)),
-                                None => return Want::Write(pending.deadline),
+                                Some(due) => return Io::Wait(Want::Write(due.min(pending.deadline))),
+                                None => return Io::Wait(Want::Write(pending.deadline)),
                             }
-                        }
-                        Err(_) => {
-                            self.abort(p);
-                            return Want::Close;
                         }
                     }
                 }
-                State::Discard { remaining, deadline } => {
-                    let buffered = (self.end - self.start) as u64;
-                    let take = buffered.min(*remaining);
-                    self.start += take as usize;
-                    *remaining -= take;
-                    if *remaining == 0 {
-                        self.await_next_head(p, fresh);
-                        just_read = fresh;
-                        continue;
-                    }
+                State::Discard { deadline, .. } => {
                     let deadline = *deadline;
-                    match self.fill(sock) {
-                        Ok(0) => return Want::Close,
-                        Ok(_) => {}
-                        Err(e) if not_now(&e) => return Want::Read(deadline),
-                        Err(_) => return Want::Close,
+                    let read = match self.take_read(facts) {
+                        Some(read) => read,
+                        None => {
+                            let State::Discard { remaining, .. } = &mut self.state else {
+                                unreachable!("matched Discard");
+                            };
+                            let buffered = (self.end - self.start) as u64;
+                            let take = buffered.min(*remaining);
+                            self.start += take as usize;
+                            *remaining -= take;
+                            if *remaining == 0 {
+                                self.await_next_head(p, fresh);
+                                just_read = fresh;
+                                continue;
+                            }
+                            match self.read_at_once() {
+                                Some(read) => read,
+                                None => return Io::Read,
+                            }
+                        }
+                    };
+                    match read {
+                        Outcome::Bytes | Outcome::Began => {}
+                        Outcome::NotNow => return Io::Wait(Want::Read(deadline)),
+                        _ => return Io::Wait(Want::Close),
                     }
+                }
+                State::Shut { deadline } => {
+                    // Our FIN follows the response; the client's bytes are read
+                    // until it closes too. Closed under bytes it sent (a keep-alive
+                    // client's next request at --max-keepalive-requests), the kernel
+                    // would reset the connection and drop the response's unsent tail.
+                    self.state = State::Linger { deadline: *deadline };
+                    return Io::ShutdownWrite;
                 }
                 State::Linger { deadline } => {
                     let deadline = *deadline;
-                    self.start = 0;
-                    self.end = 0;
-                    match self.fill(sock) {
-                        Ok(0) => return Want::Close,
-                        Ok(_) => {}
-                        Err(e) if not_now(&e) => return Want::Read(deadline),
-                        Err(_) => return Want::Close,
+                    let read = match self.take_read(facts) {
+                        Some(read) => read,
+                        None => {
+                            self.start = 0;
+                            self.end = 0;
+                            match self.read_at_once() {
+                                Some(read) => read,
+                                None => return Io::Read,
+                            }
+                        }
+                    };
+                    match read {
+                        Outcome::Bytes | Outcome::Began => {}
+                        Outcome::NotNow => return Io::Wait(Want::Read(deadline)),
+                        _ => return Io::Wait(Want::Close),
                     }
                 }
             }
@@ -889,52 +940,6 @@ impl Connection {
                 self.abort(p);
                 false
             }
-        }
-    }
-
-    /// Decides, before the pipeline runs, what happens to the connection
-    /// after this request.
-    fn plan(&self, head: RequestHead, sock: &dyn Wire, p: &Pipeline, stopping: bool) -> (Request, Plan) {
-        let settings = &p.settings;
-        let (route, normal) = p.route(&head);
-        let normal_path = match normal {
-            Some(Cow::Owned(path)) => Some(path.into_boxed_str()),
-            _ => None,
-        };
-        if route.reads_body() {
-            return self.plan_streamed(head, route, normal_path, sock, p, stopping);
-        }
-        // A body no handler wants is read and dropped to find the next
-        // request (RFC 9112 §6.3). One too large, chunked, or whose sender
-        // waits for 100-continue is not worth it: answer and close instead
-        // (RFC 9110 §10.1.1 allows either).
-        let discard = match head.framing {
-            BodyFraming::None | BodyFraming::Length(0) => Some(0),
-            BodyFraming::Length(n) if n <= settings.max_body && !head.expect_continue => Some(n),
-            _ => None,
-        };
-        let keep_alive = head.keep_alive
-            && discard.is_some()
-            && !stopping
-            && self.served + 1 < settings.max_keepalive_requests;
-        let log = self.log_record(&head, p);
-        let unread = self.start < self.end || head.framing != BodyFraming::None || head.keep_alive;
-        let head_only = head.method == h1::Method::Head;
-        let plan = Plan { log, discard: discard.unwrap_or(0), unread, head_only, body: None };
-        let peer = self.info.peer;
-        let request = Request { head, keep_alive, peer, local: None, redirects: 0, route, normal_path };
-        (request, plan)
-    }
-
-    /// When the head being received must be complete: its total deadline,
-    /// or earlier if it arrives slower than `--min-rate` after the grace
-    /// period (counted from the head's start, the accept for a first one).
-    fn head_due(&self, p: &Pipeline) -> Instant {
-        let started = self.head_deadline - p.settings.header_timeout;
-        let bytes = (self.end - self.start) as u64;
-        match p.settings.rate_deadline(started, bytes) {
-            Some(due) => due.min(self.head_deadline),
-            None => self.head_deadline,
         }
     }
 

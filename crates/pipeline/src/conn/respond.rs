@@ -3,7 +3,6 @@
 use std::time::Instant;
 
 use h1::RequestHead;
-use transport::Wire;
 
 use super::*;
 use crate::accesslog::first_line;
@@ -211,7 +210,7 @@ impl Connection {
     }
 
     /// The response is out: log it and move on. `Some` ends `drive`.
-    pub(super) fn finish_response(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
+    pub(super) fn finish_response(&mut self, p: &Pipeline) -> Option<Want> {
         let State::Write(mut pending) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the write phase");
         };
@@ -221,7 +220,7 @@ impl Connection {
         let (close, linger, discard) = (pending.reply.close, pending.linger, pending.discard);
         debug_assert!(pending.log.is_none());
         spares::give_back(&SPARE_PENDINGS, pending);
-        self.after_response(sock, close, linger, discard, p)
+        self.after_response(close, linger, discard, p)
     }
 
     /// What follows a logged response (a file's or a script's): close, at
@@ -230,7 +229,6 @@ impl Connection {
     /// Deadlines count from the response's end. `Some` ends `drive`.
     pub(super) fn after_response(
         &mut self,
-        sock: &dyn Wire,
         close: bool,
         linger: bool,
         discard: u64,
@@ -241,12 +239,9 @@ impl Connection {
             if !linger {
                 return Some(Want::Close);
             }
-            // Our FIN follows the response; the client's bytes are read
-            // until it closes too. Closed under bytes it sent (a keep-alive
-            // client's next request at --max-keepalive-requests), the kernel
-            // would reset the connection and drop the response's unsent tail.
-            sock.shutdown_write();
-            self.state = State::Linger { deadline: self.deadline_base(ended) + p.settings.linger_timeout };
+            // Our side is shut first (`Io::ShutdownWrite`), then input drained.
+            let deadline = self.deadline_base(ended) + p.settings.linger_timeout;
+            self.state = State::Shut { deadline };
         } else if discard > 0 {
             let deadline = self.deadline_base(ended) + p.settings.header_timeout;
             self.state = State::Discard { remaining: discard, deadline };

@@ -129,7 +129,7 @@ impl Connection {
         head: RequestHead,
         route: Route,
         normal_path: Option<Box<str>>,
-        sock: &dyn Wire,
+        local: Option<SocketAddr>,
         p: &Pipeline,
         stopping: bool,
     ) -> (Request, Plan) {
@@ -153,7 +153,6 @@ impl Connection {
         };
         let plan =
             Plan { log, discard: 0, unread, head_only: head.method == h1::Method::Head, body: Some(body) };
-        let local = sock.local_addr();
         let peer = self.info.peer;
         let request = Request { head, keep_alive, peer, local, redirects: 0, route, normal_path };
         (request, plan)
@@ -319,7 +318,7 @@ impl Connection {
                 let unread = discard > 0 || self.start < self.end || plan.unread;
                 self.log_streamed(responder.as_ref(), plan, p);
                 drop(responder);
-                self.after_response(sock, close, unread, discard, p)
+                self.after_response(close, unread, discard, p)
             }
             Streamed::Failed(status) => {
                 let Streaming { responder, plan } = *streaming;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod cgi;
 mod core;
+mod push;
 mod responder;
 mod schedule;
 mod slow;
@@ -173,10 +174,12 @@ fn parse_with(mut bytes: &[u8], bodiless: bool) -> Vec<Response> {
 /// 0.5 KiB with the loop's own bookkeeping), so growing it is a decision.
 /// 400 → 408: the TLS handshake's phase (a plain connection carries its
 /// 8 bytes unused; a TLS one holds kilobytes of rustls session besides).
+/// 408 → 416: the one-byte result of the I/O a step asked its driver for
+/// (`drive.rs`), which the fields' packing rounds up to a word.
 #[test]
 fn a_connection_stays_small() {
     let size = std::mem::size_of::<Connection>();
-    assert!(size <= 408, "Connection is {size} bytes");
+    assert!(size <= 416, "Connection is {size} bytes");
     assert_eq!(std::mem::size_of::<Mark>(), 8);
 }
 

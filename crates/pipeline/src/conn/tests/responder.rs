@@ -7,6 +7,7 @@
 use std::os::fd::BorrowedFd;
 
 use transport::poller::Interest;
+use transport::Wire;
 
 use super::*;
 use crate::responder::{BodyStart, Responder, Starter, Streamed};

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::schedule::{Schedule, Srpt};
+use transport::Wire;
 
 const GET_BIG: &[u8] = b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n";
 
