@@ -878,10 +878,8 @@ impl Connection {
                             }
                         }
                     };
-                    match read {
-                        Outcome::Bytes | Outcome::Began => {}
-                        Outcome::NotNow => return Io::Wait(Want::Read(deadline)),
-                        _ => return Io::Wait(Want::Close),
+                    if let Some(io) = read_on(read, deadline) {
+                        return io;
                     }
                 }
                 State::Shut { deadline } => {
@@ -905,10 +903,8 @@ impl Connection {
                             }
                         }
                     };
-                    match read {
-                        Outcome::Bytes | Outcome::Began => {}
-                        Outcome::NotNow => return Io::Wait(Want::Read(deadline)),
-                        _ => return Io::Wait(Want::Close),
+                    if let Some(io) = read_on(read, deadline) {
+                        return io;
                     }
                 }
             }
@@ -949,5 +945,16 @@ impl Connection {
         let reply =
             response::error_page(&p.settings, status, h1::Version::Http11, false, plan.head_only, &[]);
         self.respond(reply, log, 0, true, None, p);
+    }
+}
+
+/// What a state that only reads and drops (a body nobody reads, a
+/// lingering close) does after a read: go on with the bytes, wait for more
+/// until `deadline`, or close at the end of the stream or an error.
+fn read_on(read: Outcome, deadline: Instant) -> Option<Io> {
+    match read {
+        Outcome::Bytes | Outcome::Began => None,
+        Outcome::NotNow => Some(Io::Wait(Want::Read(deadline))),
+        _ => Some(Io::Wait(Want::Close)),
     }
 }
