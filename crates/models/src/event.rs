@@ -638,7 +638,7 @@ impl Loop {
                 }
             }
         }
-        self.settle(token, want, parked);
+        self.settle(token, want, &mut parked);
     }
 
     /// The graceful stop: refuse new connections, close idle ones, let

@@ -104,8 +104,11 @@ pub(crate) trait Core {
     /// After a drive: sets the connection up to wait for what it wants
     /// (its timer, the loop's registrations, a helper), or closes it.
     /// `parked`: the request the loop took to hand to a helper, if it did.
+    /// Lent, not moved: a `Request` by value is copied on every settle,
+    /// though only the helpers' arm takes it (52 instructions a request
+    /// on `event`, by callgrind).
     #[inline]
-    fn settle(&mut self, token: u64, want: Want, parked: Option<Request>) -> Settled {
+    fn settle(&mut self, token: u64, want: Want, parked: &mut Option<Request>) -> Settled {
         let Parts { conns, timers, helpers, pipeline, now, .. } = self.parts();
         let Some(c) = conns.get_mut(token) else { return Settled::Closed };
         match want {
@@ -152,7 +155,7 @@ pub(crate) trait Core {
                 c.wait(Waits::Helper);
                 // No deadline while the pipeline runs; set again after.
                 c.timer().cancel();
-                let request = parked.or_else(|| c.conn().take_request());
+                let request = parked.take().or_else(|| c.conn().take_request());
                 let submitted = match (request, helpers.as_mut()) {
                     (Some(request), Some(helpers)) => helpers.submit(token, request),
                     _ => false,

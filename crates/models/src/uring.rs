@@ -760,7 +760,7 @@ impl Loop {
         let p = &*self.pipeline;
         c.conn.set_now(self.now);
         let want = c.conn.drive(&c.link, p, stopping);
-        if self.settle(token, want, None) == Settled::Open {
+        if self.settle(token, want, &mut None) == Settled::Open {
             self.pump(token);
         }
     }

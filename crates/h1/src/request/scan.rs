@@ -112,6 +112,7 @@ impl HeadScan {
     /// [`parse_request_reusing`](super::parse_request_reusing) of `buf`,
     /// the head so far, looking only at the bytes not seen before while
     /// they decide nothing.
+    #[inline]
     pub fn parse(
         &mut self,
         buf: &[u8],
@@ -120,7 +121,9 @@ impl HeadScan {
     ) -> Result<Parsed, ParseError> {
         if !self.started() {
             self.count(buf.len().min(limits.max_header_bytes));
-            if let super::Fast::Final(verdict) = super::parse_fast(buf, limits, spare) {
+            let mut decided = true;
+            let verdict = super::parse_fast(buf, limits, spare, &mut decided);
+            if decided {
                 return verdict;
             }
         }
@@ -130,12 +133,9 @@ impl HeadScan {
             Verdict::Refused(error) => Err(error),
             Verdict::Ended(len) => {
                 self.count(len);
-                match super::parse_fast(buf, limits, spare) {
-                    super::Fast::Final(verdict) => verdict,
-                    // The two readings disagree on the grammar: refuse, as the
-                    // stricter does.
-                    super::Fast::Undecided(error) => Err(error.unwrap_or(INVALID_LINE_ENDING)),
-                }
+                // Decided or not: where the two readings disagree on the
+                // grammar, the refusal stands, as the stricter reading's.
+                super::parse_fast(buf, limits, spare, &mut true)
             }
         };
         *self = HeadScan::default();

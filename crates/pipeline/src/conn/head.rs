@@ -15,6 +15,7 @@ use crate::{spares, Pipeline};
 impl Connection {
     /// The verdict on the head in the buffer so far: the same as a fresh
     /// `h1::parse_request` of it, looking only at the bytes not seen before.
+    #[inline]
     pub(super) fn parse_head(&mut self, limits: &h1::Limits) -> Result<Parsed, ParseError> {
         let mut spare = spares::take(&SPARE_HEADS);
         let parsed = self.head_scan.parse(&self.buf[self.start..self.end], limits, &mut spare);
