@@ -568,10 +568,8 @@ fn parse_fast(
         Err(error) => return undecided(decided, Some(error)),
     };
     let method = Method::from_token(line.method);
-    let target = match target::parse(&method, line.target) {
-        Ok(target) => target,
-        Err(error) => return Err(error),
-    };
+    // A refusal here is decided: the target's form at the line's end.
+    let target = target::parse(&method, line.target)?;
 
     let fields_start = line_start + line.len;
     let block = &window[fields_start..];

@@ -38,7 +38,7 @@ use crate::reply::Reply;
 use crate::response::{self, Response};
 use crate::schedule::{Schedule, Srpt};
 use crate::spares::{self, Spares};
-use crate::stats::{now_ns, ConnState, Phase, Stats};
+use crate::stats::{ConnState, Phase, Stats};
 use crate::{LogRecord, Pipeline, Route};
 
 /// [`Connection::class`] before SRPT first set the socket's priority.
@@ -547,7 +547,7 @@ impl Connection {
                 let request = job.request.take().expect("a ready job holds its request");
                 if self.stats.timing {
                     self.tm.taken = true;
-                    self.tm.handed_out = Mark::at(now_ns());
+                    self.tm.handed_out = Mark::at(self.stats.now());
                 }
                 self.state = State::Processing(job);
                 Some(request)
@@ -588,7 +588,7 @@ impl Connection {
         let mut at = None;
         if std::mem::take(&mut self.tm.taken) {
             // The data phase's end starts the next one (write, or a script's run).
-            let now = now_ns();
+            let now = self.stats.now();
             at = Some(now);
             let measured = match &reply {
                 // Where its handler counts it; a check before `100 Continue`
@@ -620,8 +620,9 @@ impl Connection {
 
     /// Runs the state machine until it needs the outside world: the I/O
     /// to perform (then report its result and step again), or what to wait
-    /// for. It reads no socket and no clock (the driver's time:
-    /// [`set_now`](Self::set_now)); `facts` is asked only what the transport
+    /// for. It reads no socket and no clock: deadlines count from the
+    /// driver's time ([`set_now`](Self::set_now)), phase timestamps come
+    /// from the clock the stats were given ([`Stats::now`]); `facts` is asked only what the transport
     /// knows (TLS). `stopping` asks to close at the next request boundary
     /// (graceful shutdown).
     pub fn step(&mut self, facts: &impl Facts, p: &Pipeline, stopping: bool) -> Io {
@@ -675,7 +676,7 @@ impl Connection {
                                 Ok(Parsed::Complete { head, len }) => {
                                     self.start += len;
                                     if let (Some(t0), Some(first)) = (parse_start, self.tm.first.get()) {
-                                        let now = now_ns();
+                                        let now = self.stats.now();
                                         self.tm.phases.set(Phase::Read, t0.saturating_sub(first));
                                         self.tm.phases.set(Phase::Parse, now.saturating_sub(t0));
                                         self.tm.service_start = Mark::at(now);

@@ -9,7 +9,7 @@ use crate::accesslog::first_line;
 use crate::reply::Reply;
 use crate::response::{self, Response};
 use crate::spares::{self, Spares};
-use crate::stats::{now_ns, ConnState, Phase};
+use crate::stats::{ConnState, Phase};
 use crate::{LogRecord, Pipeline};
 
 thread_local! {
@@ -282,7 +282,7 @@ impl Connection {
     }
 
     pub(super) fn log(&mut self, p: &Pipeline, pending: &mut Pending) {
-        let mut end = p.stats.timing.then(now_ns);
+        let mut end = p.stats.timing.then(|| p.stats.now());
         if let (Some(start), Some(now)) = (self.tm.write_start.take(), end) {
             self.tm.phases.set(Phase::Write, now.saturating_sub(start));
         }

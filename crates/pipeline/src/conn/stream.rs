@@ -20,7 +20,6 @@ use transport::Wire;
 use super::*;
 use crate::responder::{BodyStart, Responder, Streamed};
 use crate::spool::{Spool, SPOOL_AT};
-use crate::stats::now_ns;
 use crate::Pipeline;
 
 /// A request body being received whole before its handler starts.
@@ -264,7 +263,7 @@ impl Connection {
     /// response: logged as nginx logs it, 499 (client closed request) with
     /// no bytes sent, rather than not at all.
     pub(super) fn log_abandoned(&mut self, plan: Plan, p: &Pipeline) {
-        let end = p.stats.timing.then(now_ns);
+        let end = p.stats.timing.then(|| p.stats.now());
         if let Some(mut record) = plan.log {
             record.status = CLIENT_CLOSED;
             record.body_bytes = 0;
@@ -346,7 +345,7 @@ impl Connection {
     }
 
     pub(super) fn log_streamed(&mut self, responder: &dyn Responder, plan: Plan, p: &Pipeline) {
-        let mut end = p.stats.timing.then(now_ns);
+        let mut end = p.stats.timing.then(|| p.stats.now());
         if let (Some(start), Some(now)) = (self.tm.stream_start.take(), end) {
             self.tm.phases.set(responder.phase(), now.saturating_sub(start));
         }

@@ -3,9 +3,9 @@
 use std::time::Instant;
 
 use super::*;
-use crate::stats::{now_ns, ConnState, Phase, PhaseTimes, TraceRow};
+use crate::stats::{ConnState, Phase, PhaseTimes, TraceRow};
 
-/// One request's timestamps ([`now_ns`]) and phase durations.
+/// One request's timestamps ([`Stats::now`]) and phase durations.
 #[derive(Debug, Default)]
 pub(super) struct Timing {
     /// Connection start or the previous response's end: the wait begins.
@@ -29,7 +29,7 @@ pub(super) struct Timing {
     pub(super) trace_path: Option<Box<str>>,
 }
 
-/// A [`now_ns`] timestamp, or none, in 8 bytes where `Option<u64>` takes
+/// A [`Stats::now`] timestamp, or none, in 8 bytes where `Option<u64>` takes
 /// 16: [`Timing`] lives in every connection, idle ones too, and idle
 /// memory is what an event server is judged by (nginx: 0.5 KiB each).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,7 +104,7 @@ impl Connection {
         self.now = Now::Clock(clock);
     }
 
-    /// The time a deadline counts from: `stamp`, a timestamp ([`now_ns`])
+    /// The time a deadline counts from: `stamp`, a timestamp ([`Stats::now`])
     /// just taken, if there is one; else the driver's time.
     pub(super) fn deadline_base(&self, stamp: Option<u64>) -> Instant {
         match stamp {
@@ -116,7 +116,7 @@ impl Connection {
     /// A phase boundary's timestamp (timing on): `fresh` if it was just
     /// taken, else a clock read.
     pub(super) fn stamp(&self, fresh: Option<u64>) -> Option<u64> {
-        self.stats.timing.then(|| fresh.unwrap_or_else(now_ns))
+        self.stats.timing.then(|| fresh.unwrap_or_else(|| self.stats.now()))
     }
 
     /// Runs `f` with a reading already at hand (`stamp`, or the caller's)
@@ -206,7 +206,7 @@ impl Connection {
     /// Records the log phase, which began at `start` (the previous phase's
     /// end) and ends now; returns now.
     pub(super) fn timed_log(&mut self, start: u64) -> u64 {
-        let now = now_ns();
+        let now = self.stats.now();
         self.tm.phases.set(Phase::Log, now.saturating_sub(start));
         now
     }

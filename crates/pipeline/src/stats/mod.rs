@@ -223,6 +223,11 @@ const CODES: usize = 500;
 pub struct Stats {
     /// Per-request timestamps are taken (off: `--no-timing`).
     pub timing: bool,
+    /// Where the timestamps come from: [`now_ns`], or a test's clock
+    /// ([`with_clock`](Self::with_clock)), so that a connection's phases,
+    /// which lie inside one step of its state machine, are measured by a
+    /// clock it is given rather than one it reads.
+    clock: fn() -> u64,
     shards: Box<[Shard]>,
     epoch: Instant,
     /// `epoch` as [`now_ns`] read it: the trace's time zero.
@@ -251,6 +256,7 @@ impl Stats {
     pub fn new(timing: bool) -> Stats {
         Stats {
             timing,
+            clock: now_ns,
             shards: (0..SHARDS).map(|_| Shard::new()).collect(),
             epoch: Instant::now(),
             epoch_ns: now_ns(),
@@ -260,6 +266,20 @@ impl Stats {
             slots: Mutex::new(Vec::new()),
             trace: None,
         }
+    }
+
+    /// Timestamps from `clock` (a test's): the time zero is its reading now.
+    #[must_use]
+    pub fn with_clock(mut self, clock: fn() -> u64) -> Stats {
+        self.clock = clock;
+        self.epoch_ns = clock();
+        self
+    }
+
+    /// A timestamp, in nanoseconds, from the stats' clock.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        (self.clock)()
     }
 
     /// The monotonic origin of every timestamp (the trace's time zero).

@@ -300,3 +300,50 @@ fn a_dribbled_head_is_looked_at_once_per_byte() {
     }
     assert_eq!(h.response().status, 414);
 }
+
+thread_local! {
+    /// The test clock's last reading, in nanoseconds.
+    static TICKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A clock that moves a microsecond each time it is read.
+fn ticking() -> u64 {
+    TICKS.with(|t| {
+        t.set(t.get() + 1_000);
+        t.get()
+    })
+}
+
+/// The phases of a request are measured by the clock the connection is
+/// given, never one it reads: under a clock that moves exactly a
+/// microsecond a reading, every phase is a whole number of microseconds,
+/// and parsing — one reading before the parser, one after — exactly one.
+#[test]
+fn phases_are_timed_by_the_clock_given() {
+    let access = Arc::new(AccessLog::open(LogTarget::Stdout).unwrap());
+    let stats = Stats::new(true).with_clock(ticking);
+    let p = Pipeline::new(Settings::default(), Site::embedded(FILES), access, Arc::new(ErrorLog::stderr()))
+        .with_stats(stats);
+    let peer = SocketAddr::from(([127, 0, 0, 1], 40000));
+    let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p, Mode::Inline);
+    conn.defer_log();
+    let wire = MemoryWire::new();
+    wire.arrive(GET);
+    let before = TICKS.with(std::cell::Cell::get);
+    assert!(matches!(conn.drive(&wire, &p, false), Want::Read(_)));
+    assert_eq!(conn.served(), 1);
+    let readings = (TICKS.with(std::cell::Cell::get) - before) / 1_000;
+    let snap = p.stats.snapshot();
+    assert_eq!(snap.phase(Phase::Parse).sum_ns, 1_000, "{snap:?}");
+    let mut timed = 0;
+    for phase in Phase::ALL {
+        let sum = snap.phase(phase).sum_ns;
+        assert_eq!(sum % 1_000, 0, "{phase:?}: {sum} ns is no whole number of readings");
+        if phase != Phase::Total {
+            timed += sum;
+        }
+    }
+    // One request's phases follow each other: together, no more time than
+    // the readings the connection took.
+    assert!(timed > 0 && timed <= readings * 1_000, "{timed} ns in phases from {readings} readings");
+}
