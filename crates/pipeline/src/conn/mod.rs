@@ -64,7 +64,6 @@ use io::SPARE_BUFFERS;
 use respond::Pending;
 use stream::{collect, BodyPlan, Collect, Streaming};
 use timing::{Mark, Now, Timing};
-use transport::not_now;
 
 /// Who is on the other end.
 #[derive(Clone, Copy, Debug)]
@@ -641,8 +640,16 @@ impl Connection {
                     self.answer_inline(request.expect("a ready job holds its request"), plan, fresh, p);
                 }
                 State::Ready(_) | State::Processing(_) => return Io::Wait(Want::Process),
-                State::Collect(_) => return Io::CollectBody,
-                State::Stream(_) => return Io::Stream,
+                State::Collect(_) => {
+                    if let Some(io) = self.collect_step(facts, p) {
+                        return io;
+                    }
+                }
+                State::Stream(_) => {
+                    if let Some(io) = self.stream_step(p) {
+                        return io;
+                    }
+                }
                 State::Head => {
                     let read = if let Some(read) = self.take_read(facts) {
                         read
