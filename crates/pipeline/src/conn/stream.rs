@@ -159,12 +159,21 @@ impl Connection {
         (request, plan)
     }
 
+    /// The next action of a request whose handler streams (states
+    /// `Collect` and `Stream`); `None`: the state changed, step on.
+    pub(super) fn streamed_step(&mut self, facts: &impl Facts, p: &Pipeline) -> Option<Io> {
+        match self.state {
+            State::Collect(_) => self.collect_step(facts, p),
+            _ => self.stream_step(p),
+        }
+    }
+
     /// The next action of the phase that receives a body whole for its
     /// handler: `100 Continue` sent first if the client waits for it, then
     /// the body read (as a head is: into [`read_room`](Self::read_room)),
     /// de-chunked and spooled as it comes. `None`: the phase ended (the
     /// request is ready, or answered with an error page); step on.
-    pub(super) fn collect_step(&mut self, facts: &impl Facts, p: &Pipeline) -> Option<Io> {
+    fn collect_step(&mut self, facts: &impl Facts, p: &Pipeline) -> Option<Io> {
         let State::Collect(mut c) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the Collect phase");
         };
@@ -320,7 +329,7 @@ impl Connection {
     /// wait on its sources (and on the socket while output is left:
     /// [`waiting`](Self::waiting)) when neither can move. `None`: the
     /// response ended; step on.
-    pub(super) fn stream_step(&mut self, p: &Pipeline) -> Option<Io> {
+    fn stream_step(&mut self, p: &Pipeline) -> Option<Io> {
         let State::Stream(mut streaming) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the Stream phase");
         };
