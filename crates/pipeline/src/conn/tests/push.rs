@@ -43,6 +43,9 @@ struct Peer {
     written: Vec<u8>,
     /// The most bytes a send was offered.
     most_offered: u64,
+    /// The next send that empties the queue leaves bytes in the transport
+    /// (a TLS session's records the socket did not take): `Blocked`.
+    holds_records: bool,
     /// The actions, in order, but for `Wait`.
     asked: Vec<String>,
 }
@@ -73,6 +76,7 @@ impl Peer {
             *room -= n;
         }
         Ok(match () {
+            _ if out.is_empty() && std::mem::take(&mut self.holds_records) => Progress::Blocked,
             _ if out.is_empty() => Progress::Done,
             _ if n as u64 == limit => Progress::Paused,
             _ => Progress::Blocked,
@@ -365,4 +369,24 @@ fn a_responders_output_goes_out_as_sends_a_bounded_amount_at_a_time_and_resumes_
     assert_eq!((responses.len(), responses[0].status), (1, 200));
     assert_eq!(responses[0].body, body);
     assert_eq!(c.statuses(), [(200, body.len() as u64)]);
+}
+
+#[test]
+fn a_streamed_response_ends_only_once_the_transport_holds_none_of_it() {
+    let mut c = Core::handing_out();
+    let request = b"POST /cgi-bin/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+    assert_eq!(c.arrive(request), Want::Process);
+    c.conn.take_request().expect("ready once the body is in");
+    c.conn.deliver(Reply::stream(Box::new(EchoStart(Arc::default()))), &c.p);
+    c.asked();
+    c.peer.holds_records = true;
+    let Want::Source(_) = c.run() else { panic!("the transport still holds the last bytes") };
+    assert_eq!(c.conn.waiting().socket, Some(transport::poller::Interest::WRITABLE));
+    assert!(c.statuses().is_empty(), "not logged before it is out");
+    let send = "Send { limit: 18446744073709551615 }";
+    assert_eq!(c.asked(), [send]);
+    assert_eq!(c.run(), Want::Read(c.now + c.p.settings.keepalive_timeout));
+    assert_eq!(c.asked(), [send, "Read"]);
+    assert_eq!(c.responses()[0].body, b"hi");
+    assert_eq!(c.statuses(), [(200, 2)]);
 }
