@@ -3,19 +3,19 @@
 //! `100 Continue` check, spawned) and its run — moving bytes between a
 //! client and the script, without ever blocking: the request body (collected whole by the connection before the
 //! script starts, in memory or spooled) to the script's stdin, its stdout
-//! (head parsed, then framed) to the socket, its stderr to the error log —
+//! (head parsed, then framed) to the connection, which sends it, its stderr to the error log —
 //! all at once, so a script that prints before it reads its input cannot
 //! deadlock against us (bad-input K11).
 //!
 //! A script's run is the [`Responder`] the connection drives: its `pump`
-//! goes as far as every descriptor allows and says what it waits for;
-//! socket I/O never waits (`Wire::write_now`), so the same code runs on a
-//! blocking model's socket (which then `poll`s, see
-//! [`Connection::wait_blocking`](crate::Connection::wait_blocking)) and on
-//! an event loop's non-blocking one (which registers the pipes in epoll).
-//! Memory is bounded: at most [`OUT_HIGH`] bytes of output and
-//! [`IN_CHUNK`] bytes of a spooled body are held, so a 3 GB response
-//! streams in constant space.
+//! goes as far as every pipe allows, hands the framed output to the
+//! connection's [`Output`] and says what it waits for; it touches no
+//! socket, so the same code runs for a blocking model (which then `poll`s,
+//! see [`Connection::wait_blocking`](crate::Connection::wait_blocking)) and
+//! an event loop (which registers the pipes in epoll).
+//! Memory is bounded: the script's stdout is not read while [`OUT_HIGH`]
+//! bytes of output are unsent, and at most [`IN_CHUNK`] bytes of a
+//! spooled body are held, so a 3 GB response streams in constant space.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -24,10 +24,9 @@ use std::time::{Duration, Instant};
 use h1::{BodyFraming, RequestHead, Version};
 use rustix::io::Errno;
 use transport::poller::Interest;
-use transport::{not_now, Wire};
 
 use crate::cgi::{self, parse_head, CgiProcess, CgiSettings, ScriptResponse};
-use crate::responder::{BodyStart, Responder, Starter, Streamed};
+use crate::responder::{BodyStart, Output, Responder, Starter, Streamed};
 use crate::spool::Spool;
 use crate::stats::Phase;
 use crate::{reply, response, site, Pipeline, Reply, Request, Site};
@@ -142,9 +141,9 @@ pub(crate) fn answer(p: &Pipeline, settings: &CgiSettings, req: &Request) -> Rep
     }
 }
 
-/// Output queued for the client beyond which the script's stdout is not
+/// Output unsent to the client beyond which the script's stdout is not
 /// read (it then blocks on its pipe: back-pressure, not buffering).
-const OUT_HIGH: usize = 64 << 10;
+const OUT_HIGH: u64 = 64 << 10;
 /// One read from the script.
 const READ_SIZE: usize = 16 << 10;
 /// Spooled body bytes read back per step.
@@ -197,8 +196,9 @@ struct CgiRun {
     spool: Option<Spool>,
     stdin_buf: Vec<u8>,
     stdin_pos: usize,
-    out: Vec<u8>,
-    out_pos: usize,
+    /// Output unsent after the last `pump`: less at the next one means
+    /// the connection sent some, which is progress.
+    unsent_seen: u64,
     script_head: Vec<u8>,
     state: Out,
     stderr_line: Vec<u8>,
@@ -230,8 +230,7 @@ impl CgiRun {
             spool: spooled,
             stdin_buf: buffered,
             stdin_pos: 0,
-            out: Vec::new(),
-            out_pos: 0,
+            unsent_seen: 0,
             script_head: Vec::new(),
             state: Out::Head,
             stderr_line: Vec::new(),
@@ -259,17 +258,16 @@ impl CgiRun {
     }
 
     /// What the last `pump` is waiting for, exactly (for level-triggered
-    /// `poll`): the socket's interest, and each pipe's.
-    fn wants(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>) {
+    /// `poll`): each pipe's readiness, with `out` left unsent.
+    fn wants(&self, out: &Output) -> Vec<(BorrowedFd<'_>, Interest)> {
         let pr = &self.sp.process;
-        let out_pending = self.out_pos < self.out.len();
+        let out_pending = out.pending();
         let stdin_pending = self.stdin_pos < self.stdin_buf.len();
-        let socket = out_pending.then_some(Interest::WRITABLE);
         let mut fds = Vec::with_capacity(4);
         if stdin_pending {
             fds.extend(pr.stdin.as_ref().map(|fd| (fd.as_fd(), Interest::WRITABLE)));
         }
-        if self.out.len() - self.out_pos < OUT_HIGH {
+        if out.unsent() < OUT_HIGH {
             fds.extend(pr.stdout.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
         }
         fds.extend(pr.stderr.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
@@ -280,12 +278,13 @@ impl CgiRun {
         if (pr.stdout.is_none() && !out_pending) || (pr.stdout.is_some() && self.exited_at.is_none()) {
             fds.extend(pr.pidfd.as_ref().map(|fd| (fd.as_fd(), Interest::READABLE)));
         }
-        (socket, fds)
+        fds
     }
 
-    /// Moves every byte that can move now.
-    fn move_bytes(&mut self, sock: &dyn Wire, p: &Pipeline) -> Streamed {
-        let mut moved = false;
+    /// Moves every byte that can move now, the output into `out`.
+    fn move_bytes(&mut self, out: &mut Output, p: &Pipeline) -> Streamed {
+        // What the connection sent since the last call moved the response.
+        let mut moved = out.unsent() < self.unsent_seen;
         // Stderr is drained (a full pipe would stall the script) but is not
         // progress, and only a bounded amount per call: a script writing it
         // non-stop must neither keep us here nor escape its timeout.
@@ -297,28 +296,14 @@ impl CgiRun {
                 Ok(false) => {}
                 Err(end) => return end,
             }
-            if self.out_pos < self.out.len() {
-                match sock.write_now(&self.out[self.out_pos..]) {
-                    Ok(n) => {
-                        self.out_pos += n;
-                        if self.out_pos == self.out.len() {
-                            self.out.clear();
-                            self.out_pos = 0;
-                        }
-                        progress = true;
-                    }
-                    Err(e) if not_now(&e) => {}
-                    Err(_) => return Streamed::Abort,
-                }
-            }
-            if self.out.len() - self.out_pos < OUT_HIGH {
-                match self.pump_stdout(p) {
+            if out.unsent() < OUT_HIGH {
+                match self.pump_stdout(out, p) {
                     Ok(true) => progress = true,
                     Ok(false) => {}
                     Err(streamed) => return streamed,
                 }
             }
-            if self.sp.process.stdout.is_none() && self.out_pos == self.out.len() {
+            if self.sp.process.stdout.is_none() && !out.pending() {
                 // Everything the script said has been handled: wait for its exit.
                 let exited = self.sp.process.try_reap();
                 if exited.is_some() || self.sp.process.pidfd.is_none() {
@@ -339,13 +324,14 @@ impl CgiRun {
                 }
             }
             if !progress {
-                if self.output_outlives_the_script(p) {
+                if self.output_outlives_the_script(out, p) {
                     continue;
                 }
                 break;
             }
             moved = true;
         }
+        self.unsent_seen = out.unsent();
         let now = Instant::now();
         if moved {
             // A timeout for a script that makes no progress (Apache's
@@ -418,7 +404,7 @@ impl CgiRun {
     /// The script's output ended: the response is ended by its framing
     /// (the last chunk; a close where the body came short of its length or
     /// is delimited by the close), or fails if no head was read.
-    fn end_of_output(&mut self) {
+    fn end_of_output(&mut self, out: &mut Output) {
         self.sp.process.stdout = None;
         // The script is done talking; it gets no more input either.
         self.sp.process.stdin = None;
@@ -426,7 +412,7 @@ impl CgiRun {
             Out::Head if self.script_head.is_empty() => Out::Failed("no output"),
             Out::Head => Out::Failed("output ended inside the header block"),
             Out::Body(Framing::Chunked) => {
-                self.out.extend_from_slice(b"0\r\n\r\n");
+                out.extend_from_slice(b"0\r\n\r\n");
                 Out::Eof
             }
             Out::Body(Framing::Length(due)) => {
@@ -448,8 +434,8 @@ impl CgiRun {
     /// is sent, the response ends properly) and the error log says why;
     /// its process group, the child with it, goes when it is reaped.
     /// Apache waits for the end of file, up to its `Timeout`.
-    fn output_outlives_the_script(&mut self, p: &Pipeline) -> bool {
-        if self.sp.process.stdout.is_none() || self.out_pos < self.out.len() {
+    fn output_outlives_the_script(&mut self, out: &mut Output, p: &Pipeline) -> bool {
+        if self.sp.process.stdout.is_none() || out.pending() {
             return false;
         }
         let now = Instant::now();
@@ -467,14 +453,14 @@ impl CgiRun {
                     self.sp.process.name,
                     EXIT_GRACE.as_secs()
                 ));
-                self.end_of_output();
+                self.end_of_output(out);
                 true
             }
             Some(_) => false,
         }
     }
 
-    fn pump_stdout(&mut self, p: &Pipeline) -> Result<bool, Streamed> {
+    fn pump_stdout(&mut self, out: &mut Output, p: &Pipeline) -> Result<bool, Streamed> {
         let Some(stdout) = &self.sp.process.stdout else { return Ok(false) };
         let mut buf = [0u8; READ_SIZE];
         let n = match rustix::io::read(stdout, &mut buf) {
@@ -484,7 +470,7 @@ impl CgiRun {
             Err(_) => 0,
         };
         if n == 0 {
-            self.end_of_output();
+            self.end_of_output(out);
             return Ok(true);
         }
         let data = &buf[..n];
@@ -497,8 +483,8 @@ impl CgiRun {
                     Ok(Some((response, len))) => {
                         let rest = self.script_head.split_off(len);
                         self.script_head = Vec::new();
-                        self.start_response(response, p)?;
-                        self.body(&rest);
+                        self.start_response(out, response, p)?;
+                        self.body(out, &rest);
                     }
                     Err(why) => {
                         p.error_log.error(format_args!(
@@ -510,14 +496,19 @@ impl CgiRun {
                     }
                 }
             }
-            Out::Body(_) => self.body(data),
+            Out::Body(_) => self.body(out, data),
             Out::Eof | Out::Failed(_) => {}
         }
         Ok(true)
     }
 
     /// Plans the response from the script's head and queues our head.
-    fn start_response(&mut self, response: ScriptResponse, p: &Pipeline) -> Result<(), Streamed> {
+    fn start_response(
+        &mut self,
+        out: &mut Output,
+        response: ScriptResponse,
+        p: &Pipeline,
+    ) -> Result<(), Streamed> {
         let (status, reason, content_length, fields) = match response {
             ScriptResponse::LocalRedirect(location) => return Err(self.redirect(&location, p)),
             ScriptResponse::Document { status, reason, content_length, fields } => {
@@ -557,11 +548,11 @@ impl CgiRun {
             // "HTTP/1.1 NNN " is 13 bytes; the standard phrase runs to the CRLF.
             Some(reason) => {
                 let line_end = head.iter().position(|&b| b == b'\r').unwrap_or(13);
-                self.out.extend_from_slice(&head[..13]);
-                self.out.extend_from_slice(reason.as_bytes());
-                self.out.extend_from_slice(&head[line_end..]);
+                out.extend_from_slice(&head[..13]);
+                out.extend_from_slice(reason.as_bytes());
+                out.extend_from_slice(&head[line_end..]);
             }
-            None => self.out.extend_from_slice(&head),
+            None => out.extend_from_slice(&head),
         }
         self.status = status;
         self.started = true;
@@ -570,21 +561,21 @@ impl CgiRun {
     }
 
     /// Queues body bytes in the response's framing.
-    fn body(&mut self, data: &[u8]) {
+    fn body(&mut self, out: &mut Output, data: &[u8]) {
         if data.is_empty() {
             return;
         }
         match &mut self.state {
             Out::Body(Framing::Chunked) => {
-                self.out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                self.out.extend_from_slice(data);
-                self.out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                out.extend_from_slice(data);
+                out.extend_from_slice(b"\r\n");
                 self.body_bytes += data.len() as u64;
             }
             Out::Body(Framing::Length(due)) => {
                 let take = (*due).min(data.len() as u64);
                 *due -= take;
-                self.out.extend_from_slice(&data[..take as usize]);
+                out.extend_from_slice(&data[..take as usize]);
                 self.body_bytes += take;
                 if take < data.len() as u64 {
                     // More than it announced: the excess is not sent, and the
@@ -593,7 +584,7 @@ impl CgiRun {
                 }
             }
             Out::Body(Framing::Close) => {
-                self.out.extend_from_slice(data);
+                out.extend_from_slice(data);
                 self.body_bytes += data.len() as u64;
             }
             _ => {}
@@ -702,12 +693,12 @@ impl CgiRun {
 }
 
 impl Responder for CgiRun {
-    fn pump(&mut self, wire: &dyn Wire, p: &Pipeline) -> Streamed {
-        self.move_bytes(wire, p)
+    fn pump(&mut self, out: &mut Output, p: &Pipeline) -> Streamed {
+        self.move_bytes(out, p)
     }
 
-    fn waiting(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>) {
-        self.wants()
+    fn waiting(&self, out: &Output) -> Vec<(BorrowedFd<'_>, Interest)> {
+        self.wants(out)
     }
 
     fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)> {

@@ -7,9 +7,11 @@
 //! handler the request's route names (`cgi_stream.rs` for a script), on
 //! whatever thread ran the pipeline, carried to the connection in a
 //! [`Reply::Stream`](crate::Reply::Stream). The connection gives it the
-//! request's body and gets the [`Responder`], which moves its own bytes
-//! from its source to the client's [`Wire`]; the connection only drives
-//! it, waits for what it says, logs it and goes on with what it leaves.
+//! request's body and gets the [`Responder`], which reads its source and
+//! hands what it makes of it to the connection's [`Output`]; the
+//! connection sends that (as it sends any response: `Io::Send`), drives
+//! the responder, waits for what it says, logs it and goes on with what it
+//! leaves.
 //! The connection knows nothing of what a responder runs: a handler's
 //! lookup, start, body feeding, `100 Continue` check and kill live in its
 //! own module.
@@ -29,7 +31,7 @@ use std::time::Instant;
 
 use h1::RequestHead;
 use transport::poller::Interest;
-use transport::Wire;
+use transport::{Chunk, Data, Outbound, Progress};
 
 use crate::stats::Phase;
 use crate::Pipeline;
@@ -95,14 +97,72 @@ pub(crate) enum Streamed {
     Abort,
 }
 
+/// A streamed response's bytes on their way to the client: the responder
+/// adds them, the connection sends them. What is unsent is the
+/// responder's to bound (it stops reading its source): a slow client must
+/// not make the server hold a script's whole output.
+#[derive(Debug, Default)]
+pub(crate) struct Output {
+    /// Bytes handed to the connection to send.
+    queue: Outbound,
+    /// Bytes added since the last [`seal`](Self::seal).
+    filling: Vec<u8>,
+    /// The last send left bytes behind: in the queue, or in a TLS
+    /// session's records when the queue is empty.
+    blocked: bool,
+}
+
+impl Output {
+    /// Adds bytes to send.
+    pub(crate) fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.filling.extend_from_slice(bytes);
+    }
+
+    /// Bytes added and not yet sent.
+    pub(crate) fn unsent(&self) -> u64 {
+        self.queue.remaining() + self.filling.len() as u64
+    }
+
+    /// Whether anything is still to reach the socket.
+    pub(crate) fn pending(&self) -> bool {
+        self.blocked || !self.filling.is_empty() || !self.queue.is_empty()
+    }
+
+    /// Queues what was added since the last call, for the connection to
+    /// send. A queue sent whole gives its buffer back for the next bytes:
+    /// a long response reuses two buffers.
+    pub(crate) fn seal(&mut self) {
+        if self.filling.is_empty() {
+            return;
+        }
+        let next = if self.queue.is_empty() { self.queue.recycle() } else { Vec::new() };
+        let bytes = std::mem::replace(&mut self.filling, next);
+        self.queue.push(Chunk::Bytes(Data::Owned(bytes)));
+    }
+
+    /// What the connection sends.
+    pub(crate) fn queue(&mut self) -> &mut Outbound {
+        &mut self.queue
+    }
+
+    /// Counts in what the last send achieved.
+    pub(crate) fn sent(&mut self, progress: &Progress) {
+        self.blocked = *progress == Progress::Blocked;
+    }
+}
+
 /// A response produced while it is sent; see the module documentation.
 pub(crate) trait Responder: fmt::Debug + Send {
-    /// Moves every byte that can move now, in both directions.
-    fn pump(&mut self, wire: &dyn Wire, p: &Pipeline) -> Streamed;
+    /// Moves every byte that can move now between the responder and its
+    /// sources, adding what it makes for the client to `out`, which the
+    /// connection sends (once `out` is empty and nothing is
+    /// [`pending`](Output::pending), a response is out). It never waits.
+    fn pump(&mut self, out: &mut Output, p: &Pipeline) -> Streamed;
 
-    /// What the last `pump` waits for, exactly (for level-triggered
-    /// waits): the client's readiness, and each descriptor's.
-    fn waiting(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>);
+    /// The descriptors the last `pump` waits for, each with its readiness,
+    /// exactly (for level-triggered waits), given what is left in `out`;
+    /// the client's socket is the connection's business.
+    fn waiting(&self, out: &Output) -> Vec<(BorrowedFd<'_>, Interest)>;
 
     /// Every descriptor it may wait on, with every readiness it can
     /// report: for pollers that register descriptors once.

@@ -26,7 +26,10 @@ pub trait Wire {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
     /// Reads what has arrived without ever waiting, whatever the mode.
     fn read_now(&self, buf: &mut [u8]) -> io::Result<usize>;
-    /// Writes what it can of `bytes` without ever waiting, whatever the mode.
+    /// Writes what it can of `bytes` without ever waiting, whatever the
+    /// mode: for a relay that holds its own buffer (the director's proxy).
+    /// A connection's responses, streamed ones included, go through
+    /// [`send`](Self::send).
     fn write_now(&self, bytes: &[u8]) -> io::Result<usize>;
     /// Writes as much of `out` as the wire takes, and at most `limit` bytes
     /// ([`Progress::Paused`] when that stopped it).

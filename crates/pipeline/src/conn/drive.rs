@@ -27,13 +27,6 @@ pub enum Io {
     /// Shut our sending side (the FIN after a response when the client may
     /// still be sending: lingering).
     ShutdownWrite,
-    /// A body is being collected for a streamed responder, which still
-    /// reads (and may write `100 Continue`) itself: call
-    /// `Connection::collect_body`.
-    CollectBody,
-    /// A streamed responder moves its bytes itself: call
-    /// `Connection::drive_stream`.
-    Stream,
     /// Nothing more now: what the driver waits for.
     Wait(Want),
 }
@@ -120,16 +113,6 @@ impl Connection {
                     let _ = wire.set_priority(priority);
                 }
                 Io::ShutdownWrite => wire.shutdown_write(),
-                Io::CollectBody => {
-                    if let Some(want) = self.collect_body(wire, p) {
-                        break want;
-                    }
-                }
-                Io::Stream => {
-                    if let Some(want) = self.drive_stream(wire, p) {
-                        break want;
-                    }
-                }
                 Io::Wait(want) => break want,
             }
         };
@@ -137,10 +120,13 @@ impl Connection {
         want
     }
 
-    /// The response being written, for [`Io::Send`].
+    /// What is being sent, for [`Io::Send`]: a response, the `100
+    /// Continue` before a body, or what a streamed responder made so far.
     pub fn outbound(&mut self) -> &mut transport::Outbound {
         match &mut self.state {
             State::Write(pending) => &mut pending.reply.out,
+            State::Collect(collect) => &mut collect.interim,
+            State::Stream(streaming) => streaming.out.queue(),
             _ => panic!("Io::Send is asked only while a response is written"),
         }
     }

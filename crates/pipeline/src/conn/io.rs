@@ -1,8 +1,6 @@
-//! Reading into a connection's buffer, from its [`Wire`].
+//! Reading into a connection's buffer: where a read goes, and what it brought.
 
 use std::io;
-
-use transport::Wire;
 
 use super::drive::Outcome;
 use super::*;
@@ -69,18 +67,5 @@ impl Connection {
         }
         let short = matches!(read, Ok(n) if n < room);
         (read, short, began)
-    }
-
-    /// Reads from `wire` into the buffer (a responder's body collection).
-    pub(super) fn fill(&mut self, wire: &dyn Wire) -> io::Result<usize> {
-        if self.drained {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let read = wire.read(self.read_room());
-        let (read, short, _) = self.take_in(read);
-        let n = read?;
-        // Zero is end of stream, which ends the connection anyway.
-        self.drained = self.edge_triggered && !self.eof_pending && short && !wire.holds_more();
-        Ok(n)
     }
 }

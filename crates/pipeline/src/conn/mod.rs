@@ -23,7 +23,8 @@
 //! what to read or send, and is told what came of it; `drive` does it over
 //! the client's socket for every model, the unit tests (`tests/`) with
 //! byte slices — `tests/push.rs` with no `Wire` at all. A streamed
-//! responder (a CGI script) still moves its bytes over the `Wire` itself.
+//! responder (a CGI script) touches no socket either: it hands its output
+//! to the connection, which sends it as it sends any response.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -64,7 +65,6 @@ use io::SPARE_BUFFERS;
 use respond::Pending;
 use stream::{collect, BodyPlan, Collect, Streaming};
 use timing::{Mark, Now, Timing};
-use transport::not_now;
 
 /// Who is on the other end.
 #[derive(Clone, Copy, Debug)]
@@ -642,8 +642,11 @@ impl Connection {
                     self.answer_inline(request.expect("a ready job holds its request"), plan, fresh, p);
                 }
                 State::Ready(_) | State::Processing(_) => return Io::Wait(Want::Process),
-                State::Collect(_) => return Io::CollectBody,
-                State::Stream(_) => return Io::Stream,
+                State::Collect(_) | State::Stream(_) => {
+                    if let Some(io) = self.streamed_step(facts, p) {
+                        return io;
+                    }
+                }
                 State::Head => {
                     let read = if let Some(read) = self.take_read(facts) {
                         read

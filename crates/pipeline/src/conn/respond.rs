@@ -274,7 +274,7 @@ impl Connection {
         match std::mem::replace(&mut self.state, State::Head) {
             State::Write(mut pending) => self.log(p, &mut pending),
             State::Stream(streaming) => {
-                let Streaming { responder, plan } = *streaming;
+                let Streaming { responder, plan, .. } = *streaming;
                 self.log_streamed(responder.as_ref(), plan, p);
             }
             _ => {}

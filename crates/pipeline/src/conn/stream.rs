@@ -15,10 +15,10 @@ use std::time::Instant;
 
 use h1::{BodyFraming, ChunkedDecoder, RequestHead};
 use transport::poller::Interest;
-use transport::Wire;
+use transport::{Chunk, Data, Outbound, Progress};
 
 use super::*;
-use crate::responder::{BodyStart, Responder, Streamed};
+use crate::responder::{BodyStart, Output, Responder, Streamed};
 use crate::spool::{Spool, SPOOL_AT};
 use crate::Pipeline;
 
@@ -34,7 +34,7 @@ pub(super) struct Collect {
     /// Body bytes received so far (for `--min-rate`).
     pub(super) received: u64,
     /// `100 Continue` still to send, if the client waits for it.
-    pub(super) interim: &'static [u8],
+    pub(super) interim: Outbound,
     /// A total deadline, as for a head: it moves with progress, but never
     /// past what `--min-rate` allows for the bytes received.
     pub(super) deadline: Instant,
@@ -85,10 +85,11 @@ impl BodyPlan {
     }
 }
 
-/// A responder at work, and the plan of the request it answers.
+/// A responder at work, its output on the way, and the plan of the request it answers.
 #[derive(Debug)]
 pub(super) struct Streaming {
     pub(super) responder: Box<dyn Responder>,
+    pub(super) out: Output,
     pub(super) plan: Plan,
 }
 
@@ -97,10 +98,10 @@ impl Connection {
     /// `poll` and other level-triggered waits).
     pub fn waiting(&self) -> Waiting<'_> {
         match &self.state {
-            State::Stream(streaming) => {
-                let (socket, sources) = streaming.responder.waiting();
-                Waiting { socket, sources }
-            }
+            State::Stream(streaming) => Waiting {
+                socket: streaming.out.pending().then_some(Interest::WRITABLE),
+                sources: streaming.responder.waiting(&streaming.out),
+            },
             _ => Waiting { socket: None, sources: Vec::new() },
         }
     }
@@ -157,106 +158,133 @@ impl Connection {
         (request, plan)
     }
 
-    /// Receives a body whole for its handler, then readies its request.
-    /// `Some` ends `drive`.
-    pub(super) fn collect_body(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
+    /// The next action of a request whose handler streams (states
+    /// `Collect` and `Stream`); `None`: the state changed, step on.
+    pub(super) fn streamed_step(&mut self, facts: &impl Facts, p: &Pipeline) -> Option<Io> {
+        match self.state {
+            State::Collect(_) => self.collect_step(facts, p),
+            _ => self.stream_step(p),
+        }
+    }
+
+    /// The next action of the phase that receives a body whole for its
+    /// handler: `100 Continue` sent first if the client waits for it, then
+    /// the body read (as a head is: into [`read_room`](Self::read_room)),
+    /// de-chunked and spooled as it comes. `None`: the phase ended (the
+    /// request is ready, or answered with an error page); step on.
+    fn collect_step(&mut self, facts: &impl Facts, p: &Pipeline) -> Option<Io> {
         let State::Collect(mut c) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the Collect phase");
         };
-        loop {
+        if !c.interim.is_empty() {
+            // Only the interim is sent in this phase: the outcome is its send's.
+            let io = match std::mem::replace(&mut self.outcome, Outcome::Nothing) {
+                Outcome::Sent(Progress::Blocked) => Io::Wait(Want::Write(c.deadline)),
+                Outcome::Failed => return Some(Io::Wait(Want::Close)),
+                _ => Io::Send { limit: u64::MAX },
+            };
             if !c.interim.is_empty() {
-                match sock.write_now(c.interim) {
-                    Ok(n) => c.interim = &c.interim[n..],
-                    Err(e) if not_now(&e) => {
-                        let deadline = c.deadline;
-                        self.state = State::Collect(c);
-                        return Some(Want::Write(deadline));
-                    }
-                    Err(_) => return Some(Want::Close),
-                }
-                continue;
+                self.state = State::Collect(c);
+                return Some(io);
             }
-            if self.start < self.end {
-                let held = c.body.len();
-                let input = &self.buf[self.start..self.end];
-                match &mut c.framed {
-                    Framed::Chunked(decoder) => match decoder.decode(input, &mut c.body) {
-                        Ok(n) => self.start += n,
-                        Err(e) => {
-                            let what = format!("a chunked body for {}", c.request.path());
-                            self.note_limit(e.status(), &what, p);
-                            self.fail_planned(c.plan, e.status(), p);
-                            return None;
-                        }
-                    },
-                    Framed::Length(left) => {
-                        let take = usize::try_from(*left).unwrap_or(usize::MAX).min(input.len());
-                        c.body.extend_from_slice(&input[..take]);
-                        self.start += take;
-                        *left -= take as u64;
+        }
+        loop {
+            let read = match self.take_read(facts) {
+                Some(read) => read,
+                None => {
+                    if self.start < self.end {
+                        c = self.take_body(c, p)?;
                     }
-                }
-                c.received += (c.body.len() - held) as u64;
-                // Progress moves the deadline, but never past what
-                // --min-rate allows for the bytes received so far.
-                let idle = self.now.read() + p.settings.header_timeout;
-                c.deadline = match p.settings.rate_deadline(c.started, c.received) {
-                    Some(due) => due.min(idle),
-                    None => idle,
-                };
-                let done = match &c.framed {
-                    Framed::Chunked(decoder) => decoder.is_done(),
-                    Framed::Length(left) => *left == 0,
-                };
-                if c.spool.is_some() || c.body.len() >= SPOOL_AT {
-                    if let Err(e) = spool_body(&mut c) {
-                        p.error_log.error(format_args!(
-                            "a body for {}: cannot spool it to a temp file in {}: {e}; answered 500",
-                            c.request.path(),
-                            std::env::temp_dir().display()
-                        ));
-                        self.fail_planned(c.plan, 500, p);
+                    if self.now.read() >= c.deadline {
+                        self.fail_planned(c.plan, 408, p);
                         return None;
                     }
-                }
-                if done {
-                    let Collect { mut request, mut plan, body, spool, .. } = *c;
-                    // The handler sees a body of known length (§4.1.2).
-                    let len = spool.as_ref().map_or(body.len() as u64, Spool::len);
-                    request.head.framing = BodyFraming::Length(len);
-                    request.head.expect_continue = false;
-                    plan.unread = self.start < self.end || request.head.keep_alive;
-                    if let Some(plan_body) = plan.body.as_mut() {
-                        plan_body.remaining = 0;
-                        plan_body.collected = body;
-                        plan_body.spooled = spool;
-                        plan_body.expect_continue = false;
+                    match self.read_at_once() {
+                        Some(read) => read,
+                        None => {
+                            self.state = State::Collect(c);
+                            return Some(Io::Read);
+                        }
                     }
-                    self.state = State::ready(request, plan);
-                    return None;
                 }
-            }
-            if self.now.read() >= c.deadline {
-                self.fail_planned(c.plan, 408, p);
-                return None;
-            }
-            match self.fill(sock) {
-                Ok(0) => {
-                    self.log_abandoned(c.plan, p);
-                    return Some(Want::Close);
-                }
-                Ok(_) => {}
-                Err(e) if not_now(&e) => {
+            };
+            match read {
+                Outcome::Bytes | Outcome::Began => {}
+                Outcome::NotNow => {
                     let deadline = c.deadline;
                     self.state = State::Collect(c);
-                    return Some(Want::Read(deadline));
+                    return Some(Io::Wait(Want::Read(deadline)));
                 }
-                Err(_) => {
+                _ => {
                     self.log_abandoned(c.plan, p);
-                    return Some(Want::Close);
+                    return Some(Io::Wait(Want::Close));
                 }
             }
         }
+    }
+
+    /// Takes the buffered input into the body. `None`: the phase ended —
+    /// the body is complete (its request is ready) or refused.
+    fn take_body(&mut self, mut c: Box<Collect>, p: &Pipeline) -> Option<Box<Collect>> {
+        let held = c.body.len();
+        let input = &self.buf[self.start..self.end];
+        match &mut c.framed {
+            Framed::Chunked(decoder) => match decoder.decode(input, &mut c.body) {
+                Ok(n) => self.start += n,
+                Err(e) => {
+                    let what = format!("a chunked body for {}", c.request.path());
+                    self.note_limit(e.status(), &what, p);
+                    self.fail_planned(c.plan, e.status(), p);
+                    return None;
+                }
+            },
+            Framed::Length(left) => {
+                let take = usize::try_from(*left).unwrap_or(usize::MAX).min(input.len());
+                c.body.extend_from_slice(&input[..take]);
+                self.start += take;
+                *left -= take as u64;
+            }
+        }
+        c.received += (c.body.len() - held) as u64;
+        // Progress moves the deadline, but never past what
+        // --min-rate allows for the bytes received so far.
+        let idle = self.now.read() + p.settings.header_timeout;
+        c.deadline = match p.settings.rate_deadline(c.started, c.received) {
+            Some(due) => due.min(idle),
+            None => idle,
+        };
+        let done = match &c.framed {
+            Framed::Chunked(decoder) => decoder.is_done(),
+            Framed::Length(left) => *left == 0,
+        };
+        if c.spool.is_some() || c.body.len() >= SPOOL_AT {
+            if let Err(e) = spool_body(&mut c) {
+                p.error_log.error(format_args!(
+                    "a body for {}: cannot spool it to a temp file in {}: {e}; answered 500",
+                    c.request.path(),
+                    std::env::temp_dir().display()
+                ));
+                self.fail_planned(c.plan, 500, p);
+                return None;
+            }
+        }
+        if !done {
+            return Some(c);
+        }
+        let Collect { mut request, mut plan, body, spool, .. } = *c;
+        // The handler sees a body of known length (§4.1.2).
+        let len = spool.as_ref().map_or(body.len() as u64, Spool::len);
+        request.head.framing = BodyFraming::Length(len);
+        request.head.expect_continue = false;
+        plan.unread = self.start < self.end || request.head.keep_alive;
+        if let Some(plan_body) = plan.body.as_mut() {
+            plan_body.remaining = 0;
+            plan_body.collected = body;
+            plan_body.spooled = spool;
+            plan_body.expect_continue = false;
+        }
+        self.state = State::ready(request, plan);
+        None
     }
 
     /// The client left in the middle of its request's body, before any
@@ -285,7 +313,7 @@ impl Connection {
             self.state = State::Stream(Box::new(streaming));
             return true;
         }
-        let Streaming { mut responder, plan } = streaming;
+        let Streaming { mut responder, plan, .. } = streaming;
         if let Some(status) = responder.stop(p) {
             self.fail_planned(plan, status, p);
             return true;
@@ -294,39 +322,61 @@ impl Connection {
         false
     }
 
-    /// Drives the responder. `Some` ends `drive`.
-    pub(super) fn drive_stream(&mut self, sock: &dyn Wire, p: &Pipeline) -> Option<Want> {
+    /// The next action of a streamed response: its responder's output
+    /// sent ([`Io::Send`]) as far as the socket takes it, the responder
+    /// pumped after each send and whenever the driver comes back, and a
+    /// wait on its sources (and on the socket while output is left:
+    /// [`waiting`](Self::waiting)) when neither can move. `None`: the
+    /// response ended; step on.
+    fn stream_step(&mut self, p: &Pipeline) -> Option<Io> {
         let State::Stream(mut streaming) = std::mem::replace(&mut self.state, State::Head) else {
             unreachable!("called in the Stream phase");
         };
-        match streaming.responder.pump(sock, p) {
+        let blocked = match std::mem::replace(&mut self.outcome, Outcome::Nothing) {
+            Outcome::Sent(progress) => {
+                streaming.out.sent(&progress);
+                progress == Progress::Blocked
+            }
+            Outcome::Failed => {
+                // The client is gone: what was sent is logged.
+                let Streaming { responder, plan, .. } = *streaming;
+                self.log_streamed(responder.as_ref(), plan, p);
+                return Some(Io::Wait(Want::Close));
+            }
+            // The driver came back (a source or the socket is ready):
+            // the socket first, as far as it takes what is left.
+            _ if streaming.out.pending() => {
+                return Some(self.stream_on(streaming, Io::Send { limit: u64::MAX }))
+            }
+            _ => false,
+        };
+        let Streaming { responder, out, .. } = &mut *streaming;
+        match responder.pump(out, p) {
             Streamed::Wait(deadline) => {
-                self.state = State::Stream(streaming);
-                Some(Want::Source(deadline))
+                out.seal();
+                let io = match out.pending() && !blocked {
+                    true => Io::Send { limit: u64::MAX },
+                    false => Io::Wait(Want::Source(deadline)),
+                };
+                Some(self.stream_on(streaming, io))
             }
-            Streamed::TimedOut => {
-                if self.stream_timed_out(*streaming, p) {
-                    None
-                } else {
-                    Some(Want::Close)
-                }
-            }
+            Streamed::TimedOut => (!self.stream_timed_out(*streaming, p)).then_some(Io::Wait(Want::Close)),
             Streamed::Done { close } => {
-                let Streaming { responder, plan } = *streaming;
+                let Streaming { responder, plan, .. } = *streaming;
                 let discard = plan.discard;
                 let unread = discard > 0 || self.start < self.end || plan.unread;
                 self.log_streamed(responder.as_ref(), plan, p);
                 drop(responder);
-                self.after_response(close, unread, discard, p)
+                self.after_response(close, unread, discard, p).map(Io::Wait)
             }
             Streamed::Failed(status) => {
-                let Streaming { responder, plan } = *streaming;
+                let Streaming { responder, plan, .. } = *streaming;
                 drop(responder);
                 self.fail_planned(plan, status, p);
                 None
             }
             Streamed::Instead { head, local, redirects } => {
-                let Streaming { responder, plan } = *streaming;
+                let Streaming { responder, plan, .. } = *streaming;
                 let keep_alive = plan.body.as_ref().is_some_and(|b| b.keep_alive);
                 let request = Request::routed(p, *head, keep_alive, self.info.peer, local, redirects);
                 // The first response's body is dropped.
@@ -337,11 +387,17 @@ impl Connection {
                 None
             }
             Streamed::Abort => {
-                let Streaming { responder, plan } = *streaming;
+                let Streaming { responder, plan, .. } = *streaming;
                 self.log_streamed(responder.as_ref(), plan, p);
-                Some(Want::Close)
+                Some(Io::Wait(Want::Close))
             }
         }
+    }
+
+    /// Keeps streaming after `io`.
+    fn stream_on(&mut self, streaming: Box<Streaming>, io: Io) -> Io {
+        self.state = State::Stream(streaming);
+        io
     }
 
     pub(super) fn log_streamed(&mut self, responder: &dyn Responder, plan: Plan, p: &Pipeline) {
@@ -395,7 +451,8 @@ impl Connection {
                 plan.body = Some(BodyPlan::spent(keep_alive));
                 match start.0.start(body, p) {
                     Ok(responder) => {
-                        self.state = State::Stream(Box::new(Streaming { responder, plan }));
+                        let out = Output::default();
+                        self.state = State::Stream(Box::new(Streaming { responder, out, plan }));
                         self.stream_new = true;
                         self.tm.stream_start = self.stamp(at).into();
                     }
@@ -441,8 +498,11 @@ pub(super) fn collect(
             (Framed::Chunked(ChunkedDecoder::new(p.settings.max_body)), 0)
         }
     };
+    let mut continued = Outbound::new();
+    // Empty, nothing is queued (and nothing allocated).
+    continued.push(Chunk::Bytes(Data::Static(interim)));
     State::Collect(Box::new(Collect {
-        interim,
+        interim: continued,
         framed,
         body: Vec::with_capacity(hint),
         spool: None,

@@ -7,16 +7,15 @@
 use std::os::fd::BorrowedFd;
 
 use transport::poller::Interest;
-use transport::Wire;
 
 use super::*;
-use crate::responder::{BodyStart, Responder, Starter, Streamed};
+use crate::responder::{BodyStart, Output, Responder, Starter, Streamed};
 use crate::stats::Phase;
 use crate::{CgiSettings, Scripts};
 
 /// Starts an [`Echo`] of the body; counts its starts.
 #[derive(Debug)]
-struct EchoStart(Arc<std::sync::atomic::AtomicU32>);
+pub(super) struct EchoStart(pub(super) Arc<std::sync::atomic::AtomicU32>);
 
 impl Starter for EchoStart {
     fn timed(&self) -> Option<(Phase, &'static str)> {
@@ -26,35 +25,61 @@ impl Starter for EchoStart {
     fn start(self: Box<Self>, body: BodyStart, _p: &Pipeline) -> Result<Box<dyn Responder>, u16> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let body_bytes = body.buffered.len() as u64;
-        let mut out = format!("HTTP/1.1 200 OK\r\nContent-Length: {body_bytes}\r\n\r\n").into_bytes();
-        out.extend_from_slice(&body.buffered);
-        Ok(Box::new(Echo { out, sent: 0, body_bytes, deadline: Instant::now() + Duration::from_secs(60) }))
+        let mut response = format!("HTTP/1.1 200 OK\r\nContent-Length: {body_bytes}\r\n\r\n").into_bytes();
+        response.extend_from_slice(&body.buffered);
+        Ok(Box::new(Echo {
+            response,
+            made: 0,
+            body_bytes,
+            deadline: Instant::now() + Duration::from_secs(60),
+        }))
     }
 }
 
-/// A response written from memory, as far as the client takes it.
+/// Starts a responder that never says anything.
+#[derive(Debug)]
+struct SilentStart;
+
+impl Starter for SilentStart {
+    fn timed(&self) -> Option<(Phase, &'static str)> {
+        Some((Phase::CgiSpawn, "silent"))
+    }
+
+    fn start(self: Box<Self>, _body: BodyStart, _p: &Pipeline) -> Result<Box<dyn Responder>, u16> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        Ok(Box::new(Echo { response: Vec::new(), made: 0, body_bytes: 0, deadline }))
+    }
+}
+
+/// The most an [`Echo`] makes before what it made is sent.
+pub(super) const ECHO_PIECE: usize = 1000;
+
+/// A response made from memory a piece at a time, as a script's output
+/// is read: the next piece only once less than a piece is unsent.
 #[derive(Debug)]
 struct Echo {
-    out: Vec<u8>,
-    sent: usize,
+    response: Vec<u8>,
+    /// Bytes of `response` handed to the connection.
+    made: usize,
     body_bytes: u64,
     deadline: Instant,
 }
 
 impl Responder for Echo {
-    fn pump(&mut self, wire: &dyn Wire, _p: &Pipeline) -> Streamed {
-        while self.sent < self.out.len() {
-            match wire.write_now(&self.out[self.sent..]) {
-                Ok(n) => self.sent += n,
-                Err(e) if not_now(&e) => return Streamed::Wait(self.deadline),
-                Err(_) => return Streamed::Abort,
-            }
+    fn pump(&mut self, out: &mut Output, _p: &Pipeline) -> Streamed {
+        while self.made < self.response.len() && out.unsent() < ECHO_PIECE as u64 {
+            let piece = &self.response[self.made..][..ECHO_PIECE.min(self.response.len() - self.made)];
+            out.extend_from_slice(piece);
+            self.made += piece.len();
         }
-        Streamed::Done { close: false }
+        match self.response.is_empty() || out.pending() || self.made < self.response.len() {
+            true => Streamed::Wait(self.deadline),
+            false => Streamed::Done { close: false },
+        }
     }
 
-    fn waiting(&self) -> (Option<Interest>, Vec<(BorrowedFd<'_>, Interest)>) {
-        (Some(Interest::WRITABLE), Vec::new())
+    fn waiting(&self, _out: &Output) -> Vec<(BorrowedFd<'_>, Interest)> {
+        Vec::new()
     }
 
     fn descriptors(&self) -> Vec<(BorrowedFd<'_>, Interest)> {
@@ -62,7 +87,7 @@ impl Responder for Echo {
     }
 
     fn stop(&mut self, _p: &Pipeline) -> Option<u16> {
-        (self.sent == 0).then_some(504)
+        (self.made == 0).then_some(504)
     }
 
     fn status(&self) -> u16 {
@@ -128,14 +153,27 @@ fn its_check_before_100_continue_starts_nothing_and_its_start_gets_the_body() {
 
 #[test]
 fn a_responder_that_times_out_before_its_output_gets_its_status() {
+    let (mut h, _) = handing_out();
+    h.send(b"POST /cgi-bin/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nz");
+    h.conn.take_request().expect("ready once the body is in");
+    h.conn.deliver(Reply::stream(Box::new(SilentStart)), &h.p);
+    let Want::Source(deadline) = h.drive() else { panic!("it says nothing") };
+    assert!(h.conn.waiting().socket.is_none(), "nothing to send");
+    assert!(h.time_out_at(deadline), "an error page is queued");
+    h.drive();
+    assert_eq!(h.response().status, 504);
+}
+
+#[test]
+fn a_responder_whose_output_began_is_closed_at_its_deadline() {
     let (mut h, starts) = handing_out();
-    h.wire.send_room(0);
+    h.wire.send_room(10);
     h.send(b"POST /cgi-bin/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nz");
     h.conn.take_request().expect("ready once the body is in");
     h.conn.deliver(Reply::stream(Box::new(EchoStart(starts))), &h.p);
-    let Want::Source(deadline) = h.drive() else { panic!("the client takes nothing") };
-    assert!(h.time_out_at(deadline), "an error page is queued");
-    h.wire.unlimited_room();
-    h.drive();
-    assert_eq!(h.response().status, 504);
+    let Want::Source(deadline) = h.drive() else { panic!("the client takes ten bytes") };
+    assert_eq!(h.conn.waiting().socket, Some(Interest::WRITABLE), "output waits for the socket");
+    assert!(!h.time_out_at(deadline), "only a close can tell the client");
+    assert_eq!(h.wire.take_written(), b"HTTP/1.1 2");
+    assert_eq!(h.statuses(), [(200, 1)]);
 }
