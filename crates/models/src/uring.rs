@@ -686,27 +686,33 @@ impl Loop {
             c.recv = Shot::Off;
         }
         let socket = c.link.socket();
+        let mut arrived = None;
         match result {
-            1.. => {
-                if let Some(id) = buffer {
-                    socket.arrived(self.bufs.bytes(id, result as usize));
-                    self.bufs.give_back(id);
-                }
-            }
+            1.. => arrived = buffer.map(|id| (id, result as usize)),
             0 => socket.ended(0),
             _ if matches!(-result, libc::ENOBUFS | libc::ECANCELED) => {}
             _ => socket.ended(-result),
         }
-        if c.closing {
-            self.finish_close(token);
-            return;
-        }
         let new_input = result >= 0 || !matches!(-result, libc::ENOBUFS | libc::ECANCELED);
         match c.waits {
-            Waits::Read | Waits::Pipes if new_input => self.drive(token),
-            // The client left while a spawner works for it.
-            Waits::Helper if result < 0 && new_input => self.close(token),
-            _ => self.pump(token),
+            // The bytes go from the ring buffer to the connection.
+            Waits::Read | Waits::Pipes if new_input && !c.closing => self.drive_arrived(token, arrived),
+            _ => {
+                if let Some((id, len)) = arrived {
+                    socket.arrived(self.bufs.bytes(id, len));
+                }
+                if c.closing {
+                    self.finish_close(token);
+                } else if c.waits == Waits::Helper && result < 0 && new_input {
+                    // The client left while a spawner works for it.
+                    self.close(token);
+                } else {
+                    self.pump(token);
+                }
+            }
+        }
+        if let Some((id, _)) = arrived {
+            self.bufs.give_back(id);
         }
     }
 
@@ -749,6 +755,12 @@ impl Loop {
 
     /// Runs the connection's state machine as far as its socket allows.
     fn drive(&mut self, token: u64) {
+        self.drive_arrived(token, None);
+    }
+
+    /// [`drive`](Self::drive), with the bytes a receive just brought into
+    /// ring buffer `.0` (`.1` of them) for the connection to read first.
+    fn drive_arrived(&mut self, token: u64, arrived: Option<(u16, usize)>) {
         let Some(c) = self.conns.get_mut(token) else { return };
         if c.closing {
             return;
@@ -759,7 +771,8 @@ impl Loop {
         let stopping = self.finish.is_stopping() && !c.link.socket().unread_in_kernel();
         let p = &*self.pipeline;
         c.conn.set_now(self.now);
-        let want = c.conn.drive(&c.link, p, stopping);
+        let arrived = arrived.map_or(&[][..], |(id, len)| self.bufs.bytes(id, len));
+        let want = c.link.drive(&mut c.conn, arrived, p, stopping);
         if self.settle(token, want, None) == Settled::Open {
             self.pump(token);
         }

@@ -33,7 +33,9 @@ use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::Instant;
 
+use pipeline::{Connection, Facts, Io, Pipeline, Want};
 use transport::tls::{Carrier, TlsStream};
 use transport::{Chunk, Data, Outbound, Progress, Wire};
 
@@ -173,7 +175,7 @@ impl Drop for Batch {
 }
 
 #[derive(Default)]
-struct Io {
+struct Buffers {
     /// Received and not yet read: `inbox[read_at..]`.
     inbox: Vec<u8>,
     read_at: usize,
@@ -193,7 +195,7 @@ struct Io {
     shut: bool,
 }
 
-impl Io {
+impl Buffers {
     fn room(&self) -> usize {
         SEND_WINDOW.saturating_sub(self.queued + self.in_flight)
     }
@@ -275,6 +277,19 @@ impl Io {
         Ok(n)
     }
 
+    /// A read for the connection's [`Io::Read`]: the inbox first (bytes
+    /// that found no room when they came), then `arrived`, the bytes of the
+    /// receive being handled, copied straight from its ring buffer.
+    fn read_arrived(&mut self, room: &mut [u8], arrived: &mut &[u8]) -> io::Result<usize> {
+        if arrived.is_empty() || self.read_at < self.inbox.len() {
+            return self.read(room);
+        }
+        let n = arrived.len().min(room.len());
+        room[..n].copy_from_slice(&arrived[..n]);
+        *arrived = &arrived[n..];
+        Ok(n)
+    }
+
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.check_send()?;
         let n = bytes.len().min(self.room());
@@ -291,7 +306,7 @@ impl Io {
 /// options and the local address.
 pub(super) struct RingSocket {
     sock: TcpStream,
-    io: RefCell<Io>,
+    io: RefCell<Buffers>,
     /// File chunks are queued as file pieces, not read.
     file_pieces: bool,
     /// A response that holds a file, with nothing of ours queued or in
@@ -302,7 +317,7 @@ pub(super) struct RingSocket {
 
 impl RingSocket {
     pub(super) fn new(sock: TcpStream, file_pieces: bool, direct_files: bool) -> RingSocket {
-        RingSocket { sock, io: RefCell::new(Io::default()), file_pieces, direct_files }
+        RingSocket { sock, io: RefCell::new(Buffers::default()), file_pieces, direct_files }
     }
 
     pub(super) fn fd(&self) -> RawFd {
@@ -543,6 +558,24 @@ impl Wire for RingSocket {
     }
 }
 
+impl Facts for RingSocket {
+    fn holds_more(&self) -> bool {
+        false
+    }
+
+    fn handshaking(&self) -> bool {
+        false
+    }
+
+    fn handshake_ended(&self) -> Option<Instant> {
+        None
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok()
+    }
+}
+
 impl Carrier for RingSocket {
     fn recv(&self, buf: &mut [u8], _wait: bool) -> io::Result<usize> {
         self.io.borrow_mut().read(buf)
@@ -616,6 +649,54 @@ impl Link {
             Link::Plain(s) => s,
             Link::Tls(s) => s.into_carrier(),
         }
+    }
+
+    /// Runs the connection as far as it can go now. `arrived` is what the
+    /// receive being handled brought, still in its ring buffer: a plain
+    /// connection's reads copy it straight into the connection's buffer,
+    /// and what they leave waits in the inbox. A TLS session reads its
+    /// records from the inbox, through the `Wire`, as streamed responders
+    /// still do.
+    pub(super) fn drive(
+        &self,
+        conn: &mut Connection,
+        mut arrived: &[u8],
+        p: &Pipeline,
+        stopping: bool,
+    ) -> Want {
+        let Link::Plain(socket) = self else {
+            self.socket().arrived(arrived);
+            return conn.drive(self, p, stopping);
+        };
+        let want = loop {
+            match conn.step(socket, p, stopping) {
+                Io::Read => {
+                    let read = socket.io.borrow_mut().read_arrived(conn.read_room(), &mut arrived);
+                    conn.received(read);
+                }
+                Io::Send { limit } => {
+                    let sent = socket.queue_response(conn.outbound(), limit);
+                    conn.sent(sent);
+                }
+                Io::Prioritize { priority, unsent_limit } => {
+                    if let Some(bytes) = unsent_limit {
+                        let _ = Wire::set_unsent_limit(&socket.sock, bytes);
+                    }
+                    let _ = Wire::set_priority(&socket.sock, priority);
+                }
+                Io::ShutdownWrite => socket.io.borrow_mut().shut = true,
+                Io::CollectBody | Io::Stream => {
+                    socket.arrived(arrived);
+                    return conn.drive(socket, p, stopping);
+                }
+                Io::Wait(want) => break want,
+            }
+        };
+        if !arrived.is_empty() {
+            socket.arrived(arrived);
+        }
+        conn.set_gauge(&want);
+        want
     }
 
     fn wire(&self) -> &dyn Wire {
@@ -707,6 +788,85 @@ mod tests {
         assert_eq!(s.unread(), 0);
         s.ended(0);
         assert_eq!(Wire::read(&s, &mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_read_takes_the_inbox_first_then_the_arrived_bytes_then_says_not_now() {
+        let (s, _c) = socket();
+        let mut io = s.io.borrow_mut();
+        let mut room = [0u8; 4];
+        let mut arrived: &[u8] = b"";
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        io.inbox.extend_from_slice(b"ab");
+        let mut arrived: &[u8] = b"cdefg";
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 2);
+        assert_eq!(&room[..2], b"ab", "what waited is read before what just came");
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 4);
+        assert_eq!((&room, arrived), (b"cdef", &b"g"[..]), "straight from the arrived bytes, up to the room");
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 1);
+        assert_eq!((room[0], arrived.len()), (b'g', 0));
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        io.end = Some(libc::ECONNRESET);
+        let e = io.read_arrived(&mut room, &mut arrived).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET));
+    }
+
+    /// A plain connection driven with a receive's bytes: what does not fit
+    /// its read room, or comes while it is blocked writing, waits in the
+    /// inbox and is read, in order, at its next read — before the peer's
+    /// end, which arrived after it.
+    #[test]
+    fn arrived_bytes_the_connection_cannot_take_yet_wait_and_come_before_the_end() {
+        use pipeline::accesslog::LogTarget;
+        use pipeline::{AccessLog, ConnInfo, ErrorLog, Mode, Settings, Site};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("small.txt"), "small").unwrap();
+        let big: Vec<u8> = (0..SEND_WINDOW * 2).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("big.bin"), &big).unwrap();
+        let site = Site::dir(dir.path(), false).unwrap();
+        let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+        let p = Pipeline::new(Settings::default(), site, access, Arc::new(ErrorLog::stderr()));
+        let (s, c) = socket();
+        let link = Link::Plain(s);
+        let s = link.socket();
+        let peer = c.local_addr().unwrap();
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p, Mode::Inline);
+        // Most of a head: the connection keeps it and waits for the rest.
+        let first = format!("GET /big.bin HTTP/1.1\r\nHost: x\r\nX-Pad: {}", "a".repeat(3000));
+        assert!(matches!(link.drive(&mut conn, first.as_bytes(), &p, false), Want::Read(_)));
+        assert_eq!(s.unread(), 0, "all of it read");
+        // Its end and a second request, more than the room left: the
+        // first response fills the send window before the second is read.
+        let second =
+            format!("\r\n\r\nGET /small.txt HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "b".repeat(1500));
+        assert!(second.len() > 4096 - first.len());
+        assert!(matches!(link.drive(&mut conn, second.as_bytes(), &p, false), Want::Write(_)));
+        let waiting = s.unread();
+        assert!(waiting > 0 && waiting < second.len(), "{waiting} bytes wait in the inbox");
+        // The peer's end comes after the bytes.
+        s.ended(0);
+        let mut sent = Vec::new();
+        let want = loop {
+            let batch = s.take_batch().expect("a drive that wants to write queued bytes");
+            s.sent(batch.left());
+            sent.extend(sent_bytes(&batch));
+            drop(batch);
+            match link.drive(&mut conn, b"", &p, false) {
+                Want::Write(_) => {}
+                want => break want,
+            }
+        };
+        assert_eq!(want, Want::Close, "the end, once the second request is answered");
+        while let Some(batch) = s.take_batch() {
+            s.sent(batch.left());
+            sent.extend(sent_bytes(&batch));
+        }
+        let split = sent.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(sent.starts_with(b"HTTP/1.1 200 "));
+        assert!(sent[split..split + big.len()] == big[..], "the first body, whole");
+        let rest = String::from_utf8_lossy(&sent[split + big.len()..]).into_owned();
+        assert!(rest.starts_with("HTTP/1.1 200 ") && rest.ends_with("\r\n\r\nsmall"), "{rest}");
+        assert_eq!(s.unread(), 0);
     }
 
     #[test]

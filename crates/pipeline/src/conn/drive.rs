@@ -19,11 +19,19 @@ pub enum Io {
     Read,
     /// Send [`Connection::outbound`], at most `limit` bytes of it, and report
     /// with [`Connection::sent`].
-    Send { limit: u64 },
+    Send {
+        /// The most to send now.
+        limit: u64,
+    },
     /// SRPT moved the response to another class: give the socket this
     /// priority and, the first time, this limit of unsent bytes. Best
     /// effort: a socket that refuses keeps its order.
-    Prioritize { priority: u32, unsent_limit: Option<u32> },
+    Prioritize {
+        /// `SO_PRIORITY`.
+        priority: u32,
+        /// `TCP_NOTSENT_LOWAT`.
+        unsent_limit: Option<u32>,
+    },
     /// Shut our sending side (the FIN after a response when the client may
     /// still be sending: lingering).
     ShutdownWrite,
