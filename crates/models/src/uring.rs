@@ -1,8 +1,8 @@
 //! `uring` — the `event` loop on completions instead of readiness: one
 //! io_uring per `--workers` thread, every connection the same
-//! `pipeline::Connection` state machine, driven over a [`RingSocket`]
-//! (`uring/socket.rs`) whose reads come from completed receives and whose
-//! writes become queued sends.
+//! `pipeline::Connection` state machine, whose `step`s the loop performs
+//! itself (`uring/socket.rs`): its reads are given the bytes of completed
+//! receives, its sends become queued sends.
 //!
 //! * **Accept**: one multishot accept per loop on the shared listener; each
 //!   completion is a new socket. At its share of `--max-connections` a loop
@@ -13,10 +13,11 @@
 //!   the ring's operations on it skip the descriptor table.
 //! * **Receive**: one multishot receive per connection into the loop's
 //!   provided buffer ring (`uring/bufring.rs`): a request that arrives is a
-//!   completion with no submission of ours. The bytes are copied into the
-//!   socket's inbox and the buffer goes back at once. A connection with too
-//!   much unread input has its receive cancelled until it reads (the
-//!   back-pressure a socket buffer gives).
+//!   completion with no submission of ours. The connection's reads copy
+//!   the bytes from the buffer straight into its own, and the buffer goes
+//!   back at once; what it does not read now waits in the socket's inbox.
+//!   A connection with too much unread input has its receive cancelled
+//!   until it reads (the back-pressure a socket buffer gives).
 //! * **Send**: after a drive, what the connection queued goes out as one
 //!   `sendmsg` (`MSG_WAITALL`: the kernel finishes a short send itself),
 //!   cached bodies by reference; at most one send per connection is in
@@ -49,7 +50,8 @@
 //!   at the send timeout).
 //!
 //! TLS runs over the same socket: `transport::tls::TlsStream` is generic
-//! over its `Carrier`, and the ring socket is one.
+//! over its `Carrier`, and the ring socket is one; a TLS connection is
+//! driven over the session as a `Wire`, its records read from the inbox.
 
 mod bufring;
 mod files;
@@ -70,7 +72,7 @@ use transport::accept::{self, Failed};
 use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::slab::Slab;
 use transport::turn::{self, AcceptPause, Finish};
-use transport::{Shutdown, Wire};
+use transport::Shutdown;
 
 use crate::helpers::{HelperPool, Helpers};
 use crate::loop_core::{self, Core, LoopConn, Parts, Settled, Waits};
@@ -78,7 +80,8 @@ use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
 use files::{FilePath, Pipes};
-use socket::{Batch, Link, RingSocket};
+use send::Batch;
+use socket::{Link, RingSocket};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "uring",
@@ -724,7 +727,7 @@ impl Loop {
         // A TLS session's records that found the socket's queue full: they
         // move as it drains, whether or not the connection drives again
         // (the tail of a response, the close_notify of a closing one).
-        c.sealed = c.link.flush_pending().unwrap_or(true);
+        c.sealed = c.link.flush_pending();
         let socket = c.link.socket();
         if c.batch.is_none() {
             if let Some(batch) = socket.take_batch() {

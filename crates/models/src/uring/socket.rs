@@ -1,31 +1,38 @@
-//! A client socket whose bytes move by io_uring completions, as a [`Wire`]
-//! (and, under TLS, as the [`Carrier`] of the session).
+//! A client socket whose bytes move by io_uring completions, and the
+//! driver that runs a connection over it ([`Link::drive`]).
 //!
-//! The connection state machine calls its `Wire` synchronously and expects
-//! socket answers; a completion ring answers later. The bridge is a socket
-//! buffer of our own, in each direction:
+//! The loop runs the connection's [`Connection::step`] itself and performs
+//! the [`Io`] it asks for against buffers of its own, in each direction:
 //!
-//! * **In**: what a multishot receive brought (copied out of the provided
-//!   buffer, which goes straight back to the ring) waits in `inbox`; a read
-//!   takes from it, says `WouldBlock` when it is empty, 0 after the peer's
-//!   end. The loop pauses the receive when too much is waiting unread.
-//! * **Out**: a write never blocks on the kernel: the bytes are queued
+//! * **In**: a read copies the bytes the receive being handled brought
+//!   straight from their ring buffer into the connection's read room. What
+//!   does not fit, or arrives while the connection is not reading (writing,
+//!   waiting for a helper), waits in `inbox`, and the next read takes it
+//!   first; an empty inbox says `WouldBlock`, 0 after the peer's end. The
+//!   loop pauses the receive when too much is waiting unread.
+//! * **Out**: a send never blocks on the kernel: the bytes are queued
 //!   (`outbox`) — cached and static bodies by reference (an `Arc` clone, no
 //!   copy), heads and file pieces copied — and the loop turns the queue
-//!   into one `sendmsg` after the drive. Like a socket's send buffer, the
-//!   queue takes at most [`SEND_WINDOW`] bytes (queued plus in flight), so
-//!   a large file is read a piece at a time as the peer takes it, and a
-//!   `Done` from [`Wire::send`] means what it means for a socket: handed
-//!   to the kernel, not yet received. Where the loop sends files zero-copy
-//!   (`uring/files.rs`), a file chunk is queued as a [`FilePiece`] instead
-//!   of being read: the batch that takes it ends with it, and what was
-//!   queued after it waits for the next batch. On the `sendfile` path a
-//!   response that holds a file, with nothing of ours queued or in flight
-//!   before it, is written at once by the socket's own calls as in
-//!   `event`, and only what the kernel's buffer does not take is queued.
+//!   into one `sendmsg` after the drive (a [`Batch`], `send.rs`). Like a
+//!   socket's send buffer, the queue takes at most [`SEND_WINDOW`] bytes
+//!   (queued plus in flight), so a large file is read a piece at a time as
+//!   the peer takes it, and a `Done` means what it means for a socket:
+//!   handed to the kernel, not yet received. Where the loop sends files
+//!   zero-copy (`uring/files.rs`), a file chunk is queued as a
+//!   [`FilePiece`] instead of being read: the batch that takes it ends with
+//!   it, and what was queued after it waits for the next batch. On the
+//!   `sendfile` path a response that holds a file, with nothing of ours
+//!   queued or in flight before it, is written at once by the socket's own
+//!   calls as in `event`, and only what the kernel's buffer does not take
+//!   is queued.
 //!
-//! Everything is behind a `RefCell`: the `Wire` methods take `&self`, and a
-//! loop thread owns the socket.
+//! A TLS session reads its records from the inbox and queues them through
+//! the socket as its [`Carrier`], and streamed responders still read and
+//! write through the socket as a [`Wire`]: both are driven by
+//! [`Connection::drive`], with the received bytes put in the inbox first.
+//!
+//! The buffers are behind a `RefCell`: the `Wire` and `Carrier` methods
+//! take `&self`, and a loop thread owns the socket.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -40,139 +47,13 @@ use transport::tls::{Carrier, TlsStream};
 use transport::{Chunk, Data, Outbound, Progress, Wire};
 
 use super::files::{FilePiece, FileSend};
+use super::send::{give_back, spare, Batch};
 use super::SEND_WINDOW;
 
 /// A file chunk is read into memory this much at a time.
 const FILE_PIECE: usize = 64 << 10;
 /// An emptied inbox keeps its allocation up to this size.
 const INBOX_KEEP: usize = 4 << 10;
-/// Copy buffers kept per thread for the next sends.
-const SPARES_KEPT: usize = 64;
-
-thread_local! {
-    /// Buffers of finished sends, for the next copies (heads, file pieces,
-    /// TLS records): a busy loop allocates none per response.
-    static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    /// Finished batches, emptied, for the next sends. Boxed: the box is
-    /// what is reused, since the kernel is given addresses inside it.
-    #[allow(clippy::vec_box)]
-    static BATCHES: RefCell<Vec<Box<Batch>>> = const { RefCell::new(Vec::new()) };
-}
-
-fn spare(want: usize) -> Vec<u8> {
-    let mut buf = SPARES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
-    buf.reserve(want);
-    buf
-}
-
-fn give_back(mut buf: Vec<u8>) {
-    if buf.capacity() <= SEND_WINDOW {
-        buf.clear();
-        let _ = SPARES.try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < SPARES_KEPT {
-                s.push(buf);
-            }
-        });
-    }
-}
-
-/// The bytes of one `sendmsg` on their way: they stay here, at the
-/// addresses the kernel was given, until the completion (and, for a
-/// zero-copy send, its notification) says the kernel is done with them.
-/// A file piece, if any, follows them (`uring/files.rs` sends it).
-pub(super) struct Batch {
-    pieces: Vec<Data>,
-    iov: Vec<libc::iovec>,
-    msg: libc::msghdr,
-    /// The first iovec not wholly sent.
-    at: usize,
-    left: usize,
-    pub(super) file: Option<FileSend>,
-}
-
-impl Batch {
-    /// A batch of `pieces`, in a box (and vectors) a finished batch left
-    /// behind when there is one: a busy loop allocates none per response.
-    fn new(pieces: &mut Vec<Data>) -> Box<Batch> {
-        let mut batch = BATCHES.with(|b| b.borrow_mut().pop()).unwrap_or_else(|| {
-            Box::new(Batch {
-                pieces: Vec::new(),
-                iov: Vec::new(),
-                // SAFETY: msghdr is plain old data; all-zero is its empty value.
-                msg: unsafe { std::mem::zeroed() },
-                at: 0,
-                left: 0,
-                file: None,
-            })
-        });
-        std::mem::swap(&mut batch.pieces, pieces);
-        batch.iov.extend(batch.pieces.iter().map(|d| {
-            let s = d.as_slice();
-            libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }
-        }));
-        batch.left = batch.iov.iter().map(|v| v.iov_len).sum();
-        batch
-    }
-
-    /// Done with: its copy buffers and the batch itself are kept for the next ones.
-    pub(super) fn recycle(mut self: Box<Batch>) {
-        self.release();
-        let _ = BATCHES.try_with(|b| {
-            let mut b = b.borrow_mut();
-            if b.len() < SPARES_KEPT {
-                b.push(self);
-            }
-        });
-    }
-
-    fn release(&mut self) {
-        for piece in self.pieces.drain(..) {
-            if let Data::Owned(buf) = piece {
-                give_back(buf);
-            }
-        }
-        self.iov.clear();
-        (self.at, self.left) = (0, 0);
-        self.file = None;
-    }
-
-    /// Bytes not yet sent.
-    pub(super) fn left(&self) -> usize {
-        self.left
-    }
-
-    /// The message for the bytes not yet sent; it points into this batch.
-    pub(super) fn msg(&mut self) -> *const libc::msghdr {
-        self.msg.msg_iov = self.iov[self.at..].as_mut_ptr();
-        self.msg.msg_iovlen = self.iov.len() - self.at;
-        &self.msg
-    }
-
-    /// Counts `n` bytes as sent; `true` when none are left.
-    pub(super) fn advance(&mut self, mut n: usize) -> bool {
-        self.left -= n.min(self.left);
-        while n > 0 && self.at < self.iov.len() {
-            let v = &mut self.iov[self.at];
-            let step = n.min(v.iov_len);
-            // SAFETY: `step` is within the slice this iovec names, so the
-            // new base stays inside the same piece.
-            v.iov_base = unsafe { (v.iov_base as *mut u8).add(step) } as *mut libc::c_void;
-            v.iov_len -= step;
-            n -= step;
-            if v.iov_len == 0 {
-                self.at += 1;
-            }
-        }
-        self.left == 0
-    }
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
 
 #[derive(Default)]
 struct Buffers {
@@ -644,6 +525,15 @@ impl Link {
         }
     }
 
+    /// Hands the socket a TLS session's records that found its queue
+    /// full: whether nothing is left (always, without TLS).
+    pub(super) fn flush_pending(&self) -> bool {
+        match self {
+            Link::Plain(_) => true,
+            Link::Tls(s) => s.flush_pending().unwrap_or(true),
+        }
+    }
+
     pub(super) fn into_socket(self) -> RingSocket {
         match self {
             Link::Plain(s) => s,
@@ -664,9 +554,12 @@ impl Link {
         p: &Pipeline,
         stopping: bool,
     ) -> Want {
-        let Link::Plain(socket) = self else {
-            self.socket().arrived(arrived);
-            return conn.drive(self, p, stopping);
+        let socket = match self {
+            Link::Plain(socket) => socket,
+            Link::Tls(session) => {
+                session.carrier().arrived(arrived);
+                return conn.drive(&**session, p, stopping);
+            }
         };
         let want = loop {
             match conn.step(socket, p, stopping) {
@@ -698,65 +591,6 @@ impl Link {
         conn.set_gauge(&want);
         want
     }
-
-    fn wire(&self) -> &dyn Wire {
-        match self {
-            Link::Plain(s) => s,
-            Link::Tls(s) => &**s,
-        }
-    }
-}
-
-impl Wire for Link {
-    #[inline]
-    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.wire().read(buf)
-    }
-
-    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.wire().read_now(buf)
-    }
-
-    fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
-        self.wire().write_now(bytes)
-    }
-
-    #[inline]
-    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
-        self.wire().send(out, limit)
-    }
-
-    fn set_priority(&self, priority: u32) -> io::Result<()> {
-        self.wire().set_priority(priority)
-    }
-
-    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
-        self.wire().set_unsent_limit(bytes)
-    }
-
-    fn shutdown_write(&self) {
-        self.wire().shutdown_write()
-    }
-
-    fn local_addr(&self) -> Option<SocketAddr> {
-        self.wire().local_addr()
-    }
-
-    fn flush_pending(&self) -> io::Result<bool> {
-        self.wire().flush_pending()
-    }
-
-    fn holds_more(&self) -> bool {
-        self.wire().holds_more()
-    }
-
-    fn handshaking(&self) -> bool {
-        self.wire().handshaking()
-    }
-
-    fn handshake_ended(&self) -> Option<std::time::Instant> {
-        self.wire().handshake_ended()
-    }
 }
 
 #[cfg(test)]
@@ -772,7 +606,7 @@ mod tests {
     }
 
     fn sent_bytes(batch: &Batch) -> Vec<u8> {
-        batch.pieces.iter().flat_map(|d| d.as_slice().to_vec()).collect()
+        batch.pieces().iter().flat_map(|d| d.as_slice().to_vec()).collect()
     }
 
     #[test]
@@ -885,7 +719,7 @@ mod tests {
         let bytes = sent_bytes(&batch);
         assert_eq!(bytes.len(), SEND_WINDOW);
         assert!(bytes.starts_with(b"HEAD cached") && bytes.ends_with(b"ff"));
-        assert_eq!(batch.pieces.len(), 3, "head copied, cache shared, file read");
+        assert_eq!(batch.pieces().len(), 3, "head copied, cache shared, file read");
         // Still nothing: the whole window is in flight.
         assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
         assert!(s.take_batch().is_none());

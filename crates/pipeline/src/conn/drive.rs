@@ -1,8 +1,9 @@
 //! The connection's I/O, done for it: [`Connection::step`] runs the state
 //! machine until it needs the outside world and says what ([`Io`]); the
-//! driver here performs that over a [`Wire`] and reports back, so every
-//! model keeps calling [`Connection::drive`] while the core itself is fed
-//! bytes and results (the unit tests in `tests/push.rs` feed it slices).
+//! driver here performs that over a [`Wire`] and reports back, so the
+//! models keep calling [`Connection::drive`] (`uring` performs the steps
+//! itself) while the core itself is fed bytes and results (the unit tests
+//! in `tests/push.rs` feed it slices).
 
 use std::io;
 use std::net::SocketAddr;
