@@ -625,7 +625,7 @@ mod tests {
     }
 
     #[test]
-    fn a_read_takes_the_inbox_first_then_the_arrived_bytes_then_says_not_now() {
+    fn a_read_takes_the_inbox_first_then_the_arrived_bytes_then_says_not_now_or_the_end() {
         let (s, _c) = socket();
         let mut io = s.io.borrow_mut();
         let mut room = [0u8; 4];
@@ -640,6 +640,12 @@ mod tests {
         assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 1);
         assert_eq!((room[0], arrived.len()), (b'g', 0));
         assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        // The end comes after the bytes that wait.
+        io.inbox.extend_from_slice(b"xyz");
+        io.end = Some(0);
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 3);
+        assert_eq!(&room[..3], b"xyz");
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 0);
         io.end = Some(libc::ECONNRESET);
         let e = io.read_arrived(&mut room, &mut arrived).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET));
