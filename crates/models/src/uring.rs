@@ -1,8 +1,8 @@
 //! `uring` — the `event` loop on completions instead of readiness: one
 //! io_uring per `--workers` thread, every connection the same
-//! `pipeline::Connection` state machine, driven over a [`RingSocket`]
-//! (`uring/socket.rs`) whose reads come from completed receives and whose
-//! writes become queued sends.
+//! `pipeline::Connection` state machine, whose `step`s the loop performs
+//! itself (`uring/socket.rs`): its reads are given the bytes of completed
+//! receives, its sends become queued sends.
 //!
 //! * **Accept**: one multishot accept per loop on the shared listener; each
 //!   completion is a new socket. At its share of `--max-connections` a loop
@@ -13,10 +13,11 @@
 //!   the ring's operations on it skip the descriptor table.
 //! * **Receive**: one multishot receive per connection into the loop's
 //!   provided buffer ring (`uring/bufring.rs`): a request that arrives is a
-//!   completion with no submission of ours. The bytes are copied into the
-//!   socket's inbox and the buffer goes back at once. A connection with too
-//!   much unread input has its receive cancelled until it reads (the
-//!   back-pressure a socket buffer gives).
+//!   completion with no submission of ours. The connection's reads copy
+//!   the bytes from the buffer straight into its own, and the buffer goes
+//!   back at once; what it does not read now waits in the socket's inbox.
+//!   A connection with too much unread input has its receive cancelled
+//!   until it reads (the back-pressure a socket buffer gives).
 //! * **Send**: after a drive, what the connection queued goes out as one
 //!   `sendmsg` (`MSG_WAITALL`: the kernel finishes a short send itself),
 //!   cached bodies by reference; at most one send per connection is in
@@ -49,7 +50,8 @@
 //!   at the send timeout).
 //!
 //! TLS runs over the same socket: `transport::tls::TlsStream` is generic
-//! over its `Carrier`, and the ring socket is one.
+//! over its `Carrier`, and the ring socket is one; a TLS connection is
+//! driven over the session as a `Wire`, its records read from the inbox.
 
 mod bufring;
 mod files;
@@ -70,7 +72,7 @@ use transport::accept::{self, Failed};
 use transport::deadlines::{Deadlines, HasTimer, Timer};
 use transport::slab::Slab;
 use transport::turn::{self, AcceptPause, Finish};
-use transport::{Shutdown, Wire};
+use transport::Shutdown;
 
 use crate::helpers::{HelperPool, Helpers};
 use crate::loop_core::{self, Core, LoopConn, Parts, Settled, Waits};
@@ -78,7 +80,8 @@ use crate::{Caps, Knob, ModelEnv, ModelInfo, Sendfile};
 use bufring::BufRing;
 pub(crate) use files::sends_files;
 use files::{FilePath, Pipes};
-use socket::{Batch, Link, RingSocket};
+use send::Batch;
+use socket::{Link, RingSocket};
 
 pub(crate) const MODEL: ModelInfo = ModelInfo {
     name: "uring",
@@ -686,27 +689,33 @@ impl Loop {
             c.recv = Shot::Off;
         }
         let socket = c.link.socket();
+        let mut arrived = None;
         match result {
-            1.. => {
-                if let Some(id) = buffer {
-                    socket.arrived(self.bufs.bytes(id, result as usize));
-                    self.bufs.give_back(id);
-                }
-            }
+            1.. => arrived = buffer.map(|id| (id, result as usize)),
             0 => socket.ended(0),
             _ if matches!(-result, libc::ENOBUFS | libc::ECANCELED) => {}
             _ => socket.ended(-result),
         }
-        if c.closing {
-            self.finish_close(token);
-            return;
-        }
         let new_input = result >= 0 || !matches!(-result, libc::ENOBUFS | libc::ECANCELED);
         match c.waits {
-            Waits::Read | Waits::Pipes if new_input => self.drive(token),
-            // The client left while a spawner works for it.
-            Waits::Helper if result < 0 && new_input => self.close(token),
-            _ => self.pump(token),
+            // The bytes go from the ring buffer to the connection.
+            Waits::Read | Waits::Pipes if new_input && !c.closing => self.drive_arrived(token, arrived),
+            _ => {
+                if let Some((id, len)) = arrived {
+                    socket.arrived(self.bufs.bytes(id, len));
+                }
+                if c.closing {
+                    self.finish_close(token);
+                } else if c.waits == Waits::Helper && result < 0 && new_input {
+                    // The client left while a spawner works for it.
+                    self.close(token);
+                } else {
+                    self.pump(token);
+                }
+            }
+        }
+        if let Some((id, _)) = arrived {
+            self.bufs.give_back(id);
         }
     }
 
@@ -718,7 +727,7 @@ impl Loop {
         // A TLS session's records that found the socket's queue full: they
         // move as it drains, whether or not the connection drives again
         // (the tail of a response, the close_notify of a closing one).
-        c.sealed = c.link.flush_pending().unwrap_or(true);
+        c.sealed = c.link.flush_pending();
         let socket = c.link.socket();
         if c.batch.is_none() {
             if let Some(batch) = socket.take_batch() {
@@ -749,6 +758,12 @@ impl Loop {
 
     /// Runs the connection's state machine as far as its socket allows.
     fn drive(&mut self, token: u64) {
+        self.drive_arrived(token, None);
+    }
+
+    /// [`drive`](Self::drive), with the bytes a receive just brought into
+    /// ring buffer `.0` (`.1` of them) for the connection to read first.
+    fn drive_arrived(&mut self, token: u64, arrived: Option<(u16, usize)>) {
         let Some(c) = self.conns.get_mut(token) else { return };
         if c.closing {
             return;
@@ -759,7 +774,8 @@ impl Loop {
         let stopping = self.finish.is_stopping() && !c.link.socket().unread_in_kernel();
         let p = &*self.pipeline;
         c.conn.set_now(self.now);
-        let want = c.conn.drive(&c.link, p, stopping);
+        let arrived = arrived.map_or(&[][..], |(id, len)| self.bufs.bytes(id, len));
+        let want = c.link.drive(&mut c.conn, arrived, p, stopping);
         if self.settle(token, want, &mut None) == Settled::Open {
             self.pump(token);
         }

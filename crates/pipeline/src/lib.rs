@@ -50,8 +50,8 @@ pub use admission::{refuse_at_capacity, ConnsPerIp, IpSlot, OverCap};
 pub use cache::{Cache, INLINE_MAX_COPY, INLINE_MAX_SENDFILE};
 pub use cgi::{CgiSettings, Program, Scripts};
 pub use conn::{
-    serve_blocking, serve_ready, Client, ConnInfo, Connection, Gated, Mode, Request, Waiting, Want,
-    BLOCKING_TICK, WRITE_PATIENCE,
+    serve_blocking, serve_ready, Client, ConnInfo, Connection, Facts, Gated, Io, Mode, Request, Waiting,
+    Want, BLOCKING_TICK, WRITE_PATIENCE,
 };
 pub use errorlog::ErrorLog;
 pub use reply::Reply;

@@ -1,12 +1,152 @@
 //! The send a connection has in flight — at most one, so its bytes stay in
 //! order: a batch of queued bytes in memory (one `sendmsg`, continued if
 //! it comes short), then the file piece that may end it (`files.rs`), then
-//! its end, once the kernel holds nothing of it.
+//! its end, once the kernel holds nothing of it. The [`Batch`] keeps the
+//! bytes where the kernel was given them; finished batches and the socket's
+//! copy buffers are kept per thread for the next sends.
+
+use std::cell::RefCell;
 
 use io_uring::{cqueue, opcode, squeue, types};
+use transport::Data;
 
-use super::socket::Batch;
-use super::{files, user_data, Loop, Waits, OP_SEND};
+use super::files::{self, FileSend};
+use super::{user_data, Loop, Waits, OP_SEND, SEND_WINDOW};
+
+/// Copy buffers kept per thread for the next sends.
+const SPARES_KEPT: usize = 64;
+
+thread_local! {
+    /// Buffers of finished sends, for the next copies (heads, file pieces,
+    /// TLS records): a busy loop allocates none per response.
+    static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Finished batches, emptied, for the next sends. Boxed: the box is
+    /// what is reused, since the kernel is given addresses inside it.
+    #[allow(clippy::vec_box)]
+    static BATCHES: RefCell<Vec<Box<Batch>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer to copy at least `want` bytes into, for a send.
+pub(super) fn spare(want: usize) -> Vec<u8> {
+    let mut buf = SPARES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+    buf.reserve(want);
+    buf
+}
+
+/// A copy buffer the kernel is done with, kept for the next [`spare`].
+pub(super) fn give_back(mut buf: Vec<u8>) {
+    if buf.capacity() <= SEND_WINDOW {
+        buf.clear();
+        let _ = SPARES.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARES_KEPT {
+                s.push(buf);
+            }
+        });
+    }
+}
+
+/// The bytes of one `sendmsg` on their way: they stay here, at the
+/// addresses the kernel was given, until the completion (and, for a
+/// zero-copy send, its notification) says the kernel is done with them.
+/// A file piece, if any, follows them (`uring/files.rs` sends it).
+pub(super) struct Batch {
+    pieces: Vec<Data>,
+    iov: Vec<libc::iovec>,
+    msg: libc::msghdr,
+    /// The first iovec not wholly sent.
+    at: usize,
+    left: usize,
+    pub(super) file: Option<FileSend>,
+}
+
+impl Batch {
+    /// A batch of `pieces`, in a box (and vectors) a finished batch left
+    /// behind when there is one: a busy loop allocates none per response.
+    pub(super) fn new(pieces: &mut Vec<Data>) -> Box<Batch> {
+        let mut batch = BATCHES.with(|b| b.borrow_mut().pop()).unwrap_or_else(|| {
+            Box::new(Batch {
+                pieces: Vec::new(),
+                iov: Vec::new(),
+                // SAFETY: msghdr is plain old data; all-zero is its empty value.
+                msg: unsafe { std::mem::zeroed() },
+                at: 0,
+                left: 0,
+                file: None,
+            })
+        });
+        std::mem::swap(&mut batch.pieces, pieces);
+        batch.iov.extend(batch.pieces.iter().map(|d| {
+            let s = d.as_slice();
+            libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }
+        }));
+        batch.left = batch.iov.iter().map(|v| v.iov_len).sum();
+        batch
+    }
+
+    /// Done with: its copy buffers and the batch itself are kept for the next ones.
+    pub(super) fn recycle(mut self: Box<Batch>) {
+        self.release();
+        let _ = BATCHES.try_with(|b| {
+            let mut b = b.borrow_mut();
+            if b.len() < SPARES_KEPT {
+                b.push(self);
+            }
+        });
+    }
+
+    fn release(&mut self) {
+        for piece in self.pieces.drain(..) {
+            if let Data::Owned(buf) = piece {
+                give_back(buf);
+            }
+        }
+        self.iov.clear();
+        (self.at, self.left) = (0, 0);
+        self.file = None;
+    }
+
+    #[cfg(test)]
+    pub(super) fn pieces(&self) -> &[Data] {
+        &self.pieces
+    }
+
+    /// Bytes not yet sent.
+    pub(super) fn left(&self) -> usize {
+        self.left
+    }
+
+    /// The message for the bytes not yet sent; it points into this batch.
+    pub(super) fn msg(&mut self) -> *const libc::msghdr {
+        self.msg.msg_iov = self.iov[self.at..].as_mut_ptr();
+        self.msg.msg_iovlen = self.iov.len() - self.at;
+        &self.msg
+    }
+
+    /// Counts `n` bytes as sent; `true` when none are left.
+    pub(super) fn advance(&mut self, mut n: usize) -> bool {
+        self.left -= n.min(self.left);
+        while n > 0 && self.at < self.iov.len() {
+            let v = &mut self.iov[self.at];
+            let step = n.min(v.iov_len);
+            // SAFETY: `step` is within the slice this iovec names, so the
+            // new base stays inside the same piece.
+            v.iov_base = unsafe { (v.iov_base as *mut u8).add(step) } as *mut libc::c_void;
+            v.iov_len -= step;
+            n -= step;
+            if v.iov_len == 0 {
+                self.at += 1;
+            }
+        }
+        self.left == 0
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
 
 impl Loop {
     /// Starts the next operation of the batch in flight: a send of its

@@ -1,31 +1,38 @@
-//! A client socket whose bytes move by io_uring completions, as a [`Wire`]
-//! (and, under TLS, as the [`Carrier`] of the session).
+//! A client socket whose bytes move by io_uring completions, and the
+//! driver that runs a connection over it ([`Link::drive`]).
 //!
-//! The connection state machine calls its `Wire` synchronously and expects
-//! socket answers; a completion ring answers later. The bridge is a socket
-//! buffer of our own, in each direction:
+//! The loop runs the connection's [`Connection::step`] itself and performs
+//! the [`Io`] it asks for against buffers of its own, in each direction:
 //!
-//! * **In**: what a multishot receive brought (copied out of the provided
-//!   buffer, which goes straight back to the ring) waits in `inbox`; a read
-//!   takes from it, says `WouldBlock` when it is empty, 0 after the peer's
-//!   end. The loop pauses the receive when too much is waiting unread.
-//! * **Out**: a write never blocks on the kernel: the bytes are queued
+//! * **In**: a read copies the bytes the receive being handled brought
+//!   straight from their ring buffer into the connection's read room. What
+//!   does not fit, or arrives while the connection is not reading (writing,
+//!   waiting for a helper), waits in `inbox`, and the next read takes it
+//!   first; an empty inbox says `WouldBlock`, 0 after the peer's end. The
+//!   loop pauses the receive when too much is waiting unread.
+//! * **Out**: a send never blocks on the kernel: the bytes are queued
 //!   (`outbox`) — cached and static bodies by reference (an `Arc` clone, no
 //!   copy), heads and file pieces copied — and the loop turns the queue
-//!   into one `sendmsg` after the drive. Like a socket's send buffer, the
-//!   queue takes at most [`SEND_WINDOW`] bytes (queued plus in flight), so
-//!   a large file is read a piece at a time as the peer takes it, and a
-//!   `Done` from [`Wire::send`] means what it means for a socket: handed
-//!   to the kernel, not yet received. Where the loop sends files zero-copy
-//!   (`uring/files.rs`), a file chunk is queued as a [`FilePiece`] instead
-//!   of being read: the batch that takes it ends with it, and what was
-//!   queued after it waits for the next batch. On the `sendfile` path a
-//!   response that holds a file, with nothing of ours queued or in flight
-//!   before it, is written at once by the socket's own calls as in
-//!   `event`, and only what the kernel's buffer does not take is queued.
+//!   into one `sendmsg` after the drive (a [`Batch`], `send.rs`). Like a
+//!   socket's send buffer, the queue takes at most [`SEND_WINDOW`] bytes
+//!   (queued plus in flight), so a large file is read a piece at a time as
+//!   the peer takes it, and a `Done` means what it means for a socket:
+//!   handed to the kernel, not yet received. Where the loop sends files
+//!   zero-copy (`uring/files.rs`), a file chunk is queued as a
+//!   [`FilePiece`] instead of being read: the batch that takes it ends with
+//!   it, and what was queued after it waits for the next batch. On the
+//!   `sendfile` path a response that holds a file, with nothing of ours
+//!   queued or in flight before it, is written at once by the socket's own
+//!   calls as in `event`, and only what the kernel's buffer does not take
+//!   is queued.
 //!
-//! Everything is behind a `RefCell`: the `Wire` methods take `&self`, and a
-//! loop thread owns the socket.
+//! A TLS session reads its records from the inbox and queues them through
+//! the socket as its [`Carrier`]: it is driven by [`Connection::drive`],
+//! with the received bytes put in the inbox first. A streamed responder's
+//! body and output are the core's reads and sends like any other.
+//!
+//! The buffers are behind a `RefCell`: the `Wire` and `Carrier` methods
+//! take `&self`, and a loop thread owns the socket.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -33,147 +40,23 @@ use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::Instant;
 
+use pipeline::{Connection, Facts, Io, Pipeline, Want};
 use transport::tls::{Carrier, TlsStream};
 use transport::{Chunk, Data, Outbound, Progress, Wire};
 
 use super::files::{FilePiece, FileSend};
+use super::send::{give_back, spare, Batch};
 use super::SEND_WINDOW;
 
 /// A file chunk is read into memory this much at a time.
 const FILE_PIECE: usize = 64 << 10;
 /// An emptied inbox keeps its allocation up to this size.
 const INBOX_KEEP: usize = 4 << 10;
-/// Copy buffers kept per thread for the next sends.
-const SPARES_KEPT: usize = 64;
-
-thread_local! {
-    /// Buffers of finished sends, for the next copies (heads, file pieces,
-    /// TLS records): a busy loop allocates none per response.
-    static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    /// Finished batches, emptied, for the next sends. Boxed: the box is
-    /// what is reused, since the kernel is given addresses inside it.
-    #[allow(clippy::vec_box)]
-    static BATCHES: RefCell<Vec<Box<Batch>>> = const { RefCell::new(Vec::new()) };
-}
-
-fn spare(want: usize) -> Vec<u8> {
-    let mut buf = SPARES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
-    buf.reserve(want);
-    buf
-}
-
-fn give_back(mut buf: Vec<u8>) {
-    if buf.capacity() <= SEND_WINDOW {
-        buf.clear();
-        let _ = SPARES.try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < SPARES_KEPT {
-                s.push(buf);
-            }
-        });
-    }
-}
-
-/// The bytes of one `sendmsg` on their way: they stay here, at the
-/// addresses the kernel was given, until the completion (and, for a
-/// zero-copy send, its notification) says the kernel is done with them.
-/// A file piece, if any, follows them (`uring/files.rs` sends it).
-pub(super) struct Batch {
-    pieces: Vec<Data>,
-    iov: Vec<libc::iovec>,
-    msg: libc::msghdr,
-    /// The first iovec not wholly sent.
-    at: usize,
-    left: usize,
-    pub(super) file: Option<FileSend>,
-}
-
-impl Batch {
-    /// A batch of `pieces`, in a box (and vectors) a finished batch left
-    /// behind when there is one: a busy loop allocates none per response.
-    fn new(pieces: &mut Vec<Data>) -> Box<Batch> {
-        let mut batch = BATCHES.with(|b| b.borrow_mut().pop()).unwrap_or_else(|| {
-            Box::new(Batch {
-                pieces: Vec::new(),
-                iov: Vec::new(),
-                // SAFETY: msghdr is plain old data; all-zero is its empty value.
-                msg: unsafe { std::mem::zeroed() },
-                at: 0,
-                left: 0,
-                file: None,
-            })
-        });
-        std::mem::swap(&mut batch.pieces, pieces);
-        batch.iov.extend(batch.pieces.iter().map(|d| {
-            let s = d.as_slice();
-            libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() }
-        }));
-        batch.left = batch.iov.iter().map(|v| v.iov_len).sum();
-        batch
-    }
-
-    /// Done with: its copy buffers and the batch itself are kept for the next ones.
-    pub(super) fn recycle(mut self: Box<Batch>) {
-        self.release();
-        let _ = BATCHES.try_with(|b| {
-            let mut b = b.borrow_mut();
-            if b.len() < SPARES_KEPT {
-                b.push(self);
-            }
-        });
-    }
-
-    fn release(&mut self) {
-        for piece in self.pieces.drain(..) {
-            if let Data::Owned(buf) = piece {
-                give_back(buf);
-            }
-        }
-        self.iov.clear();
-        (self.at, self.left) = (0, 0);
-        self.file = None;
-    }
-
-    /// Bytes not yet sent.
-    pub(super) fn left(&self) -> usize {
-        self.left
-    }
-
-    /// The message for the bytes not yet sent; it points into this batch.
-    pub(super) fn msg(&mut self) -> *const libc::msghdr {
-        self.msg.msg_iov = self.iov[self.at..].as_mut_ptr();
-        self.msg.msg_iovlen = self.iov.len() - self.at;
-        &self.msg
-    }
-
-    /// Counts `n` bytes as sent; `true` when none are left.
-    pub(super) fn advance(&mut self, mut n: usize) -> bool {
-        self.left -= n.min(self.left);
-        while n > 0 && self.at < self.iov.len() {
-            let v = &mut self.iov[self.at];
-            let step = n.min(v.iov_len);
-            // SAFETY: `step` is within the slice this iovec names, so the
-            // new base stays inside the same piece.
-            v.iov_base = unsafe { (v.iov_base as *mut u8).add(step) } as *mut libc::c_void;
-            v.iov_len -= step;
-            n -= step;
-            if v.iov_len == 0 {
-                self.at += 1;
-            }
-        }
-        self.left == 0
-    }
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
 
 #[derive(Default)]
-struct Io {
+struct Buffers {
     /// Received and not yet read: `inbox[read_at..]`.
     inbox: Vec<u8>,
     read_at: usize,
@@ -193,7 +76,7 @@ struct Io {
     shut: bool,
 }
 
-impl Io {
+impl Buffers {
     fn room(&self) -> usize {
         SEND_WINDOW.saturating_sub(self.queued + self.in_flight)
     }
@@ -275,6 +158,19 @@ impl Io {
         Ok(n)
     }
 
+    /// A read for the connection's [`Io::Read`]: the inbox first (bytes
+    /// that found no room when they came), then `arrived`, the bytes of the
+    /// receive being handled, copied straight from its ring buffer.
+    fn read_arrived(&mut self, room: &mut [u8], arrived: &mut &[u8]) -> io::Result<usize> {
+        if arrived.is_empty() || self.read_at < self.inbox.len() {
+            return self.read(room);
+        }
+        let n = arrived.len().min(room.len());
+        room[..n].copy_from_slice(&arrived[..n]);
+        *arrived = &arrived[n..];
+        Ok(n)
+    }
+
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.check_send()?;
         let n = bytes.len().min(self.room());
@@ -291,7 +187,7 @@ impl Io {
 /// options and the local address.
 pub(super) struct RingSocket {
     sock: TcpStream,
-    io: RefCell<Io>,
+    io: RefCell<Buffers>,
     /// File chunks are queued as file pieces, not read.
     file_pieces: bool,
     /// A response that holds a file, with nothing of ours queued or in
@@ -302,7 +198,7 @@ pub(super) struct RingSocket {
 
 impl RingSocket {
     pub(super) fn new(sock: TcpStream, file_pieces: bool, direct_files: bool) -> RingSocket {
-        RingSocket { sock, io: RefCell::new(Io::default()), file_pieces, direct_files }
+        RingSocket { sock, io: RefCell::new(Buffers::default()), file_pieces, direct_files }
     }
 
     pub(super) fn fd(&self) -> RawFd {
@@ -543,6 +439,24 @@ impl Wire for RingSocket {
     }
 }
 
+impl Facts for RingSocket {
+    fn holds_more(&self) -> bool {
+        false
+    }
+
+    fn handshaking(&self) -> bool {
+        false
+    }
+
+    fn handshake_ended(&self) -> Option<Instant> {
+        None
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok()
+    }
+}
+
 impl Carrier for RingSocket {
     fn recv(&self, buf: &mut [u8], _wait: bool) -> io::Result<usize> {
         self.io.borrow_mut().read(buf)
@@ -611,6 +525,15 @@ impl Link {
         }
     }
 
+    /// Hands the socket a TLS session's records that found its queue
+    /// full: whether nothing is left (always, without TLS).
+    pub(super) fn flush_pending(&self) -> bool {
+        match self {
+            Link::Plain(_) => true,
+            Link::Tls(s) => s.flush_pending().unwrap_or(true),
+        }
+    }
+
     pub(super) fn into_socket(self) -> RingSocket {
         match self {
             Link::Plain(s) => s,
@@ -618,63 +541,50 @@ impl Link {
         }
     }
 
-    fn wire(&self) -> &dyn Wire {
-        match self {
-            Link::Plain(s) => s,
-            Link::Tls(s) => &**s,
+    /// Runs the connection as far as it can go now. `arrived` is what the
+    /// receive being handled brought, still in its ring buffer: a plain
+    /// connection's reads copy it straight into the connection's buffer,
+    /// and what they leave waits in the inbox. A TLS session reads its
+    /// records from the inbox, through the `Wire`.
+    pub(super) fn drive(
+        &self,
+        conn: &mut Connection,
+        mut arrived: &[u8],
+        p: &Pipeline,
+        stopping: bool,
+    ) -> Want {
+        let socket = match self {
+            Link::Plain(socket) => socket,
+            Link::Tls(session) => {
+                session.carrier().arrived(arrived);
+                return conn.drive(&**session, p, stopping);
+            }
+        };
+        let want = loop {
+            match conn.step(socket, p, stopping) {
+                Io::Read => {
+                    let read = socket.io.borrow_mut().read_arrived(conn.read_room(), &mut arrived);
+                    conn.received(read);
+                }
+                Io::Send { limit } => {
+                    let sent = socket.queue_response(conn.outbound(), limit);
+                    conn.sent(sent);
+                }
+                Io::Prioritize { priority, unsent_limit } => {
+                    if let Some(bytes) = unsent_limit {
+                        let _ = Wire::set_unsent_limit(&socket.sock, bytes);
+                    }
+                    let _ = Wire::set_priority(&socket.sock, priority);
+                }
+                Io::ShutdownWrite => socket.io.borrow_mut().shut = true,
+                Io::Wait(want) => break want,
+            }
+        };
+        if !arrived.is_empty() {
+            socket.arrived(arrived);
         }
-    }
-}
-
-impl Wire for Link {
-    #[inline]
-    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.wire().read(buf)
-    }
-
-    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.wire().read_now(buf)
-    }
-
-    fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
-        self.wire().write_now(bytes)
-    }
-
-    #[inline]
-    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
-        self.wire().send(out, limit)
-    }
-
-    fn set_priority(&self, priority: u32) -> io::Result<()> {
-        self.wire().set_priority(priority)
-    }
-
-    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
-        self.wire().set_unsent_limit(bytes)
-    }
-
-    fn shutdown_write(&self) {
-        self.wire().shutdown_write()
-    }
-
-    fn local_addr(&self) -> Option<SocketAddr> {
-        self.wire().local_addr()
-    }
-
-    fn flush_pending(&self) -> io::Result<bool> {
-        self.wire().flush_pending()
-    }
-
-    fn holds_more(&self) -> bool {
-        self.wire().holds_more()
-    }
-
-    fn handshaking(&self) -> bool {
-        self.wire().handshaking()
-    }
-
-    fn handshake_ended(&self) -> Option<std::time::Instant> {
-        self.wire().handshake_ended()
+        conn.set_gauge(&want);
+        want
     }
 }
 
@@ -691,7 +601,7 @@ mod tests {
     }
 
     fn sent_bytes(batch: &Batch) -> Vec<u8> {
-        batch.pieces.iter().flat_map(|d| d.as_slice().to_vec()).collect()
+        batch.pieces().iter().flat_map(|d| d.as_slice().to_vec()).collect()
     }
 
     #[test]
@@ -710,6 +620,91 @@ mod tests {
     }
 
     #[test]
+    fn a_read_takes_the_inbox_first_then_the_arrived_bytes_then_says_not_now_or_the_end() {
+        let (s, _c) = socket();
+        let mut io = s.io.borrow_mut();
+        let mut room = [0u8; 4];
+        let mut arrived: &[u8] = b"";
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        io.inbox.extend_from_slice(b"ab");
+        let mut arrived: &[u8] = b"cdefg";
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 2);
+        assert_eq!(&room[..2], b"ab", "what waited is read before what just came");
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 4);
+        assert_eq!((&room, arrived), (b"cdef", &b"g"[..]), "straight from the arrived bytes, up to the room");
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 1);
+        assert_eq!((room[0], arrived.len()), (b'g', 0));
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        // The end comes after the bytes that wait.
+        io.inbox.extend_from_slice(b"xyz");
+        io.end = Some(0);
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 3);
+        assert_eq!(&room[..3], b"xyz");
+        assert_eq!(io.read_arrived(&mut room, &mut arrived).unwrap(), 0);
+        io.end = Some(libc::ECONNRESET);
+        let e = io.read_arrived(&mut room, &mut arrived).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET));
+    }
+
+    /// A plain connection driven with a receive's bytes: what does not fit
+    /// its read room, or comes while it is blocked writing, waits in the
+    /// inbox and is read, in order, at its next read — before the peer's
+    /// end, which arrived after it.
+    #[test]
+    fn arrived_bytes_the_connection_cannot_take_yet_wait_and_come_before_the_end() {
+        use pipeline::accesslog::LogTarget;
+        use pipeline::{AccessLog, ConnInfo, ErrorLog, Mode, Settings, Site};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("small.txt"), "small").unwrap();
+        let big: Vec<u8> = (0..SEND_WINDOW * 2).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("big.bin"), &big).unwrap();
+        let site = Site::dir(dir.path(), false).unwrap();
+        let access = Arc::new(AccessLog::open(LogTarget::Off).unwrap());
+        let p = Pipeline::new(Settings::default(), site, access, Arc::new(ErrorLog::stderr()));
+        let (s, c) = socket();
+        let link = Link::Plain(s);
+        let s = link.socket();
+        let peer = c.local_addr().unwrap();
+        let mut conn = Connection::new(ConnInfo { peer }, Instant::now(), &p, Mode::Inline);
+        // Most of a head: the connection keeps it and waits for the rest.
+        let first = format!("GET /big.bin HTTP/1.1\r\nHost: x\r\nX-Pad: {}", "a".repeat(3000));
+        assert!(matches!(link.drive(&mut conn, first.as_bytes(), &p, false), Want::Read(_)));
+        assert_eq!(s.unread(), 0, "all of it read");
+        // Its end and a second request, more than the room left: the
+        // first response fills the send window before the second is read.
+        let second =
+            format!("\r\n\r\nGET /small.txt HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "b".repeat(1500));
+        assert!(second.len() > 4096 - first.len());
+        assert!(matches!(link.drive(&mut conn, second.as_bytes(), &p, false), Want::Write(_)));
+        let waiting = s.unread();
+        assert!(waiting > 0 && waiting < second.len(), "{waiting} bytes wait in the inbox");
+        // The peer's end comes after the bytes.
+        s.ended(0);
+        let mut sent = Vec::new();
+        let want = loop {
+            let batch = s.take_batch().expect("a drive that wants to write queued bytes");
+            s.sent(batch.left());
+            sent.extend(sent_bytes(&batch));
+            drop(batch);
+            match link.drive(&mut conn, b"", &p, false) {
+                Want::Write(_) => {}
+                want => break want,
+            }
+        };
+        assert_eq!(want, Want::Close, "the end, once the second request is answered");
+        while let Some(batch) = s.take_batch() {
+            s.sent(batch.left());
+            sent.extend(sent_bytes(&batch));
+        }
+        let split = sent.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(sent.starts_with(b"HTTP/1.1 200 "));
+        assert!(sent[split..split + big.len()] == big[..], "the first body, whole");
+        let rest = String::from_utf8_lossy(&sent[split + big.len()..]).into_owned();
+        assert!(rest.starts_with("HTTP/1.1 200 ") && rest.ends_with("\r\n\r\nsmall"), "{rest}");
+        assert_eq!(s.unread(), 0);
+    }
+
+    #[test]
     fn a_response_is_queued_by_reference_and_copy_and_pauses_at_the_window() {
         let (s, _c) = socket();
         let mut file = tempfile::tempfile().unwrap();
@@ -725,7 +720,7 @@ mod tests {
         let bytes = sent_bytes(&batch);
         assert_eq!(bytes.len(), SEND_WINDOW);
         assert!(bytes.starts_with(b"HEAD cached") && bytes.ends_with(b"ff"));
-        assert_eq!(batch.pieces.len(), 3, "head copied, cache shared, file read");
+        assert_eq!(batch.pieces().len(), 3, "head copied, cache shared, file read");
         // Still nothing: the whole window is in flight.
         assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
         assert!(s.take_batch().is_none());

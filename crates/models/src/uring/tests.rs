@@ -160,6 +160,36 @@ fn a_request_cut_into_single_bytes_is_assembled_from_many_receives() {
     h.stop();
 }
 
+/// A peer that pipelines far more than a receive buffer, a read room and
+/// the unread-input limit hold while its first response is not read: the
+/// bytes wait (the receive paused past the limit) and every request is
+/// answered, in order.
+#[test]
+fn pipelined_requests_past_the_unread_limit_are_all_answered_in_order() {
+    let Some(h) = start(Settings::default(), 64) else { return };
+    let mut c = h.client();
+    let pad = "p".repeat(1000);
+    let huge = h.write_huge();
+    let mut requests = get("/huge.bin").into_bytes();
+    let count = super::INBOX_HIGH * 2 / 1000;
+    for i in 0..count {
+        requests.extend(format!("GET /small.txt?{i} HTTP/1.1\r\nHost: x\r\nX-Pad: {pad}\r\n\r\n").bytes());
+    }
+    let mut writer = c.try_clone().unwrap();
+    // Written while nothing is read: the server's receive pauses, so the
+    // writes may wait for the responses to be read.
+    let wrote = thread::spawn(move || writer.write_all(&requests));
+    thread::sleep(Duration::from_millis(200));
+    let (head, body) = response(&mut c);
+    assert!(head.starts_with("HTTP/1.1 200 ") && body == huge, "{head}");
+    for i in 0..count {
+        let (head, body) = response(&mut c);
+        assert!(head.starts_with("HTTP/1.1 200 ") && body == b"small", "request {i}: {head}");
+    }
+    wrote.join().unwrap().unwrap();
+    h.stop();
+}
+
 #[test]
 fn a_partial_head_gets_its_408_from_the_timer_and_the_error_reaches_the_client() {
     let settings = Settings { header_timeout: Duration::from_millis(200), ..Settings::default() };

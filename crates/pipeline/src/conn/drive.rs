@@ -1,8 +1,9 @@
 //! The connection's I/O, done for it: [`Connection::step`] runs the state
 //! machine until it needs the outside world and says what ([`Io`]); the
-//! driver here performs that over a [`Wire`] and reports back, so every
-//! model keeps calling [`Connection::drive`] while the core itself is fed
-//! bytes and results (the unit tests in `tests/push.rs` feed it slices).
+//! driver here performs that over a [`Wire`] and reports back, so the
+//! models keep calling [`Connection::drive`] (`uring` performs the steps
+//! itself) while the core itself is fed bytes and results (the unit tests
+//! in `tests/push.rs` feed it slices).
 
 use std::io;
 use std::net::SocketAddr;
@@ -19,11 +20,19 @@ pub enum Io {
     Read,
     /// Send [`Connection::outbound`], at most `limit` bytes of it, and report
     /// with [`Connection::sent`].
-    Send { limit: u64 },
+    Send {
+        /// The most to send now.
+        limit: u64,
+    },
     /// SRPT moved the response to another class: give the socket this
     /// priority and, the first time, this limit of unsent bytes. Best
     /// effort: a socket that refuses keeps its order.
-    Prioritize { priority: u32, unsent_limit: Option<u32> },
+    Prioritize {
+        /// `SO_PRIORITY`.
+        priority: u32,
+        /// `TCP_NOTSENT_LOWAT`.
+        unsent_limit: Option<u32>,
+    },
     /// Shut our sending side (the FIN after a response when the client may
     /// still be sending: lingering).
     ShutdownWrite,

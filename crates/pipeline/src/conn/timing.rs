@@ -132,8 +132,10 @@ impl Connection {
         }
     }
 
-    /// Moves the connection in the `connections` gauge after a `drive`.
-    pub(super) fn set_gauge(&mut self, want: &Want) {
+    /// Moves the connection in the `connections` gauge after a `drive`, or
+    /// after the [`Io::Wait`](super::Io::Wait) a driver over
+    /// [`step`](Self::step) stopped at (`uring`'s).
+    pub fn set_gauge(&mut self, want: &Want) {
         let state = match want {
             Want::Close => ConnState::None,
             Want::Read(_)
