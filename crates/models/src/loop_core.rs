@@ -11,7 +11,7 @@
 //!   readiness / completions ─▶ drive(token) ─▶ Want ─▶ timer, waits  ◀── settle
 //!   helpers' replies ─▶ deliver ─▶ drive                      ◀── collect_replies
 //!   the stop ─▶ every connection driven as stopping           ◀── drive_all_stopping
-//!   deadlines passed ─▶ timed_out ─▶ drive or close           ◀── end_turn
+//!   deadlines passed ─▶ timed_out ─▶ drive or close           ◀── end_turn (transport::turn::Turn)
 //!   accept again if the pause is over, or a slot freed
 //! ```
 //!
@@ -19,15 +19,18 @@
 //! `drive`, `close` and `watch_listener`, and its registration primitives
 //! for what a connection wants (`come_back`, `watch_sources`); the core is
 //! generic over the loop, so every call from it to the loop is a direct one.
-//! What names no connection — the wait's timeout, the accept pause, the
-//! stop — is `transport::turn`'s, which the director's loop uses too.
+//! What names no connection is `transport::turn`'s, which the director's
+//! loop runs too: the wait's timeout, the accept pause, the stop, and the
+//! end of a turn (`Turn::end_turn`: deadlines passed, earliest first, to
+//! the loop's `expire`, stale entries pruned, the pause ended, the
+//! listener watched), which a `Core` loop runs through [`AsTurn`].
 
 use std::time::Instant;
 
 use pipeline::{Connection, Pipeline, Request, Want};
 use transport::deadlines::{Deadlines, HasTimer};
 use transport::slab::Slab;
-use transport::turn::AcceptPause;
+use transport::turn::{AcceptPause, Turn, TurnParts};
 
 use crate::helpers::Helpers;
 
@@ -189,18 +192,14 @@ pub(crate) trait Core {
         }
     }
 
-    /// The end of every turn: connections past their deadline, then the
-    /// listener (a pause that ended, a slot a close freed).
-    fn end_turn(&mut self) {
-        loop {
-            let Parts { conns, timers, now, .. } = self.parts();
-            let Some(token) = timers.expired(now, conns) else { break };
-            self.expire(token);
-        }
-        let Parts { conns, timers, accept_pause, now, .. } = self.parts();
-        timers.prune(conns);
-        accept_pause.resume_if_over(now);
-        self.watch_listener();
+    /// The end of every turn: the one every loop shares
+    /// (`transport::turn::Turn::end_turn`), with this loop's `expire`
+    /// and `watch_listener`.
+    fn end_turn(&mut self)
+    where
+        Self: Sized,
+    {
+        Turn::end_turn(&mut AsTurn(self));
     }
 
     /// Replies back from the helpers: each goes to its connection, if it
@@ -253,6 +252,30 @@ pub(crate) trait Core {
                 self.drive(token);
             }
         }
+    }
+}
+
+/// A [`Core`] loop as `transport::turn` sees it: a wrapper (the trait is
+/// `transport`'s, the loops are ours), each call a direct one.
+struct AsTurn<'a, L>(&'a mut L);
+
+impl<L: Core> Turn for AsTurn<'_, L> {
+    type Peers<'b>
+        = &'b mut Slab<L::Conn>
+    where
+        Self: 'b;
+
+    fn turn_parts(&mut self) -> TurnParts<'_, &mut Slab<L::Conn>> {
+        let Parts { conns, timers, accept_pause, now, .. } = self.0.parts();
+        TurnParts { peers: conns, timers, accept_pause, now }
+    }
+
+    fn expire(&mut self, token: u64) {
+        self.0.expire(token);
+    }
+
+    fn watch_listener(&mut self) {
+        self.0.watch_listener();
     }
 }
 

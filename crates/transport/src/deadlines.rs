@@ -76,6 +76,17 @@ impl<T: HasTimer> Timed for Slab<T> {
     }
 }
 
+/// Borrowed peers, as a loop's [`Turn`](crate::turn::Turn) hands them out.
+impl<T: Timed + ?Sized> Timed for &mut T {
+    fn timer_of(&mut self, token: u64) -> Option<&mut Timer> {
+        (**self).timer_of(token)
+    }
+
+    fn count(&self) -> usize {
+        (**self).count()
+    }
+}
+
 /// Connections keyed by their socket's descriptor, which is their token.
 impl<T: HasTimer> Timed for HashMap<RawFd, T> {
     fn timer_of(&mut self, token: u64) -> Option<&mut Timer> {

@@ -1,18 +1,21 @@
 //! What a single-threaded loop's turn keeps that names no connection, the
 //! same in the models' loops (`models/src/loop_core.rs`: `event`, `amped`,
-//! `uring`) and the director's: how long the wait may last, a pause of
-//! accepting and its end, and the stop with its graceful finish.
+//! `uring`) and the director's: how long the wait may last, the end of a
+//! turn, a pause of accepting and its end, and the stop with its graceful
+//! finish.
 //!
 //! ```text
 //!   wait ≤ the nearer of the next timer and the next wake-up  ◀── wait_timeout
-//!   … the loop's events, its connections' deadlines …
-//!   accept again once the pause is over                       ◀── AcceptPause::resume_if_over
+//!   … the loop's events …
+//!   deadlines passed, earliest first ─▶ the loop's expire     ◀── Turn::end_turn
+//!   stale timer entries pruned
+//!   accept again once the pause is over ─▶ watch_listener     ◀── AcceptPause::resume_if_over
 //!   stopped, and drained or out of grace: the loop ends       ◀── Finish::over
 //! ```
 
 use std::time::{Duration, Instant};
 
-use crate::deadlines::Deadlines;
+use crate::deadlines::{Deadlines, Timed};
 
 /// How long a loop may wait: until its next timer or `wake_at` — the end
 /// of its accept pause, or its next periodic tick (`None`: until something
@@ -23,6 +26,54 @@ pub fn wait_timeout(timers: &Deadlines, now: Instant, wake_at: Option<Instant>) 
     match (timers.next_in(now), wake) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+/// The loop's state the end of a turn works on, borrowed for one step.
+pub struct TurnParts<'a, P> {
+    /// Its peers by token, as its timer set looks them up.
+    pub peers: P,
+    /// Its timer set.
+    pub timers: &'a mut Deadlines,
+    /// Its accepting's pause.
+    pub accept_pause: &'a mut AcceptPause,
+    /// The clock the turn's deadlines are judged by, read once.
+    pub now: Instant,
+}
+
+/// A single-threaded loop, as the end of its turn sees it: peers with
+/// deadlines under tokens, a listener that may be paused. Generic, so each
+/// call into the loop is a direct one.
+pub trait Turn {
+    /// Its peers by token (a slab, or the director's kinds of peer).
+    type Peers<'a>: Timed
+    where
+        Self: 'a;
+
+    /// Its state the end of a turn works on.
+    fn turn_parts(&mut self) -> TurnParts<'_, Self::Peers<'_>>;
+    /// The deadline of the peer under `token` passed (its timer is disarmed).
+    fn expire(&mut self, token: u64);
+    /// Accepts exactly while the loop may: called at every turn's end, so
+    /// a pause that ended or a slot that freed lets it accept again.
+    fn watch_listener(&mut self);
+
+    /// The end of every turn: peers past their deadline, earliest first,
+    /// then the listener.
+    fn end_turn(&mut self) {
+        // Each borrow of the parts ends (the peers dropped) before the loop is called.
+        while let Some(token) = {
+            let TurnParts { mut peers, timers, now, .. } = self.turn_parts();
+            timers.expired(now, &mut peers)
+        } {
+            self.expire(token);
+        }
+        {
+            let TurnParts { mut peers, timers, accept_pause, now } = self.turn_parts();
+            timers.prune(&mut peers);
+            accept_pause.resume_if_over(now);
+        }
+        self.watch_listener();
     }
 }
 
@@ -121,7 +172,118 @@ impl Finish {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::deadlines::Timer;
+    use crate::deadlines::{HasTimer, Timer};
+    use crate::slab::Slab;
+
+    /// A loop with nothing but peers that time out: what the end of its
+    /// turn did, in order.
+    #[derive(Default)]
+    struct FakeLoop {
+        peers: Slab<Peer>,
+        timers: Deadlines,
+        pause: AcceptPause,
+        now: Option<Instant>,
+        did: Vec<Did>,
+    }
+
+    #[derive(Default)]
+    struct Peer {
+        timer: Timer,
+        /// Given a new deadline this far ahead when it expires, instead of closing.
+        again_in: Option<Duration>,
+    }
+
+    impl HasTimer for Peer {
+        fn timer(&mut self) -> &mut Timer {
+            &mut self.timer
+        }
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    enum Did {
+        Expired(u64),
+        /// `watch_listener`, and whether accepting was paused then.
+        Watched {
+            paused: bool,
+        },
+    }
+
+    impl Turn for FakeLoop {
+        type Peers<'a> = &'a mut Slab<Peer>;
+
+        fn turn_parts(&mut self) -> TurnParts<'_, &mut Slab<Peer>> {
+            TurnParts {
+                peers: &mut self.peers,
+                timers: &mut self.timers,
+                accept_pause: &mut self.pause,
+                now: self.now.expect("a turn's clock"),
+            }
+        }
+
+        fn expire(&mut self, token: u64) {
+            self.did.push(Did::Expired(token));
+            let now = self.now.unwrap();
+            match self.peers.get_mut(token).and_then(|p| p.again_in.take().map(|d| (p, d))) {
+                Some((peer, again_in)) => self.timers.set(&mut peer.timer, token, now + again_in),
+                None => {
+                    self.peers.remove(token);
+                }
+            }
+        }
+
+        fn watch_listener(&mut self) {
+            self.did.push(Did::Watched { paused: self.pause.is_paused() });
+        }
+    }
+
+    impl FakeLoop {
+        fn peer(&mut self, deadline: Instant, again_in: Option<Duration>) -> u64 {
+            let token = self.peers.insert(Peer { again_in, ..Peer::default() }).unwrap();
+            self.timers.set(&mut self.peers.get_mut(token).unwrap().timer, token, deadline);
+            token
+        }
+
+        fn end_turn_at(&mut self, now: Instant) -> Vec<Did> {
+            self.now = Some(now);
+            self.end_turn();
+            std::mem::take(&mut self.did)
+        }
+    }
+
+    #[test]
+    fn a_turn_ends_with_its_passed_deadlines_earliest_first_then_the_listener() {
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        let mut l = FakeLoop::default();
+        let late = l.peer(t0 + secs(9), None);
+        let again = l.peer(t0 + secs(2), Some(secs(1)));
+        let early = l.peer(t0 + secs(1), None);
+        l.pause.pause(t0 + secs(5));
+
+        assert_eq!(l.end_turn_at(t0), vec![Did::Watched { paused: true }], "nothing due yet");
+        // Given a new deadline as it expires: within the turn it is not due again.
+        assert_eq!(
+            l.end_turn_at(t0 + secs(2)),
+            vec![Did::Expired(early), Did::Expired(again), Did::Watched { paused: true }]
+        );
+        assert!(l.peers.get(early).is_none() && l.peers.get(again).is_some());
+        // The pause ends in the same turn as the deadline, before the listener is watched.
+        assert_eq!(l.end_turn_at(t0 + secs(5)), vec![Did::Expired(again), Did::Watched { paused: false }]);
+        assert_eq!(l.end_turn_at(t0 + secs(99)), vec![Did::Expired(late), Did::Watched { paused: false }]);
+        assert!(l.peers.is_empty() && l.timers.is_empty(), "each expired once, its entry used up");
+    }
+
+    #[test]
+    fn a_turn_prunes_the_entries_of_peers_that_left() {
+        let t0 = Instant::now();
+        let mut l = FakeLoop::default();
+        let tokens: Vec<u64> = (0..1100).map(|_| l.peer(t0 + Duration::from_secs(60), None)).collect();
+        for &token in &tokens[1..] {
+            l.peers.remove(token);
+        }
+        assert_eq!(l.end_turn_at(t0), vec![Did::Watched { paused: false }]);
+        assert_eq!(l.timers.len(), 1, "only the live peer's entry is left");
+    }
 
     #[test]
     fn a_loop_waits_for_the_nearer_of_its_next_timer_and_its_accept_pause() {

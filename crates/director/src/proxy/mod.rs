@@ -43,7 +43,7 @@
 //! (REQUEST and PEEK), `request.rs` (what REQUEST makes of the bytes read),
 //! `exchange.rs` (RECEIVE and RESPONSE), `intake.rs` (a request body read
 //! before admission), `upstream.rs` (backend connections, pools, passive
-//! health), `tick.rs` (timers), `health.rs` (active checks),
+//! health), `tick.rs` (timers, the end of a turn), `health.rs` (active checks),
 //! `admin_listener.rs`, `monitors.rs`, `status.rs` (stop, snapshot),
 //! `buffered.rs` (the buffers and readiness every peer has), `stage.rs`
 //! (what an exchange is and holds), `tests.rs` (the loop driven a turn at a
@@ -66,7 +66,7 @@ use crate::spill::Spill;
 use crate::watch::Watch;
 use transport::deadlines::{Deadlines, Timer};
 use transport::slab::Slab;
-use transport::turn::{self, AcceptPause, Finish};
+use transport::turn::{self, AcceptPause, Finish, Turn};
 
 mod accept;
 mod admin_listener;
@@ -381,12 +381,15 @@ pub struct Director {
     finish: Finish,
     /// Health checks, upkeep, and the end of an accept pause.
     next_tick: Instant,
+    /// The clock as of the end of the turn's events.
+    now: Instant,
     started: Instant,
     /// Accepting paused after an accept failed for lack of descriptors or
     /// memory (EMFILE, ENFILE, ENOBUFS), until the next tick.
     accept_pause: AcceptPause,
     /// The listeners taken out of the poller meanwhile (a level-triggered
-    /// listener would wake the loop at once, forever); `tick` puts them back.
+    /// listener would wake the loop at once, forever); the turn the pause
+    /// ends in puts them back (`watch_listener`).
     paused_listeners: Vec<u64>,
     /// What the error log was last told of each backend.
     watch: Watch,
@@ -459,6 +462,7 @@ impl Director {
             stats: Stats::default(),
             finish: Finish::default(),
             next_tick: now,
+            now,
             accept_pause: AcceptPause::default(),
             paused_listeners: Vec::new(),
             started: now,
@@ -533,8 +537,11 @@ impl Director {
                 _ => {}
             }
         }
-        self.expire_timers();
-        if Instant::now() >= self.next_tick {
+        // One reading for the deadlines and the tick: the tick's turn ends
+        // an accept pause (paused until a tick) before the tick accepts.
+        self.now = Instant::now();
+        self.end_turn();
+        if self.now >= self.next_tick {
             self.tick();
         }
         for _ in 0..self.ready.len() {

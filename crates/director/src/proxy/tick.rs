@@ -1,4 +1,4 @@
-//! Timers and the periodic tick.
+//! Timers, the end of a turn, and the periodic tick.
 
 use std::net::TcpListener;
 use std::time::Instant;
@@ -9,9 +9,10 @@ use super::*;
 use crate::backend::MonitorState;
 use transport::deadlines::{Timed, Timer};
 use transport::slab::Slab;
+use transport::turn::TurnParts;
 
 /// The director's peers by token, as its timer set looks them up.
-struct Peers<'a> {
+pub struct Peers<'a> {
     clients: &'a mut Slab<Client>,
     bconns: &'a mut Slab<BConn>,
     admins: &'a mut Slab<AdminConn>,
@@ -34,6 +35,56 @@ impl Timed for Peers<'_> {
     }
 }
 
+/// The end of the director's turn is every loop's (`transport::turn`):
+/// its peers' deadlines through the timer set every loop shares, then its
+/// paused listeners.
+impl Turn for Director {
+    type Peers<'a> = Peers<'a>;
+
+    fn turn_parts(&mut self) -> TurnParts<'_, Peers<'_>> {
+        TurnParts {
+            peers: Peers {
+                clients: &mut self.clients,
+                bconns: &mut self.bconns,
+                admins: &mut self.admins,
+                probes: &mut self.probes,
+            },
+            timers: &mut self.timers,
+            accept_pause: &mut self.accept_pause,
+            now: self.now,
+        }
+    }
+
+    fn expire(&mut self, token: u64) {
+        match Slab::<()>::kind_of(token) {
+            CLIENT => self.client_timeout(token),
+            // Connected, it has no deadline (`connected` cancels it).
+            BCONN if self.bconns.get(token).is_some_and(|bc| !bc.link.connected()) => {
+                let why = format!("timed out after {}", humantime::format_duration(self.cfg.connect_timeout));
+                self.connect_failed(token, &why)
+            }
+            // One deadline each, never moved: when it passes, time is up.
+            ADMIN => self.close_admin(token),
+            PROBE => self.end_probe(token, false),
+            _ => {}
+        }
+    }
+
+    /// The listeners an accept pause took out of the poller go back once
+    /// it is over (it ends at the tick it was paused until, before the
+    /// tick accepts).
+    fn watch_listener(&mut self) {
+        if self.accept_pause.is_paused() {
+            return;
+        }
+        for token in std::mem::take(&mut self.paused_listeners) {
+            if let Some(l) = self.listener_of(token) {
+                let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
+            }
+        }
+    }
+}
+
 impl Director {
     pub(super) fn arm_client(&mut self, token: u64) {
         if let Some(c) = self.clients.get_mut(token) {
@@ -44,34 +95,6 @@ impl Director {
     pub(super) fn arm_bconn(&mut self, token: u64) {
         if let Some(bc) = self.bconns.get_mut(token) {
             self.timers.arm_timer(&mut bc.timer, token);
-        }
-    }
-
-    /// Every peer whose deadline passed, earliest first, through the timer
-    /// set every loop shares (`transport::deadlines`).
-    pub(super) fn expire_timers(&mut self) {
-        let now = Instant::now();
-        loop {
-            let mut peers = Peers {
-                clients: &mut self.clients,
-                bconns: &mut self.bconns,
-                admins: &mut self.admins,
-                probes: &mut self.probes,
-            };
-            let Some(token) = self.timers.expired(now, &mut peers) else { break };
-            match Slab::<()>::kind_of(token) {
-                CLIENT => self.client_timeout(token),
-                // Connected, it has no deadline (`connected` cancels it).
-                BCONN if self.bconns.get(token).is_some_and(|bc| !bc.link.connected()) => {
-                    let why =
-                        format!("timed out after {}", humantime::format_duration(self.cfg.connect_timeout));
-                    self.connect_failed(token, &why)
-                }
-                // One deadline each, never moved: when it passes, time is up.
-                ADMIN => self.close_admin(token),
-                PROBE => self.end_probe(token, false),
-                _ => {}
-            }
         }
     }
 
@@ -138,7 +161,7 @@ impl Director {
     }
 
     /// Health checks, monitor staleness, pool upkeep, rate samples;
-    /// accepting again.
+    /// accepting again (an accept pause ended with the turn, before).
     pub(super) fn tick(&mut self) {
         let now = Instant::now();
         self.next_tick = now + self.cfg.health_interval;
@@ -179,13 +202,6 @@ impl Director {
         }
         if changed {
             self.dispatch_queue();
-        }
-        if self.accept_pause.resume_if_over(now) {
-            for token in std::mem::take(&mut self.paused_listeners) {
-                if let Some(l) = self.listener_of(token) {
-                    let _ = self.poller.add(l, token, Interest::READABLE, Trigger::Level);
-                }
-            }
         }
         if self.listener.is_some() {
             self.accept();
