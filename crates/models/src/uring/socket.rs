@@ -31,8 +31,8 @@
 //! with the received bytes put in the inbox first. A streamed responder's
 //! body and output are the core's reads and sends like any other.
 //!
-//! The buffers are behind a `RefCell`: the `Wire` and `Carrier` methods
-//! take `&self`, and a loop thread owns the socket.
+//! The buffers are behind a `RefCell`: the `Carrier` methods take
+//! `&self`, and a loop thread owns the socket.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -405,40 +405,6 @@ impl RingSocket {
     }
 }
 
-impl Wire for RingSocket {
-    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.borrow_mut().read(buf)
-    }
-
-    fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.io.borrow_mut().read(buf)
-    }
-
-    fn write_now(&self, bytes: &[u8]) -> io::Result<usize> {
-        self.io.borrow_mut().write(bytes)
-    }
-
-    fn send(&self, out: &mut Outbound, limit: u64) -> io::Result<Progress> {
-        self.queue_response(out, limit)
-    }
-
-    fn set_priority(&self, priority: u32) -> io::Result<()> {
-        Wire::set_priority(&self.sock, priority)
-    }
-
-    fn set_unsent_limit(&self, bytes: u32) -> io::Result<()> {
-        Wire::set_unsent_limit(&self.sock, bytes)
-    }
-
-    fn shutdown_write(&self) {
-        self.io.borrow_mut().shut = true;
-    }
-
-    fn local_addr(&self) -> Option<SocketAddr> {
-        self.sock.local_addr().ok()
-    }
-}
-
 impl Facts for RingSocket {
     fn holds_more(&self) -> bool {
         false
@@ -608,15 +574,15 @@ mod tests {
     fn reads_take_what_arrived_then_say_not_now_then_the_end() {
         let (s, _c) = socket();
         let mut buf = [0u8; 4];
-        assert_eq!(Wire::read(&s, &mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(Carrier::recv(&s, &mut buf, false).unwrap_err().kind(), io::ErrorKind::WouldBlock);
         s.arrived(b"hello");
-        assert_eq!(Wire::read(&s, &mut buf).unwrap(), 4);
+        assert_eq!(Carrier::recv(&s, &mut buf, false).unwrap(), 4);
         assert_eq!(&buf, b"hell");
         assert_eq!(s.peek(&mut buf, false).unwrap(), 1);
-        assert_eq!(Wire::read(&s, &mut buf).unwrap(), 1);
+        assert_eq!(Carrier::recv(&s, &mut buf, false).unwrap(), 1);
         assert_eq!(s.unread(), 0);
         s.ended(0);
-        assert_eq!(Wire::read(&s, &mut buf).unwrap(), 0);
+        assert_eq!(Carrier::recv(&s, &mut buf, false).unwrap(), 0);
     }
 
     #[test]
@@ -715,14 +681,14 @@ mod tests {
         out.push(Chunk::Bytes(Data::Shared(shared, 2..8)));
         out.push(Chunk::File { file: Arc::new(file), offset: 0, len: SEND_WINDOW as u64 });
         // The window fills before the file's end: not now.
-        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(s.queue_response(&mut out, u64::MAX).unwrap(), Progress::Blocked);
         let mut batch = s.take_batch().unwrap();
         let bytes = sent_bytes(&batch);
         assert_eq!(bytes.len(), SEND_WINDOW);
         assert!(bytes.starts_with(b"HEAD cached") && bytes.ends_with(b"ff"));
         assert_eq!(batch.pieces().len(), 3, "head copied, cache shared, file read");
         // Still nothing: the whole window is in flight.
-        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(s.queue_response(&mut out, u64::MAX).unwrap(), Progress::Blocked);
         assert!(s.take_batch().is_none());
         // A partial completion moves the iovecs on.
         assert!(!batch.advance(3));
@@ -731,7 +697,7 @@ mod tests {
         assert!(batch.advance(SEND_WINDOW - 3));
         s.sent(SEND_WINDOW - 3);
         drop(batch);
-        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Done);
+        assert_eq!(s.queue_response(&mut out, u64::MAX).unwrap(), Progress::Done);
         assert_eq!(sent_bytes(&s.take_batch().unwrap()).len(), 11, "the file's rest");
         assert_eq!(out.bytes_sent(), SEND_WINDOW as u64 + 11);
     }
@@ -748,7 +714,7 @@ mod tests {
         out.push(Chunk::Bytes(Data::Owned(b"HEAD ".to_vec())));
         out.push(Chunk::File { file: file.clone(), offset: 0, len: 1 << 20 });
         out.push(Chunk::Bytes(Data::Static(b"tail")));
-        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(s.queue_response(&mut out, u64::MAX).unwrap(), Progress::Blocked);
         // Not read (the file is empty): queued by reference, to the last
         // page boundary the window allows.
         let page = rustix::param::page_size();
@@ -759,16 +725,16 @@ mod tests {
         assert!(batch.file.is_some(), "the piece ends the batch");
         s.sent(5 + piece);
         drop(batch);
-        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(s.queue_response(&mut out, u64::MAX).unwrap(), Progress::Blocked);
         assert_eq!(out.bytes_sent(), 5 + piece as u64 + SEND_WINDOW as u64, "a whole window, from a page");
         let batch = s.take_batch().unwrap();
         assert_eq!(batch.left(), 0, "nothing in memory before the second piece");
         s.sent(SEND_WINDOW);
         drop(batch);
-        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(s.queue_response(&mut out, u64::MAX).unwrap(), Progress::Blocked);
         // Pieces of a window each, then the last, then the tail in a batch of its own.
         loop {
-            let progress = Wire::send(&s, &mut out, u64::MAX).unwrap();
+            let progress = s.queue_response(&mut out, u64::MAX).unwrap();
             let batch = s.take_batch().unwrap();
             assert!(batch.file.is_some() && batch.left() == 0);
             s.sent(SEND_WINDOW);
@@ -782,15 +748,15 @@ mod tests {
         let mut out = Outbound::new();
         out.push(Chunk::File { file: file.clone(), offset: 0, len: 10 });
         out.push(Chunk::File { file, offset: 0, len: 10 });
-        assert_eq!(Wire::send(&s, &mut out, u64::MAX).unwrap(), Progress::Blocked);
+        assert_eq!(s.queue_response(&mut out, u64::MAX).unwrap(), Progress::Blocked);
         assert_eq!(out.bytes_sent(), 10);
     }
 
     #[test]
     fn a_failed_send_fails_every_later_write_and_the_shutdown_waits_for_the_queue() {
         let (s, _c) = socket();
-        assert_eq!(Wire::write_now(&s, b"abc").unwrap(), 3);
-        Wire::shutdown_write(&s);
+        assert_eq!(Carrier::send(&s, &[IoSlice::new(b"abc")]).unwrap(), 3);
+        Carrier::shutdown_write(&s);
         assert!(!s.take_shutdown(), "bytes are queued");
         let batch = s.take_batch().unwrap();
         assert!(!s.take_shutdown(), "bytes are in flight");
@@ -798,6 +764,6 @@ mod tests {
         assert!(s.take_shutdown());
         assert!(!s.take_shutdown(), "once");
         s.send_failed(libc::EPIPE);
-        assert_eq!(Wire::write_now(&s, b"x").unwrap_err().raw_os_error(), Some(libc::EPIPE));
+        assert_eq!(Carrier::send(&s, &[IoSlice::new(b"x")]).unwrap_err().raw_os_error(), Some(libc::EPIPE));
     }
 }

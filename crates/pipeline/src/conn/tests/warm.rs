@@ -49,7 +49,10 @@ fn serve(h: &mut Harness, request: &[u8]) -> (Response, usize) {
         match want {
             Want::Warm => {
                 let pages = h.conn.take_cold_pages().expect("Want::Warm hands out its pages");
-                assert!(!pages.is_empty() && !pages.cached(), "only a window with a cold page is handed out");
+                // Only non-empty: the window was cold when the connection
+                // probed it, but kernel readahead from the window before may
+                // have brought it in since, so `cached()` here would race.
+                assert!(!pages.is_empty(), "a window with a cold page is handed out");
                 assert!(h.conn.take_cold_pages().is_none(), "once");
                 pages.warm().unwrap();
                 h.conn.pages_warmed();
