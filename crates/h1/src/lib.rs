@@ -31,5 +31,5 @@ pub use request::{
     parse_request, parse_request_reusing, HeadBuffers, HeadScan, Header, Limits, Method, Parsed, RequestHead,
     Version,
 };
-pub use response::{decimal, reason_phrase, FieldLines, ResponseHead};
+pub use response::{reason_phrase, FieldLines, ResponseHead};
 pub use syntax::has_token;

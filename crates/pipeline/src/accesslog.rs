@@ -128,11 +128,11 @@ impl AccessLog {
         clf_time(buf, &now);
         buf.extend_from_slice(b"] \"");
         escape_into(buf, rec.request_line.as_deref(), Field::Quoted);
-        let mut digits = [0; 20];
+        let mut digits = itoa::Buffer::new();
         buf.extend_from_slice(b"\" ");
-        buf.extend_from_slice(h1::decimal(rec.status.into(), &mut digits));
+        buf.extend_from_slice(digits.format(rec.status).as_bytes());
         buf.push(b' ');
-        buf.extend_from_slice(h1::decimal(rec.body_bytes, &mut digits));
+        buf.extend_from_slice(digits.format(rec.body_bytes).as_bytes());
         buf.extend_from_slice(b" \"");
         escape_into(buf, rec.referer.as_deref(), Field::Quoted);
         buf.extend_from_slice(b"\" \"");

@@ -361,12 +361,16 @@ impl Stats {
         Self::count_into(s, owned, status, bytes);
     }
 
+    /// Visits only the phases measured (a request has four or five of
+    /// them), one set bit at a time: a loop over every phase costs what it
+    /// costs only while the compiler chooses to unroll it.
     #[inline(always)]
     fn record_phases<const OWNED: bool>(s: &Shard, phases: &PhaseTimes) {
-        for (i, (hist, ns)) in s.phases.iter().zip(phases.ns).enumerate() {
-            if phases.measured & 1 << i != 0 {
-                hist.record(ns, OWNED);
-            }
+        let mut measured = phases.measured;
+        while measured != 0 {
+            let i = measured.trailing_zeros() as usize;
+            s.phases[i].record(phases.ns[i], OWNED);
+            measured &= measured - 1;
         }
     }
 
