@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
-use std::hash::Hasher;
+use std::hash::BuildHasher;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -210,43 +210,15 @@ pub fn file_of(target: &[u8]) -> Option<PathBuf> {
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(&decoded[1..])))
 }
 
-/// A word-at-a-time multiply–xorshift hash for the tables' byte keys:
-/// SipHash (the std default) costs more than the rest of a line's parse,
-/// and a log is no adversary of the machine reading it.
-#[derive(Default, Clone, Copy)]
-struct Mix(u64);
-
-impl Hasher for Mix {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut h = self.0 ^ (bytes.len() as u64).wrapping_mul(K);
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(K);
-            h ^= h >> 29;
-        }
-        let mut last = [0u8; 8];
-        last[..words.remainder().len()].copy_from_slice(words.remainder());
-        h = (h ^ u64::from_le_bytes(last)).wrapping_mul(K);
-        self.0 = h ^ (h >> 32);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type MixState = std::hash::BuildHasherDefault<Mix>;
+/// The tables' hasher: foldhash, fixed-seeded. SipHash (the std default)
+/// costs more than the rest of a line's parse, and a log is no adversary of
+/// the machine reading it.
+type TableState = foldhash::fast::FixedState;
 
 /// A user's key: 128 bits of two differently seeded hashes of address and
 /// agent, so two users are merged only by a collision of both.
 fn user_key(client: &[u8], agent: &[u8]) -> (u64, u64) {
-    let one = |seed: u64| {
-        let mut h = Mix(seed);
-        h.write(client);
-        h.write(agent);
-        h.finish()
-    };
+    let one = |seed: u64| foldhash::quality::FixedState::with_seed(seed).hash_one((client, agent));
     (one(1), one(0x5851_f42d_4c95_7f2d))
 }
 
@@ -254,9 +226,9 @@ fn user_key(client: &[u8], agent: &[u8]) -> (u64, u64) {
 struct Reader {
     p: FromLogParams,
     docs: Vec<Doc>,
-    doc_index: HashMap<Box<[u8]>, u32, MixState>,
+    doc_index: HashMap<Box<[u8]>, u32, TableState>,
     users: Vec<User>,
-    user_index: HashMap<(u64, u64), u32, MixState>,
+    user_index: HashMap<(u64, u64), u32, TableState>,
     window: BTreeMap<i64, Vec<Pending>>,
     flushed_to: Option<i64>,
     t0: Option<i64>,
