@@ -1,7 +1,6 @@
 //! Timers, the end of a turn, and the periodic tick.
 
 use std::net::TcpListener;
-use std::time::Instant;
 
 use transport::poller::{Interest, Trigger};
 
@@ -163,7 +162,8 @@ impl Director {
     /// Health checks, monitor staleness, pool upkeep, rate samples;
     /// accepting again (an accept pause ended with the turn, before).
     pub(super) fn tick(&mut self) {
-        let now = Instant::now();
+        // The turn's reading, which found the tick due.
+        let now = self.now;
         self.next_tick = now + self.cfg.health_interval;
         self.rate_samples.push_back((now, self.answered()));
         while self.rate_samples.len() > 2
